@@ -1,0 +1,179 @@
+/* Loom: a collective communication library. NCCL-shaped C API.
+ *
+ * Usage: one rank calls loomGetUniqueId and shares the id out of band; every rank calls
+ * loomCommInitRank(&comm, nranks, id, rank), then collectives, then loomCommDestroy.
+ * Or, under loomrun / torchrun / mpirun: loomCommInitFromEnv(&comm, NULL).
+ *
+ * Every function returns a loomResult_t and never throws; loomGetLastError() gives the
+ * message of the last failure on the calling thread. Only loomInvalidArgument leaves the
+ * communicator usable; any other error leaves it aborted. */
+#ifndef LOOM_LOOM_H_
+#define LOOM_LOOM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Only the C API is exported from libloom.so (the library builds with hidden visibility). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+#define LOOM_MAJOR 0
+#define LOOM_MINOR 1
+#define LOOM_PATCH 0
+#define LOOM_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
+#define LOOM_VERSION_CODE LOOM_VERSION(LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH)
+
+typedef enum {
+  loomSuccess = 0,
+  loomUnhandledCudaError = 1,
+  loomSystemError = 2,
+  loomInternalError = 3,
+  loomInvalidArgument = 4,
+  loomInvalidUsage = 5,
+  loomRemoteError = 6,
+  loomInProgress = 7,
+  loomTimeout = 8, /* Loom extension: a wait passed the communicator's timeout */
+  loomNumResults = 9
+} loomResult_t;
+
+typedef enum {
+  loomInt8 = 0, loomChar = 0,
+  loomUint8 = 1,
+  loomInt32 = 2, loomInt = 2,
+  loomUint32 = 3,
+  loomInt64 = 4,
+  loomUint64 = 5,
+  loomFloat16 = 6, loomHalf = 6,
+  loomFloat32 = 7, loomFloat = 7,
+  loomFloat64 = 8, loomDouble = 8,
+  loomBfloat16 = 9,
+  loomFloat8e4m3 = 10, /* e4m3fn: bias 7, max 448, no inf */
+  loomFloat8e5m2 = 11,
+  loomFloat8e4m3b15 = 12, /* 1-4-3, bias 15, saturates at +-1.875, no inf/NaN */
+  loomNumTypes = 13
+} loomDataType_t;
+
+typedef enum { loomSum = 0, loomProd = 1, loomMax = 2, loomMin = 3, loomAvg = 4, loomNumOps = 5 } loomRedOp_t;
+
+/* The collectives, for introspection (loomCommGetAlgorithm). */
+typedef enum {
+  loomFuncAllReduce = 0,
+  loomFuncBroadcast,
+  loomFuncReduce,
+  loomFuncAllGather,
+  loomFuncReduceScatter,
+  loomFuncAllToAll,
+  loomFuncAllToAllv,
+  loomFuncGather,
+  loomFuncScatter,
+  loomFuncSendRecv,
+  loomFuncBarrier,
+  loomNumFuncs
+} loomFunc_t;
+
+typedef struct loomComm* loomComm_t;
+/* A stream handle: NULL for host buffers; a cudaStream_t for CUDA devices (later). */
+typedef void* loomStream_t;
+
+#define LOOM_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[LOOM_UNIQUE_ID_BYTES];
+} loomUniqueId;
+
+#define LOOM_CONFIG_MAGIC 0x4c4f4f4du /* "LOOM" */
+typedef struct {
+  size_t size;          /* sizeof(loomConfig_t), set by LOOM_CONFIG_INITIALIZER */
+  unsigned int magic;   /* LOOM_CONFIG_MAGIC */
+  unsigned int version; /* LOOM_VERSION_CODE */
+  const char* device;   /* "cpu" (default) */
+  int timeoutMs;        /* every wait gives up after this; 0: LOOM_TIMEOUT or 600000 */
+  int blocking;         /* 1 (default): calls return when done; 0: may return loomInProgress */
+  const char* name;     /* shown in logs */
+  int accumType;        /* reductions of fp8/fp16/bf16 accumulate in this type (e.g. loomFloat32);
+                           -1 (default): LOOM_ACCUM_TYPE or the input type itself */
+} loomConfig_t;
+
+#define LOOM_CONFIG_INITIALIZER \
+  { sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, NULL, 0, 1, NULL, -1 }
+
+/* Version and errors */
+loomResult_t loomGetVersion(int* version);
+const char* loomGetErrorString(loomResult_t result);
+/* The message of the last error raised on this thread (empty string if none). */
+const char* loomGetLastError(loomComm_t comm);
+
+/* Communicator lifetime */
+loomResult_t loomGetUniqueId(loomUniqueId* uniqueId);
+loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank);
+loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
+                                    loomConfig_t* config);
+/* Rank, size and rendezvous from LOOM_RANK/RANK/OMPI_COMM_WORLD_RANK, WORLD_SIZE/... and
+ * LOOM_COMM_ID=host:port or MASTER_ADDR:(MASTER_PORT+1); the job secret from LOOM_JOB_SECRET. */
+loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config);
+/* Ranks with the same color form a new communicator, ordered by key then parent rank.
+ * color < 0 (LOOM_SPLIT_NOCOLOR) gives *newcomm = NULL. */
+#define LOOM_SPLIT_NOCOLOR (-1)
+loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
+                           loomConfig_t* config);
+loomResult_t loomCommFinalize(loomComm_t comm);
+loomResult_t loomCommDestroy(loomComm_t comm);
+loomResult_t loomCommAbort(loomComm_t comm);
+loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
+loomResult_t loomCommCount(const loomComm_t comm, int* count);
+loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
+/* Name of the algorithm the selector would run for this call (static string). */
+loomResult_t loomCommGetAlgorithm(const loomComm_t comm, loomFunc_t func, size_t count,
+                                  loomDataType_t datatype, const char** algorithm);
+
+/* Group calls: operations between Start and End are issued together at End, so that
+ * matching sends and receives in any order cannot deadlock. */
+loomResult_t loomGroupStart(void);
+loomResult_t loomGroupEnd(void);
+
+/* Collectives. count is in elements of datatype. */
+loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                           loomStream_t stream);
+loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, int root, loomComm_t comm,
+                           loomStream_t stream);
+loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                        loomStream_t stream);
+/* recvbuff holds nranks * sendcount elements, rank r's block at r * sendcount. */
+loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+/* sendbuff holds nranks * recvcount elements. */
+loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                               loomStream_t stream);
+/* count elements to and from every peer. */
+loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+/* Counts and displacements in elements, one per peer. */
+loomResult_t loomAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                           void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                        loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream);
+loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                         loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream);
+loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream);
+loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream);
+loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_LOOM_H_ */
