@@ -1,0 +1,54 @@
+#include "base/env.hpp"
+
+#include <cstdlib>
+
+#include "base/error.hpp"
+
+namespace loom::env {
+
+std::optional<std::string> get(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || value[0] == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+int64_t getInt(const char* name, int64_t fallback) {
+  auto value = get(name);
+  if (!value) return fallback;
+  char* end = nullptr;
+  long long parsed = std::strtoll(value->c_str(), &end, 0);
+  if (end == value->c_str() || *end != '\0')
+    LOOM_THROW(loomInvalidArgument, name, "='", *value, "' is not an integer");
+  return parsed;
+}
+
+static std::string getString(const char* name, const char* fallback) {
+  auto value = get(name);
+  return value ? *value : std::string(fallback);
+}
+
+std::string debugLevel() { return getString("LOOM_DEBUG", "WARN"); }
+std::string debugSubsys() { return getString("LOOM_DEBUG_SUBSYS", "ALL"); }
+
+int64_t timeoutMs() {
+  // Seconds in the variable, like NCCL's and Gloo's timeouts; fractions allowed ("0.5").
+  auto value = get("LOOM_TIMEOUT");
+  if (!value) return 600 * 1000;
+  char* end = nullptr;
+  double seconds = std::strtod(value->c_str(), &end);
+  if (end == value->c_str() || *end != '\0' || seconds <= 0)
+    LOOM_THROW(loomInvalidArgument, "LOOM_TIMEOUT='", *value,
+               "' is not a positive number of seconds");
+  return static_cast<int64_t>(seconds * 1000.0 + 0.5);
+}
+
+std::string algoOverride() { return getString("LOOM_ALGO", ""); }
+bool checkCollectives() { return getInt("LOOM_CHECK", 0) != 0; }
+int64_t shmChunkBytes() { return getInt("LOOM_SHM_CHUNK_BYTES", 512 * 1024); }
+int64_t directMaxBytes() { return getInt("LOOM_DIRECT_MAX_BYTES", -1); }
+int64_t p2pBufferBytes() { return getInt("LOOM_P2P_BUFFER_BYTES", 256 * 1024); }
+std::string accumType() { return getString("LOOM_ACCUM_TYPE", ""); }
+std::string jobSecret() { return getString("LOOM_JOB_SECRET", ""); }
+std::string commId() { return getString("LOOM_COMM_ID", ""); }
+
+}  // namespace loom::env

@@ -1,0 +1,28 @@
+// Every LOOM_* environment parameter is declared here, once, with its default; each is documented
+// in docs/configuration.md. Values are read when first used and then cached.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace loom::env {
+
+// Raw access (for variables Loom does not own, such as RANK or OMPI_COMM_WORLD_SIZE).
+std::optional<std::string> get(const char* name);
+int64_t getInt(const char* name, int64_t fallback);
+
+// Loom's own parameters.
+std::string debugLevel();    // LOOM_DEBUG
+std::string debugSubsys();   // LOOM_DEBUG_SUBSYS
+int64_t timeoutMs();         // LOOM_TIMEOUT (seconds in the variable), default 600 s
+std::string algoOverride();  // LOOM_ALGO, e.g. "allreduce:ring,allgather:direct"
+bool checkCollectives();     // LOOM_CHECK=1
+int64_t shmChunkBytes();     // LOOM_SHM_CHUNK_BYTES
+int64_t directMaxBytes();    // LOOM_DIRECT_MAX_BYTES
+int64_t p2pBufferBytes();    // LOOM_P2P_BUFFER_BYTES
+std::string accumType();     // LOOM_ACCUM_TYPE
+std::string jobSecret();     // LOOM_JOB_SECRET (hex)
+std::string commId();        // LOOM_COMM_ID (host:port)
+
+}  // namespace loom::env
