@@ -1,0 +1,97 @@
+#include "topology/rank_info.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "base/error.hpp"
+
+namespace loom {
+
+namespace {
+
+std::string readFirstLine(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// Two network namespaces on one machine are two nodes to Loom (that is how tests simulate hosts),
+// so the namespace inode is part of the identity.
+std::string hostIdentity(const std::string& hostname) {
+  struct stat st{};
+  unsigned long netns = stat("/proc/self/ns/net", &st) == 0 ? st.st_ino : 0;
+  return hostname + "/" + readFirstLine("/proc/sys/kernel/random/boot_id") + "/" +
+         std::to_string(netns);
+}
+
+void putString(std::ostringstream& out, const std::string& s) {
+  out << s.size() << ':' << s;
+}
+
+std::string getString(std::istringstream& in) {
+  size_t n = 0;
+  char colon = 0;
+  if (!(in >> n) || !in.get(colon) || colon != ':' || n > 4096)
+    LOOM_THROW(loomInternalError, "malformed rank info");
+  std::string s(n, '\0');
+  if (!in.read(s.data(), static_cast<std::streamsize>(n)))
+    LOOM_THROW(loomInternalError, "truncated rank info");
+  return s;
+}
+
+}  // namespace
+
+RankInfo RankInfo::local(int rank, const Device& device) {
+  RankInfo info;
+  info.rank = rank;
+  info.pid = getpid();
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  info.hostname = host;
+  info.hostId = hostIdentity(info.hostname);
+  info.deviceKind = device.kind();
+  info.vendor = device.vendor();
+  info.deviceName = device.name();
+  info.deviceIndex = device.index();
+  return info;
+}
+
+std::string RankInfo::serialize() const {
+  std::ostringstream out;
+  out << "loomrank1 " << rank << ' ' << pid << ' ' << static_cast<int>(deviceKind) << ' '
+      << deviceIndex << ' ';
+  putString(out, hostname);
+  putString(out, hostId);
+  putString(out, vendor);
+  putString(out, deviceName);
+  return out.str();
+}
+
+RankInfo RankInfo::deserialize(const std::string& bytes) {
+  std::istringstream in(bytes);
+  std::string tag;
+  RankInfo info;
+  int kind = 0;
+  char space = 0;
+  if (!(in >> tag) || tag != "loomrank1" ||
+      !(in >> info.rank >> info.pid >> kind >> info.deviceIndex) || !in.get(space))
+    LOOM_THROW(loomInternalError, "malformed rank info (different Loom versions across ranks?)");
+  info.deviceKind = static_cast<DeviceKind>(kind);
+  info.hostname = getString(in);
+  info.hostId = getString(in);
+  info.vendor = getString(in);
+  info.deviceName = getString(in);
+  return info;
+}
+
+bool allOnOneHost(const std::vector<RankInfo>& ranks) {
+  for (const RankInfo& r : ranks)
+    if (r.hostId != ranks.front().hostId) return false;
+  return true;
+}
+
+}  // namespace loom

@@ -1,0 +1,32 @@
+// What every rank tells the others at init: who it is and where (host identity, process, device).
+// Carries device kind, vendor and index from the start so that GPU ranks and heterogeneous
+// communicators can group ranks without changing the exchange.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device/device.hpp"
+
+namespace loom {
+
+struct RankInfo {
+  int rank = 0;
+  int pid = 0;
+  std::string hostname;
+  std::string hostId;  // hostname + boot id + network namespace: equal only on the same node
+  DeviceKind deviceKind = DeviceKind::kCpu;
+  std::string vendor;
+  std::string deviceName;
+  int deviceIndex = -1;
+
+  static RankInfo local(int rank, const Device& device);
+  std::string serialize() const;
+  static RankInfo deserialize(const std::string& bytes);  // throws loomInternalError if malformed
+};
+
+// True when every rank reports the same host identity.
+bool allOnOneHost(const std::vector<RankInfo>& ranks);
+
+}  // namespace loom

@@ -1,0 +1,96 @@
+// The shared-memory arena of one communicator on one host: per-rank step flags, per-rank staging
+// slots for the one-shot and pipelined collectives, a byte-stream channel for every ordered pair of
+// ranks, and a job-wide abort word. One segment per communicator, created by its first local rank.
+//
+// Flag protocol (see algorithms/shm_stage.hpp): each rank owns three monotonically increasing
+// counters (in, red, done) that only it writes; a waiting rank only reads. Step numbers are shared by
+// all ranks because ranks issue collectives in the same order.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "transport/shm/shm_segment.hpp"
+
+namespace loom {
+
+constexpr size_t kCacheLine = 64;
+
+struct alignas(kCacheLine) PaddedCounter {
+  std::atomic<uint64_t> value{0};
+  char pad[kCacheLine - sizeof(std::atomic<uint64_t>)];
+};
+
+struct RankFlags {
+  PaddedCounter in;    // step whose input this rank has staged
+  PaddedCounter red;   // step whose reduced slice this rank has published
+  PaddedCounter done;  // step after which this rank reads nothing more of anyone's slots
+};
+
+struct ArenaHeader {
+  uint64_t magic;
+  uint32_t nranks;
+  uint32_t pad0;
+  uint64_t slotBytes;
+  uint64_t channelBytes;
+  alignas(kCacheLine) std::atomic<int32_t> abortCode;  // loomResult_t of the first failure, 0 if none
+  std::atomic<int32_t> abortRank;
+  char abortReason[240];
+};
+
+struct alignas(kCacheLine) ChannelHeader {
+  PaddedCounter head;  // total bytes written by the sender
+  PaddedCounter tail;  // total bytes consumed by the receiver
+};
+
+struct ArenaLayout {
+  int nranks = 0;
+  size_t slotBytes = 0;     // one staging slot (a rank has 2 input and 2 output slots)
+  size_t channelBytes = 0;  // ring capacity of each pair channel (multiple of 64)
+  size_t flagsOffset = 0, slotsOffset = 0, channelsOffset = 0, totalBytes = 0;
+  static ArenaLayout compute(int nranks, size_t slotBytes, size_t channelBytes);
+};
+
+// Kinds of pair channel: collectives and user point-to-point never share a byte stream, so that a
+// user's send cannot be mistaken for a collective's data.
+enum class ChannelClass { kCollective = 0, kPointToPoint = 1 };
+
+class ShmArena {
+ public:
+  // The first local rank creates the segment; the others attach with the same name and layout.
+  static ShmArena create(const std::string& name, const ArenaLayout& layout);
+  static ShmArena attach(const std::string& name, const ArenaLayout& layout);
+  ShmArena() = default;
+
+  void unlinkName() { segment_.unlink(); }
+  const ArenaLayout& layout() const { return layout_; }
+  int nranks() const { return layout_.nranks; }
+  ArenaHeader* header() const { return reinterpret_cast<ArenaHeader*>(segment_.data()); }
+  RankFlags& flags(int rank) const {
+    return reinterpret_cast<RankFlags*>(segment_.data() + layout_.flagsOffset)[rank];
+  }
+  // Staging slots: which = 0/1 alternates between steps (double buffering).
+  char* inSlot(int rank, uint64_t step) const { return slot(rank, 0, step & 1); }
+  char* outSlot(int rank, uint64_t step) const { return slot(rank, 1, step & 1); }
+  size_t slotBytes() const { return layout_.slotBytes; }
+
+  ChannelHeader* channelHeader(ChannelClass cls, int from, int to) const;
+  char* channelData(ChannelClass cls, int from, int to) const {
+    return reinterpret_cast<char*>(channelHeader(cls, from, to)) + sizeof(ChannelHeader);
+  }
+  size_t channelBytes() const { return layout_.channelBytes; }
+
+  // The first failure wins; later ones keep the first reason.
+  void raiseAbort(int32_t code, int rank, const std::string& reason) const;
+
+ private:
+  char* slot(int rank, int kind, uint64_t which) const {
+    size_t index = (static_cast<size_t>(rank) * 2 + kind) * 2 + which;
+    return segment_.data() + layout_.slotsOffset + index * layout_.slotBytes;
+  }
+  ShmSegment segment_;
+  ArenaLayout layout_;
+};
+
+}  // namespace loom
