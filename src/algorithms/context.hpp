@@ -1,0 +1,75 @@
+// What an algorithm gets: the call's arguments and the communicator's resources (device, shared
+// arena, channels, step counter, health check). Algorithms never know which transport carries a
+// channel nor which communicator they serve.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "base/wait.hpp"
+#include "device/device.hpp"
+#include "loom/loom.h"
+#include "transport/channel.hpp"
+#include "transport/shm/shm_arena.hpp"
+
+namespace loom {
+
+struct CollArgs {
+  loomFunc_t func = loomFuncAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // per the C API: total (allreduce, bcast, reduce), per rank (others)
+  loomDataType_t dtype = loomFloat32;
+  loomRedOp_t op = loomSum;
+  int root = 0;
+  int accum = -1;
+  // loomAllToAllv only (elements, one per peer).
+  const size_t* sendCounts = nullptr;
+  const size_t* sendDispls = nullptr;
+  const size_t* recvCounts = nullptr;
+  const size_t* recvDispls = nullptr;
+};
+
+class AlgoContext {
+ public:
+  int rank = 0;
+  int nranks = 1;
+  Device* device = nullptr;
+  const ShmArena* arena = nullptr;           // null when the ranks do not share a host
+  std::vector<std::unique_ptr<Channel>>* channels = nullptr;  // collective channels, by peer
+  uint64_t* step = nullptr;                  // shared step counter of the communicator
+  // Throws on timeout, abort, or when `peer` (the rank being waited for; -1: none in particular)
+  // is gone. Only the awaited peer matters: a rank that finished its part and exited is no fault.
+  std::function<void(int peer)> check;
+  std::vector<char>* scratch = nullptr;      // grow-once scratch of the communicator
+
+  template <typename Ready>
+  void wait(Ready&& ready, int peer) const {
+    waitUntil(ready, [&] { check(peer); });
+  }
+  Channel& channel(int peer) const { return *(*channels)[peer]; }
+  char* scratchBytes(size_t bytes) const {
+    // Grows once to the largest size seen; never allocates again for smaller calls.
+    if (scratch->size() < bytes) scratch->resize(bytes);
+    return scratch->data();
+  }
+};
+
+using AlgorithmFn = void (*)(const AlgoContext&, const CollArgs&);
+
+struct Algorithm {
+  loomFunc_t func;
+  const char* name;
+  AlgorithmFn run;
+  bool needsArena;  // runs only where all ranks share one host's memory
+};
+
+// Every algorithm Loom has, for the selector and for forcing one in tests.
+const std::vector<Algorithm>& allAlgorithms();
+const Algorithm* findAlgorithm(loomFunc_t func, const std::string& name);
+const char* funcName(loomFunc_t func);  // "allreduce", "allgather", ... (LOOM_ALGO keys)
+
+}  // namespace loom

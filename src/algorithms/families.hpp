@@ -1,0 +1,15 @@
+// Registration hooks of the algorithm families (one file each).
+#pragma once
+
+#include <vector>
+
+#include "algorithms/context.hpp"
+
+namespace loom {
+
+void registerDirectAlgorithms(std::vector<Algorithm>& out);     // direct.cpp
+void registerPipelinedAlgorithms(std::vector<Algorithm>& out);  // pipelined.cpp
+void registerRingAlgorithms(std::vector<Algorithm>& out);       // ring.cpp
+void registerAllToAllvAlgorithms(std::vector<Algorithm>& out);  // alltoallv.cpp
+
+}  // namespace loom

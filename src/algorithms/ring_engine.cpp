@@ -1,0 +1,68 @@
+#include "algorithms/ring_engine.hpp"
+
+#include <algorithm>
+
+#include "base/dtype.hpp"
+
+namespace loom {
+
+void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const RingReduction& red) {
+  Channel& right = ctx.channel((ctx.rank + 1) % ctx.nranks);
+  Channel& left = ctx.channel((ctx.rank - 1 + ctx.nranks) % ctx.nranks);
+  size_t esize = dtypeSize(red.dtype);
+  size_t nsteps = steps.size();
+  size_t sendStep = 0, sendPos = 0, recvStep = 0, recvPos = 0;
+
+  auto progress = [&]() -> bool {
+    bool moved = false;
+    while (sendStep < nsteps && sendPos == steps[sendStep].sendBytes) ++sendStep, sendPos = 0;
+    if (sendStep < nsteps) {
+      const RingStep& s = steps[sendStep];
+      size_t limit = s.sendBytes;
+      if (s.sendAfterPrevRecv && sendStep > 0 && recvStep < sendStep)
+        limit = recvStep == sendStep - 1 ? recvPos : 0;
+      size_t want = limit - sendPos;
+      if (limit < s.sendBytes) want &= ~size_t{7};  // partial sends stay 8-byte granular
+      if (want > 0) {
+        size_t sent = right.trySend(s.send + sendPos, want);
+        sendPos += sent;
+        moved |= sent > 0;
+      }
+    }
+    while (recvStep < nsteps && recvPos == steps[recvStep].recvBytes) ++recvStep, recvPos = 0;
+    if (recvStep < nsteps) {
+      const RingStep& s = steps[recvStep];
+      std::span<const char> span = left.peek(s.recvBytes - recvPos);
+      size_t n = std::min(span.size(), s.recvBytes - recvPos);
+      if (n > 0) {
+        char* dst = s.recvDst + recvPos;
+        if (s.reduceWith != nullptr) {
+          const void* srcs[2] = {s.reduceWith + recvPos, span.data()};
+          ctx.device->reduce(dst, srcs, 2, n / esize, red.dtype, red.op, red.accum, s.divisor);
+        } else {
+          ctx.device->copy(dst, span.data(), n);
+        }
+        left.consume(n);
+        recvPos += n;
+        moved = true;
+      }
+    }
+    return moved;
+  };
+
+  auto finished = [&] {
+    while (sendStep < nsteps && sendPos == steps[sendStep].sendBytes) ++sendStep, sendPos = 0;
+    while (recvStep < nsteps && recvPos == steps[recvStep].recvBytes) ++recvStep, recvPos = 0;
+    return sendStep == nsteps && recvStep == nsteps;
+  };
+  int leftRank = left.peer(), rightRank = right.peer();
+  auto checkNeighbours = [&] {
+    ctx.check(leftRank);
+    ctx.check(rightRank);
+  };
+  while (!finished()) {
+    if (!progress()) waitUntil(progress, checkNeighbours);
+  }
+}
+
+}  // namespace loom

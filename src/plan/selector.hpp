@@ -1,0 +1,31 @@
+// Chooses the algorithm of each call from a small table it can explain (loom-info --algos,
+// LOOM_DEBUG=INFO). LOOM_ALGO=allreduce:ring,allgather:direct forces one per collective.
+#pragma once
+
+#include <array>
+#include <string>
+
+#include "algorithms/context.hpp"
+
+namespace loom {
+
+struct SelectorInputs {
+  int nranks = 1;
+  bool sharedMemory = true;  // every rank of the communicator on one host
+  size_t directMaxBytes = 0; // allreduce/reduce switch from direct to pipelined above this
+};
+
+class Selector {
+ public:
+  // Parses the override (throws loomInvalidArgument naming the valid choices).
+  Selector(const SelectorInputs& inputs, const std::string& override);
+  const Algorithm& select(loomFunc_t func, size_t bytes) const;
+  std::string explain() const;  // one line per collective
+
+ private:
+  const Algorithm* must(loomFunc_t func, const char* name) const;
+  SelectorInputs inputs_;
+  std::array<const Algorithm*, loomNumFuncs> forced_{};
+};
+
+}  // namespace loom
