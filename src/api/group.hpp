@@ -1,0 +1,44 @@
+// Group calls: between loomGroupStart and loomGroupEnd the calling thread records operations, and
+// loomGroupEnd issues them together: collectives in order, runs of consecutive sends and receives
+// progressed as one batch (so a pair of ranks may send to each other first without deadlock).
+#pragma once
+
+#include <vector>
+
+#include "api/handle.hpp"
+
+namespace loom {
+
+struct GroupOp {
+  loomComm* handle = nullptr;
+  bool isCollective = true;
+  CollArgs args;           // collectives
+  bool isSend = false;     // point-to-point
+  int peer = 0;
+  void* buffer = nullptr;
+  size_t bytes = 0;
+
+  static GroupOp collective(loomComm* handle, const CollArgs& args) {
+    GroupOp op;
+    op.handle = handle;
+    op.args = args;
+    return op;
+  }
+  static GroupOp pointToPoint(loomComm* handle, bool isSend, int peer, void* buffer, size_t bytes) {
+    GroupOp op;
+    op.handle = handle;
+    op.isCollective = false;
+    op.isSend = isSend;
+    op.peer = peer;
+    op.buffer = buffer;
+    op.bytes = bytes;
+    return op;
+  }
+};
+
+int groupDepth();
+void recordGroupOp(const GroupOp& op);
+// Issues ops now (blocking communicators) or on the communicator's progress thread.
+loomResult_t runGroupOps(std::vector<GroupOp> ops);
+
+}  // namespace loom

@@ -1,0 +1,298 @@
+// C entry points for versions, errors and communicator lifetime.
+#include <chrono>
+#include <cstring>
+#include <tuple>
+#include <thread>
+
+#include "api/handle.hpp"
+#include "base/env.hpp"
+#include "base/log.hpp"
+#include "base/sha256.hpp"
+#include "bootstrap/bootstrap.hpp"
+
+namespace loom {
+
+namespace {
+thread_local std::string tlsLastError;
+}
+
+void setLastError(const std::string& message) { tlsLastError = message; }
+const std::string& lastError() { return tlsLastError; }
+
+HandleUse::HandleUse(loomComm_t handle) {
+  LOOM_CHECK_ARG(handle != nullptr, "communicator is NULL");
+  LOOM_CHECK_ARG(handle->magic == loomComm::kMagic, "argument is not a Loom communicator");
+  handle->inflight.fetch_add(1);
+  HandleState state = handle->state.load();
+  if (state == HandleState::kDestroying || state == HandleState::kDestroyed) {
+    handle->inflight.fetch_sub(1);
+    LOOM_THROW(loomInvalidUsage, state == HandleState::kDestroyed
+                                     ? "communicator was destroyed"
+                                     : "communicator is being destroyed by another thread");
+  }
+  handle_ = handle;
+}
+
+Comm& HandleUse::comm() const {
+  if (handle_->comm == nullptr) {
+    std::string message;
+    loomResult_t error = handle_->worker ? handle_->worker->error(&message) : loomInternalError;
+    if (error != loomSuccess) LOOM_THROW(error, "communicator initialization failed: ", message);
+    LOOM_THROW(loomInProgress, "communicator is still initializing (non-blocking init)");
+  }
+  return *handle_->comm;
+}
+
+loomResult_t runOrQueue(loomComm* handle, std::function<void()> work) {
+  if (handle->blocking) {
+    work();
+    return loomSuccess;
+  }
+  handle->worker->enqueue(std::move(work));
+  return loomInProgress;
+}
+
+namespace {
+
+// Creates the handle and builds the Comm now or, for a non-blocking config, on its worker.
+loomResult_t initHandle(loomComm_t* out, int nranks, int rank, const CommConfig& cfg,
+                        std::function<std::unique_ptr<Comm>()> build) {
+  auto handle = std::make_unique<loomComm>();
+  handle->blocking = cfg.blocking;
+  handle->nranks = nranks;
+  handle->rank = rank;
+  if (cfg.blocking) {
+    handle->comm = build();
+    handle->state.store(HandleState::kLive);
+    *out = handle.release();
+    return loomSuccess;
+  }
+  handle->worker = std::make_unique<AsyncWorker>();
+  loomComm* raw = handle.get();
+  raw->worker->enqueue([raw, build] {
+    raw->comm = build();
+    raw->state.store(HandleState::kLive);
+  });
+  *out = handle.release();
+  return loomInProgress;
+}
+
+void checkRankArgs(loomComm_t* comm, int nranks, int rank) {
+  LOOM_CHECK_ARG(comm != nullptr, "comm output pointer is NULL");
+  LOOM_CHECK_ARG(nranks >= 1, "nranks must be >= 1, got ", nranks);
+  LOOM_CHECK_ARG(rank >= 0 && rank < nranks, "rank ", rank, " is out of range [0, ", nranks, ")");
+}
+
+// "host:port" or "[v6addr]:port".
+std::pair<std::string, uint16_t> parseAddress(const std::string& text, const char* what) {
+  size_t colon = text.rfind(':');
+  LOOM_CHECK_ARG(colon != std::string::npos && colon > 0, what, "='", text, "' is not host:port");
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  long port = std::strtol(text.c_str() + colon + 1, nullptr, 10);
+  LOOM_CHECK_ARG(port > 0 && port < 65536, what, "='", text, "' has no valid port");
+  return {host, static_cast<uint16_t>(port)};
+}
+
+int envRank(const char* const* names, const char* what) {
+  for (const char* const* n = names; *n != nullptr; ++n)
+    if (env::get(*n)) return static_cast<int>(env::getInt(*n, -1));
+  LOOM_THROW(loomInvalidArgument, "no ", what,
+             " in the environment (run under loomrun, torchrun or mpirun, or set LOOM_RANK and "
+             "LOOM_WORLD_SIZE)");
+}
+
+}  // namespace
+}  // namespace loom
+
+using namespace loom;
+
+extern "C" {
+
+loomResult_t loomGetVersion(int* version) {
+  return guarded("loomGetVersion", [&] {
+    LOOM_CHECK_ARG(version != nullptr, "version is NULL");
+    *version = LOOM_VERSION_CODE;
+    return loomSuccess;
+  });
+}
+
+const char* loomGetErrorString(loomResult_t result) {
+  switch (result) {
+    case loomSuccess: return "no error";
+    case loomUnhandledCudaError: return "unhandled cuda error";
+    case loomSystemError: return "unhandled system error (out of memory, sockets, shared memory)";
+    case loomInternalError: return "internal error (a bug in Loom)";
+    case loomInvalidArgument: return "invalid argument";
+    case loomInvalidUsage: return "invalid usage (wrong call order or mismatched calls across ranks)";
+    case loomRemoteError: return "remote process exited or a peer failed";
+    case loomInProgress: return "operation in progress";
+    case loomTimeout: return "timed out waiting for peers";
+    default: return "unknown result code";
+  }
+}
+
+const char* loomGetLastError(loomComm_t) { return lastError().c_str(); }
+
+loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
+  return guarded("loomGetUniqueId", [&] {
+    LOOM_CHECK_ARG(uniqueId != nullptr, "uniqueId is NULL");
+    UniqueId id = startRendezvousRoot("", 0, JobSecret::random(), env::timeoutMs());
+    packUniqueId(id, uniqueId);
+    return loomSuccess;
+  });
+}
+
+loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
+                                    loomConfig_t* config) {
+  return guarded("loomCommInitRankConfig", [&] {
+    checkRankArgs(comm, nranks, rank);
+    *comm = nullptr;
+    CommConfig cfg = resolveConfig(config);
+    UniqueId id = unpackUniqueId(commId);
+    return initHandle(comm, nranks, rank, cfg,
+                      [=] { return std::make_unique<Comm>(id, nranks, rank, cfg); });
+  });
+}
+
+loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank) {
+  return loomCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
+  return guarded("loomCommInitFromEnv", [&] {
+    static const char* const rankNames[] = {"LOOM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                            nullptr};
+    static const char* const sizeNames[] = {"LOOM_WORLD_SIZE", "WORLD_SIZE",
+                                            "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", nullptr};
+    int rank = envRank(rankNames, "rank");
+    int nranks = envRank(sizeNames, "world size");
+    checkRankArgs(comm, nranks, rank);
+    *comm = nullptr;
+    CommConfig cfg = resolveConfig(config);
+    UniqueId id;
+    std::string commIdText = env::commId();
+    if (!commIdText.empty()) {
+      std::tie(id.host, id.port) = parseAddress(commIdText, "LOOM_COMM_ID");
+    } else {
+      auto addr = env::get("MASTER_ADDR");
+      auto port = env::get("MASTER_PORT");
+      LOOM_CHECK_ARG(addr && port, "no rendezvous address: set LOOM_COMM_ID=host:port (loomrun "
+                                   "does) or MASTER_ADDR and MASTER_PORT (torchrun does)");
+      // MASTER_PORT itself belongs to torch's store; Loom's rendezvous uses the next port.
+      std::tie(id.host, id.port) =
+          parseAddress(*addr + ":" + std::to_string(env::getInt("MASTER_PORT", 0) + 1), "MASTER_PORT");
+    }
+    std::string secretHex = env::jobSecret();
+    if (!secretHex.empty()) id.secret = JobSecret::fromHex(secretHex);
+    // Every rank derives the same job nonce from what they share.
+    std::string seed = id.host + ":" + std::to_string(id.port) + ":" + secretHex;
+    Sha256Digest digest = sha256(seed);
+    std::memcpy(&id.jobNonce, digest.data(), sizeof(id.jobNonce));
+    if (rank == 0) startRendezvousRoot(id.host, id.port, id.secret, cfg.timeoutMs);
+    return initHandle(comm, nranks, rank, cfg,
+                      [=] { return std::make_unique<Comm>(id, nranks, rank, cfg); });
+  });
+}
+
+loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
+                           loomConfig_t* config) {
+  return guarded("loomCommSplit", [&] {
+    LOOM_CHECK_ARG(newcomm != nullptr, "newcomm is NULL");
+    LOOM_CHECK_ARG(color >= 0 || color == LOOM_SPLIT_NOCOLOR, "color must be >= 0 or ",
+                   "LOOM_SPLIT_NOCOLOR, got ", color);
+    HandleUse use(comm);
+    *newcomm = nullptr;
+    CommConfig cfg = config != nullptr ? resolveConfig(config) : use.comm().config();
+    LOOM_CHECK_ARG(cfg.blocking, "non-blocking split is not supported yet: pass a blocking config");
+    std::unique_ptr<Comm> child = use.comm().split(color, key, cfg);
+    if (child == nullptr) return loomSuccess;
+    auto handle = std::make_unique<loomComm>();
+    handle->nranks = child->nranks();
+    handle->rank = child->rank();
+    handle->comm = std::move(child);
+    handle->state.store(HandleState::kLive);
+    *newcomm = handle.release();
+    return loomSuccess;
+  });
+}
+
+loomResult_t loomCommFinalize(loomComm_t comm) {
+  return guarded("loomCommFinalize", [&] {
+    HandleUse use(comm);
+    if (use->worker) use->worker->drain();
+    return loomSuccess;
+  });
+}
+
+namespace {
+loomResult_t destroyHandle(loomComm_t comm, bool abort) {
+  LOOM_CHECK_ARG(comm != nullptr, "communicator is NULL");
+  LOOM_CHECK_ARG(comm->magic == loomComm::kMagic, "argument is not a Loom communicator");
+  HandleState expected = HandleState::kLive;
+  if (!comm->state.compare_exchange_strong(expected, HandleState::kDestroying)) {
+    expected = HandleState::kInitializing;
+    if (!comm->state.compare_exchange_strong(expected, HandleState::kDestroying))
+      LOOM_THROW(loomInvalidUsage, "communicator was already destroyed or is being destroyed");
+  }
+  if (abort && comm->comm) comm->comm->abort("loomCommAbort called on rank " + std::to_string(comm->rank));
+  // Calls already running finish (they are bounded by the timeout; abort makes them fail fast).
+  while (comm->inflight.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  comm->worker.reset();  // drains what is queued (an aborted comm fails it quickly), joins
+  comm->comm.reset();
+  comm->state.store(HandleState::kDestroyed);
+  return loomSuccess;
+}
+}  // namespace
+
+loomResult_t loomCommDestroy(loomComm_t comm) {
+  return guarded("loomCommDestroy", [&] { return destroyHandle(comm, false); });
+}
+
+loomResult_t loomCommAbort(loomComm_t comm) {
+  return guarded("loomCommAbort", [&] { return destroyHandle(comm, true); });
+}
+
+loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
+  return guarded("loomCommGetAsyncError", [&] {
+    LOOM_CHECK_ARG(asyncError != nullptr, "asyncError is NULL");
+    HandleUse use(comm);
+    if (use->worker) {
+      std::string message;
+      loomResult_t error = use->worker->error(&message);
+      if (error != loomSuccess) {
+        setLastError(message);
+        *asyncError = error;
+        return loomSuccess;
+      }
+      if (use->worker->busy()) {
+        *asyncError = loomInProgress;
+        return loomSuccess;
+      }
+    }
+    *asyncError = use->comm ? use->comm->asyncError() : loomInProgress;
+    if (*asyncError != loomSuccess && use->comm) setLastError(use->comm->asyncMessage());
+    return loomSuccess;
+  });
+}
+
+loomResult_t loomCommCount(const loomComm_t comm, int* count) {
+  return guarded("loomCommCount", [&] {
+    LOOM_CHECK_ARG(count != nullptr, "count is NULL");
+    HandleUse use(comm);
+    *count = use->nranks;
+    return loomSuccess;
+  });
+}
+
+loomResult_t loomCommUserRank(const loomComm_t comm, int* rank) {
+  return guarded("loomCommUserRank", [&] {
+    LOOM_CHECK_ARG(rank != nullptr, "rank is NULL");
+    HandleUse use(comm);
+    *rank = use->rank;
+    return loomSuccess;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,322 @@
+#include "comm/comm.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "base/dtype.hpp"
+#include "base/env.hpp"
+#include "base/log.hpp"
+#include "base/sha256.hpp"
+#include "transport/shm/shm_channel.hpp"
+
+namespace loom {
+
+namespace {
+
+constexpr auto kPeerCheckInterval = std::chrono::milliseconds(5);
+
+size_t defaultDirectMax(int nranks) {
+  // One-shot reads every rank's data on every rank: cheap while the total stays in cache.
+  return nranks <= 4 ? 64 * 1024 : 32 * 1024;
+}
+
+int openPidfd(int pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+}  // namespace
+
+CommConfig resolveConfig(const loomConfig_t* c) {
+  CommConfig cfg;
+  cfg.timeoutMs = env::timeoutMs();
+  std::string accum = env::accumType();
+  if (!accum.empty()) {
+    auto type = dtypeFromName(accum);
+    LOOM_CHECK_ARG(type.has_value(), "LOOM_ACCUM_TYPE='", accum, "' is not a data type name");
+    cfg.accum = *type;
+  }
+  if (c == nullptr) return cfg;
+  LOOM_CHECK_ARG(c->magic == LOOM_CONFIG_MAGIC && c->size >= sizeof(size_t) * 2,
+                 "config was not initialized with LOOM_CONFIG_INITIALIZER");
+  if (c->device != nullptr) cfg.device = c->device;
+  LOOM_CHECK_ARG(c->timeoutMs >= 0, "config timeoutMs must be >= 0, got ", c->timeoutMs);
+  if (c->timeoutMs > 0) cfg.timeoutMs = c->timeoutMs;
+  cfg.blocking = c->blocking != 0;
+  if (c->name != nullptr) cfg.name = c->name;
+  if (c->accumType >= 0) {
+    LOOM_CHECK_ARG(dtypeValid(c->accumType), "config accumType ", c->accumType, " is not a type");
+    cfg.accum = c->accumType;
+  }
+  return cfg;
+}
+
+Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
+    : config_(config), rank_(rank), nranks_(nranks), id_(id) {
+  device_ = createDevice(config_.device);
+  deadline_ = Clock::now() + std::chrono::milliseconds(config_.timeoutMs);
+  Bootstrap::Options options;
+  options.timeoutMs = config_.timeoutMs;
+  options.abortFlag = &aborted_;
+  bootstrap_ = std::make_unique<Bootstrap>(id, rank, nranks,
+                                           RankInfo::local(rank, *device_).serialize(), options);
+  for (const std::string& bytes : bootstrap_->rankInfos())
+    ranks_.push_back(RankInfo::deserialize(bytes));
+  sharedMemory_ = allOnOneHost(ranks_);
+  if (sharedMemory_) setUpSharedMemory();
+  checkCollectives_ = env::checkCollectives();
+
+  SelectorInputs inputs;
+  inputs.nranks = nranks_;
+  inputs.sharedMemory = sharedMemory_;
+  int64_t directMax = env::directMaxBytes();
+  inputs.directMaxBytes = directMax >= 0 ? static_cast<size_t>(directMax) : defaultDirectMax(nranks);
+  selector_ = std::make_unique<Selector>(inputs, env::algoOverride());
+
+  ctx_.rank = rank_;
+  ctx_.nranks = nranks_;
+  ctx_.device = device_.get();
+  ctx_.arena = sharedMemory_ ? &arena_ : nullptr;
+  ctx_.channels = &collChannels_;
+  ctx_.step = &step_;
+  ctx_.check = [this](int peer) { check(peer); };
+  ctx_.scratch = &scratch_;
+  LOOM_INFO(kSubsysInit, rank_, "communicator ", config_.name.empty() ? "" : config_.name + " ",
+            "ready: rank ", rank_, " of ", nranks_, ", device ", device_->vendor(), ", ",
+            sharedMemory_ ? "shared memory" : "several hosts", ", timeout ", config_.timeoutMs,
+            " ms");
+  if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, selector_->explain());
+}
+
+Comm::~Comm() {
+  for (int fd : peerPidfds_)
+    if (fd >= 0) close(fd);
+}
+
+void Comm::setUpSharedMemory() {
+  size_t chunk = static_cast<size_t>(std::max<int64_t>(env::shmChunkBytes(), 4096));
+  size_t channel = static_cast<size_t>(std::max<int64_t>(env::p2pBufferBytes(), 4096));
+  ArenaLayout layout = ArenaLayout::compute(nranks_, chunk, channel);
+  std::string name;
+  if (rank_ == 0) {
+    uint64_t nonce;
+    randomBytes(&nonce, sizeof(nonce));
+    std::ostringstream n;
+    n << "/loom-" << getpid() << "-" << std::hex << nonce;
+    name = n.str();
+    arena_ = ShmArena::create(name, layout);
+  }
+  name = withBootstrap([&](Bootstrap& b) { return b.allGather(name)[0]; });
+  if (rank_ != 0) arena_ = ShmArena::attach(name, layout);
+  withBootstrap([](Bootstrap& b) { b.barrier(); });  // everyone mapped it: the name can go
+  if (rank_ == 0) arena_.unlinkName();
+  for (int peer = 0; peer < nranks_; ++peer) {
+    collChannels_.push_back(std::make_unique<ShmChannel>(arena_, ChannelClass::kCollective, rank_, peer));
+    p2pChannels_.push_back(std::make_unique<ShmChannel>(arena_, ChannelClass::kPointToPoint, rank_, peer));
+    peerPidfds_.push_back(peer == rank_ ? -1 : openPidfd(ranks_[peer].pid));
+  }
+  LOOM_INFO(kSubsysShm, rank_, "shared arena ", name, ": ", layout.totalBytes >> 20,
+            " MiB mapped, slot ", layout.slotBytes, " B, channel ", layout.channelBytes, " B");
+}
+
+void Comm::beginOperation() {
+  if (aborted_.load()) {
+    loomResult_t code = asyncError_.load();
+    LOOM_THROW(code == loomSuccess ? loomInvalidUsage : code,
+               "communicator is aborted: ", asyncMessage());
+  }
+  deadline_ = Clock::now() + std::chrono::milliseconds(config_.timeoutMs);
+  nextPeerCheck_ = Clock::now() + kPeerCheckInterval;
+}
+
+void Comm::check(int peer) {
+  if (aborted_.load(std::memory_order_relaxed))
+    LOOM_THROW(loomRemoteError, "communicator aborted: ", asyncMessage());
+  if (sharedMemory_) {
+    ArenaHeader* h = arena_.header();
+    int32_t code = h->abortCode.load(std::memory_order_acquire);
+    if (code > 0)
+      LOOM_THROW(loomRemoteError, "rank ", h->abortRank.load(), " failed: ", h->abortReason);
+  }
+  Clock::time_point now = Clock::now();
+  if (now >= nextPeerCheck_) {
+    nextPeerCheck_ = now + kPeerCheckInterval;
+    checkPeer(peer);
+  }
+  if (now >= deadline_)
+    LOOM_THROW(loomTimeout, "timed out after ", config_.timeoutMs / 1000.0,
+               " s waiting for peers (LOOM_TIMEOUT / config timeoutMs)");
+}
+
+void Comm::checkPeer(int peer) {
+  if (!sharedMemory_) {
+    // Across hosts the control connections are the only liveness signal there is so far.
+    withBootstrap([](Bootstrap& b) { b.checkHealth(); });
+    return;
+  }
+  if (peer < 0 || peer == rank_ || peer >= nranks_) return;
+  int fd = peerPidfds_[peer];
+  bool gone = false;
+  if (fd >= 0) {
+    pollfd p{fd, POLLIN, 0};
+    gone = poll(&p, 1, 0) > 0;
+  } else {
+    gone = kill(ranks_[peer].pid, 0) != 0 && errno == ESRCH;
+  }
+  if (gone)
+    LOOM_THROW(loomRemoteError, "rank ", peer, " (pid ", ranks_[peer].pid, " on ",
+               ranks_[peer].hostname, ") exited while this rank waited for it");
+}
+
+void Comm::fail(const Error& error) {
+  {
+    std::lock_guard<std::mutex> lock(errorMutex_);
+    if (asyncError_.load() == loomSuccess) {
+      asyncMessage_ = error.what();
+      asyncError_.store(error.code());
+    }
+  }
+  aborted_.store(true);
+  if (sharedMemory_) arena_.raiseAbort(error.code(), rank_, error.what());
+  withBootstrap([&](Bootstrap& b) { b.broadcastAbort(error.what()); });
+  LOOM_WARN(kSubsysColl, rank_, "communicator aborted: ", error.what());
+}
+
+void Comm::abort(const std::string& reason) {
+  fail(Error(loomRemoteError, reason));
+}
+
+std::string Comm::asyncMessage() const {
+  std::lock_guard<std::mutex> lock(errorMutex_);
+  return asyncMessage_;
+}
+
+void Comm::verifyFingerprint(const CollArgs& a) {
+  std::ostringstream fp;
+  fp << funcName(a.func) << "(count=" << a.count << ", " << dtypeName(a.dtype);
+  if (a.func == loomFuncAllReduce || a.func == loomFuncReduce || a.func == loomFuncReduceScatter)
+    fp << ", " << opName(a.op);
+  if (a.func == loomFuncBroadcast || a.func == loomFuncReduce || a.func == loomFuncGather ||
+      a.func == loomFuncScatter)
+    fp << ", root=" << a.root;
+  fp << ")";
+  std::vector<std::string> all =
+      withBootstrap([&](Bootstrap& b) { return b.allGather(fp.str()); });
+  if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; }))
+    return;
+  std::ostringstream msg;
+  msg << "LOOM_CHECK: collective #" << collectiveCount_ << " differs across ranks:";
+  std::vector<bool> listed(all.size(), false);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (listed[i]) continue;
+    msg << " ranks";
+    for (size_t j = i; j < all.size(); ++j)
+      if (all[j] == all[i]) listed[j] = true, msg << (j == i ? " " : ",") << j;
+    msg << " called " << all[i] << ";";
+  }
+  LOOM_THROW(loomInvalidUsage, msg.str());
+}
+
+void Comm::collective(const CollArgs& args) {
+  beginOperation();
+  try {
+    ++collectiveCount_;
+    if (checkCollectives_) verifyFingerprint(args);
+    size_t bytes = args.count * dtypeSize(args.dtype);
+    const Algorithm& algo = selector_->select(args.func, bytes);
+    LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " #", collectiveCount_, " count ",
+              args.count, " ", dtypeName(args.dtype), " -> ", algo.name);
+    CollArgs a = args;
+    if (a.accum < 0) a.accum = config_.accum;
+    algo.run(ctx_, a);
+  } catch (const Error& e) {
+    fail(e);
+    throw;
+  } catch (const std::exception& e) {
+    Error wrapped(loomInternalError, e.what());
+    fail(wrapped);
+    throw wrapped;
+  }
+}
+
+P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes) {
+  if (!sharedMemory_)
+    LOOM_THROW(loomInvalidUsage, "send/recv across hosts needs the network transport, which this "
+                                 "build does not have yet");
+  P2POp op;
+  op.isSend = isSend;
+  op.peer = peer;
+  op.buffer = static_cast<char*>(buffer);
+  op.bytes = bytes;
+  op.channel = p2pChannels_[peer].get();
+  op.ctx = &ctx_;
+  return op;
+}
+
+void Comm::runPointToPointBatch(std::vector<P2POp>& ops, const std::vector<Comm*>& comms) {
+  for (Comm* c : comms) c->beginOperation();
+  try {
+    runPointToPoint(ops);
+  } catch (const Error& e) {
+    for (Comm* c : comms) c->fail(e);
+    throw;
+  }
+}
+
+std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) {
+  beginOperation();
+  try {
+    ++splitCount_;
+    std::ostringstream mine;
+    mine << color << ' ' << key;
+    std::vector<std::string> all =
+        withBootstrap([&](Bootstrap& b) { return b.allGather(mine.str()); });
+    struct Member { int key, parentRank; };
+    std::vector<Member> members;
+    for (int r = 0; r < nranks_; ++r) {
+      std::istringstream in(all[r]);
+      int c = 0, k = 0;
+      in >> c >> k;
+      if (c == color && color >= 0) members.push_back({k, r});
+    }
+    std::stable_sort(members.begin(), members.end(),
+                     [](const Member& a, const Member& b) { return a.key < b.key; });
+    int newRank = -1;
+    for (size_t i = 0; i < members.size(); ++i)
+      if (members[i].parentRank == rank_) newRank = static_cast<int>(i);
+
+    // The first member of each color hosts the new rendezvous; its address travels on the
+    // (authenticated) parent bootstrap, and the new secret is derived, so it never travels at all.
+    std::string label = "split/" + std::to_string(splitCount_) + "/" + std::to_string(color);
+    JobSecret childSecret = deriveSecret(id_.secret, id_.jobNonce, label);
+    std::string address;
+    if (newRank == 0) {
+      UniqueId root = startRendezvousRoot("", 0, childSecret, config.timeoutMs);
+      address = root.host + " " + std::to_string(root.port);
+    }
+    std::vector<std::string> addresses =
+        withBootstrap([&](Bootstrap& b) { return b.allGather(address); });
+    if (newRank < 0) return nullptr;
+    UniqueId child;
+    std::istringstream in(addresses[members[0].parentRank]);
+    in >> child.host >> child.port;
+    child.secret = childSecret;
+    child.jobNonce = id_.jobNonce ^ (splitCount_ * 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(color);
+    return std::make_unique<Comm>(child, static_cast<int>(members.size()), newRank, config);
+  } catch (const Error& e) {
+    if (e.code() != loomInvalidArgument) fail(e);
+    throw;
+  }
+}
+
+}  // namespace loom

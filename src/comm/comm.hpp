@@ -1,0 +1,108 @@
+// The communicator: owns the bootstrap, the device, the shared arena and channels, the selector and
+// the failure state. One Comm serves one C handle; nothing is shared between communicators.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "algorithms/context.hpp"
+#include "algorithms/p2p.hpp"
+#include "base/error.hpp"
+#include "bootstrap/bootstrap.hpp"
+#include "plan/selector.hpp"
+#include "topology/rank_info.hpp"
+#include "transport/shm/shm_arena.hpp"
+
+namespace loom {
+
+struct CommConfig {
+  std::string device = "cpu";
+  int64_t timeoutMs = 600000;
+  bool blocking = true;
+  std::string name;
+  int accum = -1;
+};
+
+// Reads a C config (may be null) plus the environment into a CommConfig; validates it.
+CommConfig resolveConfig(const loomConfig_t* config);
+
+class Comm {
+ public:
+  // Collective over the nranks ranks that share `id`.
+  Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config);
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const CommConfig& config() const { return config_; }
+  const Selector& selector() const { return *selector_; }
+  const std::vector<RankInfo>& ranks() const { return ranks_; }
+
+  // Runs one collective (arguments already validated). Failures other than bad arguments abort the
+  // communicator and are reported to the peers.
+  void collective(const CollArgs& args);
+  // Builds the point-to-point operation for a send or receive (run by runPointToPoint).
+  P2POp pointToPoint(bool isSend, int peer, void* buffer, size_t bytes);
+  // Runs a batch of point-to-point ops of this communicator (and possibly others') with the same
+  // failure handling as collectives.
+  static void runPointToPointBatch(std::vector<P2POp>& ops, const std::vector<Comm*>& comms);
+
+  std::unique_ptr<Comm> split(int color, int key, const CommConfig& config);
+
+  // Marks the communicator aborted: waits in progress fail promptly (any thread), peers learn it.
+  void abort(const std::string& reason);
+  // loomSuccess, or the error that aborted the communicator.
+  loomResult_t asyncError() const { return asyncError_.load(); }
+  std::string asyncMessage() const;
+
+ private:
+  void setUpSharedMemory();
+  void beginOperation();
+  void fail(const Error& error);
+  void check(int peer);
+  void checkPeer(int peer);
+  void verifyFingerprint(const CollArgs& args);
+
+  CommConfig config_;
+  int rank_;
+  int nranks_;
+  UniqueId id_;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::vector<RankInfo> ranks_;
+  bool sharedMemory_ = false;
+  ShmArena arena_;
+  std::vector<std::unique_ptr<Channel>> collChannels_;
+  std::vector<std::unique_ptr<Channel>> p2pChannels_;
+  std::vector<int> peerPidfds_;
+  std::unique_ptr<Selector> selector_;
+  AlgoContext ctx_;
+  uint64_t step_ = 0;
+  uint64_t collectiveCount_ = 0;
+  uint64_t splitCount_ = 0;
+  std::vector<char> scratch_;
+  Deadline deadline_;
+  Clock::time_point nextPeerCheck_;
+  bool checkCollectives_ = false;
+
+  // The bootstrap is not thread-safe; loomCommAbort may report a failure from another thread.
+  std::mutex bootstrapMutex_;
+  template <typename Body>
+  auto withBootstrap(Body&& body) {
+    std::lock_guard<std::mutex> lock(bootstrapMutex_);
+    return body(*bootstrap_);
+  }
+
+  std::atomic<bool> aborted_{false};
+  std::atomic<loomResult_t> asyncError_{loomSuccess};
+  mutable std::mutex errorMutex_;
+  std::string asyncMessage_;
+};
+
+}  // namespace loom
