@@ -1,0 +1,308 @@
+#include "bench_options.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
+
+#include "base/dtype.hpp"
+
+namespace loom::bench {
+namespace {
+
+struct OpInfo {
+  BenchOp op;
+  const char* name;
+  loomFunc_t func;
+};
+
+constexpr OpInfo kOps[] = {
+    {BenchOp::kAllReduce, "allreduce", loomFuncAllReduce},
+    {BenchOp::kAllGather, "allgather", loomFuncAllGather},
+    {BenchOp::kReduceScatter, "reducescatter", loomFuncReduceScatter},
+    {BenchOp::kBroadcast, "broadcast", loomFuncBroadcast},
+    {BenchOp::kReduce, "reduce", loomFuncReduce},
+    {BenchOp::kAllToAll, "alltoall", loomFuncAllToAll},
+    {BenchOp::kGather, "gather", loomFuncGather},
+    {BenchOp::kScatter, "scatter", loomFuncScatter},
+    {BenchOp::kSendRecv, "sendrecv", loomFuncSendRecv},
+};
+
+// nccl-tests' names, in the order `-d all` visits them. Spelled out here rather than taken from
+// the library so the command line stays the published convention whatever aliases Loom adds.
+struct TypeInfo {
+  const char* name;
+  loomDataType_t type;
+};
+
+constexpr TypeInfo kTypes[] = {
+    {"int8", loomInt8},
+    {"uint8", loomUint8},
+    {"int32", loomInt32},
+    {"uint32", loomUint32},
+    {"int64", loomInt64},
+    {"uint64", loomUint64},
+    {"half", loomFloat16},
+    {"float", loomFloat32},
+    {"double", loomFloat64},
+    {"bfloat16", loomBfloat16},
+    {"fp8e4m3", loomFloat8e4m3},
+    {"fp8e5m2", loomFloat8e5m2},
+    {"fp8e4m3b15", loomFloat8e4m3b15},
+};
+
+struct RedOpInfo {
+  const char* name;
+  loomRedOp_t op;
+};
+
+constexpr RedOpInfo kRedOps[] = {
+    {"sum", loomSum}, {"prod", loomProd}, {"max", loomMax}, {"min", loomMin}, {"avg", loomAvg},
+};
+
+const OpInfo& info(BenchOp op) {
+  for (const OpInfo& i : kOps) {
+    if (i.op == op) return i;
+  }
+  return kOps[0];
+}
+
+std::optional<long> parseInt(const std::string& text, long lo, long hi) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || value < lo || value > hi) return std::nullopt;
+  return value;
+}
+
+ParseResult usageError(std::string message) {
+  ParseResult result;
+  result.outcome = ParseOutcome::kUsageError;
+  result.error = std::move(message);
+  return result;
+}
+
+}  // namespace
+
+const char* benchOpName(BenchOp op) { return info(op).name; }
+loomFunc_t benchOpFunc(BenchOp op) { return info(op).func; }
+
+bool benchOpReduces(BenchOp op) {
+  return op == BenchOp::kAllReduce || op == BenchOp::kReduceScatter || op == BenchOp::kReduce;
+}
+
+bool benchOpHasRoot(BenchOp op) {
+  return op == BenchOp::kBroadcast || op == BenchOp::kReduce || op == BenchOp::kGather ||
+         op == BenchOp::kScatter;
+}
+
+bool benchOpHasInPlace(BenchOp op) {
+  return op == BenchOp::kAllReduce || op == BenchOp::kAllGather || op == BenchOp::kReduceScatter ||
+         op == BenchOp::kBroadcast || op == BenchOp::kReduce;
+}
+
+double busFactor(BenchOp op, int nranks) {
+  const double n = nranks;
+  switch (op) {
+    case BenchOp::kAllReduce:
+      return 2.0 * (n - 1) / n;
+    case BenchOp::kAllGather:
+    case BenchOp::kReduceScatter:
+    case BenchOp::kAllToAll:
+    case BenchOp::kGather:
+    case BenchOp::kScatter:
+      return (n - 1) / n;
+    default:
+      return 1.0;
+  }
+}
+
+bool parseSize(const std::string& text, size_t* bytes) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  double value = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end == text.c_str() || !std::isfinite(value) || value < 0) return false;
+  std::string_view suffix(end);
+  double scale = 1;
+  if (suffix == "K" || suffix == "k") {
+    scale = 1 << 10;
+  } else if (suffix == "M" || suffix == "m") {
+    scale = 1 << 20;
+  } else if (suffix == "G" || suffix == "g") {
+    scale = 1 << 30;
+  } else if (!suffix.empty()) {
+    return false;
+  }
+  value *= scale;
+  // Far beyond any buffer this tool could allocate; keeps the conversion defined.
+  if (value > 1e18) return false;
+  *bytes = static_cast<size_t>(value);
+  return true;
+}
+
+std::vector<size_t> sizeSteps(const BenchOptions& options) {
+  std::vector<size_t> steps;
+  // Stepping a double keeps fractional factors (-f 1.5) from stalling on small sizes.
+  for (double s = static_cast<double>(options.minBytes);
+       s <= static_cast<double>(options.maxBytes) * (1 + 1e-12); s *= options.stepFactor) {
+    size_t bytes = static_cast<size_t>(s);
+    if (steps.empty() || steps.back() != bytes) steps.push_back(bytes);
+    if (s == 0) break;
+  }
+  return steps;
+}
+
+CallShape callShape(BenchOp op, size_t bytes, size_t elemSize, int nranks) {
+  const size_t elems = bytes / elemSize;
+  const size_t n = static_cast<size_t>(nranks);
+  CallShape s;
+  switch (op) {
+    case BenchOp::kAllReduce:
+    case BenchOp::kBroadcast:
+    case BenchOp::kReduce:
+    case BenchOp::kSendRecv:
+      s.count = s.sendElems = s.recvElems = s.totalElems = elems;
+      break;
+    case BenchOp::kAllGather:
+    case BenchOp::kGather:
+      s.count = s.sendElems = elems / n;
+      s.recvElems = s.totalElems = s.count * n;
+      break;
+    case BenchOp::kReduceScatter:
+    case BenchOp::kScatter:
+      s.count = s.recvElems = elems / n;
+      s.sendElems = s.totalElems = s.count * n;
+      break;
+    case BenchOp::kAllToAll:
+      s.count = elems / n;
+      s.sendElems = s.recvElems = s.totalElems = s.count * n;
+      break;
+  }
+  if (s.count == 0) s = CallShape{};
+  return s;
+}
+
+std::string usageText() {
+  return "Usage: loom-bench OP [options]\n"
+         "\n"
+         "OP: allreduce allgather reducescatter broadcast reduce alltoall gather scatter\n"
+         "    sendrecv\n"
+         "Run one process per rank under a launcher (loomrun, torchrun, mpirun); rank 0 prints.\n"
+         "\n"
+         "Options (as nccl-tests):\n"
+         "  -b BYTES    smallest size (default 8; K/M/G suffixes)\n"
+         "  -e BYTES    largest size (default 256M)\n"
+         "  -f FACTOR   size multiplier between steps (default 2)\n"
+         "  -n ITERS    timed iterations per size (default 20)\n"
+         "  -w ITERS    warm-up iterations per size (default 5)\n"
+         "  -c 0|1      check results in a separate, untimed pass (default 1)\n"
+         "  -d TYPE     int8 uint8 int32 uint32 int64 uint64 half float double bfloat16\n"
+         "              fp8e4m3 fp8e5m2 fp8e4m3b15, or all (default float)\n"
+         "  -o OP       sum prod max min avg, or all (default sum)\n"
+         "  -r ROOT     root rank of broadcast, reduce, gather, scatter (default 0)\n"
+         "  --csv       one comma-separated line per size instead of the table\n"
+         "  -h          show this help\n"
+         "\n"
+         "Sizes are total bytes: the whole gathered array for allgather, reducescatter, gather\n"
+         "and scatter, the whole send buffer for alltoall.\n";
+}
+
+ParseResult parseCommandLine(int argc, const char* const* argv) {
+  ParseResult result;
+  BenchOptions& opts = result.options;
+  if (argc < 2) return usageError("missing OP");
+  std::string opName = argv[1];
+  if (opName == "-h" || opName == "--help") {
+    result.outcome = ParseOutcome::kHelp;
+    return result;
+  }
+  bool found = false;
+  for (const OpInfo& i : kOps) {
+    if (opName == i.name) {
+      opts.op = i.op;
+      found = true;
+    }
+  }
+  if (!found) return usageError("unknown OP '" + opName + "'");
+
+  for (int i = 2; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      result.outcome = ParseOutcome::kHelp;
+      return result;
+    }
+    if (flag == "--csv") {
+      opts.csv = true;
+      continue;
+    }
+    if (i + 1 >= argc) return usageError("flag " + flag + " needs a value");
+    std::string value = argv[++i];
+    auto bad = [&]() { return usageError("invalid value '" + value + "' for " + flag); };
+    if (flag == "-b" || flag == "--minbytes") {
+      if (!parseSize(value, &opts.minBytes)) return bad();
+    } else if (flag == "-e" || flag == "--maxbytes") {
+      if (!parseSize(value, &opts.maxBytes)) return bad();
+    } else if (flag == "-f" || flag == "--stepfactor") {
+      char* end = nullptr;
+      opts.stepFactor = std::strtod(value.c_str(), &end);
+      if (*end != '\0' || !(opts.stepFactor > 1.0) || opts.stepFactor > 1e9) return bad();
+    } else if (flag == "-n" || flag == "--iters") {
+      auto v = parseInt(value, 1, 1 << 30);
+      if (!v) return bad();
+      opts.iters = static_cast<int>(*v);
+    } else if (flag == "-w" || flag == "--warmup_iters") {
+      auto v = parseInt(value, 0, 1 << 30);
+      if (!v) return bad();
+      opts.warmupIters = static_cast<int>(*v);
+    } else if (flag == "-c" || flag == "--check") {
+      auto v = parseInt(value, 0, 1);
+      if (!v) return bad();
+      opts.check = *v == 1;
+    } else if (flag == "-r" || flag == "--root") {
+      auto v = parseInt(value, 0, 1 << 30);
+      if (!v) return bad();
+      opts.root = static_cast<int>(*v);
+    } else if (flag == "-d" || flag == "--datatype") {
+      opts.dtypes.clear();
+      for (const TypeInfo& t : kTypes) {
+        if (value == "all" || value == t.name) opts.dtypes.push_back(t.type);
+      }
+      // Loom's own aliases ("fp16", "bf16", ...) too, for convenience.
+      std::optional<loomDataType_t> alias = dtypeFromName(value);
+      if (opts.dtypes.empty() && alias) opts.dtypes.push_back(*alias);
+      if (opts.dtypes.empty()) return bad();
+    } else if (flag == "-o" || flag == "--op") {
+      opts.redops.clear();
+      for (const RedOpInfo& r : kRedOps) {
+        if (value == "all" || value == r.name) opts.redops.push_back(r.op);
+      }
+      if (opts.redops.empty()) return bad();
+    } else {
+      return usageError("unknown flag '" + flag + "'");
+    }
+  }
+  if (opts.minBytes > opts.maxBytes) return usageError("-b is larger than -e");
+  // Ops without a reduction run once per type, whatever -o says.
+  if (!benchOpReduces(opts.op)) opts.redops = {loomSum};
+  result.outcome = ParseOutcome::kRun;
+  return result;
+}
+
+const char* typeName(loomDataType_t type) {
+  for (const TypeInfo& t : kTypes) {
+    if (t.type == type) return t.name;
+  }
+  return "unknown";
+}
+
+const char* redOpName(loomRedOp_t op) {
+  for (const RedOpInfo& r : kRedOps) {
+    if (r.op == op) return r.name;
+  }
+  return "unknown";
+}
+
+}  // namespace loom::bench

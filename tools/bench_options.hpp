@@ -1,0 +1,81 @@
+// Command line of loom-bench (`loom-bench OP [flags]`, nccl-tests' flags) and the byte
+// conventions that turn a size on that command line into the arguments of one Loom call.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "loom/loom.h"
+
+namespace loom::bench {
+
+enum class BenchOp {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kGather,
+  kScatter,
+  kSendRecv,
+};
+
+const char* benchOpName(BenchOp op);
+loomFunc_t benchOpFunc(BenchOp op);
+bool benchOpReduces(BenchOp op);  // takes a loomRedOp_t
+bool benchOpHasRoot(BenchOp op);
+bool benchOpHasInPlace(BenchOp op);
+// busbw = algbw * factor: the bandwidth each rank's link would need, so that results compare
+// across rank counts (nccl-tests' convention).
+double busFactor(BenchOp op, int nranks);
+
+struct BenchOptions {
+  BenchOp op = BenchOp::kAllReduce;
+  size_t minBytes = 8;
+  size_t maxBytes = size_t{256} << 20;
+  double stepFactor = 2;
+  int iters = 20;
+  int warmupIters = 5;
+  bool check = true;
+  std::vector<loomDataType_t> dtypes{loomFloat};
+  std::vector<loomRedOp_t> redops{loomSum};
+  int root = 0;
+  bool csv = false;
+};
+
+enum class ParseOutcome { kRun, kHelp, kUsageError };
+
+struct ParseResult {
+  ParseOutcome outcome = ParseOutcome::kUsageError;
+  std::string error;  // for kUsageError, without the "loom-bench: " prefix
+  BenchOptions options;
+};
+
+ParseResult parseCommandLine(int argc, const char* const* argv);
+// nccl-tests' spellings, as the table and the CSV print them.
+const char* typeName(loomDataType_t type);
+const char* redOpName(loomRedOp_t op);
+std::string usageText();
+
+// "8", "64K", "1.5M", "2G" (binary multiples); nothing else.
+bool parseSize(const std::string& text, size_t* bytes);
+
+// The sizes a run visits: minBytes, then times stepFactor while <= maxBytes.
+std::vector<size_t> sizeSteps(const BenchOptions& options);
+
+// One call's shape. `count` is the count argument of the Loom call; the buffers hold sendElems
+// and recvElems elements; totalElems is what the size column reports (the whole gathered array
+// for allgather, reducescatter, gather and scatter, the whole send buffer for alltoall).
+struct CallShape {
+  size_t count = 0;
+  size_t sendElems = 0;
+  size_t recvElems = 0;
+  size_t totalElems = 0;
+};
+
+// A zero count means the size is too small for this op, type and rank count: the row is skipped.
+CallShape callShape(BenchOp op, size_t bytes, size_t elemSize, int nranks);
+
+}  // namespace loom::bench

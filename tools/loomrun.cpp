@@ -1,0 +1,455 @@
+// loomrun: starts N local ranks of a program, forwards their output line by line with a rank
+// prefix, and stops the whole job as soon as one rank fails. See usageText() for the interface.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loomrun_job.hpp"
+#include "loomrun_options.hpp"
+#include "loomrun_output.hpp"
+
+namespace loom::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After the last rank exits, output still arriving from its leftover children is forwarded for
+// this long; after that loomrun stops listening rather than wait for a daemon forever.
+constexpr double kDrainSec = 1.0;
+// Cap on one rank's pipe reads per reaping, so a descendant writing flat out cannot stall us.
+constexpr int kMaxDrainReads = 64;
+constexpr size_t kReadChunk = 64 * 1024;
+
+Clock::time_point after(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+const char* signalName(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "a signal";
+  }
+}
+
+std::string formatSeconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", seconds);
+  return text;
+}
+
+// Fork/exec rely on 0, 1 and 2 being real descriptors: otherwise a pipe could land on fd 1 and
+// dup2 onto itself would leave it close-on-exec.
+void ensureStandardFds() {
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+      int devnull = ::open("/dev/null", O_RDWR);
+      if (devnull >= 0 && devnull != fd) ::close(devnull);
+    }
+  }
+}
+
+struct Stream {
+  int fd = -1;
+  std::optional<LineForwarder> forwarder;
+};
+
+struct Rank {
+  int localRank = 0;
+  int globalRank = 0;
+  pid_t pid = -1;      // also its process group id
+  bool reaped = true;  // until it is started
+  Stream out;
+  Stream err;
+
+  bool hasOpenPipes() const { return out.fd >= 0 || err.fd >= 0; }
+};
+
+class Launcher {
+ public:
+  explicit Launcher(LaunchOptions options)
+      : options_(std::move(options)), stdout_(STDOUT_FILENO), stderr_(STDERR_FILENO) {}
+
+  int run();
+
+ private:
+  enum class Phase { kRunning, kStopping, kKilled };
+
+  bool setUpSignals();
+  void startRanks(const JobInfo& job);
+  bool startRank(Rank& rank, const JobInfo& job, int stdinFd);
+  void eventLoop();
+  std::optional<int> pollTimeoutMs() const;
+  void handleSignals();
+  void reapChildren();
+  void onRankExit(Rank& rank, int status);
+  // Reads once; true when data came (more may be waiting). Closes the stream at EOF.
+  bool readStream(Stream& stream);
+  void closeStream(Stream& stream);
+  void stop(int exitCode);
+  void signalRanks(int sig);
+  void message(const std::string& text);
+
+  LaunchOptions options_;
+  OutputSink stdout_;
+  OutputSink stderr_;
+  std::vector<Rank> ranks_;
+  int signalFd_ = -1;
+  sigset_t originalMask_{};
+
+  Phase phase_ = Phase::kRunning;
+  int exitCode_ = 0;
+  std::optional<Clock::time_point> jobDeadline_;
+  std::optional<Clock::time_point> killDeadline_;
+  std::optional<Clock::time_point> drainDeadline_;
+};
+
+void Launcher::message(const std::string& text) { stderr_.write("loomrun: " + text + "\n"); }
+
+bool Launcher::setUpSignals() {
+  // Signals arrive through a signalfd so that poll(2) sees child exits, Ctrl-C and timeouts in
+  // one place. They are blocked before any fork so no SIGCHLD can be lost; ranks get the
+  // original mask back before exec.
+  // An inherited SIG_IGN for SIGCHLD would make the kernel reap ranks behind our back, leaving
+  // no exit status to report.
+  ::signal(SIGCHLD, SIG_DFL);
+  sigset_t watched;
+  sigemptyset(&watched);
+  sigaddset(&watched, SIGCHLD);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    // Respect an inherited SIG_IGN (nohup, background jobs of a non-interactive shell): a
+    // blocked signal would otherwise still reach the signalfd.
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) continue;
+    sigaddset(&watched, sig);
+  }
+  sigset_t blocked = watched;
+  // Blocking SIGPIPE turns a vanished reader of our stdout into EPIPE without changing the
+  // disposition the ranks inherit.
+  sigaddset(&blocked, SIGPIPE);
+  if (::sigprocmask(SIG_BLOCK, &blocked, &originalMask_) != 0) {
+    message(std::string("sigprocmask: ") + std::strerror(errno));
+    return false;
+  }
+  signalFd_ = ::signalfd(-1, &watched, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (signalFd_ < 0) {
+    message(std::string("signalfd: ") + std::strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+int Launcher::run() {
+  JobInfo job;
+  std::string error;
+  if (!prepareJob(options_, job, error)) {
+    message(error);
+    return 1;
+  }
+  if (!setUpSignals()) return 1;
+  if (options_.timeoutSec > 0) jobDeadline_ = after(options_.timeoutSec);
+  startRanks(job);
+  eventLoop();
+
+  if (phase_ != Phase::kRunning) signalRanks(SIGKILL);  // descendants that outlived the drain
+  for (Rank& rank : ranks_) {
+    closeStream(rank.out);
+    closeStream(rank.err);
+  }
+  return phase_ == Phase::kRunning ? 0 : exitCode_;
+}
+
+void Launcher::startRanks(const JobInfo& job) {
+  // Only rank 0 reads our stdin, like mpirun, so ranks do not race for input. A terminal is not
+  // passed on at all: ranks live in their own process groups and would be stopped by SIGTTIN.
+  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  bool stdinUsable = ::isatty(STDIN_FILENO) == 0;
+
+  ranks_.resize(static_cast<size_t>(options_.nprocPerNode));
+  for (int local = 0; local < options_.nprocPerNode; ++local) {
+    Rank& rank = ranks_[static_cast<size_t>(local)];
+    rank.localRank = local;
+    rank.globalRank = options_.globalRank(local);
+    int stdinFd = (local == 0 && stdinUsable) ? STDIN_FILENO : devnull;
+    if (!startRank(rank, job, stdinFd)) {
+      stop(1);
+      break;
+    }
+  }
+  if (devnull >= 0) ::close(devnull);
+}
+
+bool Launcher::startRank(Rank& rank, const JobInfo& job, int stdinFd) {
+  // Everything the child needs is built before fork; after it only async-signal-safe calls run.
+  std::vector<std::string> envStrings = rankEnvironment(options_, job, rank.localRank);
+  std::vector<char*> envp;
+  for (std::string& entry : envStrings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  for (std::string& word : options_.command) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  std::string execError = "loomrun: cannot execute '" + options_.command[0] + "': ";
+
+  int outPipe[2];
+  int errPipe[2];
+  if (::pipe2(outPipe, O_CLOEXEC) != 0) {
+    message("cannot start rank " + std::to_string(rank.globalRank) +
+            ": pipe: " + std::strerror(errno));
+    return false;
+  }
+  if (::pipe2(errPipe, O_CLOEXEC) != 0) {
+    message("cannot start rank " + std::to_string(rank.globalRank) +
+            ": pipe: " + std::strerror(errno));
+    ::close(outPipe[0]);
+    ::close(outPipe[1]);
+    return false;
+  }
+
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::sigprocmask(SIG_SETMASK, &originalMask_, nullptr);
+    // Own process group: stopping a rank with kill(-pgid) also reaches the processes it started.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);  // loomrun died before prctl took effect
+    if (stdinFd >= 0 && stdinFd != STDIN_FILENO) ::dup2(stdinFd, STDIN_FILENO);
+    ::dup2(outPipe[1], STDOUT_FILENO);
+    ::dup2(errPipe[1], STDERR_FILENO);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    // One write, so the message arrives whole even if a sibling's failure stops us right away.
+    int code = (errno == ENOENT || errno == ENOTDIR) ? 127 : 126;
+    char text[512];
+    int length =
+        std::snprintf(text, sizeof(text), "%s%s\n", execError.c_str(), std::strerror(errno));
+    if (length > 0) {
+      (void)!::write(STDERR_FILENO, text, std::min(static_cast<size_t>(length), sizeof(text) - 1));
+    }
+    ::_exit(code);
+  }
+  ::close(outPipe[1]);
+  ::close(errPipe[1]);
+  if (pid < 0) {
+    message("cannot start rank " + std::to_string(rank.globalRank) +
+            ": fork: " + std::strerror(errno));
+    ::close(outPipe[0]);
+    ::close(errPipe[0]);
+    return false;
+  }
+  ::setpgid(pid, pid);  // also here, so kill(-pid) works even before the child has run
+  rank.pid = pid;
+  rank.reaped = false;
+
+  std::string prefix = options_.prefix ? "[" + std::to_string(rank.globalRank) + "] " : "";
+  rank.out.fd = outPipe[0];
+  rank.out.forwarder.emplace(&stdout_, prefix);
+  rank.err.fd = errPipe[0];
+  rank.err.forwarder.emplace(&stderr_, prefix);
+  for (int fd : {outPipe[0], errPipe[0]}) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  return true;
+}
+
+std::optional<int> Launcher::pollTimeoutMs() const {
+  std::optional<Clock::time_point> next;
+  auto consider = [&next](const std::optional<Clock::time_point>& deadline) {
+    if (deadline && (!next || *deadline < *next)) next = deadline;
+  };
+  if (phase_ == Phase::kRunning) consider(jobDeadline_);
+  if (phase_ == Phase::kStopping) consider(killDeadline_);
+  if (phase_ != Phase::kStopping) consider(drainDeadline_);
+  if (!next) return std::nullopt;
+  auto remaining = std::chrono::duration<double, std::milli>(*next - Clock::now()).count();
+  return remaining <= 0 ? 0 : static_cast<int>(std::ceil(std::min(remaining, 1e9)));
+}
+
+void Launcher::eventLoop() {
+  std::vector<pollfd> fds;
+  std::vector<Stream*> streams;  // streams[i] belongs to fds[i + 1]
+  while (true) {
+    bool allReaped = true;
+    bool anyOpen = false;
+    for (const Rank& rank : ranks_) {
+      allReaped = allReaped && rank.reaped;
+      anyOpen = anyOpen || rank.hasOpenPipes();
+    }
+    Clock::time_point now = Clock::now();
+    if (allReaped && !anyOpen) return;
+    if (allReaped && !drainDeadline_) drainDeadline_ = after(kDrainSec);
+    if (allReaped && phase_ != Phase::kStopping && now >= *drainDeadline_) return;
+
+    if (phase_ == Phase::kRunning && jobDeadline_ && now >= *jobDeadline_) {
+      message("timeout after " + formatSeconds(options_.timeoutSec) + " s; stopping all ranks");
+      stop(124);
+    }
+    if (phase_ == Phase::kStopping && now >= *killDeadline_) {
+      signalRanks(SIGKILL);
+      phase_ = Phase::kKilled;
+      drainDeadline_ = after(kDrainSec);
+    }
+
+    fds.clear();
+    streams.clear();
+    fds.push_back({signalFd_, POLLIN, 0});
+    for (Rank& rank : ranks_) {
+      for (Stream* stream : {&rank.out, &rank.err}) {
+        if (stream->fd < 0) continue;
+        fds.push_back({stream->fd, POLLIN, 0});
+        streams.push_back(stream);
+      }
+    }
+    std::optional<int> timeout = pollTimeoutMs();
+    int ready = ::poll(fds.data(), fds.size(), timeout.value_or(-1));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      message(std::string("poll: ") + std::strerror(errno));
+      stop(1);
+      signalRanks(SIGKILL);
+      return;
+    }
+    // Signals first: a rank that just exited has its remaining output drained before loomrun
+    // reports it, so the rank's last words come before loomrun's verdict.
+    if (fds[0].revents != 0) handleSignals();
+    for (size_t i = 1; i < fds.size(); ++i) {
+      // The descriptor may have been drained and closed while handling the signals above.
+      Stream& stream = *streams[i - 1];
+      if (fds[i].revents != 0 && stream.fd == fds[i].fd) readStream(stream);
+    }
+  }
+}
+
+void Launcher::handleSignals() {
+  signalfd_siginfo info;
+  while (::read(signalFd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+    int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) continue;  // reaped below, whatever the count of coalesced signals
+    if (phase_ == Phase::kRunning) {
+      message(std::string("received ") + signalName(sig) + "; stopping all ranks");
+      stop(128 + sig);
+    } else {
+      // A second Ctrl-C means the user does not want to wait for the grace period.
+      message(std::string("received ") + signalName(sig) + " again; killing all ranks");
+      signalRanks(SIGKILL);
+      phase_ = Phase::kKilled;
+      drainDeadline_ = after(kDrainSec);
+    }
+  }
+  reapChildren();
+}
+
+void Launcher::reapChildren() {
+  while (true) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid <= 0) return;
+    for (Rank& rank : ranks_) {
+      if (rank.pid == pid && !rank.reaped) {
+        onRankExit(rank, status);
+        break;
+      }
+    }
+  }
+}
+
+void Launcher::onRankExit(Rank& rank, int status) {
+  rank.reaped = true;
+  for (Stream* stream : {&rank.out, &rank.err}) {
+    for (int reads = 0; reads < kMaxDrainReads && readStream(*stream); ++reads) {
+    }
+  }
+
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+  if (phase_ != Phase::kRunning) return;  // most likely our own SIGTERM; already reported why
+  std::string who = "rank " + std::to_string(rank.globalRank);
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    message(who + " killed by signal " + std::to_string(sig) + " (" + strsignal(sig) +
+            "); stopping the other ranks");
+    stop(128 + sig);
+  } else {
+    message(who + " exited with status " + std::to_string(WEXITSTATUS(status)) +
+            "; stopping the other ranks");
+    stop(WEXITSTATUS(status));
+  }
+}
+
+bool Launcher::readStream(Stream& stream) {
+  if (stream.fd < 0) return false;
+  char buffer[kReadChunk];
+  ssize_t n = ::read(stream.fd, buffer, sizeof(buffer));
+  if (n > 0) {
+    stream.forwarder->feed(buffer, static_cast<size_t>(n));
+    return true;
+  }
+  if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) closeStream(stream);
+  return false;
+}
+
+void Launcher::closeStream(Stream& stream) {
+  if (stream.fd < 0) return;
+  ::close(stream.fd);
+  stream.fd = -1;
+  stream.forwarder->finish();
+}
+
+void Launcher::stop(int exitCode) {
+  if (phase_ != Phase::kRunning) return;
+  exitCode_ = exitCode;
+  phase_ = Phase::kStopping;
+  killDeadline_ = after(options_.graceSec);
+  signalRanks(SIGTERM);
+}
+
+void Launcher::signalRanks(int sig) {
+  for (const Rank& rank : ranks_) {
+    if (rank.pid <= 0) continue;
+    // A reaped rank's group is only signalled while its pipes are open, i.e. while something it
+    // started is known to be alive; an empty group's id could otherwise belong to someone else.
+    if (rank.reaped && !rank.hasOpenPipes()) continue;
+    if (::kill(-rank.pid, sig) != 0 && errno == ESRCH && !rank.reaped) ::kill(rank.pid, sig);
+  }
+}
+
+}  // namespace
+}  // namespace loom::launcher
+
+int main(int argc, char** argv) {
+  using loom::launcher::ParseOutcome;
+  loom::launcher::ParseResult parsed =
+      loom::launcher::parseCommandLine(argc, argv, std::getenv("LOOMRUN_TIMEOUT"));
+  if (parsed.outcome == ParseOutcome::kHelp) {
+    std::fputs(loom::launcher::usageText().c_str(), stdout);
+    return 0;
+  }
+  if (parsed.outcome == ParseOutcome::kUsageError) {
+    std::fprintf(stderr, "loomrun: %s\n%sRun 'loomrun --help' for details.\n", parsed.error.c_str(),
+                 loom::launcher::shortUsage());
+    return 2;
+  }
+  loom::launcher::ensureStandardFds();
+  loom::launcher::Launcher launcher(std::move(parsed.options));
+  return launcher.run();
+}
