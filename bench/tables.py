@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Prints markdown tables comparing Loom with its peers from the CSV files bench/run_cpu.sh
+writes (loom-bench's --csv format with a leading `source` column: loom, mpi, gloo, memcpy).
+
+Usage: python3 bench/tables.py [RESULTS.csv ...]   (default: every bench/results/*.csv)
+
+Per op, one row per size:
+  size | loom us | mpi us | gloo us | loom/mpi | loom busbw GB/s | mpi busbw
+    | loom busbw / memcpy bound
+loom/mpi is the time ratio (below 1: Loom is faster). Loom's out-of-place numbers are used,
+since the peers measure out-of-place only. The memcpy bound is the per-process copy bandwidth
+of NRANKS processes copying at once, at the same size (or the nearest size measured).
+"""
+
+import csv
+import glob
+import math
+import os
+import sys
+
+OP_ORDER = ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall",
+            "gather", "scatter", "sendrecv"]
+
+
+def number(text):
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def human_bytes(n):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    # Sizes rounded down to a multiple of nranks elements: the exact count says more.
+    return f"{n:,} B"
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    if v == 0:
+        return "0"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) < 1:
+        return f"{v:.3g}"
+    return f"{v:.2f}"
+
+
+def load(path):
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("source") and r.get("op")]
+    for r in rows:
+        r["bytes"] = int(r["bytes"])
+        r["nranks"] = int(r["nranks"])
+    return rows
+
+
+def pick(rows, source, op):
+    """Rows of one source and op by size; float preferred when several types were run."""
+    chosen = {}
+    for r in rows:
+        if r["source"] != source or r["op"] != op:
+            continue
+        old = chosen.get(r["bytes"])
+        if old is None or (r["dtype"] == "float" and old["dtype"] != "float"):
+            chosen[r["bytes"]] = r
+    return chosen
+
+
+def nearest(table, nbytes):
+    if not table:
+        return None
+    if nbytes in table:
+        return table[nbytes]
+    key = min(table, key=lambda b: abs(math.log(max(b, 1)) - math.log(max(nbytes, 1))))
+    return table[key]
+
+
+def render(path, out):
+    rows = load(path)
+    if not rows:
+        out.write(f"No results in {path}\n\n")
+        return
+    name = os.path.splitext(os.path.basename(path))[0]
+    ranks = sorted({r["nranks"] for r in rows if r["source"] != "memcpy"} or
+                   {r["nranks"] for r in rows})
+    out.write(f"## {name}\n\n")
+    memcpy = {r["bytes"]: r for r in rows if r["source"] == "memcpy"}
+    if memcpy:
+        top = memcpy[max(memcpy)]
+        out.write(f"memcpy bound at {human_bytes(top['bytes'])} with {top['nranks']} processes: "
+                  f"{fmt(number(top['oop_busbw']))} GB/s per process, "
+                  f"{fmt(number(top['oop_algbw']))} GB/s aggregate (bytes copied; "
+                  f"memory traffic is twice that).\n\n")
+    ops = sorted({r["op"] for r in rows if r["source"] != "memcpy"},
+                 key=lambda o: OP_ORDER.index(o) if o in OP_ORDER else len(OP_ORDER))
+    for op in ops:
+        loom, mpi, gloo = (pick(rows, s, op) for s in ("loom", "mpi", "gloo"))
+        sizes = sorted(set(loom) | set(mpi) | set(gloo))
+        sample = next(iter(loom.values() or mpi.values() or gloo.values()))
+        out.write(f"### {op} ({sample['dtype']}, {sample['redop']}, "
+                  f"{'/'.join(map(str, ranks))} ranks)\n\n")
+        out.write("| size | loom us | mpi us | gloo us | loom/mpi | loom busbw GB/s | mpi busbw "
+                  "| loom busbw / memcpy bound |\n")
+        out.write("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+        wrong = 0
+        for nbytes in sizes:
+            lr, mr, gr = loom.get(nbytes), mpi.get(nbytes), gloo.get(nbytes)
+            l_us = number(lr["oop_us"]) if lr else None
+            m_us = number(mr["oop_us"]) if mr else None
+            g_us = number(gr["oop_us"]) if gr else None
+            l_bus = number(lr["oop_busbw"]) if lr else None
+            m_bus = number(mr["oop_busbw"]) if mr else None
+            bound_row = nearest(memcpy, nbytes)
+            bound = number(bound_row["oop_busbw"]) if bound_row else None
+            ratio = l_us / m_us if l_us and m_us else None
+            of_bound = l_bus / bound if l_bus is not None and bound else None
+            if lr:
+                wrong += sum(int(number(lr[c]) or 0) for c in ("oop_wrong", "ip_wrong"))
+            out.write(f"| {human_bytes(nbytes)} | {fmt(l_us)} | {fmt(m_us)} | {fmt(g_us)} "
+                      f"| {fmt(ratio)} | {fmt(l_bus)} | {fmt(m_bus)} | {fmt(of_bound)} |\n")
+        algos = sorted({r["algo"] for r in loom.values()})
+        notes = []
+        if algos:
+            notes.append("Loom algorithms: " + ", ".join(algos))
+        if wrong:
+            notes.append(f"**{wrong} wrong elements in Loom's check**")
+        out.write("\n" + ("; ".join(notes) + ".\n\n" if notes else ""))
+
+
+def main(argv):
+    paths = argv[1:]
+    if not paths:
+        here = os.path.dirname(os.path.abspath(__file__))
+        paths = sorted(glob.glob(os.path.join(here, "results", "*.csv")))
+    if not paths:
+        sys.stderr.write("tables.py: no CSV files given or found in bench/results/\n")
+        return 2
+    for path in paths:
+        render(path, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

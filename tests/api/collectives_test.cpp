@@ -1,0 +1,379 @@
+// Every collective x data type x op x in-place/out-of-place x size, with each algorithm forced in
+// turn (and with tiny staging buffers so that every chunking and wrap-around path runs), compared
+// bit for bit with an independent reference. Run by every rank under loomrun (see CMakeLists).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "loom/loom.h"
+#include "test_values.hpp"
+
+namespace loom::test {
+namespace {
+
+#define EXPECT_LOOM(call) \
+  EXPECT_EQ((call), loomSuccess) << #call << ": " << loomGetLastError(nullptr)
+#define ASSERT_LOOM(call) \
+  ASSERT_EQ((call), loomSuccess) << #call << ": " << loomGetLastError(nullptr)
+
+loomComm_t gWorld = nullptr;
+int gRank = 0, gRanks = 1;
+
+struct Config {
+  const char* name;
+  const char* algo;       // LOOM_ALGO for the communicator
+  const char* chunkBytes;  // LOOM_SHM_CHUNK_BYTES ("" = default)
+  const char* p2pBytes;    // LOOM_P2P_BUFFER_BYTES
+  size_t largeCount;       // the largest size of the sweep
+};
+
+constexpr size_t kMiBPlus3 = (1u << 20) + 3;
+const Config kConfigs[] = {
+    {"auto", "", "", "", kMiBPlus3},
+    {"direct", "allreduce:direct,reduce:direct", "", "", kMiBPlus3},
+    {"pipelined", "allreduce:pipelined,reduce:pipelined", "", "", kMiBPlus3},
+    {"ring", "allreduce:ring,allgather:ring,reducescatter:ring", "", "", kMiBPlus3},
+    {"tiny-pipelined", "allreduce:pipelined,reduce:pipelined", "4096", "4096", 20000 + 3},
+    {"tiny-ring", "allreduce:ring,allgather:ring,reducescatter:ring", "4096", "4096", 20000 + 3},
+};
+
+// A communicator built with the config's environment (read at init), split off the world.
+struct ConfigComm {
+  const Config& config;
+  loomComm_t comm = nullptr;
+  explicit ConfigComm(const Config& c) : config(c) {
+    setenv("LOOM_ALGO", c.algo, 1);
+    setenv("LOOM_SHM_CHUNK_BYTES", c.chunkBytes, 1);
+    setenv("LOOM_P2P_BUFFER_BYTES", c.p2pBytes, 1);
+    loomResult_t r = loomCommSplit(gWorld, 0, gRank, &comm, nullptr);
+    unsetenv("LOOM_ALGO");
+    unsetenv("LOOM_SHM_CHUNK_BYTES");
+    unsetenv("LOOM_P2P_BUFFER_BYTES");
+    if (r != loomSuccess) ADD_FAILURE() << "split for " << c.name << ": " << loomGetLastError(nullptr);
+  }
+  ~ConfigComm() {
+    if (comm) loomCommDestroy(comm);
+  }
+  std::vector<size_t> sizes() const { return {0, 1, 7, 4096, config.largeCount}; }
+};
+
+// True if the config forces an algorithm for this collective or runs the default table.
+bool configCovers(const Config& c, const char* collective) {
+  std::string algo = c.algo;
+  return algo.empty() || algo.find(std::string(collective) + ":") != std::string::npos ||
+         std::string(c.name) == "tiny-pipelined";
+}
+
+const loomRedOp_t kOps[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
+
+std::vector<loomDataType_t> allTypes() {
+  std::vector<loomDataType_t> out;
+  for (int t = 0; t < loomNumTypes; ++t) out.push_back(static_cast<loomDataType_t>(t));
+  return out;
+}
+
+std::string describe(const Config& c, loomDataType_t t, const char* op, bool inPlace, size_t n) {
+  return std::string(c.name) + " " + dtypeName(t) + " " + op + (inPlace ? " in-place" : " out-of-place") +
+         " count " + std::to_string(n) + " ranks " + std::to_string(gRanks);
+}
+
+void expectMatch(const Pattern& want, const void* got, size_t count, size_t first,
+                 const std::string& what) {
+  long bad = want.firstMismatch(got, count, first);
+  EXPECT_EQ(bad, -1) << what << ": first wrong element " << bad;
+}
+
+TEST(Collectives, AllReduceAndReduce) {
+  for (const Config& c : kConfigs) {
+    ConfigComm cc(c);
+    ASSERT_NE(cc.comm, nullptr);
+    for (loomDataType_t t : allTypes()) {
+      size_t esize = dtypeSize(t);
+      for (loomRedOp_t op : kOps) {
+        Pattern input = Pattern::input(t, op, gRank);
+        Pattern reduced = Pattern::reduced(t, op, gRanks);
+        for (size_t n : cc.sizes()) {
+          std::vector<char> send(n * esize + 1), recv(n * esize + 1);
+          for (bool inPlace : {false, true}) {
+            int root = static_cast<int>((static_cast<int>(t) + static_cast<int>(op) + n) % gRanks);
+            if (configCovers(c, "allreduce")) {
+              input.fill(send.data(), n);
+              void* out = inPlace ? send.data() : recv.data();
+              EXPECT_LOOM(loomAllReduce(send.data(), out, n, t, op, cc.comm, nullptr));
+              expectMatch(reduced, out, n, 0, "allreduce " + describe(c, t, opName(op), inPlace, n));
+            }
+            if (configCovers(c, "reduce")) {
+              input.fill(send.data(), n);
+              void* out = inPlace ? send.data() : recv.data();
+              EXPECT_LOOM(loomReduce(send.data(), out, n, t, op, root, cc.comm, nullptr));
+              if (gRank == root)
+                expectMatch(reduced, out, n, 0, "reduce " + describe(c, t, opName(op), inPlace, n));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, ReduceScatter) {
+  for (const Config& c : kConfigs) {
+    if (!configCovers(c, "reducescatter")) continue;
+    ConfigComm cc(c);
+    ASSERT_NE(cc.comm, nullptr);
+    for (loomDataType_t t : allTypes()) {
+      size_t esize = dtypeSize(t);
+      for (loomRedOp_t op : kOps) {
+        Pattern input = Pattern::input(t, op, gRank);
+        Pattern reduced = Pattern::reduced(t, op, gRanks);
+        for (size_t n : cc.sizes()) {
+          std::vector<char> send(n * esize * gRanks + 1), recv(n * esize + 1);
+          for (bool inPlace : {false, true}) {
+            // Block i of the input is the sequence from index i*n, so each rank's block differs.
+            input.fill(send.data(), n * gRanks);
+            void* out = inPlace ? send.data() + gRank * n * esize : recv.data();
+            EXPECT_LOOM(loomReduceScatter(send.data(), out, n, t, op, cc.comm, nullptr));
+            expectMatch(reduced, out, n, gRank * n,
+                        "reducescatter " + describe(c, t, opName(op), inPlace, n));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, AllGatherAndGather) {
+  for (const Config& c : kConfigs) {
+    ConfigComm cc(c);
+    ASSERT_NE(cc.comm, nullptr);
+    for (loomDataType_t t : allTypes()) {
+      size_t esize = dtypeSize(t);
+      std::vector<Pattern> blocks;
+      for (int r = 0; r < gRanks; ++r) blocks.push_back(Pattern::input(t, loomSum, r));
+      for (size_t n : cc.sizes()) {
+        std::vector<char> send(n * esize + 1), recv(n * esize * gRanks + 1);
+        int root = static_cast<int>((t + n) % gRanks);
+        for (bool inPlace : {false, true}) {
+          if (configCovers(c, "allgather")) {
+            char* mine = inPlace ? recv.data() + gRank * n * esize : send.data();
+            blocks[gRank].fill(mine, n);
+            EXPECT_LOOM(loomAllGather(mine, recv.data(), n, t, cc.comm, nullptr));
+            for (int r = 0; r < gRanks; ++r)
+              expectMatch(blocks[r], recv.data() + r * n * esize, n, 0,
+                          "allgather block " + std::to_string(r) + " " + describe(c, t, "", inPlace, n));
+          }
+          if (configCovers(c, "gather") && !inPlace) {
+            blocks[gRank].fill(send.data(), n);
+            EXPECT_LOOM(loomGather(send.data(), recv.data(), n, t, root, cc.comm, nullptr));
+            if (gRank == root)
+              for (int r = 0; r < gRanks; ++r)
+                expectMatch(blocks[r], recv.data() + r * n * esize, n, 0,
+                            "gather block " + std::to_string(r) + " " + describe(c, t, "", false, n));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, BroadcastAndScatter) {
+  for (const Config& c : kConfigs) {
+    if (!configCovers(c, "broadcast")) continue;
+    ConfigComm cc(c);
+    ASSERT_NE(cc.comm, nullptr);
+    for (loomDataType_t t : allTypes()) {
+      size_t esize = dtypeSize(t);
+      for (size_t n : cc.sizes()) {
+        int root = static_cast<int>((t * 3 + n) % gRanks);
+        Pattern rootData = Pattern::input(t, loomSum, root);
+        std::vector<char> send(n * esize * gRanks + 1), recv(n * esize * gRanks + 1);
+        for (bool inPlace : {false, true}) {
+          if (gRank == root) rootData.fill(send.data(), n);
+          void* out = inPlace ? send.data() : recv.data();
+          EXPECT_LOOM(loomBroadcast(send.data(), out, n, t, root, cc.comm, nullptr));
+          expectMatch(rootData, out, n, 0, "broadcast " + describe(c, t, "", inPlace, n));
+        }
+        if (gRank == root) rootData.fill(send.data(), n * gRanks);
+        EXPECT_LOOM(loomScatter(gRank == root ? send.data() : nullptr, recv.data(), n, t, root,
+                                cc.comm, nullptr));
+        expectMatch(rootData, recv.data(), n, gRank * n, "scatter " + describe(c, t, "", false, n));
+      }
+    }
+  }
+}
+
+TEST(Collectives, AllToAllAndAllToAllv) {
+  for (const Config& c : kConfigs) {
+    if (!configCovers(c, "alltoall")) continue;
+    ConfigComm cc(c);
+    ASSERT_NE(cc.comm, nullptr);
+    for (loomDataType_t t : allTypes()) {
+      size_t esize = dtypeSize(t);
+      // Pair (i -> j) carries the sequence of "rank" i * 64 + j.
+      auto pair = [&](int i, int j) { return Pattern::input(t, loomSum, i * 64 + j); };
+      for (size_t n : cc.sizes()) {
+        std::vector<char> send(n * esize * gRanks + 1), recv(n * esize * gRanks + 1);
+        for (int j = 0; j < gRanks; ++j) pair(gRank, j).fill(send.data() + j * n * esize, n);
+        EXPECT_LOOM(loomAllToAll(send.data(), recv.data(), n, t, cc.comm, nullptr));
+        for (int i = 0; i < gRanks; ++i)
+          expectMatch(pair(i, gRank), recv.data() + i * n * esize, n, 0,
+                      "alltoall from " + std::to_string(i) + " " + describe(c, t, "", false, n));
+
+        // alltoallv: uneven counts (some zero), packed in reverse peer order.
+        auto count = [&](int i, int j) { return n == 0 ? 0 : (n * ((i + 2 * j) % 4)) / 3; };
+        std::vector<size_t> sc(gRanks), sd(gRanks), rc(gRanks), rd(gRanks);
+        size_t sTotal = 0, rTotal = 0;
+        for (int j = gRanks - 1; j >= 0; --j) {
+          sc[j] = count(gRank, j), sd[j] = sTotal, sTotal += sc[j];
+          rc[j] = count(j, gRank), rd[j] = rTotal, rTotal += rc[j];
+        }
+        std::vector<char> vsend(sTotal * esize + 1), vrecv(rTotal * esize + 1);
+        for (int j = 0; j < gRanks; ++j) pair(gRank, j).fill(vsend.data() + sd[j] * esize, sc[j]);
+        EXPECT_LOOM(loomAllToAllv(vsend.data(), sc.data(), sd.data(), vrecv.data(), rc.data(),
+                                  rd.data(), t, cc.comm, nullptr));
+        for (int i = 0; i < gRanks; ++i)
+          expectMatch(pair(i, gRank), vrecv.data() + rd[i] * esize, rc[i], 0,
+                      "alltoallv from " + std::to_string(i) + " " + describe(c, t, "", false, n));
+      }
+    }
+  }
+}
+
+TEST(PointToPoint, RingExchangeInGroups) {
+  for (const Config& c : kConfigs) {
+    if (std::string(c.name) != "auto" && std::string(c.name) != "tiny-ring") continue;
+    ConfigComm cc(c);
+    ASSERT_NE(cc.comm, nullptr);
+    for (loomDataType_t t : {loomInt8, loomFloat32, loomFloat64, loomBfloat16}) {
+      size_t esize = dtypeSize(t);
+      for (size_t n : cc.sizes()) {
+        int right = (gRank + 1) % gRanks, left = (gRank - 1 + gRanks) % gRanks;
+        std::vector<char> toRight(n * esize + 1), toLeft(n * esize + 1), fromLeft(n * esize + 1),
+            fromRight(n * esize + 1);
+        Pattern::input(t, loomSum, gRank * 2).fill(toRight.data(), n);
+        Pattern::input(t, loomSum, gRank * 2 + 1).fill(toLeft.data(), n);
+        // Sends first on every rank: only the group makes this safe for sizes beyond the buffers.
+        ASSERT_LOOM(loomGroupStart());
+        EXPECT_LOOM(loomSend(toRight.data(), n, t, right, cc.comm, nullptr));
+        EXPECT_LOOM(loomSend(toLeft.data(), n, t, left, cc.comm, nullptr));
+        EXPECT_LOOM(loomRecv(fromLeft.data(), n, t, left, cc.comm, nullptr));
+        EXPECT_LOOM(loomRecv(fromRight.data(), n, t, right, cc.comm, nullptr));
+        ASSERT_LOOM(loomGroupEnd());
+        std::string what = describe(c, t, "", false, n);
+        expectMatch(Pattern::input(t, loomSum, left * 2), fromLeft.data(), n, 0, "from left " + what);
+        expectMatch(Pattern::input(t, loomSum, right * 2 + 1), fromRight.data(), n, 0,
+                    "from right " + what);
+      }
+    }
+  }
+}
+
+TEST(PointToPoint, BlockingPairsInOrder) {
+  // Several messages to the same peer arrive in issue order; a blocking send fits the buffer.
+  if (gRanks < 2) GTEST_SKIP() << "needs 2 ranks";
+  std::vector<int32_t> a(100), b(100);
+  for (int m = 0; m < 5; ++m) {
+    if (gRank == 0) {
+      for (int i = 0; i < 100; ++i) a[i] = m * 1000 + i;
+      EXPECT_LOOM(loomSend(a.data(), 100, loomInt32, 1, gWorld, nullptr));
+    } else if (gRank == 1) {
+      EXPECT_LOOM(loomRecv(b.data(), 100, loomInt32, 0, gWorld, nullptr));
+      for (int i = 0; i < 100; ++i) ASSERT_EQ(b[i], m * 1000 + i);
+    }
+  }
+  EXPECT_LOOM(loomBarrier(gWorld, nullptr));
+}
+
+TEST(Collectives, AccumulationTypeIsMoreAccurate) {
+  // fp16: 2048 plus (n-1) ones. Rounding after every step (native) stays at 2048; accumulating in
+  // fp32 rounds once.
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.accumType = loomFloat32;
+  setenv("LOOM_ALGO", "allreduce:direct", 1);
+  loomComm_t accum = nullptr;
+  ASSERT_LOOM(loomCommSplit(gWorld, 0, gRank, &accum, &config));
+  unsetenv("LOOM_ALGO");
+  uint16_t mine = floatToHalf(gRank == 0 ? 2048.0f : 1.0f), native = 0, wide = 0;
+  EXPECT_LOOM(loomAllReduce(&mine, &native, 1, loomFloat16, loomSum, gWorld, nullptr));
+  EXPECT_LOOM(loomAllReduce(&mine, &wide, 1, loomFloat16, loomSum, accum, nullptr));
+  EXPECT_EQ(halfToFloat(wide), halfToFloat(floatToHalf(2048.0f + (gRanks - 1))));
+  const char* algo = nullptr;
+  EXPECT_LOOM(loomCommGetAlgorithm(gWorld, loomFuncAllReduce, 1, loomFloat16, &algo));
+  if (std::string(algo) == "direct") {
+    EXPECT_EQ(halfToFloat(native), 2048.0f);
+  }
+  EXPECT_LOOM(loomCommDestroy(accum));
+}
+
+TEST(Communicators, SplitByParityAndNoColor) {
+  loomComm_t half = nullptr;
+  int color = gRank == gRanks - 1 && gRanks > 2 ? LOOM_SPLIT_NOCOLOR : gRank % 2;
+  ASSERT_LOOM(loomCommSplit(gWorld, color, -gRank, &half, nullptr));  // reversed order by key
+  if (color == LOOM_SPLIT_NOCOLOR) {
+    EXPECT_EQ(half, nullptr);
+    return;
+  }
+  ASSERT_NE(half, nullptr);
+  std::vector<int> members;
+  for (int r = 0; r < gRanks; ++r)
+    if (r % 2 == color && !(r == gRanks - 1 && gRanks > 2)) members.push_back(r);
+  int size = 0, rank = -1;
+  EXPECT_LOOM(loomCommCount(half, &size));
+  EXPECT_LOOM(loomCommUserRank(half, &rank));
+  EXPECT_EQ(size, static_cast<int>(members.size()));
+  // Key -rank: the highest world rank becomes rank 0.
+  int expectedRank = 0;
+  for (int m : members) expectedRank += m > gRank;
+  EXPECT_EQ(rank, expectedRank);
+  int64_t value = gRank, sum = 0, expected = 0;
+  for (int m : members) expected += m;
+  EXPECT_LOOM(loomAllReduce(&value, &sum, 1, loomInt64, loomSum, half, nullptr));
+  EXPECT_EQ(sum, expected);
+  EXPECT_LOOM(loomCommDestroy(half));
+}
+
+TEST(Communicators, NonBlockingCommunicator) {
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  loomComm_t nb = nullptr;
+  ASSERT_LOOM(loomCommSplit(gWorld, 0, gRank, &nb, nullptr));
+  EXPECT_LOOM(loomCommDestroy(nb));
+  // Non-blocking init through a unique id shared over the world communicator.
+  loomUniqueId id;
+  if (gRank == 0) {
+    ASSERT_LOOM(loomGetUniqueId(&id));
+  }
+  EXPECT_LOOM(loomBroadcast(&id, &id, sizeof(id), loomUint8, 0, gWorld, nullptr));
+  loomResult_t r = loomCommInitRankConfig(&nb, gRanks, id, gRank, &config);
+  ASSERT_TRUE(r == loomSuccess || r == loomInProgress) << loomGetLastError(nullptr);
+  std::vector<float> data(1000, 1.0f);
+  r = loomAllReduce(data.data(), data.data(), data.size(), loomFloat32, loomSum, nb, nullptr);
+  EXPECT_TRUE(r == loomSuccess || r == loomInProgress) << loomGetLastError(nullptr);
+  loomResult_t state = loomInProgress;
+  for (int i = 0; i < 600000 && state == loomInProgress; ++i) {
+    EXPECT_LOOM(loomCommGetAsyncError(nb, &state));
+    if (state == loomInProgress) usleep(100);
+  }
+  EXPECT_EQ(state, loomSuccess) << loomGetLastError(nullptr);
+  EXPECT_EQ(data[999], static_cast<float>(gRanks));
+  EXPECT_LOOM(loomCommFinalize(nb));
+  EXPECT_LOOM(loomCommDestroy(nb));
+}
+
+}  // namespace
+}  // namespace loom::test
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (loomCommInitFromEnv(&loom::test::gWorld, nullptr) != loomSuccess) {  // NOLINT
+    fprintf(stderr, "init failed: %s\n", loomGetLastError(nullptr));
+    return 2;
+  }
+  loomCommUserRank(loom::test::gWorld, &loom::test::gRank);
+  loomCommCount(loom::test::gWorld, &loom::test::gRanks);
+  int result = RUN_ALL_TESTS();
+  loomCommDestroy(loom::test::gWorld);
+  return result;
+}
