@@ -52,6 +52,8 @@ void allToAllvDirect(const AlgoContext& ctx, const CollArgs& a) {
   size_t largest = exchangeCounts(ctx, a);
   size_t piece = ctx.arena->slotBytes() / n / esize;  // elements per pair per step
   size_t steps = (largest + piece - 1) / piece;
+  size_t outputBytes = 0;
+  for (int i = 0; i < n; ++i) outputBytes += a.recvCounts[i] * esize;
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
   for (size_t k = 0; k < steps; ++k) {
@@ -71,7 +73,7 @@ void allToAllvDirect(const AlgoContext& ctx, const CollArgs& a) {
         ctx.device->copy(dst, send + (a.sendDispls[i] + offset) * esize, bytes);
       } else {
         stage.waitIn(i);
-        ctx.device->copy(dst, stage.in(i) + ctx.rank * piece * esize, bytes);
+        ctx.copyOut(dst, stage.in(i) + ctx.rank * piece * esize, bytes, outputBytes);
       }
     }
     stage.publishDone();

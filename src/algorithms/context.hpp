@@ -45,10 +45,18 @@ class AlgoContext {
   // is gone. Only the awaited peer matters: a rank that finished its part and exited is no fault.
   std::function<void(int peer)> check;
   std::vector<char>* scratch = nullptr;      // grow-once scratch of the communicator
+  size_t streamingMinBytes = 0;              // outputs at least this large bypass the cache
 
   template <typename Ready>
   void wait(Ready&& ready, int peer) const {
     waitUntil(ready, [&] { check(peer); });
+  }
+  // Writes part of a call's result; outputBytes is the whole result's size on this rank.
+  void copyOut(void* dst, const void* src, size_t bytes, size_t outputBytes) const {
+    if (outputBytes >= streamingMinBytes)
+      device->copyToOutput(dst, src, bytes);
+    else
+      device->copy(dst, src, bytes);
   }
   Channel& channel(int peer) const { return *(*channels)[peer]; }
   char* scratchBytes(size_t bytes) const {

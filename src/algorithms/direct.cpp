@@ -55,7 +55,8 @@ void broadcastDirect(const AlgoContext& ctx, const CollArgs& a) {
                        r.count * esize);
     } else {
       stage.waitIn(a.root);
-      ctx.device->copy(bytesAt(a.recv, r.offset, esize), stage.in(a.root), r.count * esize);
+      ctx.copyOut(bytesAt(a.recv, r.offset, esize), stage.in(a.root), r.count * esize,
+                  a.count * esize);
     }
     stage.publishDone();
   }
@@ -99,7 +100,7 @@ void gatherBlocks(const AlgoContext& ctx, const CollArgs& a, bool everyoneReads)
           ctx.device->copy(dst, bytesAt(a.send, r.offset, esize), r.count * esize);
         } else {
           stage.waitIn(i);
-          ctx.device->copy(dst, stage.in(i), r.count * esize);
+          ctx.copyOut(dst, stage.in(i), r.count * esize, a.count * esize * ctx.nranks);
         }
       }
     }
@@ -151,7 +152,8 @@ void allToAllDirect(const AlgoContext& ctx, const CollArgs& a) {
         ctx.device->copy(dst, bytesAt(a.send, i * a.count + r.offset, esize), r.count * esize);
       } else {
         stage.waitIn(i);
-        ctx.device->copy(dst, stage.in(i) + ctx.rank * r.count * esize, r.count * esize);
+        ctx.copyOut(dst, stage.in(i) + ctx.rank * r.count * esize, r.count * esize,
+                    a.count * esize * ctx.nranks);
       }
     }
     stage.publishDone();
@@ -174,7 +176,8 @@ void scatterDirect(const AlgoContext& ctx, const CollArgs& a) {
       ctx.device->copy(dst, bytesAt(a.send, a.root * a.count + r.offset, esize), r.count * esize);
     } else {
       stage.waitIn(a.root);
-      ctx.device->copy(dst, stage.in(a.root) + ctx.rank * r.count * esize, r.count * esize);
+      ctx.copyOut(dst, stage.in(a.root) + ctx.rank * r.count * esize, r.count * esize,
+                  a.count * esize);
     }
     stage.publishDone();
   }

@@ -42,8 +42,8 @@ void reduceThenGather(const AlgoContext& ctx, const CollArgs& a, bool everyoneGe
       stage.waitAllRed();
       for (int i = 0; i < ctx.nranks; ++i) {
         Range slice = sliceOf(r.count, ctx.nranks, i);
-        ctx.device->copy(recv + slice.offset * esize, stage.out(i) + slice.offset * esize,
-                         slice.count * esize);
+        ctx.copyOut(recv + slice.offset * esize, stage.out(i) + slice.offset * esize,
+                    slice.count * esize, a.count * esize);
       }
     }
     stage.publishDone();

@@ -21,6 +21,7 @@ bool checkCollectives();     // LOOM_CHECK=1
 int64_t shmChunkBytes();     // LOOM_SHM_CHUNK_BYTES
 int64_t directMaxBytes();    // LOOM_DIRECT_MAX_BYTES
 int64_t p2pBufferBytes();    // LOOM_P2P_BUFFER_BYTES
+int64_t streamingMinBytes();       // LOOM_STREAMING_MIN_BYTES
 std::string accumType();     // LOOM_ACCUM_TYPE
 std::string jobSecret();     // LOOM_JOB_SECRET (hex)
 std::string commId();        // LOOM_COMM_ID (host:port)

@@ -91,6 +91,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ctx_.step = &step_;
   ctx_.check = [this](int peer) { check(peer); };
   ctx_.scratch = &scratch_;
+  ctx_.streamingMinBytes = static_cast<size_t>(std::max<int64_t>(env::streamingMinBytes(), 0));
   LOOM_INFO(kSubsysInit, rank_, "communicator ", config_.name.empty() ? "" : config_.name + " ",
             "ready: rank ", rank_, " of ", nranks_, ", device ", device_->vendor(), ", ",
             sharedMemory_ ? "shared memory" : "several hosts", ", timeout ", config_.timeoutMs,
@@ -118,6 +119,12 @@ void Comm::setUpSharedMemory() {
   }
   name = withBootstrap([&](Bootstrap& b) { return b.allGather(name)[0]; });
   if (rank_ != 0) arena_ = ShmArena::attach(name, layout);
+  // Touch this rank's own staging slots now: page faults stay out of the first collective, and
+  // the pages land on this rank's memory node, where its copy-in writes them.
+  for (uint64_t step = 0; step < 2; ++step) {
+    std::memset(arena_.inSlot(rank_, step), 0, layout.slotBytes);
+    std::memset(arena_.outSlot(rank_, step), 0, layout.slotBytes);
+  }
   withBootstrap([](Bootstrap& b) { b.barrier(); });  // everyone mapped it: the name can go
   if (rank_ == 0) arena_.unlinkName();
   for (int peer = 0; peer < nranks_; ++peer) {

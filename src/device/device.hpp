@@ -26,6 +26,8 @@ class Device {
   // Copies between buffers of this device, or between this device and host memory (shared
   // segments live in host memory).
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // The same, for output that nobody reads soon (a large collective's result): may bypass caches.
+  virtual void copyToOutput(void* dst, const void* src, size_t bytes) { copy(dst, src, bytes); }
   // dst = srcs[0] op srcs[1] op ... (in index order), divided by divisor when divisor > 1.
   virtual void reduce(void* dst, const void* const* srcs, int nsrc, size_t count,
                       loomDataType_t dtype, loomRedOp_t op, int accum, int divisor) = 0;

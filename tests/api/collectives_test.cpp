@@ -27,13 +27,14 @@ struct Config {
   const char* chunkBytes;  // LOOM_SHM_CHUNK_BYTES ("" = default)
   const char* p2pBytes;    // LOOM_P2P_BUFFER_BYTES
   size_t largeCount;       // the largest size of the sweep
+  const char* streaming = "";  // LOOM_STREAMING_MIN_BYTES ("0": every output copy streams)
 };
 
 constexpr size_t kMiBPlus3 = (1u << 20) + 3;
 const Config kConfigs[] = {
     {"auto", "", "", "", kMiBPlus3},
-    {"direct", "allreduce:direct,reduce:direct", "", "", kMiBPlus3},
-    {"pipelined", "allreduce:pipelined,reduce:pipelined", "", "", kMiBPlus3},
+    {"direct", "allreduce:direct,reduce:direct", "", "", kMiBPlus3, "0"},
+    {"pipelined", "allreduce:pipelined,reduce:pipelined", "", "", kMiBPlus3, "0"},
     {"ring", "allreduce:ring,allgather:ring,reducescatter:ring", "", "", kMiBPlus3},
     {"tiny-pipelined", "allreduce:pipelined,reduce:pipelined", "4096", "4096", 20000 + 3},
     {"tiny-ring", "allreduce:ring,allgather:ring,reducescatter:ring", "4096", "4096", 20000 + 3},
@@ -47,10 +48,12 @@ struct ConfigComm {
     setenv("LOOM_ALGO", c.algo, 1);
     setenv("LOOM_SHM_CHUNK_BYTES", c.chunkBytes, 1);
     setenv("LOOM_P2P_BUFFER_BYTES", c.p2pBytes, 1);
+    setenv("LOOM_STREAMING_MIN_BYTES", c.streaming, 1);
     loomResult_t r = loomCommSplit(gWorld, 0, gRank, &comm, nullptr);
     unsetenv("LOOM_ALGO");
     unsetenv("LOOM_SHM_CHUNK_BYTES");
     unsetenv("LOOM_P2P_BUFFER_BYTES");
+    unsetenv("LOOM_STREAMING_MIN_BYTES");
     if (r != loomSuccess) ADD_FAILURE() << "split for " << c.name << ": " << loomGetLastError(nullptr);
   }
   ~ConfigComm() {
@@ -62,8 +65,9 @@ struct ConfigComm {
 // True if the config forces an algorithm for this collective or runs the default table.
 bool configCovers(const Config& c, const char* collective) {
   std::string algo = c.algo;
+  // tiny-pipelined also runs everything else with many chunks; direct streams every output.
   return algo.empty() || algo.find(std::string(collective) + ":") != std::string::npos ||
-         std::string(c.name) == "tiny-pipelined";
+         std::string(c.name) == "tiny-pipelined" || std::string(c.name) == "direct";
 }
 
 const loomRedOp_t kOps[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};

@@ -4,6 +4,7 @@
 
 #include "base/error.hpp"
 #include "base/reduce.hpp"
+#include "device/cpu/streaming_copy.hpp"
 #include "device/device.hpp"
 
 namespace loom {
@@ -25,6 +26,9 @@ class CpuDevice final : public Device {
   void release(void* ptr) override { std::free(ptr); }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void copyToOutput(void* dst, const void* src, size_t bytes) override {
+    if (dst != src && bytes > 0) streamingCopy(dst, src, bytes);
   }
   void reduce(void* dst, const void* const* srcs, int nsrc, size_t count, loomDataType_t dtype,
               loomRedOp_t op, int accum, int divisor) override {
