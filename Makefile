@@ -1,0 +1,44 @@
+# Quick start: `make run` (installs, builds, runs a 4-rank collective benchmark) and `make test`.
+BUILD ?= build
+BUILD_ASAN ?= build-asan
+JOBS ?= $(shell nproc)
+RANKS ?= 4
+GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+
+.PHONY: all deps build run test bench test-asan format clean
+
+all: build
+
+deps:
+	@scripts/install_deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: allreduce and allgather across $(RANKS) local ranks, results checked.
+run: build
+	$(BUILD)/tools/loomrun -n $(RANKS) --timeout 600 -- $(BUILD)/tools/loom-bench allreduce -b 8 -e 64M -f 4 -c 1
+	$(BUILD)/tools/loomrun -n $(RANKS) --timeout 600 -- $(BUILD)/tools/loom-bench allgather -b 8 -e 64M -f 4 -c 1
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 1800
+
+# Loom vs Open MPI (and Gloo where torch is installed) and the memcpy bound, side by side.
+bench: build
+	@scripts/install_deps.sh bench
+	bench/run_cpu.sh $(shell n=$$(nproc); [ $$n -lt 2 ] && n=2; echo $$n) $(or $(MAXBYTES),256M)
+
+test-asan: deps
+	cmake -S . -B $(BUILD_ASAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=address,undefined
+	cmake --build $(BUILD_ASAN) -j $(JOBS)
+	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure --timeout 3600
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h' '*.c' '*.cu')
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN)

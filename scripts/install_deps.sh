@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what building and testing Loom needs, from Debian packages, only where missing.
+# Usage: scripts/install_deps.sh [bench]   (bench: also Open MPI for the peer benchmark)
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have cmake || need+=(cmake)
+have ninja || need+=(ninja-build)
+have g++ || need+=(g++)
+have python3 || need+=(python3)
+[[ -f /usr/include/gtest/gtest.h ]] || need+=(libgtest-dev)
+if [[ "${1:-}" == bench ]]; then
+  have mpicc || need+=(libopenmpi-dev)
+  have mpirun || need+=(openmpi-bin)
+fi
+((${#need[@]} == 0)) && exit 0
+
+echo "install_deps: installing ${need[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  have sudo || { echo "install_deps: need root or sudo to install ${need[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
