@@ -22,8 +22,13 @@ namespace {
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(5);
 
 size_t defaultDirectMax(int nranks) {
-  // One-shot reads every rank's data on every rank: cheap while the total stays in cache.
-  return nranks <= 4 ? 64 * 1024 : 32 * 1024;
+  // One-shot makes every rank pull every other rank's buffer across cores; pipelined pulls each
+  // byte about twice whatever the rank count. Crossovers measured on a 64-core host
+  // (docs/benchmarks.md): ~6 KiB at 4 ranks, under 1 KiB at 8 and 16.
+  if (nranks <= 2) return 64 * 1024;
+  if (nranks <= 4) return 8 * 1024;
+  if (nranks <= 8) return 1024;
+  return 512;
 }
 
 int openPidfd(int pid) {
@@ -73,7 +78,14 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   for (const std::string& bytes : bootstrap_->rankInfos())
     ranks_.push_back(RankInfo::deserialize(bytes));
   sharedMemory_ = allOnOneHost(ranks_);
-  if (sharedMemory_) setUpSharedMemory();
+  if (!sharedMemory_) {
+    std::string hosts;
+    for (const RankInfo& r : ranks_)
+      if (hosts.find(r.hostname) == std::string::npos) hosts += (hosts.empty() ? "" : ", ") + r.hostname;
+    LOOM_THROW(loomInvalidUsage, "the ranks of this communicator run on several hosts (", hosts,
+               "); this build has only the shared-memory transport");
+  }
+  setUpSharedMemory();
   checkCollectives_ = env::checkCollectives();
 
   SelectorInputs inputs;
