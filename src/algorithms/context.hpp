@@ -17,6 +17,8 @@
 
 namespace loom {
 
+struct RingStep;  // ring_engine.hpp
+
 struct CollArgs {
   loomFunc_t func = loomFuncAllReduce;
   const void* send = nullptr;
@@ -46,6 +48,9 @@ class AlgoContext {
   std::function<void(int peer)> check;
   std::vector<char>* scratch = nullptr;      // grow-once scratch of the communicator
   size_t streamingMinBytes = 0;              // outputs at least this large bypass the cache
+  // Per-communicator workspaces, sized at init or grown once, so no call allocates.
+  std::vector<const void*>* sources = nullptr;  // one entry per rank, for reductions
+  std::vector<RingStep>* ringSteps = nullptr;
 
   template <typename Ready>
   void wait(Ready&& ready, int peer) const {

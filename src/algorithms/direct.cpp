@@ -28,7 +28,7 @@ void allReduceDirect(const AlgoContext& ctx, const CollArgs& a) {
   size_t chunk = ctx.arena->slotBytes() / esize;
   int divisor = a.op == loomAvg ? ctx.nranks : 1;
   loomRedOp_t op = a.op == loomAvg ? loomSum : a.op;
-  std::vector<const void*> srcs(ctx.nranks);
+  std::vector<const void*>& srcs = *ctx.sources;
   for (size_t c = 0; c < chunkCount(a.count, chunk); ++c) {
     Range r = chunkOf(a.count, chunk, c);
     ShmStage stage(ctx);
@@ -67,7 +67,7 @@ void reduceDirect(const AlgoContext& ctx, const CollArgs& a) {
   size_t chunk = ctx.arena->slotBytes() / esize;
   int divisor = a.op == loomAvg ? ctx.nranks : 1;
   loomRedOp_t op = a.op == loomAvg ? loomSum : a.op;
-  std::vector<const void*> srcs(ctx.nranks);
+  std::vector<const void*>& srcs = *ctx.sources;
   for (size_t c = 0; c < chunkCount(a.count, chunk); ++c) {
     Range r = chunkOf(a.count, chunk, c);
     ShmStage stage(ctx);
@@ -118,7 +118,7 @@ void reduceScatterDirect(const AlgoContext& ctx, const CollArgs& a) {
   size_t chunk = ctx.arena->slotBytes() / (esize * ctx.nranks);
   int divisor = a.op == loomAvg ? ctx.nranks : 1;
   loomRedOp_t op = a.op == loomAvg ? loomSum : a.op;
-  std::vector<const void*> srcs(ctx.nranks);
+  std::vector<const void*>& srcs = *ctx.sources;
   for (size_t c = 0; c < chunkCount(a.count, chunk); ++c) {
     Range r = chunkOf(a.count, chunk, c);
     ShmStage stage(ctx);

@@ -57,8 +57,7 @@ bool progressRecv(P2POp& op) {
 
 void runPointToPoint(std::vector<P2POp>& ops) {
   // Only the oldest unfinished op per (channel, direction) may move: stream order is issue order.
-  std::vector<std::pair<Channel*, bool>> busy;
-  busy.reserve(ops.size());
+  thread_local std::vector<std::pair<Channel*, bool>> busy;  // reused: no allocation per call
   auto pass = [&]() -> bool {
     bool moved = false;
     busy.clear();

@@ -21,7 +21,7 @@ void reduceThenGather(const AlgoContext& ctx, const CollArgs& a, bool everyoneGe
   int divisor = a.op == loomAvg ? ctx.nranks : 1;
   loomRedOp_t op = a.op == loomAvg ? loomSum : a.op;
   bool gets = everyoneGets || ctx.rank == a.root;
-  std::vector<const void*> srcs(ctx.nranks);
+  std::vector<const void*>& srcs = *ctx.sources;
   for (size_t c = 0; c < chunkCount(a.count, chunk); ++c) {
     Range r = chunkOf(a.count, chunk, c);
     ShmStage stage(ctx);

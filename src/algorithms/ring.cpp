@@ -31,7 +31,8 @@ void allReduceRing(const AlgoContext& ctx, const CollArgs& a) {
     return;
   }
   auto seg = [&](int i) { return sliceOf(a.count, n, wrap(i, n)); };
-  std::vector<RingStep> steps;
+  std::vector<RingStep>& steps = *ctx.ringSteps;
+  steps.clear();
   for (int k = 0; k < n - 1; ++k) {  // reduce-scatter
     Range out = seg(r - k), in = seg(r - k - 1);
     RingStep s;
@@ -62,7 +63,8 @@ void allGatherRing(const AlgoContext& ctx, const CollArgs& a) {
   const int n = ctx.nranks, r = ctx.rank;
   char* recv = static_cast<char*>(a.recv);
   ctx.device->copy(recv + r * block, a.send, block);
-  std::vector<RingStep> steps;
+  std::vector<RingStep>& steps = *ctx.ringSteps;
+  steps.clear();
   for (int k = 0; k < n - 1; ++k) {
     RingStep s;
     s.send = recv + wrap(r - k, n) * block;
@@ -86,7 +88,8 @@ void reduceScatterRing(const AlgoContext& ctx, const CollArgs& a) {
   }
   // Partial sums travel through scratch (indexed by block) so the send buffer stays untouched.
   char* scratch = ctx.scratchBytes(block * n);
-  std::vector<RingStep> steps;
+  std::vector<RingStep>& steps = *ctx.ringSteps;
+  steps.clear();
   for (int k = 0; k < n - 1; ++k) {
     int out = wrap(r - k - 1, n), in = wrap(r - k - 2, n);
     bool last = k == n - 2;

@@ -103,6 +103,10 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ctx_.step = &step_;
   ctx_.check = [this](int peer) { check(peer); };
   ctx_.scratch = &scratch_;
+  sources_.resize(nranks_);
+  ringSteps_.reserve(2 * nranks_);
+  ctx_.sources = &sources_;
+  ctx_.ringSteps = &ringSteps_;
   ctx_.streamingMinBytes = static_cast<size_t>(std::max<int64_t>(env::streamingMinBytes(), 0));
   LOOM_INFO(kSubsysInit, rank_, "communicator ", config_.name.empty() ? "" : config_.name + " ",
             "ready: rank ", rank_, " of ", nranks_, ", device ", device_->vendor(), ", ",

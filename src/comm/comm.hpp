@@ -11,6 +11,7 @@
 
 #include "algorithms/context.hpp"
 #include "algorithms/p2p.hpp"
+#include "algorithms/ring_engine.hpp"
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "plan/selector.hpp"
@@ -87,6 +88,8 @@ class Comm {
   uint64_t collectiveCount_ = 0;
   uint64_t splitCount_ = 0;
   std::vector<char> scratch_;
+  std::vector<const void*> sources_;
+  std::vector<RingStep> ringSteps_;
   Deadline deadline_;
   Clock::time_point nextPeerCheck_;
   bool checkCollectives_ = false;
