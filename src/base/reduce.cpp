@@ -29,6 +29,9 @@ constexpr size_t kNarrowBlock = 1024;
 // ---- Binary ops. `a` is the running value (earlier sources), `b` the next source. ----
 
 struct SumOp {
+#ifdef __F16C__
+  static LOOM_INLINE __m256 apply8(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+#endif
   template <typename T>
   static LOOM_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -42,6 +45,9 @@ struct SumOp {
 };
 
 struct ProdOp {
+#ifdef __F16C__
+  static LOOM_INLINE __m256 apply8(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+#endif
   template <typename T>
   static LOOM_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -55,6 +61,13 @@ struct ProdOp {
 
 // Float max/min propagate a NaN from either side; on ties (+0 vs -0) the earlier value stays.
 struct MaxOp {
+#ifdef __F16C__
+  static LOOM_INLINE __m256 apply8(__m256 a, __m256 b) {
+    const __m256 takeB =
+        _mm256_or_ps(_mm256_cmp_ps(b, a, _CMP_GT_OQ), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+    return _mm256_blendv_ps(a, b, takeB);
+  }
+#endif
   template <typename T>
   static LOOM_INLINE T apply(T a, T b) {
     if constexpr (std::is_floating_point_v<T>) {
@@ -66,6 +79,13 @@ struct MaxOp {
 };
 
 struct MinOp {
+#ifdef __F16C__
+  static LOOM_INLINE __m256 apply8(__m256 a, __m256 b) {
+    const __m256 takeB =
+        _mm256_or_ps(_mm256_cmp_ps(b, a, _CMP_LT_OQ), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+    return _mm256_blendv_ps(a, b, takeB);
+  }
+#endif
   template <typename T>
   static LOOM_INLINE T apply(T a, T b) {
     if constexpr (std::is_floating_point_v<T>) {
@@ -202,18 +222,37 @@ void reduceNative(void* dst, const void* const* srcs, int nsrc, size_t count, in
 }
 
 // ---- Narrow floats: block codecs between the stored type and float. ----
-// round() replaces each float by the nearest value of the type (decode(encode(x))).
+// Each codec has decode/encode for blocks, round() (each float replaced by the nearest value of
+// the type, i.e. decode(encode(x))), roundOne() for one float, and accumulate(), the fused inner
+// step acc[i] = StepRound(acc[i] op decode(src[i])) that runs once per source.
+
+// The fp32-accumulation StepRound.
+struct NoRound {
+  static LOOM_INLINE void round(float*, size_t) {}
+  static LOOM_INLINE float roundOne(float x) { return x; }
+};
+
+// The per-source step from scalar pieces that the compiler vectorizes. Decoding in a loop of its
+// own is deliberate: as one loop nested in the loop over sources, GCC's -O3 unroll-and-jam fuses
+// two sources into one body, which then fails to vectorize (10x slower).
+template <typename Op, typename Codec, typename StepRound>
+LOOM_INLINE void accumulateScalar(float* __restrict__ acc,
+                                  const typename Codec::Storage* __restrict__ src, size_t n) {
+  alignas(64) float next[kNarrowBlock];
+  for (size_t i = 0; i < n; ++i) next[i] = Codec::decodeOne(src[i]);
+  for (size_t i = 0; i < n; ++i) acc[i] = StepRound::roundOne(Op::apply(acc[i], next[i]));
+}
 
 struct HalfCodec {
   using Storage = uint16_t;
+  static LOOM_INLINE float decodeOne(uint16_t h) { return halfToFloat(h); }
+  static LOOM_INLINE float roundOne(float x) { return halfToFloat(floatToHalf(x)); }
+
   static LOOM_INLINE void decode(const uint16_t* __restrict__ in, float* __restrict__ out,
                                  size_t n) {
     size_t i = 0;
 #ifdef __F16C__
-    for (; i + 8 <= n; i += 8) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load8(in + i));
 #endif
     for (; i < n; ++i) out[i] = halfToFloat(in[i]);
   }
@@ -231,16 +270,42 @@ struct HalfCodec {
   static LOOM_INLINE void round(float* __restrict__ x, size_t n) {
     size_t i = 0;
 #ifdef __F16C__
-    for (; i + 8 <= n; i += 8) {
-      _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), 0)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, round8(_mm256_loadu_ps(x + i)));
+#endif
+    for (; i < n; ++i) x[i] = roundOne(x[i]);
+  }
+
+  template <typename Op, typename StepRound>
+  static LOOM_INLINE void accumulate(float* __restrict__ acc, const uint16_t* __restrict__ src,
+                                     size_t n) {
+    size_t i = 0;
+#ifdef __F16C__
+    constexpr bool kRound = std::is_same_v<StepRound, HalfCodec>;
+    if constexpr (kRound || std::is_same_v<StepRound, NoRound>) {
+      for (; i + 8 <= n; i += 8) {
+        __m256 a = Op::apply8(_mm256_loadu_ps(acc + i), load8(src + i));
+        if constexpr (kRound) a = round8(a);
+        _mm256_storeu_ps(acc + i, a);
+      }
     }
 #endif
-    for (; i < n; ++i) x[i] = halfToFloat(floatToHalf(x[i]));
+    accumulateScalar<Op, HalfCodec, StepRound>(acc + i, src + i, n - i);
   }
+
+ private:
+#ifdef __F16C__
+  static LOOM_INLINE __m256 load8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static LOOM_INLINE __m256 round8(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, 0)); }
+#endif
 };
 
 struct Bf16Codec {
   using Storage = uint16_t;
+  static LOOM_INLINE float decodeOne(uint16_t b) { return bf16ToFloat(b); }
+  static LOOM_INLINE float roundOne(float x) { return bf16ToFloat(floatToBf16(x)); }
+
   static LOOM_INLINE void decode(const uint16_t* __restrict__ in, float* __restrict__ out,
                                  size_t n) {
     for (size_t i = 0; i < n; ++i) out[i] = bf16ToFloat(in[i]);
@@ -250,24 +315,19 @@ struct Bf16Codec {
     for (size_t i = 0; i < n; ++i) out[i] = floatToBf16(in[i]);
   }
   static LOOM_INLINE void round(float* __restrict__ x, size_t n) {
-    for (size_t i = 0; i < n; ++i) x[i] = bf16ToFloat(floatToBf16(x[i]));
+    for (size_t i = 0; i < n; ++i) x[i] = roundOne(x[i]);
+  }
+  template <typename Op, typename StepRound>
+  static LOOM_INLINE void accumulate(float* __restrict__ acc, const uint16_t* __restrict__ src,
+                                     size_t n) {
+    accumulateScalar<Op, Bf16Codec, StepRound>(acc, src, n);
   }
 };
 
 template <detail::Fp8Kind kKind, uint8_t (*kEncode)(float)>
 struct Fp8Codec {
   using Storage = uint8_t;
-  static LOOM_INLINE void decode(const uint8_t* __restrict__ in, float* __restrict__ out,
-                                 size_t n) {
-    for (size_t i = 0; i < n; ++i) out[i] = detail::decodeFp8Arith<kKind>(in[i]);
-  }
-  static LOOM_INLINE void encode(const float* __restrict__ in, uint8_t* __restrict__ out,
-                                 size_t n) {
-    for (size_t i = 0; i < n; ++i) out[i] = kEncode(in[i]);
-  }
-  static LOOM_INLINE void round(float* __restrict__ x, size_t n) {
-    for (size_t i = 0; i < n; ++i) x[i] = roundOne(x[i]);
-  }
+  static LOOM_INLINE float decodeOne(uint8_t v) { return detail::decodeFp8Arith<kKind>(v); }
 
   // decode(encode(x)) without going through the code: round the float's own bits (or, for
   // subnormal results, let an FPU add round), then apply the format's overflow and NaN rules.
@@ -297,16 +357,38 @@ struct Fp8Codec {
     }
     return detail::bitsFloat(r);
   }
+
+  static LOOM_INLINE void decode(const uint8_t* __restrict__ in, float* __restrict__ out,
+                                 size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] = decodeOne(in[i]);
+  }
+  static LOOM_INLINE void encode(const float* __restrict__ in, uint8_t* __restrict__ out,
+                                 size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] = kEncode(in[i]);
+  }
+  static LOOM_INLINE void round(float* __restrict__ x, size_t n) {
+    for (size_t i = 0; i < n; ++i) x[i] = roundOne(x[i]);
+  }
+  template <typename Op, typename StepRound>
+  static LOOM_INLINE void accumulate(float* __restrict__ acc, const uint8_t* __restrict__ src,
+                                     size_t n) {
+    accumulateScalar<Op, Fp8Codec, StepRound>(acc, src, n);
+  }
 };
 
 using E4m3Codec = Fp8Codec<detail::Fp8Kind::kE4m3, floatToE4m3>;
 using E5m2Codec = Fp8Codec<detail::Fp8Kind::kE5m2, floatToE5m2>;
 using E4m3b15Codec = Fp8Codec<detail::Fp8Kind::kE4m3b15, floatToE4m3b15>;
 
-// The step rounding of fp32 accumulation.
-struct NoRound {
-  static LOOM_INLINE void round(float*, size_t) {}
-};
+// Each source is read in short bursts (one block) with the other sources' bursts in between,
+// which the hardware prefetchers follow poorly: ask for the source's next block while this one
+// is being combined. A prefetch never faults, so running past the end is harmless.
+template <typename S>
+LOOM_INLINE void prefetchNextBlock(const S* blockStart) {
+  const char* next = reinterpret_cast<const char*>(blockStart + kNarrowBlock);
+  for (size_t line = 0; line < kNarrowBlock * sizeof(S); line += 64)
+    __builtin_prefetch(next + line);
+}
 
 template <typename Op, typename A, typename B>
 LOOM_INLINE void combine(A* __restrict__ acc, const B* __restrict__ x, size_t n) {
@@ -320,13 +402,13 @@ LOOM_INLINE void narrowBlock(typename Codec::Storage* out, const void* const* sr
                              size_t off, size_t n, int divisor) {
   using S = typename Codec::Storage;
   alignas(64) float acc[kNarrowBlock];
-  alignas(64) float next[kNarrowBlock];
+  prefetchNextBlock(static_cast<const S*>(srcs[0]) + off);
   Codec::decode(static_cast<const S*>(srcs[0]) + off, acc, n);
   StepRound::round(acc, n);
   for (int k = 1; k < nsrc; ++k) {
-    Codec::decode(static_cast<const S*>(srcs[k]) + off, next, n);
-    combine<Op>(acc, next, n);
-    StepRound::round(acc, n);
+    const S* src = static_cast<const S*>(srcs[k]) + off;
+    prefetchNextBlock(src);
+    Codec::template accumulate<Op, StepRound>(acc, src, n);
   }
   if (divisor != 1) {
     divideBlock(acc, n, divisor);

@@ -209,6 +209,18 @@ TEST(Conversions, Fp8RoundTripAllCodes) {
   for (uint32_t c = 0; c < 256; ++c) EXPECT_FALSE(std::isinf(e4m3b15ToFloat(c))) << c;
 }
 
+TEST(Conversions, ArithmeticFp8DecodeMatchesTables) {
+  for (uint32_t c = 0; c < 256; ++c) {
+    const auto v = static_cast<uint8_t>(c);
+    EXPECT_EQ(std::bit_cast<uint32_t>(detail::decodeFp8Arith<detail::Fp8Kind::kE4m3>(v)),
+              std::bit_cast<uint32_t>(e4m3ToFloat(v)));
+    EXPECT_EQ(std::bit_cast<uint32_t>(detail::decodeFp8Arith<detail::Fp8Kind::kE5m2>(v)),
+              std::bit_cast<uint32_t>(e5m2ToFloat(v)));
+    EXPECT_EQ(std::bit_cast<uint32_t>(detail::decodeFp8Arith<detail::Fp8Kind::kE4m3b15>(v)),
+              std::bit_cast<uint32_t>(e4m3b15ToFloat(v)));
+  }
+}
+
 TEST(Conversions, KnownValues) {
   EXPECT_EQ(floatToE4m3(448.0f), 0x7e);
   EXPECT_EQ(e4m3ToFloat(0x7e), 448.0f);

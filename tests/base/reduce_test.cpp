@@ -385,6 +385,30 @@ TEST(Reduce, NanPropagatesThroughMaxAndMin) {
   }
 }
 
+// Every pair of fp8 codes (NaNs included) through every op, native and fp32 accumulation, and
+// scaled: covers every rounding case of the fp8 step and final roundings.
+TEST(Reduce, AllFp8Pairs) {
+  std::vector<uint8_t> a(65536), b(65536), want(65536), got(65536);
+  for (size_t i = 0; i < 65536; ++i) {
+    a[i] = static_cast<uint8_t>(i);
+    b[i] = static_cast<uint8_t>(i >> 8);
+  }
+  const std::vector<const void*> srcs = {a.data(), b.data()};
+  for (loomDataType_t t : {loomFloat8e4m3, loomFloat8e5m2, loomFloat8e4m3b15}) {
+    for (loomRedOp_t op : {loomSum, loomProd, loomMax, loomMin}) {
+      for (int accum : {-1, static_cast<int>(loomFloat16), static_cast<int>(loomFloat32)}) {
+        for (int divisor : {1, 3}) {
+          SCOPED_TRACE(::testing::Message() << dtypeName(t) << " " << opName(op)
+                                            << " accum=" << accum << " divisor=" << divisor);
+          reference(want.data(), srcs, 65536, t, op, refAccumFor(t, accum), divisor);
+          reduceManyAndScale(got.data(), srcs.data(), 2, 65536, t, op, accum, divisor);
+          ASSERT_TRUE(sameBits(want.data(), got.data(), 65536, t));
+        }
+      }
+    }
+  }
+}
+
 TEST(Reduce, HalfNativeSumIsPairwiseRounding) {
   // 2048 + 1 + 1 in fp16: each step rounds 2049 back to 2048 (ties to even), while float
   // accumulation gives 2050.
