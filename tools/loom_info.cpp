@@ -1,0 +1,75 @@
+// loom-info: what Loom would do here. `loom-info --algos` prints, for the communicator it joins
+// (under loomrun/torchrun/mpirun, or alone as a single rank), which algorithm the selector picks
+// for every collective at sizes from 8 B to 256 MiB, after LOOM_ALGO and the LOOM_* settings.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "loom/loom.h"
+
+namespace {
+
+void die(const char* call, loomResult_t r) {
+  std::fprintf(stderr, "loom-info: %s failed: %s: %s\n", call, loomGetErrorString(r),
+               loomGetLastError(nullptr));
+  std::exit(1);
+}
+
+loomComm_t joinOrAlone() {
+  loomComm_t comm = nullptr;
+  if (std::getenv("LOOM_RANK") || std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK")) {
+    loomResult_t r = loomCommInitFromEnv(&comm, nullptr);
+    if (r != loomSuccess) die("loomCommInitFromEnv", r);
+    return comm;
+  }
+  loomUniqueId id;
+  loomResult_t r = loomGetUniqueId(&id);
+  if (r != loomSuccess) die("loomGetUniqueId", r);
+  r = loomCommInitRank(&comm, 1, id, 0);
+  if (r != loomSuccess) die("loomCommInitRank", r);
+  return comm;
+}
+
+const char* kFuncNames[loomNumFuncs] = {"allreduce", "broadcast", "reduce",  "allgather",
+                                        "reducescatter", "alltoall", "alltoallv", "gather",
+                                        "scatter", "sendrecv", "barrier"};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool algos = argc == 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--algos") == 0) {
+      algos = true;
+    } else {
+      std::printf("usage: loom-info [--algos]\n  run under loomrun -n N to see the table for N ranks\n");
+      return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
+    }
+  }
+  int version = 0;
+  loomGetVersion(&version);
+  loomComm_t comm = joinOrAlone();
+  int rank = 0, nranks = 1;
+  loomCommUserRank(comm, &rank);
+  loomCommCount(comm, &nranks);
+  if (rank == 0 && algos) {
+    std::printf("Loom %d.%d.%d, %d rank(s); algorithm by collective and message size (bytes)\n",
+                version / 10000, version / 100 % 100, version % 100, nranks);
+    std::printf("%-14s", "collective");
+    for (size_t bytes = 8; bytes <= (256u << 20); bytes *= 8) std::printf(" %10zu", bytes);
+    std::printf("\n");
+    for (int f = 0; f < loomNumFuncs; ++f) {
+      std::printf("%-14s", kFuncNames[f]);
+      for (size_t bytes = 8; bytes <= (256u << 20); bytes *= 8) {
+        const char* name = nullptr;
+        loomResult_t r = loomCommGetAlgorithm(comm, static_cast<loomFunc_t>(f), bytes / 4,
+                                              loomFloat32, &name);
+        std::printf(" %10s", r == loomSuccess ? name : "-");
+      }
+      std::printf("\n");
+    }
+  }
+  loomCommDestroy(comm);
+  return 0;
+}
