@@ -47,8 +47,9 @@ size_t exchangeCounts(const AlgoContext& ctx, const CollArgs& a) {
 void allToAllvDirect(const AlgoContext& ctx, const CollArgs& a) {
   const int n = ctx.nranks;
   size_t esize = dtypeSize(a.dtype);
+  // The communicator sizes slots for this (Comm::setUpSharedMemory).
   if (ctx.arena->slotBytes() < 2 * n * sizeof(uint64_t))
-    LOOM_THROW(loomInvalidUsage, "LOOM_SHM_CHUNK_BYTES too small for alltoallv on ", n, " ranks");
+    LOOM_THROW(loomInternalError, "staging slot too small for alltoallv on ", n, " ranks");
   size_t largest = exchangeCounts(ctx, a);
   size_t piece = ctx.arena->slotBytes() / n / esize;  // elements per pair per step
   size_t steps = (largest + piece - 1) / piece;

@@ -69,6 +69,7 @@ CommConfig resolveConfig(const loomConfig_t* c) {
 Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
     : config_(config), rank_(rank), nranks_(nranks), id_(id) {
   device_ = createDevice(config_.device);
+  nextPeerCheck_.resize(nranks_ + 1);
   deadline_ = Clock::now() + std::chrono::milliseconds(config_.timeoutMs);
   Bootstrap::Options options;
   options.timeoutMs = config_.timeoutMs;
@@ -121,7 +122,7 @@ Comm::~Comm() {
 }
 
 void Comm::setUpSharedMemory() {
-  size_t chunk = static_cast<size_t>(std::max<int64_t>(env::shmChunkBytes(), 4096));
+  size_t chunk = static_cast<size_t>(std::max<int64_t>(env::shmChunkBytes(), 0));
   size_t channel = static_cast<size_t>(std::max<int64_t>(env::p2pBufferBytes(), 4096));
   ArenaLayout layout = ArenaLayout::compute(nranks_, chunk, channel);
   std::string name;
@@ -146,7 +147,8 @@ void Comm::setUpSharedMemory() {
   for (int peer = 0; peer < nranks_; ++peer) {
     collChannels_.push_back(std::make_unique<ShmChannel>(arena_, ChannelClass::kCollective, rank_, peer));
     p2pChannels_.push_back(std::make_unique<ShmChannel>(arena_, ChannelClass::kPointToPoint, rank_, peer));
-    peerPidfds_.push_back(peer == rank_ ? -1 : openPidfd(ranks_[peer].pid));
+    bool samePidNamespace = ranks_[peer].pidNamespace == ranks_[rank_].pidNamespace;
+    peerPidfds_.push_back(peer == rank_ || !samePidNamespace ? -1 : openPidfd(ranks_[peer].pid));
   }
   LOOM_INFO(kSubsysShm, rank_, "shared arena ", name, ": ", layout.totalBytes >> 20,
             " MiB mapped, slot ", layout.slotBytes, " B, channel ", layout.channelBytes, " B");
@@ -158,27 +160,42 @@ void Comm::beginOperation() {
     LOOM_THROW(code == loomSuccess ? loomInvalidUsage : code,
                "communicator is aborted: ", asyncMessage());
   }
-  deadline_ = Clock::now() + std::chrono::milliseconds(config_.timeoutMs);
-  nextPeerCheck_ = Clock::now() + kPeerCheckInterval;
+  // A peer may have failed while this rank was between calls; a call that would not need to
+  // wait must not report success on a communicator the others consider aborted.
+  if (sharedMemory_ && arena_.aborted()) {
+    try {
+      throwArenaAbort();
+    } catch (const Error& e) {
+      fail(e);
+      throw;
+    }
+  }
+  Clock::time_point now = Clock::now();
+  deadline_ = now + std::chrono::milliseconds(config_.timeoutMs);
+  std::fill(nextPeerCheck_.begin(), nextPeerCheck_.end(), now + kPeerCheckInterval);
 }
 
 void Comm::check(int peer) {
   if (aborted_.load(std::memory_order_relaxed))
     LOOM_THROW(loomRemoteError, "communicator aborted: ", asyncMessage());
-  if (sharedMemory_) {
-    ArenaHeader* h = arena_.header();
-    int32_t code = h->abortCode.load(std::memory_order_acquire);
-    if (code > 0)
-      LOOM_THROW(loomRemoteError, "rank ", h->abortRank.load(), " failed: ", h->abortReason);
-  }
+  if (sharedMemory_ && arena_.aborted()) throwArenaAbort();
   Clock::time_point now = Clock::now();
-  if (now >= nextPeerCheck_) {
-    nextPeerCheck_ = now + kPeerCheckInterval;
+  // One timer per peer: a wait that alternates between peers (the ring's two neighbours, a
+  // group's sends and receives) still checks each of them.
+  Clock::time_point& next = nextPeerCheck_[peer >= 0 && peer < nranks_ ? peer + 1 : 0];
+  if (now >= next) {
+    next = now + kPeerCheckInterval;
     checkPeer(peer);
   }
   if (now >= deadline_)
     LOOM_THROW(loomTimeout, "timed out after ", config_.timeoutMs / 1000.0,
                " s waiting for peers (LOOM_TIMEOUT / config timeoutMs)");
+}
+
+void Comm::throwArenaAbort() const {
+  ArenaAbort info = arena_.abortInfo();
+  LOOM_THROW(loomRemoteError, "rank ", info.rank, " failed (", loomGetErrorString(info.code),
+             "): ", info.reason);
 }
 
 void Comm::checkPeer(int peer) {
@@ -188,6 +205,9 @@ void Comm::checkPeer(int peer) {
     return;
   }
   if (peer < 0 || peer == rank_ || peer >= nranks_) return;
+  // A peer in another PID namespace (containers sharing only network and IPC) has a pid that
+  // means nothing here: its death shows as the abort word or the deadline instead.
+  if (ranks_[peer].pidNamespace != ranks_[rank_].pidNamespace) return;
   int fd = peerPidfds_[peer];
   bool gone = false;
   if (fd >= 0) {
@@ -232,7 +252,8 @@ void Comm::verifyFingerprint(const CollArgs& a) {
   if (a.func == loomFuncBroadcast || a.func == loomFuncReduce || a.func == loomFuncGather ||
       a.func == loomFuncScatter)
     fp << ", root=" << a.root;
-  fp << ")";
+  // The algorithm too: ranks with different LOOM_ALGO settings would otherwise hang.
+  fp << ") via " << selector_->select(a.func, a.count * dtypeSize(a.dtype)).name;
   std::vector<std::string> all =
       withBootstrap([&](Bootstrap& b) { return b.allGather(fp.str()); });
   if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; }))
@@ -293,6 +314,10 @@ void Comm::runPointToPointBatch(std::vector<P2POp>& ops, const std::vector<Comm*
   } catch (const Error& e) {
     for (Comm* c : comms) c->fail(e);
     throw;
+  } catch (const std::exception& e) {
+    Error wrapped(loomInternalError, e.what());
+    for (Comm* c : comms) c->fail(wrapped);
+    throw wrapped;
   }
 }
 

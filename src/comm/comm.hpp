@@ -67,6 +67,7 @@ class Comm {
   void beginOperation();
   void fail(const Error& error);
   void check(int peer);
+  [[noreturn]] void throwArenaAbort() const;
   void checkPeer(int peer);
   void verifyFingerprint(const CollArgs& args);
 
@@ -91,7 +92,7 @@ class Comm {
   std::vector<const void*> sources_;
   std::vector<RingStep> ringSteps_;
   Deadline deadline_;
-  Clock::time_point nextPeerCheck_;
+  std::vector<Clock::time_point> nextPeerCheck_;  // [0]: no peer in particular, [r+1]: rank r
   bool checkCollectives_ = false;
 
   // The bootstrap is not thread-safe; loomCommAbort may report a failure from another thread.

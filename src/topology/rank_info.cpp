@@ -53,6 +53,8 @@ RankInfo RankInfo::local(int rank, const Device& device) {
   gethostname(host, sizeof(host) - 1);
   info.hostname = host;
   info.hostId = hostIdentity(info.hostname);
+  struct stat st{};
+  info.pidNamespace = stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
   info.deviceKind = device.kind();
   info.vendor = device.vendor();
   info.deviceName = device.name();
@@ -62,8 +64,8 @@ RankInfo RankInfo::local(int rank, const Device& device) {
 
 std::string RankInfo::serialize() const {
   std::ostringstream out;
-  out << "loomrank1 " << rank << ' ' << pid << ' ' << static_cast<int>(deviceKind) << ' '
-      << deviceIndex << ' ';
+  out << "loomrank1 " << rank << ' ' << pid << ' ' << pidNamespace << ' '
+      << static_cast<int>(deviceKind) << ' ' << deviceIndex << ' ';
   putString(out, hostname);
   putString(out, hostId);
   putString(out, vendor);
@@ -78,7 +80,8 @@ RankInfo RankInfo::deserialize(const std::string& bytes) {
   int kind = 0;
   char space = 0;
   if (!(in >> tag) || tag != "loomrank1" ||
-      !(in >> info.rank >> info.pid >> kind >> info.deviceIndex) || !in.get(space))
+      !(in >> info.rank >> info.pid >> info.pidNamespace >> kind >> info.deviceIndex) ||
+      !in.get(space))
     LOOM_THROW(loomInternalError, "malformed rank info (different Loom versions across ranks?)");
   info.deviceKind = static_cast<DeviceKind>(kind);
   info.hostname = getString(in);

@@ -1,5 +1,6 @@
 #include "transport/shm/shm_arena.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -15,11 +16,16 @@ size_t roundUp(size_t value, size_t to) { return (value + to - 1) / to * to; }
 ArenaLayout ArenaLayout::compute(int nranks, size_t slotBytes, size_t channelBytes) {
   ArenaLayout layout;
   layout.nranks = nranks;
-  layout.slotBytes = roundUp(slotBytes, 4096);
-  layout.channelBytes = roundUp(channelBytes, kCacheLine);
+  // A slot holds at least one 8-byte element per rank (reduce-scatter, alltoall and scatter stage
+  // a piece per destination) and alltoallv's two count tables, whatever was asked for.
+  size_t minSlot = 2 * sizeof(uint64_t) * static_cast<size_t>(nranks);
+  layout.slotBytes = roundUp(std::max(slotBytes, minSlot), 4096);
+  layout.channelBytes = roundUp(std::max<size_t>(channelBytes, 4096), kCacheLine);
   size_t offset = roundUp(sizeof(ArenaHeader), 4096);
   layout.flagsOffset = offset;
-  offset = roundUp(offset + sizeof(RankFlags) * nranks, 4096);
+  offset = roundUp(offset + sizeof(RankFlags) * nranks, kCacheLine);
+  layout.reasonsOffset = offset;
+  offset = roundUp(offset + kAbortReasonBytes * nranks, 4096);
   layout.slotsOffset = offset;
   offset += layout.slotBytes * 4 * nranks;
   layout.channelsOffset = offset;
@@ -40,8 +46,7 @@ ShmArena ShmArena::create(const std::string& name, const ArenaLayout& layout) {
   h->nranks = static_cast<uint32_t>(layout.nranks);
   h->slotBytes = layout.slotBytes;
   h->channelBytes = layout.channelBytes;
-  h->abortCode.store(0);
-  h->abortRank.store(-1);
+  h->abortWord.store(0);
   return arena;
 }
 
@@ -65,15 +70,28 @@ ChannelHeader* ShmArena::channelHeader(ChannelClass cls, int from, int to) const
                                           index * (sizeof(ChannelHeader) + layout_.channelBytes));
 }
 
-void ShmArena::raiseAbort(int32_t code, int rank, const std::string& reason) const {
-  ArenaHeader* h = header();
-  int32_t expected = 0;
-  if (h->abortCode.compare_exchange_strong(expected, -1)) {
-    // -1 marks "being written" so that readers never see a half-copied reason.
-    std::strncpy(h->abortReason, reason.c_str(), sizeof(h->abortReason) - 1);
-    h->abortRank.store(rank);
-    h->abortCode.store(code == 0 ? loomInternalError : code, std::memory_order_release);
+void ShmArena::raiseAbort(loomResult_t code, int rank, const std::string& reason) const {
+  // Only this rank writes its reason slot, and before it publishes the word.
+  char* mine = segment_.data() + layout_.reasonsOffset + kAbortReasonBytes * rank;
+  std::strncpy(mine, reason.c_str(), kAbortReasonBytes - 1);
+  mine[kAbortReasonBytes - 1] = '\0';
+  uint64_t word = (static_cast<uint64_t>(rank) + 1) << 8 |
+                  static_cast<uint64_t>(code == loomSuccess ? loomInternalError : code);
+  uint64_t expected = 0;
+  header()->abortWord.compare_exchange_strong(expected, word, std::memory_order_acq_rel);
+}
+
+ArenaAbort ShmArena::abortInfo() const {
+  uint64_t word = header()->abortWord.load(std::memory_order_acquire);
+  ArenaAbort info;
+  if (word == 0) return info;
+  info.code = static_cast<loomResult_t>(word & 0xff);
+  info.rank = static_cast<int>((word >> 8) - 1);
+  if (info.rank >= 0 && info.rank < layout_.nranks) {
+    const char* reason = segment_.data() + layout_.reasonsOffset + kAbortReasonBytes * info.rank;
+    info.reason.assign(reason, strnlen(reason, kAbortReasonBytes));
   }
+  return info;
 }
 
 }  // namespace loom

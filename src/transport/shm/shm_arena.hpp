@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "loom/loom.h"
 #include "transport/shm/shm_segment.hpp"
 
 namespace loom {
@@ -34,9 +35,17 @@ struct ArenaHeader {
   uint32_t pad0;
   uint64_t slotBytes;
   uint64_t channelBytes;
-  alignas(kCacheLine) std::atomic<int32_t> abortCode;  // loomResult_t of the first failure, 0 if none
-  std::atomic<int32_t> abortRank;
-  char abortReason[240];
+  // The first failure: (rank + 1) << 8 | loomResult_t, 0 while none. One word, so a rank that
+  // dies while reporting never leaves it half-written; the reason sits in the rank's own slot.
+  alignas(kCacheLine) std::atomic<uint64_t> abortWord;
+};
+
+constexpr size_t kAbortReasonBytes = 256;
+
+struct ArenaAbort {
+  loomResult_t code = loomSuccess;
+  int rank = -1;
+  std::string reason;
 };
 
 struct alignas(kCacheLine) ChannelHeader {
@@ -47,8 +56,10 @@ struct alignas(kCacheLine) ChannelHeader {
 struct ArenaLayout {
   int nranks = 0;
   size_t slotBytes = 0;     // one staging slot (a rank has 2 input and 2 output slots)
+  // Rounds the requested sizes up to what every algorithm needs (pages; a slot fits one 8-byte
+  // element per rank twice; a channel at least 4 KiB).
   size_t channelBytes = 0;  // ring capacity of each pair channel (multiple of 64)
-  size_t flagsOffset = 0, slotsOffset = 0, channelsOffset = 0, totalBytes = 0;
+  size_t flagsOffset = 0, reasonsOffset = 0, slotsOffset = 0, channelsOffset = 0, totalBytes = 0;
   static ArenaLayout compute(int nranks, size_t slotBytes, size_t channelBytes);
 };
 
@@ -82,7 +93,10 @@ class ShmArena {
   size_t channelBytes() const { return layout_.channelBytes; }
 
   // The first failure wins; later ones keep the first reason.
-  void raiseAbort(int32_t code, int rank, const std::string& reason) const;
+  void raiseAbort(loomResult_t code, int rank, const std::string& reason) const;
+  // The failure raised by any rank, if one was (cheap: one atomic load when none was).
+  bool aborted() const { return header()->abortWord.load(std::memory_order_acquire) != 0; }
+  ArenaAbort abortInfo() const;
 
  private:
   char* slot(int rank, int kind, uint64_t which) const {
