@@ -1,7 +1,9 @@
 // C entry points of the collectives and point-to-point calls: argument checks (a bad argument is
 // loomInvalidArgument and leaves the communicator usable), then immediate execution or, between
 // loomGroupStart and loomGroupEnd, recording for the group.
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "api/group.hpp"
 #include "api/handle.hpp"
@@ -10,6 +12,16 @@
 namespace loom {
 
 namespace {
+
+// C callers may pass any int where the API declares an enum (a C enum is an int), but reading a
+// value outside the enumerators' range as the C++ enum is undefined (UBSan reports it): enum
+// arguments are checked through their bytes.
+template <typename Enum>
+int rawEnum(const Enum& value) {
+  std::underlying_type_t<Enum> raw;
+  std::memcpy(&raw, &value, sizeof(raw));
+  return static_cast<int>(raw);
+}
 
 size_t checkedBytes(size_t count, size_t esize, size_t times, const char* what) {
   const size_t limit = static_cast<size_t>(std::numeric_limits<ptrdiff_t>::max());
@@ -30,9 +42,11 @@ struct CallChecks {
   const Ranks& comm;
   const CollArgs& a;
   void dtype() const {
-    LOOM_CHECK_ARG(dtypeValid(a.dtype), "unknown data type ", static_cast<int>(a.dtype));
+    LOOM_CHECK_ARG(dtypeValid(rawEnum(a.dtype)), "unknown data type ", rawEnum(a.dtype));
   }
-  void op() const { LOOM_CHECK_ARG(opValid(a.op), "unknown reduction op ", static_cast<int>(a.op)); }
+  void op() const {
+    LOOM_CHECK_ARG(opValid(rawEnum(a.op)), "unknown reduction op ", rawEnum(a.op));
+  }
   void root() const {
     LOOM_CHECK_ARG(a.root >= 0 && a.root < comm.nranks(), "root ", a.root, " is out of range [0, ",
                    comm.nranks(), ")");
@@ -42,6 +56,13 @@ struct CallChecks {
   void buffer(const void* ptr, size_t count, size_t times, const char* name) const {
     size_t bytes = checkedBytes(count, dtypeSize(a.dtype), times, name);
     LOOM_CHECK_ARG(bytes == 0 || ptr != nullptr, name, " is NULL with count ", count);
+  }
+  // A block of count elements at displacement displ: a sum that wraps around would pass buffer()
+  // and then address memory before the buffer.
+  void block(const void* ptr, size_t displ, size_t count, const char* name) const {
+    LOOM_CHECK_ARG(count <= std::numeric_limits<size_t>::max() - displ, name, ": displacement ",
+                   displ, " plus count ", count, " overflows");
+    buffer(ptr, displ + count, 1, name);
   }
 };
 
@@ -88,8 +109,8 @@ void validate(const Ranks& comm, const CollArgs& a) {
       LOOM_CHECK_ARG(a.sendCounts && a.sendDispls && a.recvCounts && a.recvDispls,
                      "alltoallv count and displacement arrays must not be NULL");
       for (size_t i = 0; i < n; ++i) {
-        c.buffer(a.send, a.sendDispls[i] + a.sendCounts[i], 1, "sendbuff");
-        c.buffer(a.recv, a.recvDispls[i] + a.recvCounts[i], 1, "recvbuff");
+        c.block(a.send, a.sendDispls[i], a.sendCounts[i], "sendbuff");
+        c.block(a.recv, a.recvDispls[i], a.recvCounts[i], "recvbuff");
       }
       break;
     case loomFuncGather:
@@ -128,7 +149,7 @@ loomResult_t submitP2P(const char* function, bool isSend, void* buffer, size_t c
   return guarded(function, [&] {
     HandleUse use(handle);
     checkStream(stream);
-    LOOM_CHECK_ARG(dtypeValid(datatype), "unknown data type ", static_cast<int>(datatype));
+    LOOM_CHECK_ARG(dtypeValid(rawEnum(datatype)), "unknown data type ", rawEnum(datatype));
     LOOM_CHECK_ARG(peer >= 0 && peer < use->nranks, "peer ", peer, " is out of range [0, ",
                    use->nranks, ")");
     size_t bytes = checkedBytes(count, dtypeSize(datatype), 1, isSend ? "sendbuff" : "recvbuff");
@@ -248,8 +269,9 @@ loomResult_t loomCommGetAlgorithm(const loomComm_t comm, loomFunc_t func, size_t
                                   loomDataType_t datatype, const char** algorithm) {
   return guarded("loomCommGetAlgorithm", [&] {
     LOOM_CHECK_ARG(algorithm != nullptr, "algorithm is NULL");
-    LOOM_CHECK_ARG(func >= 0 && func < loomNumFuncs, "unknown collective ", static_cast<int>(func));
-    LOOM_CHECK_ARG(dtypeValid(datatype), "unknown data type ", static_cast<int>(datatype));
+    LOOM_CHECK_ARG(rawEnum(func) >= 0 && rawEnum(func) < loomNumFuncs, "unknown collective ",
+                   rawEnum(func));
+    LOOM_CHECK_ARG(dtypeValid(rawEnum(datatype)), "unknown data type ", rawEnum(datatype));
     HandleUse use(comm);
     if (func == loomFuncSendRecv) {
       *algorithm = "p2p";

@@ -20,6 +20,7 @@ struct loomComm {
   uint64_t magic = kMagic;
   std::atomic<HandleState> state{HandleState::kInitializing};
   std::atomic<int> inflight{0};
+  std::atomic<bool> ready{false};  // comm is set (published after it, for non-blocking init)
   bool blocking = true;
   int nranks = 0;
   int rank = 0;

@@ -1,8 +1,10 @@
 // C entry points for versions, errors and communicator lifetime.
 #include <chrono>
 #include <cstring>
-#include <tuple>
+#include <mutex>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "api/handle.hpp"
 #include "base/env.hpp"
@@ -34,7 +36,8 @@ HandleUse::HandleUse(loomComm_t handle) {
 }
 
 Comm& HandleUse::comm() const {
-  if (handle_->comm == nullptr) {
+  // The flag, not the pointer: a non-blocking initialization writes the pointer on its worker.
+  if (!handle_->ready.load()) {
     std::string message;
     loomResult_t error = handle_->worker ? handle_->worker->error(&message) : loomInternalError;
     if (error != loomSuccess) LOOM_THROW(error, "communicator initialization failed: ", message);
@@ -63,6 +66,7 @@ loomResult_t initHandle(loomComm_t* out, int nranks, int rank, const CommConfig&
   handle->rank = rank;
   if (cfg.blocking) {
     handle->comm = build();
+    handle->ready.store(true);
     handle->state.store(HandleState::kLive);
     *out = handle.release();
     return loomSuccess;
@@ -71,7 +75,10 @@ loomResult_t initHandle(loomComm_t* out, int nranks, int rank, const CommConfig&
   loomComm* raw = handle.get();
   raw->worker->enqueue([raw, build] {
     raw->comm = build();
-    raw->state.store(HandleState::kLive);
+    raw->ready.store(true);
+    // A destroy that began meanwhile owns the handle now: it must not come back to life.
+    HandleState expected = HandleState::kInitializing;
+    raw->state.compare_exchange_strong(expected, HandleState::kLive);
   });
   *out = handle.release();
   return loomInProgress;
@@ -212,6 +219,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
     handle->nranks = child->nranks();
     handle->rank = child->rank();
     handle->comm = std::move(child);
+    handle->ready.store(true);
     handle->state.store(HandleState::kLive);
     *newcomm = handle.release();
     return loomSuccess;
@@ -227,21 +235,33 @@ loomResult_t loomCommFinalize(loomComm_t comm) {
 }
 
 namespace {
+// Destroyed handles stay allocated (see handle.hpp). Listing them keeps them reachable, so that
+// leak checkers (LeakSanitizer in the ASan build) do not report each one as a leak.
+void keepTombstone(loomComm* handle) {
+  static std::mutex mutex;
+  static auto* tombstones = new std::vector<loomComm*>();  // never freed, like the tombstones
+  std::lock_guard<std::mutex> lock(mutex);
+  tombstones->push_back(handle);
+}
+
 loomResult_t destroyHandle(loomComm_t comm, bool abort) {
   LOOM_CHECK_ARG(comm != nullptr, "communicator is NULL");
   LOOM_CHECK_ARG(comm->magic == loomComm::kMagic, "argument is not a Loom communicator");
-  HandleState expected = HandleState::kLive;
-  if (!comm->state.compare_exchange_strong(expected, HandleState::kDestroying)) {
-    expected = HandleState::kInitializing;
-    if (!comm->state.compare_exchange_strong(expected, HandleState::kDestroying))
+  // A loop: a non-blocking initialization may turn kInitializing into kLive meanwhile.
+  HandleState state = comm->state.load();
+  do {
+    if (state != HandleState::kLive && state != HandleState::kInitializing)
       LOOM_THROW(loomInvalidUsage, "communicator was already destroyed or is being destroyed");
-  }
-  if (abort && comm->comm) comm->comm->abort("loomCommAbort called on rank " + std::to_string(comm->rank));
+  } while (!comm->state.compare_exchange_weak(state, HandleState::kDestroying));
+  // While a non-blocking initialization runs, its worker may be writing comm->comm.
+  if (abort && state == HandleState::kLive)
+    comm->comm->abort("loomCommAbort called on rank " + std::to_string(comm->rank));
   // Calls already running finish (they are bounded by the timeout; abort makes them fail fast).
   while (comm->inflight.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
   comm->worker.reset();  // drains what is queued (an aborted comm fails it quickly), joins
   comm->comm.reset();
   comm->state.store(HandleState::kDestroyed);
+  keepTombstone(comm);
   return loomSuccess;
 }
 }  // namespace

@@ -268,6 +268,9 @@ void Bootstrap::State::drain(ControlPeer& peer) {
     peer.hasData = true;
     peer.dataSeq = frame.arg;
     peer.data = std::move(frame.body);
+    // What follows the data (rank 0 aborting right after it answered: LOOM_CHECK found a
+    // mismatch) is for the next read, once this collective has used the data.
+    return;
   }
 }
 

@@ -222,16 +222,24 @@ void Comm::checkPeer(int peer) {
 }
 
 void Comm::fail(const Error& error) {
+  bool first = false;
+  std::string reason;
   {
     std::lock_guard<std::mutex> lock(errorMutex_);
     if (asyncError_.load() == loomSuccess) {
       asyncMessage_ = error.what();
       asyncError_.store(error.code());
+      first = true;
     }
+    // Peers are told the first failure, the cause. A later one may be its echo: a wait that
+    // loomCommAbort on another thread ended says only "aborted", and may get here first.
+    reason = asyncMessage_;
   }
   aborted_.store(true);
-  if (sharedMemory_) arena_.raiseAbort(error.code(), rank_, error.what());
-  withBootstrap([&](Bootstrap& b) { b.broadcastAbort(error.what()); });
+  // Once: this rank's reason slot in the arena has one writer (two threads failing together, a
+  // collective and loomCommAbort, would race on it while peers read it).
+  if (sharedMemory_ && first) arena_.raiseAbort(error.code(), rank_, reason);
+  withBootstrap([&](Bootstrap& b) { b.broadcastAbort(reason); });
   LOOM_WARN(kSubsysColl, rank_, "communicator aborted: ", error.what());
 }
 

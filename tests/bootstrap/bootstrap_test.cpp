@@ -591,6 +591,38 @@ TEST(BootstrapFailure, CheckHealthSeesAnAbortWithoutACollective) {
   EXPECT_NE(o.message.find("rank 1 aborted: oom"), std::string::npos) << o.message;
 }
 
+TEST(BootstrapTest, AnswerOfARank0ThatLeavesAtOnceStillArrives) {
+  // Rank 0 answers a barrier and at once destroys its bootstrap (a last barrier, then
+  // loomCommDestroy) or aborts (LOOM_CHECK found a mismatch in what the barrier gathered). A leaf
+  // that reads the answer only after the EOF or the abort arrived behind it must still get the
+  // answer; the abort is for its next call. Eight ranks on few cores make such late readers
+  // common; the rounds make at least one near certain.
+  const int n = 8;
+  for (bool abort : {false, true}) {
+    for (int round = 0; round < 50; ++round) {
+      UniqueId id = localRoot(JobSecret::random());
+      auto group = makeGroup(id, n);
+      auto outcomes = parallel(n, [&](int r) {
+        group[r]->barrier();
+        if (r != 0) return;
+        if (abort) {
+          group[0]->broadcastAbort("mismatch");
+        } else {
+          group[0].reset();
+        }
+      });
+      for (int r = 1; r < n; ++r)
+        ASSERT_EQ(outcomes[r].code, loomSuccess)
+            << (abort ? "abort" : "destroy") << " round " << round << ", rank " << r << ": "
+            << outcomes[r].message;
+      if (!abort) continue;
+      Outcome next = capture([&] { group[1]->barrier(); });
+      EXPECT_EQ(next.code, loomRemoteError) << next.message;
+      EXPECT_NE(next.message.find("mismatch"), std::string::npos) << next.message;
+    }
+  }
+}
+
 TEST(BootstrapTest, CheckHealthKeepsDataOfALeafThatIsAhead) {
   UniqueId id = localRoot(JobSecret::random());
   auto group = makeGroup(id, 2);

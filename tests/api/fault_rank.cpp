@@ -1,0 +1,208 @@
+// One rank of a fault-injection job. faults_test starts every rank itself (not through loomrun,
+// which kills the survivors as soon as one rank dies, and the survivors are what is tested).
+//
+//   fault_rank MODE [ARGS...]   rank, size and rendezvous from LOOM_RANK, LOOM_WORLD_SIZE,
+//                               LOOM_COMM_ID, LOOM_JOB_SECRET; the timeout from LOOM_TIMEOUT
+//
+// Each rank prints one machine-readable line when its part ends,
+//   result rank=R code=C elapsed_ms=E iters=I msg=M
+// (C: the loomResult_t of the last call; E: see each mode; M: loomGetLastError, one line) and
+// then, after it released its communicator, "done destroy_ms=D". Modes:
+//   kill OP BYTES VICTIM   OP (allreduce|allgather|broadcast) of BYTES in a loop until one fails;
+//                          rank VICTIM SIGKILLs itself while in its 51st call. E: from the end of
+//                          the last successful call to the failure.
+//   init                   init only. E: the init.
+//   mismatch KIND          LOOM_CHECK's case: KIND count: rank 0 allreduces 10 floats, the others
+//                          11; KIND func: ranks 0 and 1 allreduce 10, rank 2 allgathers 10.
+//   p2p                    rank 0 sends 10 int32 to rank 1, which receives 12.
+//   loop N                 N allreduces of 1000 int32, each result checked.
+//   abort-thread           rank 0 allreduces alone; another thread aborts it after 300 ms. The
+//                          other ranks init, sleep 3 s and exit.
+//   algo                   one allreduce of 1 MiB, then prints "algorithm NAME".
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom/loom.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+long long msSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+int gRank = -1;
+
+void report(loomResult_t code, long long elapsedMs, long iters) {
+  std::string msg = code == loomSuccess ? "" : loomGetLastError(nullptr);
+  for (char& c : msg)
+    if (c == '\n' || c == '\r') c = ' ';
+  std::printf("result rank=%d code=%d elapsed_ms=%lld iters=%ld msg=%s\n", gRank,
+              static_cast<int>(code), elapsedMs, iters, msg.c_str());
+  std::fflush(stdout);
+}
+
+// A failed communicator is aborted, a healthy one destroyed; how long that takes is reported too
+// (a release must not wait for peers that are gone).
+int finish(loomComm_t comm, loomResult_t code) {
+  Clock::time_point start = Clock::now();
+  if (comm != nullptr) {
+    if (code == loomSuccess) {
+      loomCommDestroy(comm);
+    } else {
+      loomCommAbort(comm);
+    }
+  }
+  std::printf("done destroy_ms=%lld\n", msSince(start));
+  std::fflush(stdout);
+  return 0;
+}
+
+loomResult_t runOp(const std::string& op, std::vector<float>& send, std::vector<float>& recv,
+                   size_t count, loomComm_t comm) {
+  if (op == "allgather")
+    return loomAllGather(send.data(), recv.data(), count, loomFloat, comm, nullptr);
+  if (op == "broadcast")
+    return loomBroadcast(send.data(), recv.data(), count, loomFloat, 0, comm, nullptr);
+  return loomAllReduce(send.data(), recv.data(), count, loomFloat, loomSum, comm, nullptr);
+}
+
+int modeKill(loomComm_t comm, int nranks, const std::string& op, size_t bytes, int victim) {
+  size_t count = std::max<size_t>(bytes / sizeof(float), 1);
+  std::vector<float> send(count, 1.0f), recv(count * (op == "allgather" ? nranks : 1));
+  Clock::time_point lastSuccess = Clock::now();
+  for (long iters = 0;; ++iters) {
+    if (gRank == victim && iters == 50) {
+      // Dies a moment later, in the middle of the next call.
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        kill(getpid(), SIGKILL);
+      }).detach();
+    }
+    loomResult_t r = runOp(op, send, recv, count, comm);
+    if (r != loomSuccess) {
+      report(r, msSince(lastSuccess), iters);
+      return finish(comm, r);
+    }
+    lastSuccess = Clock::now();
+  }
+}
+
+int modeMismatch(loomComm_t comm, const std::string& kind) {
+  std::vector<float> send(64, 1.0f), recv(64 * 8);
+  size_t count = kind == "count" && gRank != 0 ? 11 : 10;
+  Clock::time_point start = Clock::now();
+  loomResult_t r =
+      kind == "func" && gRank == 2
+          ? loomAllGather(send.data(), recv.data(), count, loomFloat, comm, nullptr)
+          : loomAllReduce(send.data(), recv.data(), count, loomFloat, loomSum, comm, nullptr);
+  report(r, msSince(start), 1);
+  return finish(comm, r);
+}
+
+int modeP2P(loomComm_t comm) {
+  std::vector<int32_t> data(12, 7);
+  Clock::time_point start = Clock::now();
+  loomResult_t r = loomSuccess;
+  if (gRank == 0) r = loomSend(data.data(), 10, loomInt32, 1, comm, nullptr);
+  if (gRank == 1) r = loomRecv(data.data(), 12, loomInt32, 0, comm, nullptr);
+  report(r, msSince(start), 1);
+  return finish(comm, r);
+}
+
+int modeLoop(loomComm_t comm, int nranks, long n) {
+  std::vector<int32_t> data(1000);
+  Clock::time_point start = Clock::now();
+  for (long i = 0; i < n; ++i) {
+    for (size_t k = 0; k < data.size(); ++k) data[k] = static_cast<int32_t>(k + gRank);
+    loomResult_t r =
+        loomAllReduce(data.data(), data.data(), data.size(), loomInt32, loomSum, comm, nullptr);
+    int32_t want = static_cast<int32_t>(999 * nranks + nranks * (nranks - 1) / 2);
+    if (r == loomSuccess && data[999] != want) {
+      std::printf("result rank=%d code=%d elapsed_ms=0 iters=%ld msg=wrong sum %d, want %d\n",
+                  gRank, static_cast<int>(loomInternalError), i, data[999], want);
+      return finish(comm, loomInternalError);
+    }
+    if (r != loomSuccess) {
+      report(r, msSince(start), i);
+      return finish(comm, r);
+    }
+  }
+  report(loomSuccess, msSince(start), n);
+  return finish(comm, loomSuccess);
+}
+
+int modeAbortThread(loomComm_t comm) {
+  if (gRank != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    report(loomSuccess, 0, 0);
+    return finish(comm, loomSuccess);
+  }
+  std::thread aborter([comm] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    loomCommAbort(comm);
+  });
+  std::vector<float> data(1024, 1.0f);
+  Clock::time_point start = Clock::now();
+  loomResult_t r =
+      loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
+  report(r, msSince(start), 1);
+  aborter.join();
+  return finish(nullptr, r);  // the aborter released it
+}
+
+int modeAlgo(loomComm_t comm) {
+  std::vector<float> data(1 << 18, 1.0f);
+  loomResult_t r =
+      loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
+  const char* name = "?";
+  loomCommGetAlgorithm(comm, loomFuncAllReduce, data.size(), loomFloat, &name);
+  std::printf("algorithm %s\n", name);
+  report(r, 0, 1);
+  return finish(comm, r);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: fault_rank MODE [ARGS...] (see the source)\n");
+    return 2;
+  }
+  std::string mode = argv[1];
+  auto arg = [&](int i) { return std::string(i < argc ? argv[i] : ""); };
+  const char* rankText = std::getenv("LOOM_RANK");
+  gRank = rankText != nullptr ? std::atoi(rankText) : -1;
+
+  loomComm_t comm = nullptr;
+  Clock::time_point start = Clock::now();
+  loomResult_t r = loomCommInitFromEnv(&comm, nullptr);
+  if (r != loomSuccess || mode == "init") {
+    report(r, msSince(start), 0);
+    return finish(r == loomSuccess ? comm : nullptr, r);
+  }
+  int nranks = 0;
+  loomCommCount(comm, &nranks);
+  if (mode == "kill")
+    return modeKill(comm, nranks, arg(2), std::strtoull(arg(3).c_str(), nullptr, 10),
+                    std::atoi(arg(4).c_str()));
+  if (mode == "mismatch") return modeMismatch(comm, arg(2));
+  if (mode == "p2p") return modeP2P(comm);
+  if (mode == "loop") return modeLoop(comm, nranks, std::atol(arg(2).c_str()));
+  if (mode == "abort-thread") return modeAbortThread(comm);
+  if (mode == "algo") return modeAlgo(comm);
+  std::fprintf(stderr, "fault_rank: unknown mode '%s'\n", mode.c_str());
+  loomCommDestroy(comm);
+  return 2;
+}

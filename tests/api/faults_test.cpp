@@ -1,0 +1,476 @@
+// Faults across processes: a rank killed mid-collective, a rank that never starts, calls that do
+// not match across ranks, a stranger at the rendezvous port, an abort from another thread. Each
+// test starts its ranks itself (fault_rank, with fork and exec: loomrun would kill the survivors
+// when one rank dies), reads what each prints and how it exits, and kills whatever still runs at
+// the end: a hang fails the test within its bound instead of stalling CI.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/error.hpp"
+#include "bootstrap/bootstrap.hpp"
+
+extern char** environ;
+
+namespace loom::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+uint16_t freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    ADD_FAILURE() << "no free port: " << strerror(errno);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string randomHex(size_t chars) {
+  std::random_device device;
+  std::string out;
+  for (size_t i = 0; i < chars; ++i) out += "0123456789abcdef"[device() % 16];
+  return out;
+}
+
+// The "result ..." line of a rank: its fields, with msg last (it may hold spaces).
+struct Result {
+  bool present = false;
+  int code = -1;
+  long long elapsedMs = -1;
+  long iters = -1;
+  std::string msg;
+};
+
+Result parseResult(const std::string& out) {
+  Result r;
+  size_t at = out.find("result rank=");
+  if (at == std::string::npos) return r;
+  std::string line = out.substr(at, out.find('\n', at) - at);
+  auto field = [&](const char* key) -> std::string {
+    size_t k = line.find(std::string(" ") + key + "=");
+    if (k == std::string::npos) return "";
+    k += strlen(key) + 2;
+    return std::string(key) == "msg" ? line.substr(k) : line.substr(k, line.find(' ', k) - k);
+  };
+  r.present = true;
+  r.code = std::atoi(field("code").c_str());
+  r.elapsedMs = std::atoll(field("elapsed_ms").c_str());
+  r.iters = std::atol(field("iters").c_str());
+  r.msg = field("msg");
+  return r;
+}
+
+struct Rank {
+  pid_t pid = -1;
+  int outFd = -1, errFd = -1;
+  std::string out, err;
+  bool exited = false;
+  int status = 0;
+  Clock::time_point exitedAt;
+  Result result() const { return parseResult(out); }
+  bool exitedCleanly() const { return exited && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+  bool killedBy(int signal) const {
+    return exited && WIFSIGNALED(status) && WTERMSIG(status) == signal;
+  }
+};
+
+// One job: world size, rendezvous address and secret shared by its ranks, started one by one.
+class Job {
+ public:
+  Job(int worldSize, const char* timeoutSeconds)
+      : size_(worldSize), ranks_(worldSize), port_(freePort()), secret_(randomHex(32)) {
+    env_ = {{"LOOM_WORLD_SIZE", std::to_string(worldSize)},
+            {"LOOM_COMM_ID", "127.0.0.1:" + std::to_string(port_)},
+            {"LOOM_JOB_SECRET", secret_},
+            {"LOOM_TIMEOUT", timeoutSeconds}};
+  }
+  ~Job() { killAll(); }
+  void setEnv(const std::string& name, const std::string& value) { env_[name] = value; }
+  uint16_t port() const { return port_; }
+  const std::string& secret() const { return secret_; }
+  Rank& operator[](int rank) { return ranks_[rank]; }
+
+  void start(int rank, const std::vector<std::string>& args) {
+    // Everything the child needs is built before fork: after it only exec may run.
+    std::vector<std::string> envText;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string entry = *e;
+      std::string name = entry.substr(0, entry.find('='));
+      if (name.rfind("LOOM_", 0) == 0 || name == "RANK" || name == "WORLD_SIZE" ||
+          name == "MASTER_ADDR" || name == "MASTER_PORT")
+        continue;
+      envText.push_back(entry);
+    }
+    for (const auto& [name, value] : env_) envText.push_back(name + "=" + value);
+    envText.push_back("LOOM_RANK=" + std::to_string(rank));
+    std::vector<std::string> argText{FAULT_RANK_PATH};
+    argText.insert(argText.end(), args.begin(), args.end());
+    std::vector<char*> argv, envp;
+    for (auto& a : argText) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : envText) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int out[2], err[2];
+    ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+    ASSERT_EQ(pipe2(err, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      dup2(err[1], STDERR_FILENO);
+      execve(argv[0], argv.data(), envp.data());
+      _exit(127);
+    }
+    close(out[1]);
+    close(err[1]);
+    Rank& r = ranks_[rank];
+    r.pid = pid;
+    r.outFd = out[0];
+    r.errFd = err[0];
+  }
+
+  void startAll(const std::vector<std::string>& args) {
+    for (int r = 0; r < size_; ++r) start(r, args);
+  }
+
+  // Collects output until every started rank exited and closed its pipes, or `seconds` passed
+  // (false). Whatever still runs then is killed.
+  bool wait(double seconds) {
+    Clock::time_point start = Clock::now();
+    bool allDone = false;
+    while (!allDone && secondsSince(start) < seconds) {
+      std::vector<pollfd> fds;
+      std::vector<std::string*> sinks;
+      for (Rank& r : ranks_) {
+        for (auto [fd, sink] : {std::pair{r.outFd, &r.out}, std::pair{r.errFd, &r.err}}) {
+          if (fd < 0) continue;
+          fds.push_back({fd, POLLIN, 0});
+          sinks.push_back(sink);
+        }
+      }
+      if (!fds.empty()) poll(fds.data(), fds.size(), 20);
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        char buffer[4096];
+        ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+        if (n > 0) {
+          sinks[i]->append(buffer, static_cast<size_t>(n));
+        } else {
+          closeFd(fds[i].fd);
+        }
+      }
+      if (fds.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      allDone = reap();
+    }
+    killAll();
+    return allDone;
+  }
+
+  std::string describe() const {
+    std::string text;
+    for (int r = 0; r < size_; ++r) {
+      const Rank& k = ranks_[r];
+      if (k.pid < 0) continue;
+      text += "--- rank " + std::to_string(r) + " status " + std::to_string(k.status) +
+              "\nstdout: " + k.out + "stderr: " + k.err.substr(0, 4000) + "\n";
+    }
+    return text;
+  }
+
+ private:
+  void closeFd(int fd) {
+    for (Rank& r : ranks_) {
+      if (r.outFd == fd) r.outFd = -1;
+      if (r.errFd == fd) r.errFd = -1;
+    }
+    close(fd);
+  }
+  // True when every started rank has exited and its output is read.
+  bool reap() {
+    bool all = true;
+    for (Rank& r : ranks_) {
+      if (r.pid < 0) continue;
+      if (!r.exited && waitpid(r.pid, &r.status, WNOHANG) == r.pid) {
+        r.exited = true;
+        r.exitedAt = Clock::now();
+      }
+      all &= r.exited && r.outFd < 0 && r.errFd < 0;
+    }
+    return all;
+  }
+  void killAll() {
+    for (Rank& r : ranks_) {
+      if (r.pid > 0 && !r.exited) {
+        kill(r.pid, SIGKILL);
+        waitpid(r.pid, &r.status, 0);
+        r.exited = true;
+        r.exitedAt = Clock::now();
+      }
+      for (int fd : {r.outFd, r.errFd})
+        if (fd >= 0) close(fd);
+      r.outFd = r.errFd = -1;
+    }
+  }
+
+  int size_;
+  std::vector<Rank> ranks_;
+  uint16_t port_;
+  std::string secret_;
+  std::map<std::string, std::string> env_;
+};
+
+bool isPeerFailure(int code) { return code == loomRemoteError || code == loomTimeout; }
+
+// ----------------------------------------------------------------------------------------------
+// A rank killed mid-collective: every survivor fails within 2 x timeout (5 s here), with a
+// message, and releases its communicator promptly.
+
+struct KillCase {
+  const char* name;
+  int ranks;
+  const char* op;
+  size_t bytes;
+  int victim;
+  const char* env;  // NAME=VALUE for every rank, or ""
+};
+
+class KillRank : public ::testing::TestWithParam<KillCase> {};
+
+TEST_P(KillRank, SurvivorsFailWithinTwiceTheTimeout) {
+  const KillCase& k = GetParam();
+  Job job(k.ranks, "5");
+  std::string env = k.env;
+  if (!env.empty()) job.setEnv(env.substr(0, env.find('=')), env.substr(env.find('=') + 1));
+  job.startAll({"kill", k.op, std::to_string(k.bytes), std::to_string(k.victim)});
+  bool finished = job.wait(25);
+  EXPECT_TRUE(finished) << "a rank hung\n" << job.describe();
+  EXPECT_TRUE(job[k.victim].killedBy(SIGKILL)) << job.describe();
+  for (int r = 0; r < k.ranks; ++r) {
+    if (r == k.victim) continue;
+    Result res = job[r].result();
+    ASSERT_TRUE(res.present) << "rank " << r << "\n" << job.describe();
+    EXPECT_TRUE(isPeerFailure(res.code)) << "rank " << r << ": code " << res.code << " " << res.msg;
+    EXPECT_FALSE(res.msg.empty()) << "rank " << r;
+    EXPECT_GE(res.iters, 49) << "rank " << r;  // it failed because of the kill, not before
+    EXPECT_LT(res.elapsedMs, 10000) << "rank " << r << ": " << res.msg;
+    EXPECT_TRUE(job[r].exitedCleanly()) << "rank " << r << "\n" << job.describe();
+    // Releasing the failed communicator does not wait for the dead rank either.
+    size_t done = job[r].out.find("done destroy_ms=");
+    ASSERT_NE(done, std::string::npos) << job.describe();
+    EXPECT_LT(std::atoll(job[r].out.c_str() + done + 16), 5000) << "rank " << r;
+    EXPECT_LT(std::chrono::duration<double>(job[r].exitedAt - job[k.victim].exitedAt).count(), 10.0)
+        << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, KillRank,
+    ::testing::Values(
+        KillCase{"allreduce_1MiB_3ranks", 3, "allreduce", 1 << 20, 1, ""},
+        KillCase{"allreduce_8B_3ranks", 3, "allreduce", 8, 1, ""},
+        KillCase{"allreduce_1MiB_4ranks", 4, "allreduce", 1 << 20, 1, ""},
+        KillCase{"allreduce_8B_4ranks", 4, "allreduce", 8, 1, ""},
+        KillCase{"ring_1MiB_3ranks", 3, "allreduce", 1 << 20, 1, "LOOM_ALGO=allreduce:ring"},
+        KillCase{"ring_8B_4ranks", 4, "allreduce", 8, 1, "LOOM_ALGO=allreduce:ring"},
+        KillCase{"allgather_1MiB_3ranks", 3, "allgather", 1 << 20, 1, ""},
+        KillCase{"broadcast_1MiB_3ranks", 3, "broadcast", 1 << 20, 1, ""},
+        KillCase{"rank0_allreduce_1MiB_3ranks", 3, "allreduce", 1 << 20, 0, ""},
+        KillCase{"rank0_allreduce_8B_4ranks", 4, "allreduce", 8, 0, ""},
+        KillCase{"rank0_broadcast_8B_3ranks", 3, "broadcast", 8, 0, ""},
+        // With LOOM_CHECK each call first waits in the control plane (through rank 0).
+        KillCase{"check_allreduce_8B_3ranks", 3, "allreduce", 8, 1, "LOOM_CHECK=1"},
+        KillCase{"check_rank0_allreduce_8B_3ranks", 3, "allreduce", 8, 0, "LOOM_CHECK=1"}),
+    [](const ::testing::TestParamInfo<KillCase>& info) { return std::string(info.param.name); });
+
+// ----------------------------------------------------------------------------------------------
+// A rank that never starts.
+
+TEST(Faults, MissingRankTimesOutInit) {
+  Job job(3, "2");
+  job.start(0, {"init"});
+  job.start(1, {"init"});
+  EXPECT_TRUE(job.wait(15)) << job.describe();
+  for (int r = 0; r < 2; ++r) {
+    Result res = job[r].result();
+    ASSERT_TRUE(res.present) << job.describe();
+    EXPECT_TRUE(isPeerFailure(res.code)) << "rank " << r << ": " << res.code << " " << res.msg;
+    EXPECT_FALSE(res.msg.empty());
+    EXPECT_LT(res.elapsedMs, 4000) << "rank " << r << ": " << res.msg;
+    EXPECT_TRUE(job[r].exitedCleanly()) << job.describe();
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Calls that do not match across ranks.
+
+TEST(Faults, CheckNamesTheRanksOfADifferentCount) {
+  Job job(3, "5");
+  job.setEnv("LOOM_CHECK", "1");
+  job.startAll({"mismatch", "count"});
+  EXPECT_TRUE(job.wait(20)) << job.describe();
+  for (int r = 0; r < 3; ++r) {
+    Result res = job[r].result();
+    ASSERT_TRUE(res.present) << job.describe();
+    EXPECT_EQ(res.code, loomInvalidUsage) << "rank " << r << ": " << res.msg;
+    EXPECT_NE(res.msg.find("ranks 0 "), std::string::npos) << res.msg;
+    EXPECT_NE(res.msg.find("ranks 1,2 "), std::string::npos) << res.msg;
+    EXPECT_NE(res.msg.find("count=11"), std::string::npos) << res.msg;
+    EXPECT_LT(res.elapsedMs, 5000);
+    EXPECT_TRUE(job[r].exitedCleanly()) << job.describe();
+  }
+}
+
+TEST(Faults, CheckNamesTheRankOfADifferentCollective) {
+  Job job(3, "5");
+  job.setEnv("LOOM_CHECK", "1");
+  job.startAll({"mismatch", "func"});
+  EXPECT_TRUE(job.wait(20)) << job.describe();
+  for (int r = 0; r < 3; ++r) {
+    Result res = job[r].result();
+    ASSERT_TRUE(res.present) << job.describe();
+    EXPECT_EQ(res.code, loomInvalidUsage) << "rank " << r << ": " << res.msg;
+    EXPECT_NE(res.msg.find("ranks 0,1 "), std::string::npos) << res.msg;
+    EXPECT_NE(res.msg.find("ranks 2 "), std::string::npos) << res.msg;
+    EXPECT_LT(res.elapsedMs, 5000);
+  }
+}
+
+TEST(Faults, MismatchWithoutCheckStillEndsWithinTwiceTheTimeout) {
+  for (const char* kind : {"count", "func"}) {
+    Job job(3, "2");
+    job.startAll({"mismatch", kind});
+    EXPECT_TRUE(job.wait(12)) << kind << ": a rank hung\n" << job.describe();
+    for (int r = 0; r < 3; ++r) {
+      Result res = job[r].result();
+      ASSERT_TRUE(res.present) << kind << "\n" << job.describe();
+      EXPECT_LT(res.elapsedMs, 4000) << kind << " rank " << r << ": " << res.msg;
+      EXPECT_TRUE(res.code == loomSuccess || !res.msg.empty()) << kind << " rank " << r;
+      EXPECT_FALSE(job[r].killedBy(SIGSEGV) || job[r].killedBy(SIGABRT)) << job.describe();
+    }
+  }
+}
+
+TEST(Faults, PointToPointSizeMismatch) {
+  Job job(2, "5");
+  job.startAll({"p2p"});
+  EXPECT_TRUE(job.wait(15)) << job.describe();
+  Result sender = job[0].result(), receiver = job[1].result();
+  ASSERT_TRUE(sender.present && receiver.present) << job.describe();
+  EXPECT_EQ(receiver.code, loomInvalidUsage) << receiver.msg;
+  EXPECT_NE(receiver.msg.find("40 bytes"), std::string::npos) << receiver.msg;
+  EXPECT_NE(receiver.msg.find("48 bytes"), std::string::npos) << receiver.msg;
+  EXPECT_TRUE(sender.code == loomSuccess || isPeerFailure(sender.code)) << sender.msg;
+  EXPECT_LT(sender.elapsedMs, 5000);
+  EXPECT_LT(receiver.elapsedMs, 5000);
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(job[r].exitedCleanly()) << job.describe();
+}
+
+// ----------------------------------------------------------------------------------------------
+// A stranger at the rendezvous port, before the job is complete.
+
+int rawConnect(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  close(fd);
+  return -1;
+}
+
+TEST(Faults, StrangerAtTheRendezvousIsRefusedAndTheJobCompletes) {
+  Job job(2, "10");
+  job.start(0, {"loop", "200"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Garbage, a connection that hangs up at once, and one that never speaks.
+  int garbage = rawConnect(job.port());
+  ASSERT_GE(garbage, 0) << "rank 0 never listened\n" << job.describe();
+  std::string junk(300, '\x7f');
+  EXPECT_EQ(send(garbage, junk.data(), junk.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(junk.size()));
+  close(rawConnect(job.port()));
+  int silent = rawConnect(job.port());
+  // A client that speaks the protocol with a wrong secret, claiming rank 1.
+  UniqueId forged{"127.0.0.1", job.port(), JobSecret::random(), 0};
+  Bootstrap::Options options;
+  options.timeoutMs = 3000;
+  loomResult_t strangerCode = loomSuccess;
+  try {
+    Bootstrap stranger(forged, 1, 2, "evil", options);
+  } catch (const Error& e) {
+    strangerCode = e.code();
+  }
+  EXPECT_EQ(strangerCode, loomInvalidArgument);
+  job.start(1, {"loop", "200"});
+  EXPECT_TRUE(job.wait(20)) << job.describe();
+  close(garbage);
+  if (silent >= 0) close(silent);
+  for (int r = 0; r < 2; ++r) {
+    Result res = job[r].result();
+    ASSERT_TRUE(res.present) << job.describe();
+    EXPECT_EQ(res.code, loomSuccess) << "rank " << r << ": " << res.msg;
+    EXPECT_EQ(res.iters, 200);
+    EXPECT_TRUE(job[r].exitedCleanly()) << job.describe();
+  }
+  EXPECT_NE(job[0].err.find("LOOM WARN"), std::string::npos) << job[0].err;
+  EXPECT_NE(job[0].err.find("refused"), std::string::npos) << job[0].err;
+}
+
+// ----------------------------------------------------------------------------------------------
+// loomCommAbort from another thread, and the algorithm in the log.
+
+TEST(Faults, AbortFromAnotherThreadEndsTheWait) {
+  Job job(2, "60");
+  job.startAll({"abort-thread"});
+  EXPECT_TRUE(job.wait(15)) << job.describe();
+  Result res = job[0].result();
+  ASSERT_TRUE(res.present) << job.describe();
+  EXPECT_NE(res.code, loomSuccess);
+  EXPECT_NE(res.msg.find("abort"), std::string::npos) << res.msg;
+  EXPECT_GE(res.elapsedMs, 250);
+  EXPECT_LT(res.elapsedMs, 1000) << res.msg;
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(job[r].exitedCleanly()) << job.describe();
+}
+
+TEST(Faults, InfoLogNamesTheAlgorithm) {
+  Job job(2, "10");
+  job.setEnv("LOOM_DEBUG", "INFO");
+  job.setEnv("LOOM_ALGO", "allreduce:ring");
+  job.startAll({"algo"});
+  EXPECT_TRUE(job.wait(15)) << job.describe();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(job[r].out.find("algorithm ring"), std::string::npos) << job.describe();
+    EXPECT_NE(job[r].err.find("-> ring"), std::string::npos) << job[r].err;
+    EXPECT_TRUE(job[r].exitedCleanly()) << job.describe();
+  }
+}
+
+}  // namespace
+}  // namespace loom::test
