@@ -139,8 +139,14 @@ loomResult_t submit(const char* function, loomComm_t handle, const CollArgs& arg
       return loomSuccess;
     }
     loomComm* h = use.get();
-    if (h->blocking) use.comm();  // reports a failed initialization
-    return runOrQueue(h, [h, args] { h->comm->collective(args); });
+    if (h->blocking) {
+      use.comm().collective(args);  // (use.comm() also reports a failed initialization)
+      return loomSuccess;
+    }
+    // Runs later on the progress thread: it must own whatever it reads of the caller's memory
+    // besides the data buffers themselves (alltoallv's count arrays).
+    GroupOp op = GroupOp::collective(h, args);
+    return runOrQueue(h, [h, op] { h->comm->collective(op.args); });
   });
 }
 

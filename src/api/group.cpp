@@ -34,6 +34,19 @@ void executeOps(const std::vector<GroupOp>& ops) {
 
 }  // namespace
 
+std::shared_ptr<const OwnedCounts> OwnedCounts::copy(CollArgs& args, int nranks) {
+  auto owned = std::make_shared<OwnedCounts>();
+  const size_t n = static_cast<size_t>(nranks);
+  const size_t* sources[4] = {args.sendCounts, args.sendDispls, args.recvCounts, args.recvDispls};
+  for (const size_t* source : sources) owned->values.insert(owned->values.end(), source, source + n);
+  const size_t* base = owned->values.data();
+  args.sendCounts = base;
+  args.sendDispls = base + n;
+  args.recvCounts = base + 2 * n;
+  args.recvDispls = base + 3 * n;
+  return owned;
+}
+
 int groupDepth() { return tlsGroup.depth; }
 
 void recordGroupOp(const GroupOp& op) { tlsGroup.ops.push_back(op); }

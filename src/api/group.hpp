@@ -3,16 +3,25 @@
 // progressed as one batch (so a pair of ranks may send to each other first without deadlock).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "api/handle.hpp"
 
 namespace loom {
 
+// alltoallv's four count/displacement arrays copied out of the caller's memory, for an
+// operation that runs after the call returned (at loomGroupEnd, or on a progress thread).
+struct OwnedCounts {
+  std::vector<size_t> values;  // sendCounts, sendDispls, recvCounts, recvDispls, nranks each
+  static std::shared_ptr<const OwnedCounts> copy(CollArgs& args, int nranks);
+};
+
 struct GroupOp {
   loomComm* handle = nullptr;
   bool isCollective = true;
   CollArgs args;           // collectives
+  std::shared_ptr<const OwnedCounts> counts;  // alltoallv: what args' count pointers point to
   bool isSend = false;     // point-to-point
   int peer = 0;
   void* buffer = nullptr;
@@ -22,6 +31,7 @@ struct GroupOp {
     GroupOp op;
     op.handle = handle;
     op.args = args;
+    if (args.func == loomFuncAllToAllv) op.counts = OwnedCounts::copy(op.args, handle->nranks);
     return op;
   }
   static GroupOp pointToPoint(loomComm* handle, bool isSend, int peer, void* buffer, size_t bytes) {

@@ -20,7 +20,8 @@ struct loomComm {
   uint64_t magic = kMagic;
   std::atomic<HandleState> state{HandleState::kInitializing};
   std::atomic<int> inflight{0};
-  std::atomic<bool> ready{false};  // comm is set (published after it, for non-blocking init)
+  std::atomic<bool> ready{false};
+  std::atomic<bool> abortFlag{false};  // the Comm's abort flag (CommConfig::abortFlag)  // comm is set (published after it, for non-blocking init)
   bool blocking = true;
   int nranks = 0;
   int rank = 0;
@@ -73,6 +74,14 @@ class HandleUse {
 
 // Runs work now (blocking communicator) or queues it on the progress thread (non-blocking), in
 // which case the call answers loomInProgress.
-loomResult_t runOrQueue(loomComm* handle, std::function<void()> work);
+template <typename Work>
+loomResult_t runOrQueue(loomComm* handle, Work&& work) {
+  if (handle->blocking) {
+    work();
+    return loomSuccess;
+  }
+  handle->worker->enqueue(std::function<void()>(std::forward<Work>(work)));
+  return loomInProgress;
+}
 
 }  // namespace loom

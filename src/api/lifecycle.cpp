@@ -46,26 +46,20 @@ Comm& HandleUse::comm() const {
   return *handle_->comm;
 }
 
-loomResult_t runOrQueue(loomComm* handle, std::function<void()> work) {
-  if (handle->blocking) {
-    work();
-    return loomSuccess;
-  }
-  handle->worker->enqueue(std::move(work));
-  return loomInProgress;
-}
 
 namespace {
 
 // Creates the handle and builds the Comm now or, for a non-blocking config, on its worker.
 loomResult_t initHandle(loomComm_t* out, int nranks, int rank, const CommConfig& cfg,
-                        std::function<std::unique_ptr<Comm>()> build) {
+                        std::function<std::unique_ptr<Comm>(const CommConfig&)> build) {
   auto handle = std::make_unique<loomComm>();
   handle->blocking = cfg.blocking;
   handle->nranks = nranks;
   handle->rank = rank;
+  CommConfig withFlag = cfg;
+  withFlag.abortFlag = &handle->abortFlag;
   if (cfg.blocking) {
-    handle->comm = build();
+    handle->comm = build(withFlag);
     handle->ready.store(true);
     handle->state.store(HandleState::kLive);
     *out = handle.release();
@@ -73,8 +67,8 @@ loomResult_t initHandle(loomComm_t* out, int nranks, int rank, const CommConfig&
   }
   handle->worker = std::make_unique<AsyncWorker>();
   loomComm* raw = handle.get();
-  raw->worker->enqueue([raw, build] {
-    raw->comm = build();
+  raw->worker->enqueue([raw, build, withFlag] {
+    raw->comm = build(withFlag);
     raw->ready.store(true);
     // A destroy that began meanwhile owns the handle now: it must not come back to life.
     HandleState expected = HandleState::kInitializing;
@@ -86,6 +80,7 @@ loomResult_t initHandle(loomComm_t* out, int nranks, int rank, const CommConfig&
 
 void checkRankArgs(loomComm_t* comm, int nranks, int rank) {
   LOOM_CHECK_ARG(comm != nullptr, "comm output pointer is NULL");
+  *comm = nullptr;  // a failed init leaves no stale handle behind
   LOOM_CHECK_ARG(nranks >= 1, "nranks must be >= 1, got ", nranks);
   LOOM_CHECK_ARG(rank >= 0 && rank < nranks, "rank ", rank, " is out of range [0, ", nranks, ")");
 }
@@ -159,7 +154,7 @@ loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId c
     CommConfig cfg = resolveConfig(config);
     UniqueId id = unpackUniqueId(commId);
     return initHandle(comm, nranks, rank, cfg,
-                      [=] { return std::make_unique<Comm>(id, nranks, rank, cfg); });
+                      [=](const CommConfig& c) { return std::make_unique<Comm>(id, nranks, rank, c); });
   });
 }
 
@@ -173,6 +168,7 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
                                             nullptr};
     static const char* const sizeNames[] = {"LOOM_WORLD_SIZE", "WORLD_SIZE",
                                             "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", nullptr};
+    if (comm != nullptr) *comm = nullptr;
     int rank = envRank(rankNames, "rank");
     int nranks = envRank(sizeNames, "world size");
     checkRankArgs(comm, nranks, rank);
@@ -199,7 +195,7 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
     std::memcpy(&id.jobNonce, digest.data(), sizeof(id.jobNonce));
     if (rank == 0) startRendezvousRoot(id.host, id.port, id.secret, cfg.timeoutMs);
     return initHandle(comm, nranks, rank, cfg,
-                      [=] { return std::make_unique<Comm>(id, nranks, rank, cfg); });
+                      [=](const CommConfig& c) { return std::make_unique<Comm>(id, nranks, rank, c); });
   });
 }
 
@@ -212,6 +208,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
     HandleUse use(comm);
     *newcomm = nullptr;
     CommConfig cfg = config != nullptr ? resolveConfig(config) : use.comm().config();
+    cfg.abortFlag = nullptr;  // the child has its own (the parent's belongs to the parent's handle)
     LOOM_CHECK_ARG(cfg.blocking, "non-blocking split is not supported yet: pass a blocking config");
     std::unique_ptr<Comm> child = use.comm().split(color, key, cfg);
     if (child == nullptr) return loomSuccess;
@@ -253,6 +250,9 @@ loomResult_t destroyHandle(loomComm_t comm, bool abort) {
     if (state != HandleState::kLive && state != HandleState::kInitializing)
       LOOM_THROW(loomInvalidUsage, "communicator was already destroyed or is being destroyed");
   } while (!comm->state.compare_exchange_weak(state, HandleState::kDestroying));
+  // A non-blocking initialization still running gives up at once (its bootstrap watches this
+  // flag); nobody can use a communicator that is being destroyed anyway.
+  if (state == HandleState::kInitializing) comm->abortFlag.store(true);
   // While a non-blocking initialization runs, its worker may be writing comm->comm.
   if (abort && state == HandleState::kLive)
     comm->comm->abort("loomCommAbort called on rank " + std::to_string(comm->rank));

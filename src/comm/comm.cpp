@@ -67,13 +67,17 @@ CommConfig resolveConfig(const loomConfig_t* c) {
 }
 
 Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
-    : config_(config), rank_(rank), nranks_(nranks), id_(id) {
+    : config_(config),
+      rank_(rank),
+      nranks_(nranks),
+      id_(id),
+      aborted_(config.abortFlag != nullptr ? config.abortFlag : &ownAborted_) {
   device_ = createDevice(config_.device);
   nextPeerCheck_.resize(nranks_ + 1);
   deadline_ = Clock::now() + std::chrono::milliseconds(config_.timeoutMs);
   Bootstrap::Options options;
   options.timeoutMs = config_.timeoutMs;
-  options.abortFlag = &aborted_;
+  options.abortFlag = aborted_;
   bootstrap_ = std::make_unique<Bootstrap>(id, rank, nranks,
                                            RankInfo::local(rank, *device_).serialize(), options);
   for (const std::string& bytes : bootstrap_->rankInfos())
@@ -155,7 +159,7 @@ void Comm::setUpSharedMemory() {
 }
 
 void Comm::beginOperation() {
-  if (aborted_.load()) {
+  if (aborted_->load()) {
     loomResult_t code = asyncError_.load();
     LOOM_THROW(code == loomSuccess ? loomInvalidUsage : code,
                "communicator is aborted: ", asyncMessage());
@@ -176,7 +180,7 @@ void Comm::beginOperation() {
 }
 
 void Comm::check(int peer) {
-  if (aborted_.load(std::memory_order_relaxed))
+  if (aborted_->load(std::memory_order_relaxed))
     LOOM_THROW(loomRemoteError, "communicator aborted: ", asyncMessage());
   if (sharedMemory_ && arena_.aborted()) throwArenaAbort();
   Clock::time_point now = Clock::now();
@@ -235,7 +239,7 @@ void Comm::fail(const Error& error) {
     // loomCommAbort on another thread ended says only "aborted", and may get here first.
     reason = asyncMessage_;
   }
-  aborted_.store(true);
+  aborted_->store(true);
   // Once: this rank's reason slot in the arena has one writer (two threads failing together, a
   // collective and loomCommAbort, would race on it while peers read it).
   if (sharedMemory_ && first) arena_.raiseAbort(error.code(), rank_, reason);

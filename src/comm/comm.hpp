@@ -26,6 +26,9 @@ struct CommConfig {
   bool blocking = true;
   std::string name;
   int accum = -1;
+  // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
+  // destroy can stop a non-blocking initialization that is still inside the constructor.
+  std::atomic<bool>* abortFlag = nullptr;
 };
 
 // Reads a C config (may be null) plus the environment into a CommConfig; validates it.
@@ -103,7 +106,8 @@ class Comm {
     return body(*bootstrap_);
   }
 
-  std::atomic<bool> aborted_{false};
+  std::atomic<bool> ownAborted_{false};
+  std::atomic<bool>* aborted_;  // config_.abortFlag or &ownAborted_
   std::atomic<loomResult_t> asyncError_{loomSuccess};
   mutable std::mutex errorMutex_;
   std::string asyncMessage_;
