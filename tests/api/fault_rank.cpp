@@ -19,6 +19,8 @@
 //   abort-thread           rank 0 allreduces alone; another thread aborts it after 300 ms. The
 //                          other ranks init, sleep 3 s and exit.
 //   algo                   one allreduce of 1 MiB, then prints "algorithm NAME".
+//   late MS                after init, every rank but 0 sleeps MS ms; then as loop 3 (rank 0
+//                          waits inside the first allreduce meanwhile, so its liveness checks run).
 #include <signal.h>
 #include <unistd.h>
 
@@ -202,6 +204,10 @@ int main(int argc, char** argv) {
   if (mode == "loop") return modeLoop(comm, nranks, std::atol(arg(2).c_str()));
   if (mode == "abort-thread") return modeAbortThread(comm);
   if (mode == "algo") return modeAlgo(comm);
+  if (mode == "late") {
+    if (gRank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(2).c_str())));
+    return modeLoop(comm, nranks, 3);
+  }
   std::fprintf(stderr, "fault_rank: unknown mode '%s'\n", mode.c_str());
   loomCommDestroy(comm);
   return 2;
