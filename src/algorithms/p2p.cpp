@@ -58,6 +58,7 @@ bool progressRecv(P2POp& op) {
 void runPointToPoint(std::vector<P2POp>& ops) {
   // Only the oldest unfinished op per (channel, direction) may move: stream order is issue order.
   thread_local std::vector<std::pair<Channel*, bool>> busy;  // reused: no allocation per call
+  busy.reserve(ops.size());  // grows once to the largest batch, not while progressing
   auto pass = [&]() -> bool {
     bool moved = false;
     busy.clear();

@@ -166,7 +166,9 @@ loomResult_t submitP2P(const char* function, bool isSend, void* buffer, size_t c
       recordGroupOp(op);
       return loomSuccess;
     }
-    return runGroupOps({op});
+    thread_local std::vector<GroupOp> single;  // reused: a send allocates nothing
+    single.assign(1, op);
+    return runGroupOps(single);
   });
 }
 

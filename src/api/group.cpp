@@ -6,21 +6,42 @@ namespace loom {
 
 namespace {
 
+// Per thread, and reused from call to call: a group allocates nothing once warmed up.
 struct GroupState {
   int depth = 0;
   std::vector<GroupOp> ops;
+  std::vector<loomComm*> pinned;
 };
 thread_local GroupState tlsGroup;
 
+// Every communicator of a group stays pinned until the group ran (HandleUse, kept in a list).
+class GroupPins {
+ public:
+  GroupPins() { tlsGroup.pinned.clear(); }
+  ~GroupPins() {
+    for (loomComm* h : tlsGroup.pinned) h->inflight.fetch_sub(1);
+    tlsGroup.pinned.clear();
+  }
+  GroupPins(const GroupPins&) = delete;
+  GroupPins& operator=(const GroupPins&) = delete;
+  void pin(loomComm* handle) {
+    HandleUse use(handle);  // checks the handle is alive and counts this call in
+    if (handle->blocking) use.comm();  // reports a failed initialization
+    tlsGroup.pinned.push_back(use.release());
+  }
+};
+
 void executeOps(const std::vector<GroupOp>& ops) {
+  thread_local std::vector<P2POp> batch;
+  thread_local std::vector<Comm*> comms;
   for (size_t i = 0; i < ops.size();) {
     if (ops[i].isCollective) {
       ops[i].handle->comm->collective(ops[i].args);
       ++i;
       continue;
     }
-    std::vector<P2POp> batch;
-    std::vector<Comm*> comms;
+    batch.clear();
+    comms.clear();
     for (; i < ops.size() && !ops[i].isCollective; ++i) {
       Comm* comm = ops[i].handle->comm.get();
       batch.push_back(comm->pointToPoint(ops[i].isSend, ops[i].peer, ops[i].buffer, ops[i].bytes));
@@ -51,14 +72,12 @@ int groupDepth() { return tlsGroup.depth; }
 
 void recordGroupOp(const GroupOp& op) { tlsGroup.ops.push_back(op); }
 
-loomResult_t runGroupOps(std::vector<GroupOp> ops) {
+loomResult_t runGroupOps(const std::vector<GroupOp>& ops) {
   if (ops.empty()) return loomSuccess;
-  // Pin every communicator of the group for the duration (a destroyed one is reported here).
-  std::vector<std::unique_ptr<HandleUse>> pins;
+  GroupPins pins;
   bool anyNonBlocking = false, allSameHandle = true;
   for (const GroupOp& op : ops) {
-    pins.push_back(std::make_unique<HandleUse>(op.handle));
-    if (op.handle->blocking) pins.back()->comm();  // reports a failed initialization
+    pins.pin(op.handle);
     anyNonBlocking |= !op.handle->blocking;
     allSameHandle &= op.handle == ops.front().handle;
   }
@@ -68,7 +87,7 @@ loomResult_t runGroupOps(std::vector<GroupOp> ops) {
   }
   LOOM_CHECK_ARG(allSameHandle, "a group on a non-blocking communicator must not mix "
                                 "communicators");
-  return runOrQueue(ops.front().handle, [ops] { executeOps(ops); });
+  return runOrQueue(ops.front().handle, [copy = ops] { executeOps(copy); });
 }
 
 }  // namespace loom
@@ -88,9 +107,11 @@ loomResult_t loomGroupEnd(void) {
   return guarded("loomGroupEnd", [] {
     LOOM_CHECK_ARG(tlsGroup.depth > 0, "loomGroupEnd without loomGroupStart");
     if (--tlsGroup.depth > 0) return loomSuccess;
-    std::vector<GroupOp> ops = std::move(tlsGroup.ops);
-    tlsGroup.ops.clear();
-    return runGroupOps(std::move(ops));
+    // Cleared however the group ends; clear() keeps the capacity for the next group.
+    struct Clear {
+      ~Clear() { tlsGroup.ops.clear(); }
+    } clear;
+    return runGroupOps(tlsGroup.ops);
   });
 }
 

@@ -49,6 +49,6 @@ struct GroupOp {
 int groupDepth();
 void recordGroupOp(const GroupOp& op);
 // Issues ops now (blocking communicators) or on the communicator's progress thread.
-loomResult_t runGroupOps(std::vector<GroupOp> ops);
+loomResult_t runGroupOps(const std::vector<GroupOp>& ops);
 
 }  // namespace loom

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "base/error.hpp"
 #include "comm/async_worker.hpp"
@@ -65,6 +66,8 @@ class HandleUse {
   HandleUse& operator=(const HandleUse&) = delete;
   loomComm* operator->() const { return handle_; }
   loomComm* get() const { return handle_; }
+  // Keeps the pin past this object's life; the caller must decrement `inflight` itself.
+  loomComm* release() { return std::exchange(handle_, nullptr); }
   // The ready communicator; a non-blocking one still initializing is loomInProgress.
   Comm& comm() const;
 

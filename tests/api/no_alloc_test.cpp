@@ -1,0 +1,76 @@
+// The hot path allocates nothing: after a warm-up call of each kind, repeated collectives make no
+// heap allocation on the calling thread. (Own binary: it replaces the global operator new.)
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include "api_test_helpers.hpp"
+
+namespace {
+thread_local long tlsAllocations = 0;
+}
+
+void* operator new(size_t size) {
+  ++tlsAllocations;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace loom::test {
+namespace {
+
+// Runs `calls` on every rank twice (the first time warms up: scratch, workspaces, pages) and
+// returns the allocations each rank made during the second time.
+template <typename Calls>
+std::vector<long> allocationsOfSecondRound(const std::vector<loomComm_t>& comms, Calls calls) {
+  std::vector<long> counts(comms.size());
+  onEachRank(comms, [&](int r) {
+    calls(r, comms[r]);
+    long before = tlsAllocations;
+    for (int i = 0; i < 50; ++i) calls(r, comms[r]);
+    counts[r] = tlsAllocations - before;
+  });
+  return counts;
+}
+
+void everyCollective(int r, loomComm_t comm) {
+  static thread_local std::vector<float> a(1 << 18, 1.0f), b(4 << 18, 0.0f);
+  const size_t n = comm == nullptr ? 0 : a.size() / 4;
+  for (size_t count : {size_t{7}, size_t{1024}, n}) {
+    ASSERT_EQ(loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr), 0);
+    ASSERT_EQ(loomReduce(a.data(), b.data(), count, loomFloat32, loomMax, 0, comm, nullptr), 0);
+    ASSERT_EQ(loomBroadcast(a.data(), b.data(), count, loomFloat32, 1, comm, nullptr), 0);
+    ASSERT_EQ(loomAllGather(a.data(), b.data(), count, loomFloat32, comm, nullptr), 0);
+    ASSERT_EQ(loomReduceScatter(a.data(), b.data(), count, loomFloat32, loomAvg, comm, nullptr), 0);
+    ASSERT_EQ(loomAllToAll(a.data(), b.data(), count, loomFloat32, comm, nullptr), 0);
+  }
+  int peer = 1 - r;
+  ASSERT_EQ(loomGroupStart(), 0);
+  ASSERT_EQ(loomSend(a.data(), 1000, loomFloat32, peer, comm, nullptr), 0);
+  ASSERT_EQ(loomRecv(b.data(), 1000, loomFloat32, peer, comm, nullptr), 0);
+  ASSERT_EQ(loomGroupEnd(), 0);
+  ASSERT_EQ(loomBarrier(comm, nullptr), 0);
+}
+
+TEST(NoAllocation, DefaultAlgorithms) {
+  std::vector<loomComm_t> comms = initRanks(2);
+  for (long count : allocationsOfSecondRound(comms, everyCollective))
+    EXPECT_EQ(count, 0) << "heap allocations in 50 rounds of collectives";
+  for (loomComm_t c : comms) loomCommDestroy(c);
+}
+
+TEST(NoAllocation, RingAndPipelined) {
+  ScopedEnv algo("LOOM_ALGO", "allreduce:ring,allgather:ring,reducescatter:ring,reduce:pipelined");
+  std::vector<loomComm_t> comms = initRanks(2);
+  for (long count : allocationsOfSecondRound(comms, everyCollective))
+    EXPECT_EQ(count, 0) << "heap allocations in 50 rounds of collectives";
+  for (loomComm_t c : comms) loomCommDestroy(c);
+}
+
+}  // namespace
+}  // namespace loom::test
