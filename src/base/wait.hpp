@@ -34,26 +34,45 @@ void checkUnlessReady(Ready& ready, Check& check) {
   }
 }
 
-// Waits until ready() returns true. check() is called periodically (and must throw to give up).
+// Waits until ready() returns true; check() runs periodically and throws to give up.
+// Phases by elapsed time, not iteration counts: spin ~20 us (the common case: a peer a few
+// microseconds behind), then yield until 2 ms (returns at once on an otherwise idle core, and
+// lets a descheduled peer run when ranks outnumber cores), then sleep with a growing interval.
+// Sleeping only after 2 ms matters in VMs: a vCPU woken from sleep can take ~40 us, which makes
+// the peers overrun a short spin and sleep too, a slow state that would otherwise persist.
 template <typename Ready, typename Check>
 void waitUntil(Ready&& ready, Check&& check) {
-  constexpr uint32_t kSpins = 512;
-  constexpr uint32_t kYields = 64;
+  constexpr auto kSpinFor = std::chrono::microseconds(20);
+  constexpr auto kYieldFor = std::chrono::milliseconds(2);
   constexpr long kMaxSleepNs = 200 * 1000;
+  if (ready()) return;
+  enum class Phase { kSpin, kYield, kSleep } phase = Phase::kSpin;
+  const Clock::time_point start = Clock::now();
   long sleepNs = 2000;
-  for (uint32_t i = 0;; ++i) {
+  for (uint32_t i = 1;; ++i) {
     if (ready()) return;
-    if (i < kSpins) {
-      cpuRelax();
-      if ((i & 127) == 127) checkUnlessReady(ready, check);
-    } else if (i < kSpins + kYields) {
-      sched_yield();
-      if ((i & 7) == 7) checkUnlessReady(ready, check);
-    } else {
-      timespec ts{0, sleepNs};
-      nanosleep(&ts, nullptr);
-      if (sleepNs < kMaxSleepNs) sleepNs += sleepNs / 2;
-      checkUnlessReady(ready, check);
+    switch (phase) {
+      case Phase::kSpin:
+        cpuRelax();
+        if ((i & 63) == 0) {
+          checkUnlessReady(ready, check);
+          if (Clock::now() - start >= kSpinFor) phase = Phase::kYield;
+        }
+        break;
+      case Phase::kYield:
+        sched_yield();
+        if ((i & 7) == 0) {
+          checkUnlessReady(ready, check);
+          if (Clock::now() - start >= kYieldFor) phase = Phase::kSleep;
+        }
+        break;
+      case Phase::kSleep: {
+        timespec ts{0, sleepNs};
+        nanosleep(&ts, nullptr);
+        if (sleepNs < kMaxSleepNs) sleepNs += sleepNs / 2;
+        checkUnlessReady(ready, check);
+        break;
+      }
     }
   }
 }
