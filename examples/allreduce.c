@@ -4,14 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                                      \
-  do {                                                                                   \
-    loomResult_t r_ = (call);                                                            \
-    if (r_ != loomSuccess) {                                                             \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, loomGetErrorString(r_),             \
-              loomGetLastError(NULL));                                                   \
-      exit(1);                                                                           \
-    }                                                                                    \
+#define CHECK(call)                                                         \
+  do {                                                                      \
+    loomResult_t r_ = (call);                                               \
+    if (r_ != loomSuccess) {                                                \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, loomGetErrorString(r_), \
+              loomGetLastError(NULL));                                      \
+      exit(1);                                                              \
+    }                                                                       \
   } while (0)
 
 int main(void) {
@@ -33,7 +33,8 @@ int main(void) {
       return 1;
     }
   }
-  if (rank == 0) printf("allreduce over %d ranks: %g %g %g %g\n", nranks, data[0], data[1], data[2], data[3]);
+  if (rank == 0)
+    printf("allreduce over %d ranks: %g %g %g %g\n", nranks, data[0], data[1], data[2], data[3]);
   CHECK(loomCommDestroy(comm));
   return 0;
 }

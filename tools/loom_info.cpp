@@ -31,9 +31,9 @@ loomComm_t joinOrAlone() {
   return comm;
 }
 
-const char* kFuncNames[loomNumFuncs] = {"allreduce", "broadcast", "reduce",  "allgather",
-                                        "reducescatter", "alltoall", "alltoallv", "gather",
-                                        "scatter", "sendrecv", "barrier"};
+const char* kFuncNames[loomNumFuncs] = {"allreduce",     "broadcast", "reduce",    "allgather",
+                                        "reducescatter", "alltoall",  "alltoallv", "gather",
+                                        "scatter",       "sendrecv",  "barrier"};
 
 }  // namespace
 
@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--algos") == 0) {
       algos = true;
     } else {
-      std::printf("usage: loom-info [--algos]\n  run under loomrun -n N to see the table for N ranks\n");
+      std::printf(
+          "usage: loom-info [--algos]\n  run under loomrun -n N to see the table for N ranks\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
@@ -63,8 +64,8 @@ int main(int argc, char** argv) {
       std::printf("%-14s", kFuncNames[f]);
       for (size_t bytes = 8; bytes <= (256u << 20); bytes *= 8) {
         const char* name = nullptr;
-        loomResult_t r = loomCommGetAlgorithm(comm, static_cast<loomFunc_t>(f), bytes / 4,
-                                              loomFloat32, &name);
+        loomResult_t r =
+            loomCommGetAlgorithm(comm, static_cast<loomFunc_t>(f), bytes / 4, loomFloat32, &name);
         std::printf(" %10s", r == loomSuccess ? name : "-");
       }
       std::printf("\n");

@@ -59,7 +59,9 @@ void allToAllvDirect(const AlgoContext& ctx, const CollArgs& a) {
   char* recv = static_cast<char*>(a.recv);
   for (size_t k = 0; k < steps; ++k) {
     size_t offset = k * piece;
-    auto pieceOf = [&](size_t count) { return offset >= count ? 0 : std::min(piece, count - offset); };
+    auto pieceOf = [&](size_t count) {
+      return offset >= count ? 0 : std::min(piece, count - offset);
+    };
     ShmStage stage(ctx);
     for (int j = 0; j < n; ++j) {
       if (j == ctx.rank) continue;

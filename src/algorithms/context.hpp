@@ -40,14 +40,14 @@ class AlgoContext {
   int rank = 0;
   int nranks = 1;
   Device* device = nullptr;
-  const ShmArena* arena = nullptr;           // null when the ranks do not share a host
+  const ShmArena* arena = nullptr;  // null when the ranks do not share a host
   std::vector<std::unique_ptr<Channel>>* channels = nullptr;  // collective channels, by peer
-  uint64_t* step = nullptr;                  // shared step counter of the communicator
+  uint64_t* step = nullptr;  // shared step counter of the communicator
   // Throws on timeout, abort, or when `peer` (the rank being waited for; -1: none in particular)
   // is gone. Only the awaited peer matters: a rank that finished its part and exited is no fault.
   std::function<void(int peer)> check;
-  std::vector<char>* scratch = nullptr;      // grow-once scratch of the communicator
-  size_t streamingMinBytes = 0;              // outputs at least this large bypass the cache
+  std::vector<char>* scratch = nullptr;  // grow-once scratch of the communicator
+  size_t streamingMinBytes = 0;          // outputs at least this large bypass the cache
   // Per-communicator workspaces, sized at init or grown once, so no call allocates.
   std::vector<const void*>* sources = nullptr;  // one entry per rank, for reductions
   std::vector<RingStep>* ringSteps = nullptr;

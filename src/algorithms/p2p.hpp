@@ -15,7 +15,7 @@ struct P2POp {
   int peer = 0;
   char* buffer = nullptr;
   size_t bytes = 0;
-  Channel* channel = nullptr;      // the point-to-point channel to peer
+  Channel* channel = nullptr;        // the point-to-point channel to peer
   const AlgoContext* ctx = nullptr;  // the communicator the op belongs to (its rank, its checks)
   // progress state
   bool headerDone = false;

@@ -12,10 +12,10 @@
 namespace loom {
 
 struct RingStep {
-  const char* send = nullptr;   // what goes to the right neighbour
+  const char* send = nullptr;  // what goes to the right neighbour
   size_t sendBytes = 0;
   bool sendAfterPrevRecv = false;  // send bytes only as the previous step's receive lands
-  char* recvDst = nullptr;      // where the left neighbour's data lands
+  char* recvDst = nullptr;         // where the left neighbour's data lands
   size_t recvBytes = 0;
   const char* reduceWith = nullptr;  // if set: recvDst = reduceWith op incoming
   int divisor = 1;                   // applied after reducing (average's last step)

@@ -207,9 +207,8 @@ loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                 stream);
 }
 
-loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
-                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
-                        loomStream_t stream) {
+loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
+                        loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream) {
   return submit("loomReduce", comm,
                 make(loomFuncReduce, sendbuff, recvbuff, count, datatype, op, root), stream);
 }
@@ -229,8 +228,8 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 
 loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
-  return submit("loomAllToAll", comm,
-                make(loomFuncAllToAll, sendbuff, recvbuff, count, datatype), stream);
+  return submit("loomAllToAll", comm, make(loomFuncAllToAll, sendbuff, recvbuff, count, datatype),
+                stream);
 }
 
 loomResult_t loomAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],

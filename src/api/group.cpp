@@ -25,7 +25,7 @@ class GroupPins {
   GroupPins(const GroupPins&) = delete;
   GroupPins& operator=(const GroupPins&) = delete;
   void pin(loomComm* handle) {
-    HandleUse use(handle);  // checks the handle is alive and counts this call in
+    HandleUse use(handle);             // checks the handle is alive and counts this call in
     if (handle->blocking) use.comm();  // reports a failed initialization
     tlsGroup.pinned.push_back(use.release());
   }
@@ -59,7 +59,8 @@ std::shared_ptr<const OwnedCounts> OwnedCounts::copy(CollArgs& args, int nranks)
   auto owned = std::make_shared<OwnedCounts>();
   const size_t n = static_cast<size_t>(nranks);
   const size_t* sources[4] = {args.sendCounts, args.sendDispls, args.recvCounts, args.recvDispls};
-  for (const size_t* source : sources) owned->values.insert(owned->values.end(), source, source + n);
+  for (const size_t* source : sources)
+    owned->values.insert(owned->values.end(), source, source + n);
   const size_t* base = owned->values.data();
   args.sendCounts = base;
   args.sendDispls = base + n;
@@ -85,8 +86,9 @@ loomResult_t runGroupOps(const std::vector<GroupOp>& ops) {
     executeOps(ops);
     return loomSuccess;
   }
-  LOOM_CHECK_ARG(allSameHandle, "a group on a non-blocking communicator must not mix "
-                                "communicators");
+  LOOM_CHECK_ARG(allSameHandle,
+                 "a group on a non-blocking communicator must not mix "
+                 "communicators");
   return runOrQueue(ops.front().handle, [copy = ops] { executeOps(copy); });
 }
 

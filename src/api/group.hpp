@@ -20,9 +20,9 @@ struct OwnedCounts {
 struct GroupOp {
   loomComm* handle = nullptr;
   bool isCollective = true;
-  CollArgs args;           // collectives
+  CollArgs args;                              // collectives
   std::shared_ptr<const OwnedCounts> counts;  // alltoallv: what args' count pointers point to
-  bool isSend = false;     // point-to-point
+  bool isSend = false;                        // point-to-point
   int peer = 0;
   void* buffer = nullptr;
   size_t bytes = 0;

@@ -22,11 +22,12 @@ struct loomComm {
   std::atomic<HandleState> state{HandleState::kInitializing};
   std::atomic<int> inflight{0};
   std::atomic<bool> ready{false};
-  std::atomic<bool> abortFlag{false};  // the Comm's abort flag (CommConfig::abortFlag)  // comm is set (published after it, for non-blocking init)
+  std::atomic<bool> abortFlag{false};  // the Comm's abort flag (CommConfig::abortFlag)  // comm is
+                                       // set (published after it, for non-blocking init)
   bool blocking = true;
   int nranks = 0;
   int rank = 0;
-  std::unique_ptr<loom::Comm> comm;          // set once initialization succeeded
+  std::unique_ptr<loom::Comm> comm;           // set once initialization succeeded
   std::unique_ptr<loom::AsyncWorker> worker;  // non-blocking communicators only
 };
 

@@ -46,7 +46,6 @@ Comm& HandleUse::comm() const {
   return *handle_->comm;
 }
 
-
 namespace {
 
 // Creates the handle and builds the Comm now or, for a non-blocking config, on its worker.
@@ -122,16 +121,26 @@ loomResult_t loomGetVersion(int* version) {
 
 const char* loomGetErrorString(loomResult_t result) {
   switch (result) {
-    case loomSuccess: return "no error";
-    case loomUnhandledCudaError: return "unhandled cuda error";
-    case loomSystemError: return "unhandled system error (out of memory, sockets, shared memory)";
-    case loomInternalError: return "internal error (a bug in Loom)";
-    case loomInvalidArgument: return "invalid argument";
-    case loomInvalidUsage: return "invalid usage (wrong call order or mismatched calls across ranks)";
-    case loomRemoteError: return "remote process exited or a peer failed";
-    case loomInProgress: return "operation in progress";
-    case loomTimeout: return "timed out waiting for peers";
-    default: return "unknown result code";
+    case loomSuccess:
+      return "no error";
+    case loomUnhandledCudaError:
+      return "unhandled cuda error";
+    case loomSystemError:
+      return "unhandled system error (out of memory, sockets, shared memory)";
+    case loomInternalError:
+      return "internal error (a bug in Loom)";
+    case loomInvalidArgument:
+      return "invalid argument";
+    case loomInvalidUsage:
+      return "invalid usage (wrong call order or mismatched calls across ranks)";
+    case loomRemoteError:
+      return "remote process exited or a peer failed";
+    case loomInProgress:
+      return "operation in progress";
+    case loomTimeout:
+      return "timed out waiting for peers";
+    default:
+      return "unknown result code";
   }
 }
 
@@ -153,8 +162,9 @@ loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId c
     *comm = nullptr;
     CommConfig cfg = resolveConfig(config);
     UniqueId id = unpackUniqueId(commId);
-    return initHandle(comm, nranks, rank, cfg,
-                      [=](const CommConfig& c) { return std::make_unique<Comm>(id, nranks, rank, c); });
+    return initHandle(comm, nranks, rank, cfg, [=](const CommConfig& c) {
+      return std::make_unique<Comm>(id, nranks, rank, c);
+    });
   });
 }
 
@@ -166,8 +176,8 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
   return guarded("loomCommInitFromEnv", [&] {
     static const char* const rankNames[] = {"LOOM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
                                             nullptr};
-    static const char* const sizeNames[] = {"LOOM_WORLD_SIZE", "WORLD_SIZE",
-                                            "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", nullptr};
+    static const char* const sizeNames[] = {"LOOM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
+                                            "PMI_SIZE", nullptr};
     if (comm != nullptr) *comm = nullptr;
     int rank = envRank(rankNames, "rank");
     int nranks = envRank(sizeNames, "world size");
@@ -181,11 +191,12 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
     } else {
       auto addr = env::get("MASTER_ADDR");
       auto port = env::get("MASTER_PORT");
-      LOOM_CHECK_ARG(addr && port, "no rendezvous address: set LOOM_COMM_ID=host:port (loomrun "
-                                   "does) or MASTER_ADDR and MASTER_PORT (torchrun does)");
+      LOOM_CHECK_ARG(addr && port,
+                     "no rendezvous address: set LOOM_COMM_ID=host:port (loomrun "
+                     "does) or MASTER_ADDR and MASTER_PORT (torchrun does)");
       // MASTER_PORT itself belongs to torch's store; Loom's rendezvous uses the next port.
-      std::tie(id.host, id.port) =
-          parseAddress(*addr + ":" + std::to_string(env::getInt("MASTER_PORT", 0) + 1), "MASTER_PORT");
+      std::tie(id.host, id.port) = parseAddress(
+          *addr + ":" + std::to_string(env::getInt("MASTER_PORT", 0) + 1), "MASTER_PORT");
     }
     std::string secretHex = env::jobSecret();
     if (!secretHex.empty()) id.secret = JobSecret::fromHex(secretHex);
@@ -194,8 +205,9 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
     Sha256Digest digest = sha256(seed);
     std::memcpy(&id.jobNonce, digest.data(), sizeof(id.jobNonce));
     if (rank == 0) startRendezvousRoot(id.host, id.port, id.secret, cfg.timeoutMs);
-    return initHandle(comm, nranks, rank, cfg,
-                      [=](const CommConfig& c) { return std::make_unique<Comm>(id, nranks, rank, c); });
+    return initHandle(comm, nranks, rank, cfg, [=](const CommConfig& c) {
+      return std::make_unique<Comm>(id, nranks, rank, c);
+    });
   });
 }
 

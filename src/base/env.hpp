@@ -13,17 +13,17 @@ std::optional<std::string> get(const char* name);
 int64_t getInt(const char* name, int64_t fallback);
 
 // Loom's own parameters.
-std::string debugLevel();    // LOOM_DEBUG
-std::string debugSubsys();   // LOOM_DEBUG_SUBSYS
-int64_t timeoutMs();         // LOOM_TIMEOUT (seconds in the variable), default 600 s
-std::string algoOverride();  // LOOM_ALGO, e.g. "allreduce:ring,allgather:direct"
-bool checkCollectives();     // LOOM_CHECK=1
-int64_t shmChunkBytes();     // LOOM_SHM_CHUNK_BYTES
-int64_t directMaxBytes();    // LOOM_DIRECT_MAX_BYTES
-int64_t p2pBufferBytes();    // LOOM_P2P_BUFFER_BYTES
-int64_t streamingMinBytes();       // LOOM_STREAMING_MIN_BYTES
-std::string accumType();     // LOOM_ACCUM_TYPE
-std::string jobSecret();     // LOOM_JOB_SECRET (hex)
-std::string commId();        // LOOM_COMM_ID (host:port)
+std::string debugLevel();     // LOOM_DEBUG
+std::string debugSubsys();    // LOOM_DEBUG_SUBSYS
+int64_t timeoutMs();          // LOOM_TIMEOUT (seconds in the variable), default 600 s
+std::string algoOverride();   // LOOM_ALGO, e.g. "allreduce:ring,allgather:direct"
+bool checkCollectives();      // LOOM_CHECK=1
+int64_t shmChunkBytes();      // LOOM_SHM_CHUNK_BYTES
+int64_t directMaxBytes();     // LOOM_DIRECT_MAX_BYTES
+int64_t p2pBufferBytes();     // LOOM_P2P_BUFFER_BYTES
+int64_t streamingMinBytes();  // LOOM_STREAMING_MIN_BYTES
+std::string accumType();      // LOOM_ACCUM_TYPE
+std::string jobSecret();      // LOOM_JOB_SECRET (hex)
+std::string commId();         // LOOM_COMM_ID (host:port)
 
 }  // namespace loom::env

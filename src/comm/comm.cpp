@@ -86,7 +86,8 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   if (!sharedMemory_) {
     std::string hosts;
     for (const RankInfo& r : ranks_)
-      if (hosts.find(r.hostname) == std::string::npos) hosts += (hosts.empty() ? "" : ", ") + r.hostname;
+      if (hosts.find(r.hostname) == std::string::npos)
+        hosts += (hosts.empty() ? "" : ", ") + r.hostname;
     LOOM_THROW(loomInvalidUsage, "the ranks of this communicator run on several hosts (", hosts,
                "); this build has only the shared-memory transport");
   }
@@ -97,7 +98,8 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   inputs.nranks = nranks_;
   inputs.sharedMemory = sharedMemory_;
   int64_t directMax = env::directMaxBytes();
-  inputs.directMaxBytes = directMax >= 0 ? static_cast<size_t>(directMax) : defaultDirectMax(nranks);
+  inputs.directMaxBytes =
+      directMax >= 0 ? static_cast<size_t>(directMax) : defaultDirectMax(nranks);
   selector_ = std::make_unique<Selector>(inputs, env::algoOverride());
 
   ctx_.rank = rank_;
@@ -149,8 +151,10 @@ void Comm::setUpSharedMemory() {
   withBootstrap([](Bootstrap& b) { b.barrier(); });  // everyone mapped it: the name can go
   if (rank_ == 0) arena_.unlinkName();
   for (int peer = 0; peer < nranks_; ++peer) {
-    collChannels_.push_back(std::make_unique<ShmChannel>(arena_, ChannelClass::kCollective, rank_, peer));
-    p2pChannels_.push_back(std::make_unique<ShmChannel>(arena_, ChannelClass::kPointToPoint, rank_, peer));
+    collChannels_.push_back(
+        std::make_unique<ShmChannel>(arena_, ChannelClass::kCollective, rank_, peer));
+    p2pChannels_.push_back(
+        std::make_unique<ShmChannel>(arena_, ChannelClass::kPointToPoint, rank_, peer));
     bool samePidNamespace = ranks_[peer].pidNamespace == ranks_[rank_].pidNamespace;
     peerPidfds_.push_back(peer == rank_ || !samePidNamespace ? -1 : openPidfd(ranks_[peer].pid));
   }
@@ -247,9 +251,7 @@ void Comm::fail(const Error& error) {
   LOOM_WARN(kSubsysColl, rank_, "communicator aborted: ", error.what());
 }
 
-void Comm::abort(const std::string& reason) {
-  fail(Error(loomRemoteError, reason));
-}
+void Comm::abort(const std::string& reason) { fail(Error(loomRemoteError, reason)); }
 
 std::string Comm::asyncMessage() const {
   std::lock_guard<std::mutex> lock(errorMutex_);
@@ -266,8 +268,7 @@ void Comm::verifyFingerprint(const CollArgs& a) {
     fp << ", root=" << a.root;
   // The algorithm too: ranks with different LOOM_ALGO settings would otherwise hang.
   fp << ") via " << selector_->select(a.func, a.count * dtypeSize(a.dtype)).name;
-  std::vector<std::string> all =
-      withBootstrap([&](Bootstrap& b) { return b.allGather(fp.str()); });
+  std::vector<std::string> all = withBootstrap([&](Bootstrap& b) { return b.allGather(fp.str()); });
   if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; }))
     return;
   std::ostringstream msg;
@@ -307,8 +308,9 @@ void Comm::collective(const CollArgs& args) {
 
 P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes) {
   if (!sharedMemory_)
-    LOOM_THROW(loomInvalidUsage, "send/recv across hosts needs the network transport, which this "
-                                 "build does not have yet");
+    LOOM_THROW(loomInvalidUsage,
+               "send/recv across hosts needs the network transport, which this "
+               "build does not have yet");
   P2POp op;
   op.isSend = isSend;
   op.peer = peer;
@@ -341,7 +343,9 @@ std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) 
     mine << color << ' ' << key;
     std::vector<std::string> all =
         withBootstrap([&](Bootstrap& b) { return b.allGather(mine.str()); });
-    struct Member { int key, parentRank; };
+    struct Member {
+      int key, parentRank;
+    };
     std::vector<Member> members;
     for (int r = 0; r < nranks_; ++r) {
       std::istringstream in(all[r]);
@@ -371,7 +375,8 @@ std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) 
     std::istringstream in(addresses[members[0].parentRank]);
     in >> child.host >> child.port;
     child.secret = childSecret;
-    child.jobNonce = id_.jobNonce ^ (splitCount_ * 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(color);
+    child.jobNonce =
+        id_.jobNonce ^ (splitCount_ * 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(color);
     return std::make_unique<Comm>(child, static_cast<int>(members.size()), newRank, config);
   } catch (const Error& e) {
     if (e.code() != loomInvalidArgument) fail(e);

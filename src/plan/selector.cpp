@@ -41,7 +41,8 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
 
 const Algorithm* Selector::must(loomFunc_t func, const char* name) const {
   const Algorithm* algo = findAlgorithm(func, name);
-  if (algo == nullptr) LOOM_THROW(loomInternalError, "no algorithm ", name, " for ", funcName(func));
+  if (algo == nullptr)
+    LOOM_THROW(loomInternalError, "no algorithm ", name, " for ", funcName(func));
   return algo;
 }
 

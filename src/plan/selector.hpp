@@ -11,8 +11,8 @@ namespace loom {
 
 struct SelectorInputs {
   int nranks = 1;
-  bool sharedMemory = true;  // every rank of the communicator on one host
-  size_t directMaxBytes = 0; // allreduce/reduce switch from direct to pipelined above this
+  bool sharedMemory = true;   // every rank of the communicator on one host
+  size_t directMaxBytes = 0;  // allreduce/reduce switch from direct to pipelined above this
 };
 
 class Selector {

@@ -22,15 +22,13 @@ std::string readFirstLine(const char* path) {
 // Two network namespaces on one machine are two nodes to Loom (that is how tests simulate hosts),
 // so the namespace inode is part of the identity.
 std::string hostIdentity(const std::string& hostname) {
-  struct stat st{};
+  struct stat st {};
   unsigned long netns = stat("/proc/self/ns/net", &st) == 0 ? st.st_ino : 0;
   return hostname + "/" + readFirstLine("/proc/sys/kernel/random/boot_id") + "/" +
          std::to_string(netns);
 }
 
-void putString(std::ostringstream& out, const std::string& s) {
-  out << s.size() << ':' << s;
-}
+void putString(std::ostringstream& out, const std::string& s) { out << s.size() << ':' << s; }
 
 std::string getString(std::istringstream& in) {
   size_t n = 0;
@@ -53,7 +51,7 @@ RankInfo RankInfo::local(int rank, const Device& device) {
   gethostname(host, sizeof(host) - 1);
   info.hostname = host;
   info.hostId = hostIdentity(info.hostname);
-  struct stat st{};
+  struct stat st {};
   info.pidNamespace = stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
   info.deviceKind = device.kind();
   info.vendor = device.vendor();

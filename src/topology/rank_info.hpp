@@ -15,7 +15,7 @@ struct RankInfo {
   int rank = 0;
   int pid = 0;
   std::string hostname;
-  std::string hostId;  // hostname + boot id + network namespace: equal only on the same node
+  std::string hostId;         // hostname + boot id + network namespace: equal only on the same node
   uint64_t pidNamespace = 0;  // pids of ranks in different PID namespaces cannot be compared
   DeviceKind deviceKind = DeviceKind::kCpu;
   std::string vendor;

@@ -23,10 +23,10 @@ int gRank = 0, gRanks = 1;
 
 struct Config {
   const char* name;
-  const char* algo;       // LOOM_ALGO for the communicator
-  const char* chunkBytes;  // LOOM_SHM_CHUNK_BYTES ("" = default)
-  const char* p2pBytes;    // LOOM_P2P_BUFFER_BYTES
-  size_t largeCount;       // the largest size of the sweep
+  const char* algo;            // LOOM_ALGO for the communicator
+  const char* chunkBytes;      // LOOM_SHM_CHUNK_BYTES ("" = default)
+  const char* p2pBytes;        // LOOM_P2P_BUFFER_BYTES
+  size_t largeCount;           // the largest size of the sweep
   const char* streaming = "";  // LOOM_STREAMING_MIN_BYTES ("0": every output copy streams)
 };
 
@@ -54,7 +54,8 @@ struct ConfigComm {
     unsetenv("LOOM_SHM_CHUNK_BYTES");
     unsetenv("LOOM_P2P_BUFFER_BYTES");
     unsetenv("LOOM_STREAMING_MIN_BYTES");
-    if (r != loomSuccess) ADD_FAILURE() << "split for " << c.name << ": " << loomGetLastError(nullptr);
+    if (r != loomSuccess)
+      ADD_FAILURE() << "split for " << c.name << ": " << loomGetLastError(nullptr);
   }
   ~ConfigComm() {
     if (comm) loomCommDestroy(comm);
@@ -79,8 +80,9 @@ std::vector<loomDataType_t> allTypes() {
 }
 
 std::string describe(const Config& c, loomDataType_t t, const char* op, bool inPlace, size_t n) {
-  return std::string(c.name) + " " + dtypeName(t) + " " + op + (inPlace ? " in-place" : " out-of-place") +
-         " count " + std::to_string(n) + " ranks " + std::to_string(gRanks);
+  return std::string(c.name) + " " + dtypeName(t) + " " + op +
+         (inPlace ? " in-place" : " out-of-place") + " count " + std::to_string(n) + " ranks " +
+         std::to_string(gRanks);
 }
 
 void expectMatch(const Pattern& want, const void* got, size_t count, size_t first,
@@ -106,7 +108,8 @@ TEST(Collectives, AllReduceAndReduce) {
               input.fill(send.data(), n);
               void* out = inPlace ? send.data() : recv.data();
               EXPECT_LOOM(loomAllReduce(send.data(), out, n, t, op, cc.comm, nullptr));
-              expectMatch(reduced, out, n, 0, "allreduce " + describe(c, t, opName(op), inPlace, n));
+              expectMatch(reduced, out, n, 0,
+                          "allreduce " + describe(c, t, opName(op), inPlace, n));
             }
             if (configCovers(c, "reduce")) {
               input.fill(send.data(), n);
@@ -165,16 +168,18 @@ TEST(Collectives, AllGatherAndGather) {
             blocks[gRank].fill(mine, n);
             EXPECT_LOOM(loomAllGather(mine, recv.data(), n, t, cc.comm, nullptr));
             for (int r = 0; r < gRanks; ++r)
-              expectMatch(blocks[r], recv.data() + r * n * esize, n, 0,
-                          "allgather block " + std::to_string(r) + " " + describe(c, t, "", inPlace, n));
+              expectMatch(
+                  blocks[r], recv.data() + r * n * esize, n, 0,
+                  "allgather block " + std::to_string(r) + " " + describe(c, t, "", inPlace, n));
           }
           if (configCovers(c, "gather") && !inPlace) {
             blocks[gRank].fill(send.data(), n);
             EXPECT_LOOM(loomGather(send.data(), recv.data(), n, t, root, cc.comm, nullptr));
             if (gRank == root)
               for (int r = 0; r < gRanks; ++r)
-                expectMatch(blocks[r], recv.data() + r * n * esize, n, 0,
-                            "gather block " + std::to_string(r) + " " + describe(c, t, "", false, n));
+                expectMatch(
+                    blocks[r], recv.data() + r * n * esize, n, 0,
+                    "gather block " + std::to_string(r) + " " + describe(c, t, "", false, n));
           }
         }
       }
@@ -266,7 +271,8 @@ TEST(PointToPoint, RingExchangeInGroups) {
         EXPECT_LOOM(loomRecv(fromRight.data(), n, t, right, cc.comm, nullptr));
         ASSERT_LOOM(loomGroupEnd());
         std::string what = describe(c, t, "", false, n);
-        expectMatch(Pattern::input(t, loomSum, left * 2), fromLeft.data(), n, 0, "from left " + what);
+        expectMatch(Pattern::input(t, loomSum, left * 2), fromLeft.data(), n, 0,
+                    "from left " + what);
         expectMatch(Pattern::input(t, loomSum, right * 2 + 1), fromRight.data(), n, 0,
                     "from right " + what);
       }

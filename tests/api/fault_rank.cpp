@@ -205,7 +205,8 @@ int main(int argc, char** argv) {
   if (mode == "abort-thread") return modeAbortThread(comm);
   if (mode == "algo") return modeAlgo(comm);
   if (mode == "late") {
-    if (gRank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(2).c_str())));
+    if (gRank != 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(2).c_str())));
     return modeLoop(comm, nranks, 3);
   }
   std::fprintf(stderr, "fault_rank: unknown mode '%s'\n", mode.c_str());

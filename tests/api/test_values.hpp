@@ -43,10 +43,18 @@ inline double foldRanks(loomDataType_t t, loomRedOp_t op, int nranks, size_t i) 
   for (int r = 1; r < nranks; ++r) {
     double v = inputValue(t, op, r, i);
     switch (op) {
-      case loomProd: acc *= v; break;
-      case loomMax: acc = std::max(acc, v); break;
-      case loomMin: acc = std::min(acc, v); break;
-      default: acc += v; break;
+      case loomProd:
+        acc *= v;
+        break;
+      case loomMax:
+        acc = std::max(acc, v);
+        break;
+      case loomMin:
+        acc = std::min(acc, v);
+        break;
+      default:
+        acc += v;
+        break;
     }
   }
   if (op == loomAvg) {

@@ -20,7 +20,8 @@ class CpuDevice final : public Device {
 
   void* allocate(size_t bytes) override {
     void* ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (ptr == nullptr) LOOM_THROW(loomSystemError, "out of host memory allocating ", bytes, " bytes");
+    if (ptr == nullptr)
+      LOOM_THROW(loomSystemError, "out of host memory allocating ", bytes, " bytes");
     return ptr;
   }
   void release(void* ptr) override { std::free(ptr); }

@@ -29,7 +29,8 @@ ArenaLayout ArenaLayout::compute(int nranks, size_t slotBytes, size_t channelByt
   layout.slotsOffset = offset;
   offset += layout.slotBytes * 4 * nranks;
   layout.channelsOffset = offset;
-  size_t pairs = static_cast<size_t>(nranks) * nranks * 2;  // diagonal unused; keeps indexing simple
+  size_t pairs =
+      static_cast<size_t>(nranks) * nranks * 2;  // diagonal unused; keeps indexing simple
   offset += pairs * (sizeof(ChannelHeader) + layout.channelBytes);
   layout.totalBytes = roundUp(offset, 4096);
   return layout;

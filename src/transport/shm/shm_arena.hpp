@@ -3,8 +3,8 @@
 // ranks, and a job-wide abort word. One segment per communicator, created by its first local rank.
 //
 // Flag protocol (see algorithms/shm_stage.hpp): each rank owns three monotonically increasing
-// counters (in, red, done) that only it writes; a waiting rank only reads. Step numbers are shared by
-// all ranks because ranks issue collectives in the same order.
+// counters (in, red, done) that only it writes; a waiting rank only reads. Step numbers are shared
+// by all ranks because ranks issue collectives in the same order.
 #pragma once
 
 #include <atomic>
@@ -55,7 +55,7 @@ struct alignas(kCacheLine) ChannelHeader {
 
 struct ArenaLayout {
   int nranks = 0;
-  size_t slotBytes = 0;     // one staging slot (a rank has 2 input and 2 output slots)
+  size_t slotBytes = 0;  // one staging slot (a rank has 2 input and 2 output slots)
   // Rounds the requested sizes up to what every algorithm needs (pages; a slot fits one 8-byte
   // element per rank twice; a channel at least 4 KiB).
   size_t channelBytes = 0;  // ring capacity of each pair channel (multiple of 64)

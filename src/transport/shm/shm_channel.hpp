@@ -23,10 +23,10 @@ class ShmChannel final : public Channel {
   char* outData_;
   ChannelHeader* in_;
   char* inData_;
-  uint64_t head_ = 0;        // our copy of out_->head (we are its only writer)
-  uint64_t tail_ = 0;        // our copy of in_->tail (we are its only writer)
-  uint64_t peerTail_ = 0;    // last seen out_->tail, to avoid reading it when there is room
-  uint64_t peerHead_ = 0;    // last seen in_->head
+  uint64_t head_ = 0;      // our copy of out_->head (we are its only writer)
+  uint64_t tail_ = 0;      // our copy of in_->tail (we are its only writer)
+  uint64_t peerTail_ = 0;  // last seen out_->tail, to avoid reading it when there is room
+  uint64_t peerHead_ = 0;  // last seen in_->head
 };
 
 }  // namespace loom
