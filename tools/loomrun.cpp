@@ -261,7 +261,13 @@ bool Launcher::startRank(Rank& rank, const JobInfo& job, int stdinFd) {
   rank.pid = pid;
   rank.reaped = false;
 
-  std::string prefix = options_.prefix ? "[" + std::to_string(rank.globalRank) + "] " : "";
+  // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.
+  std::string prefix;
+  if (options_.prefix) {
+    prefix = "[";
+    prefix += std::to_string(rank.globalRank);
+    prefix += "] ";
+  }
   rank.out.fd = outPipe[0];
   rank.out.forwarder.emplace(&stdout_, prefix);
   rank.err.fd = errPipe[0];

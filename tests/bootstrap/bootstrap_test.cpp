@@ -91,9 +91,9 @@ Fd rawConnect(const UniqueId& id) {
 void expectGroupWorks(std::vector<std::unique_ptr<Bootstrap>>& group) {
   int n = static_cast<int>(group.size());
   auto outcomes = parallel(n, [&](int r) {
-    auto all = group[r]->allGather("r" + std::to_string(r));
+    auto all = group[r]->allGather(std::string(1, 'r') += std::to_string(r));
     ASSERT_EQ(static_cast<int>(all.size()), n);
-    for (int k = 0; k < n; ++k) EXPECT_EQ(all[k], "r" + std::to_string(k));
+    for (int k = 0; k < n; ++k) EXPECT_EQ(all[k], std::string(1, 'r') += std::to_string(k));
   });
   for (auto& o : outcomes) EXPECT_EQ(o.code, loomSuccess) << o.message;
 }
