@@ -23,24 +23,32 @@ char* bytesAt(void* base, size_t elems, size_t esize) {
   return static_cast<char*>(base) + elems * esize;
 }
 
-void allReduceDirect(const AlgoContext& ctx, const CollArgs& a) {
+// allreduce and reduce: every rank stages its chunk; the ranks that get the result (all, or the
+// root) reduce every slot, in rank order, straight into their output.
+void reduceAllSlots(const AlgoContext& ctx, const CollArgs& a, bool everyoneGets) {
   size_t esize = dtypeSize(a.dtype);
   size_t chunk = ctx.arena->slotBytes() / esize;
   int divisor = a.op == loomAvg ? ctx.nranks : 1;
   loomRedOp_t op = a.op == loomAvg ? loomSum : a.op;
+  bool gets = everyoneGets || ctx.rank == a.root;
   std::vector<const void*>& srcs = *ctx.sources;
   for (size_t c = 0; c < chunkCount(a.count, chunk); ++c) {
     Range r = chunkOf(a.count, chunk, c);
     ShmStage stage(ctx);
     ctx.device->copy(stage.myIn(), bytesAt(a.send, r.offset, esize), r.count * esize);
     stage.publishIn();
-    stage.waitAllIn();
-    for (int i = 0; i < ctx.nranks; ++i) srcs[i] = stage.in(i);
-    ctx.device->reduce(bytesAt(a.recv, r.offset, esize), srcs.data(), ctx.nranks, r.count, a.dtype,
-                       op, a.accum, divisor);
+    if (gets) {
+      stage.waitAllIn();
+      for (int i = 0; i < ctx.nranks; ++i) srcs[i] = stage.in(i);
+      ctx.device->reduce(bytesAt(a.recv, r.offset, esize), srcs.data(), ctx.nranks, r.count,
+                         a.dtype, op, a.accum, divisor);
+    }
     stage.publishDone();
   }
 }
+
+void allReduceDirect(const AlgoContext& ctx, const CollArgs& a) { reduceAllSlots(ctx, a, true); }
+void reduceDirect(const AlgoContext& ctx, const CollArgs& a) { reduceAllSlots(ctx, a, false); }
 
 void broadcastDirect(const AlgoContext& ctx, const CollArgs& a) {
   size_t esize = dtypeSize(a.dtype);
@@ -57,27 +65,6 @@ void broadcastDirect(const AlgoContext& ctx, const CollArgs& a) {
       stage.waitIn(a.root);
       ctx.copyOut(bytesAt(a.recv, r.offset, esize), stage.in(a.root), r.count * esize,
                   a.count * esize);
-    }
-    stage.publishDone();
-  }
-}
-
-void reduceDirect(const AlgoContext& ctx, const CollArgs& a) {
-  size_t esize = dtypeSize(a.dtype);
-  size_t chunk = ctx.arena->slotBytes() / esize;
-  int divisor = a.op == loomAvg ? ctx.nranks : 1;
-  loomRedOp_t op = a.op == loomAvg ? loomSum : a.op;
-  std::vector<const void*>& srcs = *ctx.sources;
-  for (size_t c = 0; c < chunkCount(a.count, chunk); ++c) {
-    Range r = chunkOf(a.count, chunk, c);
-    ShmStage stage(ctx);
-    ctx.device->copy(stage.myIn(), bytesAt(a.send, r.offset, esize), r.count * esize);
-    stage.publishIn();
-    if (ctx.rank == a.root) {
-      stage.waitAllIn();
-      for (int i = 0; i < ctx.nranks; ++i) srcs[i] = stage.in(i);
-      ctx.device->reduce(bytesAt(a.recv, r.offset, esize), srcs.data(), ctx.nranks, r.count,
-                         a.dtype, op, a.accum, divisor);
     }
     stage.publishDone();
   }
