@@ -37,9 +37,23 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
                    algoText, " needs all ranks on one host");
     forced_[func] = algo;
   }
+  for (int f = 0; f < loomNumFuncs; ++f) {
+    auto func = static_cast<loomFunc_t>(f);
+    if (func == loomFuncSendRecv) continue;
+    bool ringOnly = !inputs_.sharedMemory;
+    bool hasRing =
+        func == loomFuncAllReduce || func == loomFuncAllGather || func == loomFuncReduceScatter;
+    if (ringOnly) {
+      small_[f] = large_[f] = hasRing ? must(func, "ring") : nullptr;
+    } else {
+      small_[f] = must(func, "direct");
+      bool reduction = func == loomFuncAllReduce || func == loomFuncReduce;
+      large_[f] = reduction ? must(func, "pipelined") : small_[f];
+    }
+  }
 }
 
-const Algorithm* Selector::must(loomFunc_t func, const char* name) const {
+const Algorithm* Selector::must(loomFunc_t func, const char* name) {
   const Algorithm* algo = findAlgorithm(func, name);
   if (algo == nullptr)
     LOOM_THROW(loomInternalError, "no algorithm ", name, " for ", funcName(func));
@@ -48,19 +62,11 @@ const Algorithm* Selector::must(loomFunc_t func, const char* name) const {
 
 const Algorithm& Selector::select(loomFunc_t func, size_t bytes) const {
   if (forced_[func] != nullptr) return *forced_[func];
-  if (!inputs_.sharedMemory) {
-    if (func == loomFuncAllReduce || func == loomFuncAllGather || func == loomFuncReduceScatter)
-      return *must(func, "ring");
+  const Algorithm* algo = bytes <= inputs_.directMaxBytes ? small_[func] : large_[func];
+  if (algo == nullptr)
     LOOM_THROW(loomInvalidUsage, funcName(func),
                " across hosts needs the network transport, which this build does not have yet");
-  }
-  switch (func) {
-    case loomFuncAllReduce:
-    case loomFuncReduce:
-      return *must(func, bytes <= inputs_.directMaxBytes ? "direct" : "pipelined");
-    default:
-      return *must(func, "direct");
-  }
+  return *algo;
 }
 
 std::string Selector::explain() const {

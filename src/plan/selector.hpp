@@ -23,9 +23,11 @@ class Selector {
   std::string explain() const;  // one line per collective
 
  private:
-  const Algorithm* must(loomFunc_t func, const char* name) const;
+  static const Algorithm* must(loomFunc_t func, const char* name);
   SelectorInputs inputs_;
   std::array<const Algorithm*, loomNumFuncs> forced_{};
+  // Looked up once here, so a call's selection does no string comparison.
+  std::array<const Algorithm*, loomNumFuncs> small_{}, large_{};
 };
 
 }  // namespace loom
