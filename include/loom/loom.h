@@ -42,15 +42,20 @@ typedef enum {
 } loomResult_t;
 
 typedef enum {
-  loomInt8 = 0, loomChar = 0,
+  loomInt8 = 0,
+  loomChar = 0,
   loomUint8 = 1,
-  loomInt32 = 2, loomInt = 2,
+  loomInt32 = 2,
+  loomInt = 2,
   loomUint32 = 3,
   loomInt64 = 4,
   loomUint64 = 5,
-  loomFloat16 = 6, loomHalf = 6,
-  loomFloat32 = 7, loomFloat = 7,
-  loomFloat64 = 8, loomDouble = 8,
+  loomFloat16 = 6,
+  loomHalf = 6,
+  loomFloat32 = 7,
+  loomFloat = 7,
+  loomFloat64 = 8,
+  loomDouble = 8,
   loomBfloat16 = 9,
   loomFloat8e4m3 = 10, /* e4m3fn: bias 7, max 448, no inf */
   loomFloat8e5m2 = 11,
@@ -58,7 +63,14 @@ typedef enum {
   loomNumTypes = 13
 } loomDataType_t;
 
-typedef enum { loomSum = 0, loomProd = 1, loomMax = 2, loomMin = 3, loomAvg = 4, loomNumOps = 5 } loomRedOp_t;
+typedef enum {
+  loomSum = 0,
+  loomProd = 1,
+  loomMax = 2,
+  loomMin = 3,
+  loomAvg = 4,
+  loomNumOps = 5
+} loomRedOp_t;
 
 /* The collectives, for introspection (loomCommGetAlgorithm). */
 typedef enum {
@@ -140,11 +152,9 @@ loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                            loomStream_t stream);
 loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                           loomDataType_t datatype, int root, loomComm_t comm,
-                           loomStream_t stream);
-loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
-                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
-                        loomStream_t stream);
+                           loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream);
+loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
+                        loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream);
 /* recvbuff holds nranks * sendcount elements, rank r's block at r * sendcount. */
 loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
