@@ -35,6 +35,11 @@ struct CollArgs {
   const size_t* recvDispls = nullptr;
 };
 
+// Average runs as a sum followed by one division by the rank count on the final step: the op the
+// reduction kernels run, and that divisor (1 for every other op).
+inline loomRedOp_t kernelOp(loomRedOp_t op) { return op == loomAvg ? loomSum : op; }
+inline int averageDivisor(loomRedOp_t op, int nranks) { return op == loomAvg ? nranks : 1; }
+
 class AlgoContext {
  public:
   int rank = 0;

@@ -28,8 +28,8 @@ char* bytesAt(void* base, size_t elems, size_t esize) {
 void reduceAllSlots(const AlgoContext& ctx, const CollArgs& a, bool everyoneGets) {
   size_t esize = dtypeSize(a.dtype);
   size_t chunk = ctx.arena->slotBytes() / esize;
-  int divisor = a.op == loomAvg ? ctx.nranks : 1;
-  loomRedOp_t op = a.op == loomAvg ? loomSum : a.op;
+  int divisor = averageDivisor(a.op, ctx.nranks);
+  loomRedOp_t op = kernelOp(a.op);
   bool gets = everyoneGets || ctx.rank == a.root;
   std::vector<const void*>& srcs = *ctx.sources;
   for (size_t c = 0; c < chunkCount(a.count, chunk); ++c) {
@@ -103,8 +103,8 @@ void gatherDirect(const AlgoContext& ctx, const CollArgs& a) { gatherBlocks(ctx,
 void reduceScatterDirect(const AlgoContext& ctx, const CollArgs& a) {
   size_t esize = dtypeSize(a.dtype);
   size_t chunk = ctx.arena->slotBytes() / (esize * ctx.nranks);
-  int divisor = a.op == loomAvg ? ctx.nranks : 1;
-  loomRedOp_t op = a.op == loomAvg ? loomSum : a.op;
+  int divisor = averageDivisor(a.op, ctx.nranks);
+  loomRedOp_t op = kernelOp(a.op);
   std::vector<const void*>& srcs = *ctx.sources;
   for (size_t c = 0; c < chunkCount(a.count, chunk); ++c) {
     Range r = chunkOf(a.count, chunk, c);

@@ -16,9 +16,7 @@ namespace {
 
 int wrap(int index, int n) { return ((index % n) + n) % n; }
 
-RingReduction reductionOf(const CollArgs& a) {
-  return {a.dtype, a.op == loomAvg ? loomSum : a.op, a.accum};
-}
+RingReduction reductionOf(const CollArgs& a) { return {a.dtype, kernelOp(a.op), a.accum}; }
 
 void allReduceRing(const AlgoContext& ctx, const CollArgs& a) {
   size_t esize = dtypeSize(a.dtype);
@@ -42,7 +40,7 @@ void allReduceRing(const AlgoContext& ctx, const CollArgs& a) {
     s.recvDst = recv + in.offset * esize;
     s.recvBytes = in.count * esize;
     s.reduceWith = send + in.offset * esize;
-    s.divisor = (k == n - 2 && a.op == loomAvg) ? n : 1;
+    s.divisor = k == n - 2 ? averageDivisor(a.op, n) : 1;
     steps.push_back(s);
   }
   for (int k = 0; k < n - 1; ++k) {  // all-gather
@@ -100,7 +98,7 @@ void reduceScatterRing(const AlgoContext& ctx, const CollArgs& a) {
     s.recvDst = last ? static_cast<char*>(a.recv) : scratch + in * block;
     s.recvBytes = block;
     s.reduceWith = send + in * block;
-    s.divisor = (last && a.op == loomAvg) ? n : 1;
+    s.divisor = last ? averageDivisor(a.op, n) : 1;
     steps.push_back(s);
   }
   runRing(ctx, steps, reductionOf(a));
