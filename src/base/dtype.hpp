@@ -17,6 +17,14 @@
 
 #include "loom/loom.h"
 
+// The scalar conversions below also run in CUDA kernels, so GPU reductions round exactly as the
+// CPU reference does.
+#ifdef __CUDACC__
+#define LOOM_HOST_DEVICE __host__ __device__
+#else
+#define LOOM_HOST_DEVICE
+#endif
+
 namespace loom {
 
 size_t dtypeSize(loomDataType_t t);  // throws loomInvalidArgument for an unknown type
@@ -36,16 +44,16 @@ std::optional<loomRedOp_t> opFromName(std::string_view name);
 //   e4m3 (e4m3fn): bias 7, max +-448, no inf, NaN is S.1111.111; overflow and inf saturate.
 //   e5m2: bias 15, IEEE-like inf and NaN; overflow goes to inf.
 //   e4m3b15: bias 15, every code finite, max +-1.875; overflow saturates, NaN becomes 0.
-float halfToFloat(uint16_t h);
-uint16_t floatToHalf(float f);
-float bf16ToFloat(uint16_t b);
-uint16_t floatToBf16(float f);
+LOOM_HOST_DEVICE float halfToFloat(uint16_t h);
+LOOM_HOST_DEVICE uint16_t floatToHalf(float f);
+LOOM_HOST_DEVICE float bf16ToFloat(uint16_t b);
+LOOM_HOST_DEVICE uint16_t floatToBf16(float f);
 float e4m3ToFloat(uint8_t v);
-uint8_t floatToE4m3(float f);
+LOOM_HOST_DEVICE uint8_t floatToE4m3(float f);
 float e5m2ToFloat(uint8_t v);
-uint8_t floatToE5m2(float f);
+LOOM_HOST_DEVICE uint8_t floatToE5m2(float f);
 float e4m3b15ToFloat(uint8_t v);
-uint8_t floatToE4m3b15(float f);
+LOOM_HOST_DEVICE uint8_t floatToE4m3b15(float f);
 
 // Element `index` of a buffer of type t, for tests and benchmarks (slow: switches per call).
 double loadAsDouble(const void* buf, size_t index, loomDataType_t t);
@@ -55,13 +63,13 @@ void storeFromDouble(void* buf, size_t index, loomDataType_t t, double v);
 
 namespace detail {
 
-constexpr uint32_t floatBits(float f) { return std::bit_cast<uint32_t>(f); }
-constexpr float bitsFloat(uint32_t u) { return std::bit_cast<float>(u); }
+LOOM_HOST_DEVICE constexpr uint32_t floatBits(float f) { return std::bit_cast<uint32_t>(f); }
+LOOM_HOST_DEVICE constexpr float bitsFloat(uint32_t u) { return std::bit_cast<float>(u); }
 
 // c ? x : y by masks. A ternary whose arm holds a float operation becomes a branch in GCC's IR,
 // the operation is sunk into it, and with -ftrapping-math (the default) the branch can then not
 // be turned back into a select: the loop around it no longer vectorizes.
-constexpr uint32_t pick(bool c, uint32_t x, uint32_t y) {
+LOOM_HOST_DEVICE constexpr uint32_t pick(bool c, uint32_t x, uint32_t y) {
   const uint32_t mask = 0u - static_cast<uint32_t>(c);
   return (x & mask) | (y & ~mask);
 }
@@ -70,7 +78,7 @@ constexpr uint32_t pick(bool c, uint32_t x, uint32_t y) {
 // mantissa bits and exponent bias kBias. The result is the unsigned code before any overflow
 // handling: it may exceed the format's largest finite code, and is garbage for inf/NaN.
 template <int kMant, int kBias>
-constexpr uint32_t roundMagnitude(uint32_t a) {
+LOOM_HOST_DEVICE constexpr uint32_t roundMagnitude(uint32_t a) {
   constexpr int kShift = 23 - kMant;
   // Normal results: round the float bits themselves at the target's last mantissa bit (a carry
   // into the exponent is the correct result), then move the exponent to the target's bias.
@@ -125,7 +133,7 @@ constexpr std::array<float, 256> makeFp8Table() {
 // The same decoding as the tables, by arithmetic and selects only, for block loops: a table
 // lookup per element does not vectorize well (x86 has no cheap 256-entry float lookup).
 template <Fp8Kind kKind>
-inline float decodeFp8Arith(uint8_t v) {
+LOOM_HOST_DEVICE inline float decodeFp8Arith(uint8_t v) {
   constexpr int kMant = kKind == Fp8Kind::kE5m2 ? 2 : 3;
   constexpr uint32_t kBias = kKind == Fp8Kind::kE4m3 ? 7 : 15;
   const uint32_t sign = static_cast<uint32_t>(v & 0x80) << 24;
@@ -149,18 +157,19 @@ inline constexpr std::array<float, 256> kE4m3b15Table = makeFp8Table<Fp8Kind::kE
 // Rounds a double to float with round-to-odd: an inexact result gets its last bit set. Rounding
 // that float again to any format with at least two fewer significant bits then gives the same
 // result as rounding the double directly, so double -> narrow float needs no code of its own.
-inline float doubleToFloatRoundOdd(double d) {
+LOOM_HOST_DEVICE inline float doubleToFloatRoundOdd(double d) {
   const float f = static_cast<float>(d);
   if (static_cast<double>(f) == d || d != d) return f;
   uint32_t u = floatBits(f);
   // Step back to the truncated value when the conversion rounded away from zero.
-  if (std::abs(static_cast<double>(f)) > std::abs(d)) --u;
+  const double af = f < 0 ? -static_cast<double>(f) : static_cast<double>(f);
+  if (af > (d < 0 ? -d : d)) --u;
   return bitsFloat(u | 1);
 }
 
 }  // namespace detail
 
-inline float halfToFloat(uint16_t h) {
+LOOM_HOST_DEVICE inline float halfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   const uint32_t em = h & 0x7fff;
   // Rebias the exponent from 15 to 127; exponent 31 (inf/NaN) must land on 255.
@@ -172,7 +181,7 @@ inline float halfToFloat(uint16_t h) {
   return detail::bitsFloat(bits | sign);
 }
 
-inline uint16_t floatToHalf(float f) {
+LOOM_HOST_DEVICE inline uint16_t floatToHalf(float f) {
   const uint32_t u = detail::floatBits(f);
   const uint32_t sign = (u >> 16) & 0x8000;
   const uint32_t a = u & 0x7fffffff;
@@ -182,9 +191,11 @@ inline uint16_t floatToHalf(float f) {
   return static_cast<uint16_t>(sign | detail::pick(a > 0x7f800000, nan, code));
 }
 
-inline float bf16ToFloat(uint16_t b) { return detail::bitsFloat(static_cast<uint32_t>(b) << 16); }
+LOOM_HOST_DEVICE inline float bf16ToFloat(uint16_t b) {
+  return detail::bitsFloat(static_cast<uint32_t>(b) << 16);
+}
 
-inline uint16_t floatToBf16(float f) {
+LOOM_HOST_DEVICE inline uint16_t floatToBf16(float f) {
   const uint32_t u = detail::floatBits(f);
   // bf16 shares float's exponent, so rounding the bits is exact for subnormals and overflow too.
   const uint32_t rounded = (u + 0x7fff + ((u >> 16) & 1)) >> 16;
@@ -196,14 +207,14 @@ inline float e4m3ToFloat(uint8_t v) { return detail::kE4m3Table[v]; }
 inline float e5m2ToFloat(uint8_t v) { return detail::kE5m2Table[v]; }
 inline float e4m3b15ToFloat(uint8_t v) { return detail::kE4m3b15Table[v]; }
 
-inline uint8_t floatToE4m3(float f) {
+LOOM_HOST_DEVICE inline uint8_t floatToE4m3(float f) {
   const uint32_t u = detail::floatBits(f);
   const uint32_t a = u & 0x7fffffff;
   const uint32_t code = std::min(detail::roundMagnitude<3, 7>(a), 0x7eu) | ((u >> 24) & 0x80);
   return static_cast<uint8_t>(detail::pick(a > 0x7f800000, 0x7f, code));
 }
 
-inline uint8_t floatToE5m2(float f) {
+LOOM_HOST_DEVICE inline uint8_t floatToE5m2(float f) {
   const uint32_t u = detail::floatBits(f);
   const uint32_t sign = (u >> 24) & 0x80;
   const uint32_t a = u & 0x7fffffff;
@@ -211,7 +222,7 @@ inline uint8_t floatToE5m2(float f) {
   return static_cast<uint8_t>(sign | detail::pick(a > 0x7f800000, 0x7e | ((a >> 21) & 1), code));
 }
 
-inline uint8_t floatToE4m3b15(float f) {
+LOOM_HOST_DEVICE inline uint8_t floatToE4m3b15(float f) {
   const uint32_t u = detail::floatBits(f);
   const uint32_t a = u & 0x7fffffff;
   const uint32_t code = std::min(detail::roundMagnitude<3, 15>(a), 0x7fu) | ((u >> 24) & 0x80);

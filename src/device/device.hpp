@@ -20,6 +20,7 @@ class Device {
   virtual std::string vendor() const = 0;  // "cpu", "nvidia", ...
   virtual std::string name() const = 0;    // model name, for logs and loom-info
   virtual int index() const = 0;           // device ordinal on its host (-1 for the host CPU)
+  virtual std::string busId() const { return ""; }  // PCI bus id of an accelerator
 
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* ptr) = 0;
@@ -33,7 +34,12 @@ class Device {
                       loomDataType_t dtype, loomRedOp_t op, int accum, int divisor) = 0;
 };
 
-// Creates the adaptor for a config string: "cpu" (default). Throws loomInvalidArgument otherwise.
+// Creates the adaptor for a config string: "cpu" (default), "cuda" (the calling thread's current
+// CUDA device) or "cuda:N". Throws loomInvalidArgument for anything else, and for "cuda" in a
+// build without CUDA or on a machine without that GPU.
 std::unique_ptr<Device> createDevice(const std::string& spec);
+
+std::unique_ptr<Device> createCpuDevice();
+std::unique_ptr<Device> createCudaDevice(const std::string& spec);  // device/cuda/cuda_device.cpp
 
 }  // namespace loom

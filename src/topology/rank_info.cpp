@@ -57,17 +57,19 @@ RankInfo RankInfo::local(int rank, const Device& device) {
   info.vendor = device.vendor();
   info.deviceName = device.name();
   info.deviceIndex = device.index();
+  info.busId = device.busId();
   return info;
 }
 
 std::string RankInfo::serialize() const {
   std::ostringstream out;
-  out << "loomrank1 " << rank << ' ' << pid << ' ' << pidNamespace << ' '
+  out << "loomrank2 " << rank << ' ' << pid << ' ' << pidNamespace << ' '
       << static_cast<int>(deviceKind) << ' ' << deviceIndex << ' ';
   putString(out, hostname);
   putString(out, hostId);
   putString(out, vendor);
   putString(out, deviceName);
+  putString(out, busId);
   return out.str();
 }
 
@@ -77,7 +79,7 @@ RankInfo RankInfo::deserialize(const std::string& bytes) {
   RankInfo info;
   int kind = 0;
   char space = 0;
-  if (!(in >> tag) || tag != "loomrank1" ||
+  if (!(in >> tag) || tag != "loomrank2" ||
       !(in >> info.rank >> info.pid >> info.pidNamespace >> kind >> info.deviceIndex) ||
       !in.get(space))
     LOOM_THROW(loomInternalError, "malformed rank info (different Loom versions across ranks?)");
@@ -86,6 +88,7 @@ RankInfo RankInfo::deserialize(const std::string& bytes) {
   info.hostId = getString(in);
   info.vendor = getString(in);
   info.deviceName = getString(in);
+  info.busId = getString(in);
   return info;
 }
 

@@ -21,6 +21,7 @@ struct RankInfo {
   std::string vendor;
   std::string deviceName;
   int deviceIndex = -1;
+  std::string busId;  // PCI bus id of a GPU ("0000:19:00.0"); empty for the host CPU
 
   static RankInfo local(int rank, const Device& device);
   std::string serialize() const;
