@@ -1,0 +1,324 @@
+// Device-side building blocks of every GPU collective: waits that give up (abort flag, deadline),
+// 16-byte and LL-packet copies, and channels between the same block index of two ranks.
+//
+// A channel (block b, rank r -> rank p) is a pair of slots in p's window plus two counters: r
+// posts chunk `seq` into slot seq % 2 and bumps p's ready[b][r]; p consumes it and bumps r's
+// acks[b][p]. r may reuse a slot once p acknowledged the chunk that last used it (seq - 2). In the
+// LL protocol the flag travels inside every 16-byte packet instead ({data, seq, data, seq}), so the
+// receiver needs no separate ready flag and the sender no memory fence.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "device/cuda/collectives/dev_comm.hpp"
+
+namespace loom::cuda {
+
+__device__ __forceinline__ uint64_t globalTimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ uint64_t loadAcquire(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void storeRelease(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint4 loadVolatile16(const void* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void storeVolatile16(void* p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// Gives up a wait: on the host's abort, or past the communicator's timeout (then it records why
+// and raises the abort so every other block and kernel of this rank stops as well).
+struct Waiter {
+  const DevComm& comm;
+  uint64_t start = 0;
+  uint32_t spins = 0;
+  __device__ explicit Waiter(const DevComm& c) : comm(c) {}
+  __device__ bool shouldStop(int peer) {
+    if ((++spins & 1023) != 0) return false;
+    volatile DevStatus* status = comm.status;
+    if (status->abort != 0) return true;
+    uint64_t now = globalTimer();
+    if (start == 0) start = now;
+    if (now - start > 1000000) status->waiting = 1;  // the host's watchdog then checks the peers
+    if (now - start <= comm.timeoutNs) return false;
+    if (status->error == kDevOk) {
+      status->errorPeer = peer;
+      status->error = kDevTimeout;
+    }
+    __threadfence_system();
+    status->abort = 1;
+    return true;
+  }
+};
+
+// True when the host asked every kernel of this communicator to stop.
+__device__ __forceinline__ bool abortRaised(const DevComm& comm) {
+  return static_cast<volatile DevStatus*>(comm.status)->abort != 0;
+}
+
+// Waits until *flag >= target. False when the wait gave up.
+__device__ __forceinline__ bool waitAtLeast(const DevComm& comm, const uint64_t* flag,
+                                            uint64_t target, int peer) {
+  Waiter waiter(comm);
+  while (loadAcquire(flag) < target)
+    if (waiter.shouldStop(peer)) return false;
+  return true;
+}
+
+// ---- Byte movement. User buffers may be misaligned; windows never are. ----
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+// Up to 16 bytes from p (n < 16 only at the end of a range); missing bytes read as zero.
+__device__ __forceinline__ uint4 loadBytes16(const char* p, size_t n) {
+  if (n >= 16 && aligned16(p)) return *reinterpret_cast<const uint4*>(p);
+  uint4 v = make_uint4(0, 0, 0, 0);
+  char* out = reinterpret_cast<char*>(&v);
+  for (size_t i = 0; i < n && i < 16; ++i) out[i] = p[i];
+  return v;
+}
+
+__device__ __forceinline__ void storeBytes16(char* p, uint4 v, size_t n) {
+  if (n >= 16 && aligned16(p)) {
+    *reinterpret_cast<uint4*>(p) = v;
+    return;
+  }
+  const char* in = reinterpret_cast<const char*>(&v);
+  for (size_t i = 0; i < n && i < 16; ++i) p[i] = in[i];
+}
+
+__device__ __forceinline__ uint2 loadBytes8(const char* p, size_t n) {
+  if (n >= 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0)
+    return *reinterpret_cast<const uint2*>(p);
+  uint2 v = make_uint2(0, 0);
+  char* out = reinterpret_cast<char*>(&v);
+  for (size_t i = 0; i < n && i < 8; ++i) out[i] = p[i];
+  return v;
+}
+
+__device__ __forceinline__ void storeBytes8(char* p, uint2 v, size_t n) {
+  if (n >= 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+    *reinterpret_cast<uint2*>(p) = v;
+    return;
+  }
+  const char* in = reinterpret_cast<const char*>(&v);
+  for (size_t i = 0; i < n && i < 8; ++i) p[i] = in[i];
+}
+
+// Block-wide copy of n bytes; src may be a peer-written slot (read volatile, bypassing L1).
+template <bool kVolatileSource>
+__device__ __forceinline__ void blockCopy(char* dst, const char* src, size_t n) {
+  for (size_t off = static_cast<size_t>(threadIdx.x) * 16; off < n;
+       off += static_cast<size_t>(blockDim.x) * 16) {
+    size_t len = n - off < 16 ? n - off : 16;
+    uint4 v;
+    if constexpr (kVolatileSource) {
+      v = loadVolatile16(src + off);  // slots are 16-byte aligned and padded
+    } else {
+      v = loadBytes16(src + off, len);
+    }
+    storeBytes16(dst + off, v, len);
+  }
+}
+
+// ---- LL packets: 8 payload bytes and two copies of the flag in 16 bytes. ----
+
+__device__ __forceinline__ void storePacket(char* slot, size_t word, uint2 data, uint32_t flag) {
+  storeVolatile16(slot + word * 16, make_uint4(data.x, flag, data.y, flag));
+}
+
+// Polls packet `word` of a slot until it carries `flag`. False when the wait gave up.
+__device__ __forceinline__ bool loadPacket(const DevComm& comm, const char* slot, size_t word,
+                                           uint32_t flag, int peer, uint2& data) {
+  Waiter waiter(comm);
+  for (;;) {
+    uint4 v = loadVolatile16(slot + word * 16);
+    if (v.y == flag && v.w == flag) {
+      data = make_uint2(v.x, v.z);
+      return true;
+    }
+    if (waiter.shouldStop(peer)) return false;
+  }
+}
+
+// ---- Windows and channels. ----
+
+// Offset of a slot within a window's slots (or, with the LL size, llSlots) region.
+__device__ __forceinline__ size_t slotOffset(const DevComm& c, int block, int source, uint64_t seq,
+                                             size_t bytesPerSlot) {
+  return ((static_cast<size_t>(block) * c.nranks + source) * kSlotsPerChannel + (seq & 1)) *
+         bytesPerSlot;
+}
+__device__ __forceinline__ size_t slotOffset(const DevComm& c, int block, int source,
+                                             uint64_t seq) {
+  return slotOffset(c, block, source, seq, c.slotBytes);
+}
+
+// Per-block channel state, kept in shared memory for the length of one kernel.
+struct BlockChannels {
+  uint64_t sent[kMaxRanks];
+  uint64_t received[kMaxRanks];
+};
+
+// Loads this block's counters (thread 0) and returns false on all threads if the communicator is
+// already aborted. Ends with a barrier.
+__device__ __forceinline__ bool openChannels(const DevComm& c, int channel, BlockChannels& ch) {
+  int stop = 0;
+  if (threadIdx.x == 0) {
+    stop = abortRaised(c);
+    for (int p = 0; p < c.nranks; ++p) {
+      ch.sent[p] = c.sentSeq[channel * c.nranks + p];
+      ch.received[p] = c.recvSeq[channel * c.nranks + p];
+    }
+  }
+  return !__syncthreads_or(stop);
+}
+
+__device__ __forceinline__ void closeChannels(const DevComm& c, int channel,
+                                              const BlockChannels& ch) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int p = 0; p < c.nranks; ++p) {
+      c.sentSeq[channel * c.nranks + p] = ch.sent[p];
+      c.recvSeq[channel * c.nranks + p] = ch.received[p];
+    }
+  }
+}
+
+// Waits (thread 0) until peer has consumed the chunk that last used the slot of the next send.
+// Returns the slot to write, or null on all threads when the wait gave up. Ends with a barrier.
+__device__ __forceinline__ char* beginSend(const DevComm& c, int channel, int peer,
+                                           BlockChannels& ch, bool ll) {
+  int stop = 0;
+  if (threadIdx.x == 0) {
+    uint64_t seq = ch.sent[peer] + 1;
+    if (seq > kSlotsPerChannel)
+      stop =
+          !waitAtLeast(c, c.acks[c.rank] + channel * c.nranks + peer, seq - kSlotsPerChannel, peer);
+  }
+  if (__syncthreads_or(stop)) return nullptr;
+  const uint64_t seq = ch.sent[peer] + 1;
+  return ll ? c.llSlots[peer] + slotOffset(c, channel, c.rank, seq, c.llSlotBytes)
+            : c.slots[peer] + slotOffset(c, channel, c.rank, seq);
+}
+
+// Publishes the chunk written since beginSend (simple protocol: fence, then the ready flag).
+__device__ __forceinline__ void endSend(const DevComm& c, int channel, int peer, BlockChannels& ch,
+                                        bool setReadyFlag) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t seq = ++ch.sent[peer];
+    if (setReadyFlag) {
+      __threadfence_system();
+      storeRelease(c.ready[peer] + channel * c.nranks + c.rank, seq);
+    }
+  }
+  __syncthreads();  // every thread sees the new count before the next channel operation
+}
+
+// Simple protocol: waits (thread 0) until the next chunk from peer is ready and returns its slot,
+// or null on all threads when the wait gave up. Ends with a barrier.
+__device__ __forceinline__ const char* beginReceive(const DevComm& c, int channel, int peer,
+                                                    BlockChannels& ch, bool waitReadyFlag) {
+  int stop = 0;
+  if (threadIdx.x == 0 && waitReadyFlag)
+    stop =
+        !waitAtLeast(c, c.ready[c.rank] + channel * c.nranks + peer, ch.received[peer] + 1, peer);
+  if (__syncthreads_or(stop)) return nullptr;
+  return c.slots[c.rank] + slotOffset(c, channel, peer, ch.received[peer] + 1);
+}
+
+// The LL slot of the next chunk from peer, for receivers that poll packets themselves.
+__device__ __forceinline__ const char* nextLLSlot(const DevComm& c, int channel, int peer,
+                                                  const BlockChannels& ch) {
+  return c.llSlots[c.rank] + slotOffset(c, channel, peer, ch.received[peer] + 1, c.llSlotBytes);
+}
+
+// Tells peer its chunk was consumed (after every thread's reads: barrier first).
+__device__ __forceinline__ void endReceive(const DevComm& c, int channel, int peer,
+                                           BlockChannels& ch) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t seq = ++ch.received[peer];
+    storeRelease(c.acks[peer] + channel * c.nranks + c.rank, seq);
+  }
+  __syncthreads();
+}
+
+// Acknowledges the next chunk of every peer with a bit in `peers` at once (a reduction consumed
+// one chunk of each).
+__device__ __forceinline__ void endReceiveAll(const DevComm& c, int channel, uint32_t peers,
+                                              BlockChannels& ch) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int q = 0; q < c.nranks; ++q) {
+      if (((peers >> q) & 1) == 0) continue;
+      uint64_t seq = ++ch.received[q];
+      storeRelease(c.acks[q] + channel * c.nranks + c.rank, seq);
+    }
+  }
+  __syncthreads();
+}
+
+// Simple protocol: waits (thread 0) for the next chunk of every peer in `peers`. False on all
+// threads when a wait gave up. Ends with a barrier.
+__device__ __forceinline__ bool waitReadyAll(const DevComm& c, int channel, uint32_t peers,
+                                             const BlockChannels& ch) {
+  int stop = 0;
+  if (threadIdx.x == 0) {
+    for (int q = 0; q < c.nranks && !stop; ++q)
+      if ((peers >> q) & 1)
+        stop = !waitAtLeast(c, c.ready[c.rank] + channel * c.nranks + q, ch.received[q] + 1, q);
+  }
+  return !__syncthreads_or(stop);
+}
+
+// ---- Work split. Ranges split on 16-byte units, so every piece starts on an element boundary
+// and, for aligned buffers, on a vector boundary. Both ends of a channel compute the same split.
+
+struct Range {
+  size_t begin;
+  size_t end;
+  __device__ size_t size() const { return end - begin; }
+};
+
+__device__ __forceinline__ Range splitRange(size_t bytes, int part, int parts) {
+  size_t units = (bytes + 15) / 16;
+  size_t b = units * part / parts * 16, e = units * (part + 1) / parts * 16;
+  return Range{b < bytes ? b : bytes, e < bytes ? e : bytes};
+}
+
+__device__ __forceinline__ size_t chunkCount(size_t bytes, size_t payload) {
+  return (bytes + payload - 1) / payload;
+}
+
+// Chunk k of a range, as a sub-range.
+__device__ __forceinline__ Range chunkOf(Range r, size_t k, size_t payload) {
+  size_t b = r.begin + k * payload;
+  size_t e = b + payload;
+  return Range{b < r.end ? b : r.end, e < r.end ? e : r.end};
+}
+
+}  // namespace loom::cuda

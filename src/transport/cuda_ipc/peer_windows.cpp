@@ -1,0 +1,117 @@
+#include "transport/cuda_ipc/peer_windows.hpp"
+
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "base/env.hpp"
+#include "base/log.hpp"
+#include "base/sha256.hpp"
+#include "device/cuda/cuda_check.hpp"
+
+namespace loom {
+
+CudaTransport cudaTransportFromEnv() {
+  const std::string v = env::cudaTransport();
+  if (v.empty() || v == "auto") return CudaTransport::kAuto;
+  if (v == "p2p") return CudaTransport::kP2P;
+  if (v == "host") return CudaTransport::kHost;
+  LOOM_THROW(loomInvalidArgument, "LOOM_CUDA_TRANSPORT='", v, "': expected auto, p2p or host");
+}
+
+PeerWindows::~PeerWindows() {
+  closePeerMappings();
+  if (own_ != nullptr) cudaFree(own_);
+  if (registered_) cudaHostUnregister(hostSegment_.data());
+}
+
+void PeerWindows::closePeerMappings() {
+  for (size_t q = 0; q < windows_.size(); ++q)
+    if (q < opened_.size() && opened_[q]) cudaIpcCloseMemHandle(windows_[q]);
+  opened_.assign(opened_.size(), false);
+}
+
+void PeerWindows::setUp(const PeerWindowsSetup& setup) {
+  rank_ = setup.rank;
+  windows_.assign(setup.nranks, nullptr);
+  opened_.assign(setup.nranks, false);
+  if (setup.transport != CudaTransport::kHost && tryPeerToPeer(setup)) return;
+  LOOM_CHECK_ARG(setup.transport != CudaTransport::kP2P,
+                 "LOOM_CUDA_TRANSPORT=p2p, but some GPUs of this communicator cannot map each "
+                 "other's memory");
+  setUpHost(setup);
+}
+
+bool PeerWindows::tryPeerToPeer(const PeerWindowsSetup& setup) {
+  LOOM_CUDA_CHECK(cudaMalloc(&own_, setup.windowBytes));
+  LOOM_CUDA_CHECK(cudaMemset(own_, 0, setup.windowBytes));
+  LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaIpcMemHandle_t handle{};
+  LOOM_CUDA_CHECK(cudaIpcGetMemHandle(&handle, own_));
+  std::vector<std::string> handles =
+      setup.allGather(std::string(reinterpret_cast<const char*>(&handle), sizeof(handle)));
+  windows_[rank_] = own_;
+  std::string failure;
+  for (int q = 0; q < setup.nranks; ++q) {
+    if (q == rank_) continue;
+    if (handles[q].size() != sizeof(cudaIpcMemHandle_t))
+      LOOM_THROW(loomInternalError, "rank ", q, " sent a malformed CUDA IPC handle");
+    cudaIpcMemHandle_t peer{};
+    std::memcpy(&peer, handles[q].data(), sizeof(peer));
+    void* mapped = nullptr;
+    cudaError_t err = cudaIpcOpenMemHandle(&mapped, peer, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      failure = "rank " + std::to_string(q) + ": " + cudaGetErrorString(err);
+      break;
+    }
+    windows_[q] = static_cast<char*>(mapped);
+    opened_[q] = true;
+  }
+  // Every rank must take the same path: one pair that cannot map sends everyone to host memory.
+  std::vector<std::string> outcomes = setup.allGather(failure.empty() ? "ok" : failure);
+  std::string firstFailure;
+  for (int q = 0; q < setup.nranks && firstFailure.empty(); ++q)
+    if (outcomes[q] != "ok")
+      firstFailure = "rank " + std::to_string(q) + " could not map " + outcomes[q];
+  if (firstFailure.empty()) return true;
+  LOOM_WARN(kSubsysInit, rank_, "GPU peer memory unavailable (", firstFailure,
+            "); using pinned host memory");
+  closePeerMappings();
+  cudaFree(own_);
+  own_ = nullptr;
+  windows_.assign(setup.nranks, nullptr);
+  return false;
+}
+
+void PeerWindows::setUpHost(const PeerWindowsSetup& setup) {
+  viaHost_ = true;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t stride = (setup.windowBytes + page - 1) / page * page;
+  const size_t total = stride * setup.nranks;
+  std::string name;
+  if (rank_ == 0) {
+    uint64_t nonce = 0;
+    randomBytes(&nonce, sizeof(nonce));
+    std::ostringstream n;
+    n << "/loom-cuda-" << getpid() << "-" << std::hex << nonce;
+    name = n.str();
+    hostSegment_ = ShmSegment::create(name, total);
+  }
+  name = setup.allGather(name)[0];
+  if (rank_ != 0) hostSegment_ = ShmSegment::open(name, total);
+  std::memset(hostSegment_.data() + stride * rank_, 0, setup.windowBytes);
+  LOOM_CUDA_CHECK(cudaHostRegister(hostSegment_.data(), total,
+                                   cudaHostRegisterMapped | cudaHostRegisterPortable));
+  registered_ = true;
+  void* devicePtr = nullptr;
+  LOOM_CUDA_CHECK(cudaHostGetDevicePointer(&devicePtr, hostSegment_.data(), 0));
+  for (int q = 0; q < setup.nranks; ++q) windows_[q] = static_cast<char*>(devicePtr) + stride * q;
+  setup.allGather("");  // every rank mapped the segment and zeroed its window
+  if (rank_ == 0) hostSegment_.unlink();
+}
+
+}  // namespace loom
