@@ -33,6 +33,15 @@ struct CollArgs {
   const size_t* sendDispls = nullptr;
   const size_t* recvCounts = nullptr;
   const size_t* recvDispls = nullptr;
+  void* stream = nullptr;  // CUDA communicators: the cudaStream_t to order the call on
+};
+
+// One send or receive of a group on an accelerator communicator (run by its device engine).
+struct DeviceP2POp {
+  bool isSend = false;
+  int peer = 0;
+  void* buffer = nullptr;
+  size_t bytes = 0;
 };
 
 // Average runs as a sum followed by one division by the rank count on the final step: the op the
@@ -56,6 +65,8 @@ class AlgoContext {
   // Per-communicator workspaces, sized at init or grown once, so no call allocates.
   std::vector<const void*>* sources = nullptr;  // one entry per rank, for reductions
   std::vector<RingStep>* ringSteps = nullptr;
+  // Communicators on an accelerator: its engine (CudaEngine for CUDA), which GPU algorithms drive.
+  void* deviceEngine = nullptr;
 
   template <typename Ready>
   void wait(Ready&& ready, int peer) const {
@@ -82,12 +93,14 @@ struct Algorithm {
   loomFunc_t func;
   const char* name;
   AlgorithmFn run;
-  bool needsArena;  // runs only where all ranks share one host's memory
+  bool needsArena;                       // runs only where all ranks share one host's memory
+  DeviceKind device = DeviceKind::kCpu;  // the kind of buffers it works on
 };
 
 // Every algorithm Loom has, for the selector and for forcing one in tests.
 const std::vector<Algorithm>& allAlgorithms();
-const Algorithm* findAlgorithm(loomFunc_t func, const std::string& name);
+const Algorithm* findAlgorithm(loomFunc_t func, const std::string& name,
+                               DeviceKind device = DeviceKind::kCpu);
 const char* funcName(loomFunc_t func);  // "allreduce", "allgather", ... (LOOM_ALGO keys)
 
 }  // namespace loom

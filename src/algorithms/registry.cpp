@@ -13,14 +13,17 @@ const std::vector<Algorithm>& allAlgorithms() {
     registerPipelinedAlgorithms(out);
     registerRingAlgorithms(out);
     registerAllToAllvAlgorithms(out);
+#if LOOM_HAVE_CUDA
+    registerCudaAlgorithms(out);
+#endif
     return out;
   }();
   return all;
 }
 
-const Algorithm* findAlgorithm(loomFunc_t func, const std::string& name) {
+const Algorithm* findAlgorithm(loomFunc_t func, const std::string& name, DeviceKind device) {
   for (const Algorithm& algo : allAlgorithms())
-    if (algo.func == func && name == algo.name) return &algo;
+    if (algo.func == func && algo.device == device && name == algo.name) return &algo;
   return nullptr;
 }
 

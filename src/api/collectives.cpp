@@ -66,8 +66,11 @@ struct CallChecks {
   }
 };
 
-void checkStream(loomStream_t stream) {
-  LOOM_CHECK_ARG(stream == nullptr, "a CPU communicator takes a NULL stream");
+// A CPU communicator runs on the calling thread and takes no stream; one on a GPU orders its work
+// on the given stream (NULL: the legacy default stream).
+void checkStream(const HandleUse& use, loomStream_t stream) {
+  bool onDevice = use->ready.load() && use->comm != nullptr && use->comm->onDevice();
+  LOOM_CHECK_ARG(stream == nullptr || onDevice, "a CPU communicator takes a NULL stream");
 }
 
 void validate(const Ranks& comm, const CollArgs& a) {
@@ -132,15 +135,17 @@ loomResult_t submit(const char* function, loomComm_t handle, const CollArgs& arg
                     loomStream_t stream) {
   return guarded(function, [&] {
     HandleUse use(handle);
-    checkStream(stream);
+    checkStream(use, stream);
     validate(Ranks{use->rank, use->nranks}, args);
+    CollArgs withStream = args;
+    withStream.stream = stream;
     if (groupDepth() > 0) {
-      recordGroupOp(GroupOp::collective(use.get(), args));
+      recordGroupOp(GroupOp::collective(use.get(), withStream));
       return loomSuccess;
     }
     loomComm* h = use.get();
     if (h->blocking) {
-      use.comm().collective(args);  // (use.comm() also reports a failed initialization)
+      use.comm().collective(withStream);  // (use.comm() also reports a failed initialization)
       return loomSuccess;
     }
     // Runs later on the progress thread: it must own whatever it reads of the caller's memory
@@ -154,7 +159,7 @@ loomResult_t submitP2P(const char* function, bool isSend, void* buffer, size_t c
                        loomDataType_t datatype, int peer, loomComm_t handle, loomStream_t stream) {
   return guarded(function, [&] {
     HandleUse use(handle);
-    checkStream(stream);
+    checkStream(use, stream);
     LOOM_CHECK_ARG(dtypeValid(rawEnum(datatype)), "unknown data type ", rawEnum(datatype));
     LOOM_CHECK_ARG(peer >= 0 && peer < use->nranks, "peer ", peer, " is out of range [0, ",
                    use->nranks, ")");
@@ -162,6 +167,7 @@ loomResult_t submitP2P(const char* function, bool isSend, void* buffer, size_t c
     LOOM_CHECK_ARG(bytes == 0 || buffer != nullptr, isSend ? "sendbuff" : "recvbuff",
                    " is NULL with count ", count);
     GroupOp op = GroupOp::pointToPoint(use.get(), isSend, peer, buffer, bytes);
+    op.stream = stream;
     if (groupDepth() > 0) {
       recordGroupOp(op);
       return loomSuccess;

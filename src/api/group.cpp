@@ -31,6 +31,21 @@ class GroupPins {
   }
 };
 
+// A run of sends and receives on one GPU communicator goes to its device engine as one batch,
+// which orders it on the stream of the run's first operation.
+size_t executeDevicePointToPoint(const std::vector<GroupOp>& ops, size_t first) {
+  thread_local std::vector<DeviceP2POp> batch;
+  batch.clear();
+  size_t i = first;
+  for (; i < ops.size() && !ops[i].isCollective && ops[i].handle == ops[first].handle; ++i) {
+    LOOM_CHECK_ARG(ops[i].stream == ops[first].stream,
+                   "the sends and receives of one group on a GPU communicator must use one stream");
+    batch.push_back(DeviceP2POp{ops[i].isSend, ops[i].peer, ops[i].buffer, ops[i].bytes});
+  }
+  ops[first].handle->comm->devicePointToPoint(batch, ops[first].stream);
+  return i;
+}
+
 void executeOps(const std::vector<GroupOp>& ops) {
   thread_local std::vector<P2POp> batch;
   thread_local std::vector<Comm*> comms;
@@ -40,9 +55,13 @@ void executeOps(const std::vector<GroupOp>& ops) {
       ++i;
       continue;
     }
+    if (ops[i].handle->comm->onDevice()) {
+      i = executeDevicePointToPoint(ops, i);
+      continue;
+    }
     batch.clear();
     comms.clear();
-    for (; i < ops.size() && !ops[i].isCollective; ++i) {
+    for (; i < ops.size() && !ops[i].isCollective && !ops[i].handle->comm->onDevice(); ++i) {
       Comm* comm = ops[i].handle->comm.get();
       batch.push_back(comm->pointToPoint(ops[i].isSend, ops[i].peer, ops[i].buffer, ops[i].bytes));
       bool known = false;

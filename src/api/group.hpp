@@ -26,6 +26,7 @@ struct GroupOp {
   int peer = 0;
   void* buffer = nullptr;
   size_t bytes = 0;
+  void* stream = nullptr;  // GPU communicators
 
   static GroupOp collective(loomComm* handle, const CollArgs& args) {
     GroupOp op;

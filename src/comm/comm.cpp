@@ -14,6 +14,9 @@
 #include "base/log.hpp"
 #include "base/sha256.hpp"
 #include "transport/shm/shm_channel.hpp"
+#if LOOM_HAVE_CUDA
+#include "device/cuda/cuda_engine.hpp"
+#endif
 
 namespace loom {
 
@@ -42,6 +45,14 @@ int openPidfd(int pid) {
 
 }  // namespace
 
+void CudaEngineDeleter::operator()(CudaEngine* engine) const {
+#if LOOM_HAVE_CUDA
+  delete engine;
+#else
+  (void)engine;
+#endif
+}
+
 CommConfig resolveConfig(const loomConfig_t* c) {
   CommConfig cfg;
   cfg.timeoutMs = env::timeoutMs();
@@ -63,6 +74,9 @@ CommConfig resolveConfig(const loomConfig_t* c) {
     LOOM_CHECK_ARG(dtypeValid(c->accumType), "config accumType ", c->accumType, " is not a type");
     cfg.accum = c->accumType;
   }
+  LOOM_CHECK_ARG(cfg.blocking || cfg.device == "cpu",
+                 "non-blocking communicators are supported on the CPU only (device \"", cfg.device,
+                 "\")");
   return cfg;
 }
 
@@ -73,6 +87,9 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
       id_(id),
       aborted_(config.abortFlag != nullptr ? config.abortFlag : &ownAborted_) {
   device_ = createDevice(config_.device);
+  // "cuda" means the current device at init: split children must use the same one.
+  if (device_->kind() == DeviceKind::kCuda)
+    config_.device = "cuda:" + std::to_string(device_->index());
   nextPeerCheck_.resize(nranks_ + 1);
   deadline_ = Clock::now() + std::chrono::milliseconds(config_.timeoutMs);
   Bootstrap::Options options;
@@ -93,6 +110,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   }
   setUpSharedMemory();
   checkCollectives_ = env::checkCollectives();
+  if (device_->kind() == DeviceKind::kCuda) setUpCuda();
 
   SelectorInputs inputs;
   inputs.nranks = nranks_;
@@ -100,6 +118,8 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   int64_t directMax = env::directMaxBytes();
   inputs.directMaxBytes =
       directMax >= 0 ? static_cast<size_t>(directMax) : defaultDirectMax(nranks);
+  inputs.device = device_->kind();
+  inputs.llMaxBytes = env::cudaLLMaxBytes();
   selector_ = std::make_unique<Selector>(inputs, env::algoOverride());
 
   ctx_.rank = rank_;
@@ -115,6 +135,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ctx_.sources = &sources_;
   ctx_.ringSteps = &ringSteps_;
   ctx_.streamingMinBytes = static_cast<size_t>(std::max<int64_t>(env::streamingMinBytes(), 0));
+  ctx_.deviceEngine = cudaEngine_.get();
   LOOM_INFO(kSubsysInit, rank_, "communicator ", config_.name.empty() ? "" : config_.name + " ",
             "ready: rank ", rank_, " of ", nranks_, ", device ", device_->vendor(), ", ",
             sharedMemory_ ? "shared memory" : "several hosts", ", timeout ", config_.timeoutMs,
@@ -123,6 +144,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
 }
 
 Comm::~Comm() {
+  cudaEngine_.reset();  // first: its watchdog uses the peers' pidfds and the bootstrap
   for (int fd : peerPidfds_)
     if (fd >= 0) close(fd);
 }
@@ -160,6 +182,32 @@ void Comm::setUpSharedMemory() {
   }
   LOOM_INFO(kSubsysShm, rank_, "shared arena ", name, ": ", layout.totalBytes >> 20,
             " MiB mapped, slot ", layout.slotBytes, " B, channel ", layout.channelBytes, " B");
+}
+
+void Comm::setUpCuda() {
+#if LOOM_HAVE_CUDA
+  CudaEngineSetup setup;
+  setup.rank = rank_;
+  setup.nranks = nranks_;
+  setup.timeoutMs = config_.timeoutMs;
+  setup.allGather = [this](const std::string& mine) {
+    return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
+  };
+  setup.peerFailure = [this] { return peerFailure(); };
+  setup.fail = [this](const Error& e) { fail(e); };
+  setup.aborted = aborted_;
+  cudaEngine_.reset(new CudaEngine(static_cast<CudaDevice&>(*device_), setup));
+#endif
+}
+
+std::optional<Error> Comm::peerFailure() {
+  try {
+    if (sharedMemory_ && arena_.aborted()) throwArenaAbort();
+    for (int peer = 0; peer < nranks_; ++peer) checkPeer(peer);
+  } catch (const Error& e) {
+    return e;
+  }
+  return std::nullopt;
 }
 
 void Comm::beginOperation() {
@@ -244,6 +292,9 @@ void Comm::fail(const Error& error) {
     reason = asyncMessage_;
   }
   aborted_->store(true);
+#if LOOM_HAVE_CUDA
+  if (cudaEngine_) cudaEngine_->stopKernels();
+#endif
   // Once: this rank's reason slot in the arena has one writer (two threads failing together, a
   // collective and loomCommAbort, would race on it while peers read it).
   if (sharedMemory_ && first) arena_.raiseAbort(error.code(), rank_, reason);
@@ -285,6 +336,10 @@ void Comm::verifyFingerprint(const CollArgs& a) {
 }
 
 void Comm::collective(const CollArgs& args) {
+#if LOOM_HAVE_CUDA
+  // Before anything that could abort the communicator: a bad pointer is the caller's mistake.
+  if (cudaEngine_) cudaEngine_->validateBuffers(args);
+#endif
   beginOperation();
   try {
     ++collectiveCount_;
@@ -333,6 +388,24 @@ void Comm::runPointToPointBatch(std::vector<P2POp>& ops, const std::vector<Comm*
     for (Comm* c : comms) c->fail(wrapped);
     throw wrapped;
   }
+}
+
+void Comm::devicePointToPoint(const std::vector<DeviceP2POp>& ops, void* stream) {
+#if LOOM_HAVE_CUDA
+  for (const DeviceP2POp& op : ops)
+    cudaEngine_->validateBuffer(op.buffer, op.bytes, op.isSend ? "sendbuff" : "recvbuff");
+  beginOperation();
+  try {
+    cudaEngine_->pointToPoint(ops, stream);
+  } catch (const Error& e) {
+    if (e.code() != loomInvalidArgument) fail(e);
+    throw;
+  }
+#else
+  (void)ops;
+  (void)stream;
+  LOOM_THROW(loomInternalError, "no device engine in this build");
+#endif
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) {

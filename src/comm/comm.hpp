@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,11 @@
 #include "transport/shm/shm_arena.hpp"
 
 namespace loom {
+
+class CudaEngine;
+struct CudaEngineDeleter {
+  void operator()(CudaEngine* engine) const;
+};
 
 struct CommConfig {
   std::string device = "cpu";
@@ -56,6 +62,10 @@ class Comm {
   // Runs a batch of point-to-point ops of this communicator (and possibly others') with the same
   // failure handling as collectives.
   static void runPointToPointBatch(std::vector<P2POp>& ops, const std::vector<Comm*>& comms);
+  // Communicators on a GPU: enqueues a group's sends and receives on `stream`.
+  void devicePointToPoint(const std::vector<DeviceP2POp>& ops, void* stream);
+  // True when this communicator's buffers live on an accelerator (calls take a stream).
+  bool onDevice() const { return device_->kind() != DeviceKind::kCpu; }
 
   std::unique_ptr<Comm> split(int color, int key, const CommConfig& config);
 
@@ -67,6 +77,8 @@ class Comm {
 
  private:
   void setUpSharedMemory();
+  void setUpCuda();
+  std::optional<Error> peerFailure();
   void beginOperation();
   void fail(const Error& error);
   void check(int peer);
@@ -111,6 +123,8 @@ class Comm {
   std::atomic<loomResult_t> asyncError_{loomSuccess};
   mutable std::mutex errorMutex_;
   std::string asyncMessage_;
+
+  std::unique_ptr<CudaEngine, CudaEngineDeleter> cudaEngine_;  // CUDA communicators only
 };
 
 }  // namespace loom

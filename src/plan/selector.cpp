@@ -1,5 +1,6 @@
 #include "plan/selector.hpp"
 
+#include <cstdint>
 #include <sstream>
 
 #include "base/error.hpp"
@@ -8,11 +9,30 @@ namespace loom {
 
 namespace {
 
-std::string choicesFor(loomFunc_t func) {
+std::string choicesFor(loomFunc_t func, DeviceKind device) {
   std::string out;
   for (const Algorithm& algo : allAlgorithms())
-    if (algo.func == func) out += (out.empty() ? "" : ", ") + std::string(algo.name);
-  return out;
+    if (algo.func == func && algo.device == device)
+      out += (out.empty() ? "" : ", ") + std::string(algo.name);
+  return out.empty() ? "none" : out;
+}
+
+// CUDA: the largest call (bytes as the C API counts them) that runs on LL packets. LL sends twice
+// the bytes but saves the flag round trip of every chunk; these crossovers were measured on 4
+// H200s over NVLink (docs/benchmarks.md).
+size_t defaultLLMax(loomFunc_t func) {
+  switch (func) {
+    case loomFuncAllReduce:
+    case loomFuncBroadcast:
+    case loomFuncReduce:
+      return 256 * 1024;
+    case loomFuncAllToAllv:
+      return 0;  // counts differ per rank: no rank knows the size of the whole exchange
+    case loomFuncBarrier:
+      return SIZE_MAX;
+    default:
+      return 64 * 1024;  // per-rank blocks: allgather, reduce-scatter, alltoall, gather, scatter
+  }
 }
 
 }  // namespace
@@ -30,9 +50,11 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
     for (int f = 0; f < loomNumFuncs; ++f)
       if (funcText == funcName(static_cast<loomFunc_t>(f))) func = f;
     LOOM_CHECK_ARG(func >= 0, "LOOM_ALGO names unknown collective '", funcText, "'");
-    const Algorithm* algo = findAlgorithm(static_cast<loomFunc_t>(func), algoText);
+    const Algorithm* algo = findAlgorithm(static_cast<loomFunc_t>(func), algoText, inputs_.device);
     LOOM_CHECK_ARG(algo != nullptr, "LOOM_ALGO: ", funcText, " has no algorithm '", algoText,
-                   "' (choices: ", choicesFor(static_cast<loomFunc_t>(func)), ")");
+                   "' for ", inputs_.device == DeviceKind::kCuda ? "CUDA" : "CPU",
+                   " communicators (choices: ",
+                   choicesFor(static_cast<loomFunc_t>(func), inputs_.device), ")");
     LOOM_CHECK_ARG(!algo->needsArena || inputs_.sharedMemory, "LOOM_ALGO: ", funcText, ":",
                    algoText, " needs all ranks on one host");
     forced_[func] = algo;
@@ -40,6 +62,16 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
   for (int f = 0; f < loomNumFuncs; ++f) {
     auto func = static_cast<loomFunc_t>(f);
     if (func == loomFuncSendRecv) continue;
+    if (inputs_.device == DeviceKind::kCuda) {
+      small_[f] = must(func, "ll");
+      large_[f] = func == loomFuncBarrier ? small_[f] : must(func, "simple");
+      smallMax_[f] = inputs_.llMaxBytes >= 0 && func != loomFuncBarrier
+                         ? static_cast<size_t>(inputs_.llMaxBytes)
+                         : defaultLLMax(func);
+      if (func == loomFuncAllToAllv && inputs_.llMaxBytes < 0) small_[f] = large_[f];
+      continue;
+    }
+    smallMax_[f] = inputs_.directMaxBytes;
     bool ringOnly = !inputs_.sharedMemory;
     bool hasRing =
         func == loomFuncAllReduce || func == loomFuncAllGather || func == loomFuncReduceScatter;
@@ -53,8 +85,8 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
   }
 }
 
-const Algorithm* Selector::must(loomFunc_t func, const char* name) {
-  const Algorithm* algo = findAlgorithm(func, name);
+const Algorithm* Selector::must(loomFunc_t func, const char* name) const {
+  const Algorithm* algo = findAlgorithm(func, name, inputs_.device);
   if (algo == nullptr)
     LOOM_THROW(loomInternalError, "no algorithm ", name, " for ", funcName(func));
   return algo;
@@ -62,7 +94,7 @@ const Algorithm* Selector::must(loomFunc_t func, const char* name) {
 
 const Algorithm& Selector::select(loomFunc_t func, size_t bytes) const {
   if (forced_[func] != nullptr) return *forced_[func];
-  const Algorithm* algo = bytes <= inputs_.directMaxBytes ? small_[func] : large_[func];
+  const Algorithm* algo = bytes <= smallMax_[func] ? small_[func] : large_[func];
   if (algo == nullptr)
     LOOM_THROW(loomInvalidUsage, funcName(func),
                " across hosts needs the network transport, which this build does not have yet");
@@ -72,15 +104,16 @@ const Algorithm& Selector::select(loomFunc_t func, size_t bytes) const {
 std::string Selector::explain() const {
   std::ostringstream out;
   out << "algorithm table for " << inputs_.nranks << " ranks"
-      << (inputs_.sharedMemory ? " on one host" : " across hosts") << ":";
+      << (inputs_.sharedMemory ? " on one host" : " across hosts")
+      << (inputs_.device == DeviceKind::kCuda ? ", CUDA" : "") << ":";
   for (int f = 0; f < loomNumFuncs; ++f) {
     auto func = static_cast<loomFunc_t>(f);
     if (func == loomFuncSendRecv) continue;
     out << " " << funcName(func) << "=";
     if (forced_[f] != nullptr) {
       out << forced_[f]->name << "(forced)";
-    } else if (inputs_.sharedMemory && (func == loomFuncAllReduce || func == loomFuncReduce)) {
-      out << "direct<=" << inputs_.directMaxBytes << "B<pipelined";
+    } else if (small_[f] != large_[f]) {
+      out << small_[f]->name << "<=" << smallMax_[f] << "B<" << large_[f]->name;
     } else {
       out << select(func, 0).name;
     }

@@ -13,6 +13,8 @@ struct SelectorInputs {
   int nranks = 1;
   bool sharedMemory = true;   // every rank of the communicator on one host
   size_t directMaxBytes = 0;  // allreduce/reduce switch from direct to pipelined above this
+  DeviceKind device = DeviceKind::kCpu;  // the algorithms of this kind of buffers
+  int64_t llMaxBytes = -1;  // CUDA: LL up to this many bytes, simple above (-1: per collective)
 };
 
 class Selector {
@@ -23,11 +25,12 @@ class Selector {
   std::string explain() const;  // one line per collective
 
  private:
-  static const Algorithm* must(loomFunc_t func, const char* name);
+  const Algorithm* must(loomFunc_t func, const char* name) const;
   SelectorInputs inputs_;
   std::array<const Algorithm*, loomNumFuncs> forced_{};
   // Looked up once here, so a call's selection does no string comparison.
   std::array<const Algorithm*, loomNumFuncs> small_{}, large_{};
+  std::array<size_t, loomNumFuncs> smallMax_{};  // largest call (bytes) that takes small_
 };
 
 }  // namespace loom
