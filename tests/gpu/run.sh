@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs the GPU tests of an existing build on a GPU host and summarizes them.
+#
+#   tests/gpu/run.sh BUILD_DIR OUTDIR
+#
+# BUILD_DIR must already be built (this script never builds). Every test's full output goes to
+# OUTDIR/<test>.log, the GPUs and their topology to OUTDIR/gpus.txt; a table of test, result and
+# seconds is printed at the end. Exit status: 0 when nothing failed (skipped tests are listed as
+# SKIP), 1 when a test failed, 2 on a usage error.
+#
+# Environment: GPU_TESTS (default "gpu_collectives_n2 gpu_collectives_n4 gpu_faults") picks the
+# tests; GPUTEST_CONFIGS=auto,ll,... restricts the configs of gpu_collectives_*; GoogleTest itself
+# reads GTEST_FILTER (e.g. GTEST_FILTER='Configs/Sweep.Reductions/*').
+set -u
+
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 BUILD_DIR OUTDIR" >&2
+  exit 2
+fi
+build=$(cd "$1" 2>/dev/null && pwd) || { echo "no build directory: $1" >&2; exit 2; }
+mkdir -p "$2" && out=$(cd "$2" && pwd) || { echo "cannot create $2" >&2; exit 2; }
+if [[ ! -f "$build/CTestTestfile.cmake" ]]; then
+  echo "$build is not a configured build directory" >&2
+  exit 2
+fi
+if [[ ! -x "$build/tests/gpu/gpu_collectives_test" ]]; then
+  echo "$build/tests/gpu/gpu_collectives_test is missing: build with CUDA first" >&2
+  exit 2
+fi
+
+export NCCL_NVLS_ENABLE=0
+tests=${GPU_TESTS:-gpu_collectives_n2 gpu_collectives_n4 gpu_faults}
+
+{
+  date
+  nvidia-smi -L 2>&1 || echo "nvidia-smi not available"
+  nvidia-smi topo -m 2>&1 || true
+} >"$out/gpus.txt"
+
+declare -a rows
+failed=0
+for t in $tests; do
+  echo "=== $t"
+  start=$(date +%s%N)
+  (cd "$build" && ctest -R "^${t}\$" -V --no-tests=error) >"$out/$t.log" 2>&1
+  rc=$?
+  seconds=$(awk -v s="$start" -v e="$(date +%s%N)" 'BEGIN { printf "%.1f", (e - s) / 1e9 }')
+  if grep -q "No tests were found" "$out/$t.log"; then
+    result=MISSING
+    failed=1
+  elif grep -qE "\*\*\*Skipped|Not Run" "$out/$t.log"; then
+    result=SKIP
+  elif [[ $rc -eq 0 ]] && grep -q "100% tests passed" "$out/$t.log"; then
+    result=PASS
+  else
+    result=FAIL
+    failed=1
+  fi
+  rows+=("$(printf '%-22s %-8s %8s' "$t" "$result" "$seconds")")
+  echo "    $result in $seconds s (log: $out/$t.log)"
+  if [[ $result == FAIL ]]; then
+    # The failures themselves, for a first look.
+    grep -E "Failure|FAIL|FAILED|\[ +FAILED|error|hang|rank [0-9]+:" "$out/$t.log" | head -40
+  fi
+done
+
+echo
+printf '%-22s %-8s %8s\n' test result seconds
+for row in "${rows[@]}"; do echo "$row"; done
+echo "logs: $out"
+exit $failed
