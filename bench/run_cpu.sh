@@ -119,7 +119,7 @@ SIZES=(-b "$MINBYTES" -e "$MAXBYTES" -f "$FACTOR" -n "$ITERS" -w "$WARMUP")
 for op in $OPS; do
   if ((have_loom)); then
     collect loom "$LOOMRUN" -n "$NRANKS" --no-prefix -- \
-      "$LOOM_BENCH" "$op" "${SIZES[@]}" -d float -c "$CHECK" --csv
+      "$LOOM_BENCH" "$op" "${SIZES[@]}" -d float -c "$CHECK" --device cpu --csv
   fi
   if ((have_mpi)); then
     collect mpi "$MPIRUN" --allow-run-as-root --oversubscribe -np "$NRANKS" \

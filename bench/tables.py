@@ -2,7 +2,8 @@
 """Prints markdown tables comparing Loom with its peers from the CSV files bench/run_cpu.sh
 writes (loom-bench's --csv format with a leading `source` column: loom, mpi, gloo, memcpy).
 
-Usage: python3 bench/tables.py [RESULTS.csv ...]   (default: every bench/results/*.csv)
+Usage: python3 bench/tables.py [--peak GBPS] [RESULTS.csv ...]
+       (default: every bench/results/*.csv)
 
 Per op, one row per size:
   size | loom us | mpi us | gloo us | loom/mpi | loom busbw GB/s | mpi busbw
@@ -10,6 +11,12 @@ Per op, one row per size:
 loom/mpi is the time ratio (below 1: Loom is faster). Loom's out-of-place numbers are used,
 since the peers measure out-of-place only. The memcpy bound is the per-process copy bandwidth
 of NRANKS processes copying at once, at the same size (or the nearest size measured).
+
+GPU files (loom-bench --csv on CUDA, as bench/run_gpu.sh writes them: no `source` column, NCCL's
+columns beside Loom's) get one table each:
+  size | loom us | nccl us | loom/nccl | loom busbw GB/s | nccl busbw | loom busbw / peak
+    | nccl busbw / peak
+where peak is the NVLink bandwidth per GPU and direction (--peak GBPS, default 450: H100/H200).
 """
 
 import csv
@@ -80,6 +87,43 @@ def nearest(table, nbytes):
     return table[key]
 
 
+def is_gpu(path):
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+    return "oop_nccl_us" in header and "source" not in header
+
+
+def render_gpu(path, out, peak):
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("op")]
+    name = os.path.splitext(os.path.basename(path))[0]
+    if not rows:
+        out.write(f"No results in {path}\n\n")
+        return
+    first = rows[0]
+    graph = " graph," if first.get("graph") == "1" else ""
+    out.write(f"### {name}: {first['op']} ({first['dtype']}, {first['redop']},{graph} "
+              f"{first['nranks']} ranks)\n\n")
+    out.write(f"| size | loom us | nccl us | loom/nccl | loom busbw GB/s | nccl busbw "
+              f"| loom busbw / {peak:g} | nccl busbw / {peak:g} |\n")
+    out.write("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    wrong = 0
+    for r in rows:
+        l_us, n_us = number(r["oop_us"]), number(r["oop_nccl_us"])
+        l_bus, n_bus = number(r["oop_busbw"]), number(r["oop_nccl_busbw"])
+        ratio = l_us / n_us if l_us and n_us else None
+        l_frac = l_bus / peak if l_bus is not None else None
+        n_frac = n_bus / peak if n_bus is not None else None
+        wrong += sum(int(number(r[c]) or 0) for c in ("oop_wrong", "ip_wrong"))
+        out.write(f"| {human_bytes(int(r['bytes']))} | {fmt(l_us)} | {fmt(n_us)} | {fmt(ratio)} "
+                  f"| {fmt(l_bus)} | {fmt(n_bus)} | {fmt(l_frac)} | {fmt(n_frac)} |\n")
+    algos = sorted({r["algo"] for r in rows})
+    notes = ["Loom algorithms: " + ", ".join(algos)]
+    if wrong:
+        notes.append(f"**{wrong} wrong elements in Loom's check**")
+    out.write("\n" + "; ".join(notes) + ".\n\n")
+
+
 def render(path, out):
     rows = load(path)
     if not rows:
@@ -134,6 +178,15 @@ def render(path, out):
 
 def main(argv):
     paths = argv[1:]
+    peak = 450.0
+    if "--peak" in paths:
+        at = paths.index("--peak")
+        try:
+            peak = float(paths[at + 1])
+        except (IndexError, ValueError):
+            sys.stderr.write("tables.py: --peak needs a bandwidth in GB/s\n")
+            return 2
+        del paths[at:at + 2]
     if not paths:
         here = os.path.dirname(os.path.abspath(__file__))
         paths = sorted(glob.glob(os.path.join(here, "results", "*.csv")))
@@ -141,7 +194,10 @@ def main(argv):
         sys.stderr.write("tables.py: no CSV files given or found in bench/results/\n")
         return 2
     for path in paths:
-        render(path, sys.stdout)
+        if is_gpu(path):
+            render_gpu(path, sys.stdout, peak)
+        else:
+            render(path, sys.stdout)
     return 0
 
 

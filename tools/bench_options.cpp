@@ -204,7 +204,18 @@ std::string usageText() {
          "  -o OP       sum prod max min avg, or all (default sum)\n"
          "  -r ROOT     root rank of broadcast, reduce, gather, scatter (default 0)\n"
          "  --csv       one comma-separated line per size instead of the table\n"
+         "  --csv FILE  the table on stdout, and the comma-separated lines into FILE\n"
          "  -h          show this help\n"
+         "\n"
+         "GPU options:\n"
+         "  --device D  cpu, cuda or auto (default auto: cuda when built with CUDA and a\n"
+         "              device is visible, else cpu); each rank uses device\n"
+         "              LOCAL_RANK % device count\n"
+         "  --graph 0|1 capture the -n calls of each size into one CUDA graph and time its\n"
+         "              launch (default 0)\n"
+         "  --vs nccl   also time NCCL on the same buffers and print its time, its busbw and\n"
+         "              the loom/nccl time ratio; NCCL is loaded at run time: libnccl.so.2,\n"
+         "              or the file $LOOM_BENCH_NCCL names\n"
          "\n"
          "Sizes are total bytes: the whole gathered array for allgather, reducescatter, gather\n"
          "and scatter, the whole send buffer for alltoall.\n";
@@ -235,7 +246,17 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
       return result;
     }
     if (flag == "--csv") {
-      opts.csv = true;
+      // A following word that is not a flag names the file; alone, CSV replaces the table.
+      if (i + 1 < argc && argv[i + 1][0] != '-' && argv[i + 1][0] != '\0') {
+        opts.csvPath = argv[++i];
+      } else {
+        opts.csv = true;
+      }
+      continue;
+    }
+    if (flag.rfind("--csv=", 0) == 0) {
+      opts.csvPath = flag.substr(6);
+      if (opts.csvPath.empty()) return usageError("--csv= needs a file name");
       continue;
     }
     if (i + 1 >= argc) return usageError("flag " + flag + " needs a value");
@@ -274,6 +295,23 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
       std::optional<loomDataType_t> alias = dtypeFromName(value);
       if (opts.dtypes.empty() && alias) opts.dtypes.push_back(*alias);
       if (opts.dtypes.empty()) return bad();
+    } else if (flag == "--device") {
+      if (value == "cpu") {
+        opts.device = DeviceChoice::kCpu;
+      } else if (value == "cuda") {
+        opts.device = DeviceChoice::kCuda;
+      } else if (value == "auto") {
+        opts.device = DeviceChoice::kAuto;
+      } else {
+        return bad();
+      }
+    } else if (flag == "--graph") {
+      auto v = parseInt(value, 0, 1);
+      if (!v) return bad();
+      opts.graph = *v == 1;
+    } else if (flag == "--vs") {
+      if (value != "nccl") return bad();
+      opts.vsNccl = true;
     } else if (flag == "-o" || flag == "--op") {
       opts.redops.clear();
       for (const RedOpInfo& r : kRedOps) {
@@ -285,6 +323,9 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
     }
   }
   if (opts.minBytes > opts.maxBytes) return usageError("-b is larger than -e");
+  if (opts.device == DeviceChoice::kCpu && (opts.graph || opts.vsNccl)) {
+    return usageError("--graph and --vs run on CUDA devices only, not with --device cpu");
+  }
   // Ops without a reduction run once per type, whatever -o says.
   if (!benchOpReduces(opts.op)) opts.redops = {loomSum};
   result.outcome = ParseOutcome::kRun;

@@ -31,6 +31,9 @@ bool benchOpHasInPlace(BenchOp op);
 // across rank counts (nccl-tests' convention).
 double busFactor(BenchOp op, int nranks);
 
+// Where the buffers live. Auto: CUDA when this build has it and a device is visible, else host.
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+
 struct BenchOptions {
   BenchOp op = BenchOp::kAllReduce;
   size_t minBytes = 8;
@@ -42,7 +45,11 @@ struct BenchOptions {
   std::vector<loomDataType_t> dtypes{loomFloat};
   std::vector<loomRedOp_t> redops{loomSum};
   int root = 0;
-  bool csv = false;
+  bool csv = false;     // --csv alone: CSV on stdout instead of the table
+  std::string csvPath;  // --csv FILE: the table on stdout, CSV into FILE
+  DeviceChoice device = DeviceChoice::kAuto;
+  bool graph = false;   // CUDA only: time the -n calls as one captured CUDA graph
+  bool vsNccl = false;  // CUDA only: time NCCL on the same buffers too
 };
 
 enum class ParseOutcome { kRun, kHelp, kUsageError };

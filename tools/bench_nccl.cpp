@@ -1,0 +1,200 @@
+// NCCL as loom-bench's point of comparison (--vs nccl): the same buffers, counts and in-place
+// layouts as Loom's call, issued on the same stream, timed by the same code.
+#include "bench_gpu.hpp"
+
+#if LOOM_HAVE_CUDA
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/dtype.hpp"
+#include "nccl_loader.hpp"
+
+namespace loom::bench {
+namespace {
+
+class NcclPeer final : public PeerLibrary {
+ public:
+  NcclPeer(const nccl::Api& api, nccl::Comm comm, nccl::Stream stream, int rank, int nranks)
+      : api_(api), comm_(comm), stream_(stream), rank_(rank), nranks_(nranks) {}
+  ~NcclPeer() override { api_.commDestroy(comm_); }
+  NcclPeer(const NcclPeer&) = delete;
+  NcclPeer& operator=(const NcclPeer&) = delete;
+
+  const char* name() const override { return "nccl"; }
+  std::string description() const override;
+  bool supports(BenchOp op, loomDataType_t dtype, loomRedOp_t redop) const override;
+  void issue(BenchOp op, const CallArgs& call, int root) override;
+
+ private:
+  void check(nccl::Result result, const char* call) const;
+  // nccl-tests' alltoall, gather, scatter and ring shift: NCCL has only send and receive.
+  void issuePointToPoint(BenchOp op, const CallArgs& call, int root);
+
+  const nccl::Api& api_;
+  nccl::Comm comm_;
+  nccl::Stream stream_;
+  int rank_;
+  int nranks_;
+};
+
+std::string versionText(int code) {
+  if (code <= 0) return "(version unknown)";
+  // NCCL_VERSION_CODE is X*10000 + Y*100 + Z since 2.9, X*1000 + Y*100 + Z before.
+  const bool wide = code >= 10000;
+  const int major = wide ? code / 10000 : code / 1000;
+  const int minor = wide ? code / 100 % 100 : code / 100 % 10;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
+
+std::string NcclPeer::description() const {
+  return "nccl " + versionText(api_.version) + " (" + api_.path + ")";
+}
+
+bool NcclPeer::supports(BenchOp op, loomDataType_t dtype, loomRedOp_t redop) const {
+  // Loom's extra fp8 format has no NCCL type at all.
+  if (dtype == loomFloat8e4m3b15) return false;
+  if ((dtype == loomFloat8e4m3 || dtype == loomFloat8e5m2) &&
+      api_.version < nccl::kFirstFp8Version) {
+    return false;
+  }
+  if (benchOpReduces(op) && redop == loomAvg && api_.version < nccl::kFirstAvgVersion) {
+    return false;
+  }
+  return true;
+}
+
+void NcclPeer::check(nccl::Result result, const char* call) const {
+  if (result == nccl::kSuccess) return;
+  std::fprintf(stderr, "loom-bench: %s failed on rank %d: %s\n", call, rank_,
+               api_.getErrorString(result));
+  std::exit(1);
+}
+
+void NcclPeer::issue(BenchOp op, const CallArgs& c, int root) {
+  const nccl::DataType type = c.dtype;  // same numbering, see nccl_loader.hpp
+  const nccl::RedOp redop = c.redop;
+  switch (op) {
+    case BenchOp::kAllReduce:
+      check(api_.allReduce(c.send, c.recv, c.count, type, redop, comm_, stream_), "ncclAllReduce");
+      break;
+    case BenchOp::kAllGather:
+      check(api_.allGather(c.send, c.recv, c.count, type, comm_, stream_), "ncclAllGather");
+      break;
+    case BenchOp::kReduceScatter:
+      check(api_.reduceScatter(c.send, c.recv, c.count, type, redop, comm_, stream_),
+            "ncclReduceScatter");
+      break;
+    case BenchOp::kBroadcast:
+      check(api_.broadcast(c.send, c.recv, c.count, type, root, comm_, stream_), "ncclBroadcast");
+      break;
+    case BenchOp::kReduce:
+      check(api_.reduce(c.send, c.recv, c.count, type, redop, root, comm_, stream_), "ncclReduce");
+      break;
+    case BenchOp::kAllToAll:
+    case BenchOp::kGather:
+    case BenchOp::kScatter:
+    case BenchOp::kSendRecv:
+      issuePointToPoint(op, c, root);
+      break;
+  }
+}
+
+void NcclPeer::issuePointToPoint(BenchOp op, const CallArgs& c, int root) {
+  const nccl::DataType type = c.dtype;
+  const size_t block = c.count * dtypeSize(c.dtype);
+  auto* send = static_cast<const unsigned char*>(c.send);
+  auto* recv = static_cast<unsigned char*>(c.recv);
+  auto sendTo = [&](const unsigned char* buf, int peer) {
+    check(api_.send(buf, c.count, type, peer, comm_, stream_), "ncclSend");
+  };
+  auto recvFrom = [&](unsigned char* buf, int peer) {
+    check(api_.recv(buf, c.count, type, peer, comm_, stream_), "ncclRecv");
+  };
+  check(api_.groupStart(), "ncclGroupStart");
+  switch (op) {
+    case BenchOp::kAllToAll:
+      for (int peer = 0; peer < nranks_; ++peer) {
+        sendTo(send + static_cast<size_t>(peer) * block, peer);
+        recvFrom(recv + static_cast<size_t>(peer) * block, peer);
+      }
+      break;
+    case BenchOp::kGather:
+      sendTo(send, root);
+      if (rank_ == root) {
+        for (int peer = 0; peer < nranks_; ++peer) {
+          recvFrom(recv + static_cast<size_t>(peer) * block, peer);
+        }
+      }
+      break;
+    case BenchOp::kScatter:
+      if (rank_ == root) {
+        for (int peer = 0; peer < nranks_; ++peer) {
+          sendTo(send + static_cast<size_t>(peer) * block, peer);
+        }
+      }
+      recvFrom(recv, root);
+      break;
+    default:  // kSendRecv: the ring shift of Loom's call
+      sendTo(send, (rank_ + 1) % nranks_);
+      recvFrom(recv, (rank_ - 1 + nranks_) % nranks_);
+      break;
+  }
+  check(api_.groupEnd(), "ncclGroupEnd");
+}
+
+}  // namespace
+
+std::unique_ptr<PeerLibrary> makeNcclPeer(CudaBackend& backend, int rank, int nranks) {
+  // NVLink multicast (NVLS) stays off whatever the environment says: the comparison must use
+  // the same NVLink paths Loom can use. NCCL reads the variable at its first call.
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  if (nvls == nullptr || std::strcmp(nvls, "0") != 0) {
+    if (nvls != nullptr && rank == 0) {
+      std::fprintf(stderr, "loom-bench: NCCL_NVLS_ENABLE=%s ignored: NVLink multicast stays off\n",
+                   nvls);
+    }
+    setenv("NCCL_NVLS_ENABLE", "0", 1);
+  }
+
+  std::string error;
+  const nccl::Api* api = nccl::load(&error);
+  // Every rank learns whether all have NCCL before any waits in a call a failed rank skips.
+  const int64_t missing = backend.sumOverRanks(api == nullptr ? 1 : 0);
+  if (api == nullptr) {
+    std::fprintf(stderr, "loom-bench: --vs nccl on rank %d: %s\n", rank, error.c_str());
+    std::exit(1);
+  }
+  if (missing != 0) {
+    std::fprintf(stderr, "loom-bench: --vs nccl: NCCL could not be loaded on %lld rank(s)\n",
+                 static_cast<long long>(missing));
+    std::exit(1);
+  }
+
+  // Rank 0's unique id, and whether getting it worked, travel through Loom.
+  struct {
+    nccl::UniqueId id;
+    nccl::Result result;
+  } shared{};
+  if (rank == 0) shared.result = api->getUniqueId(&shared.id);
+  backend.broadcastBytes(&shared, sizeof(shared), 0);
+  if (shared.result != nccl::kSuccess) {
+    std::fprintf(stderr, "loom-bench: ncclGetUniqueId failed on rank 0: %s\n",
+                 api->getErrorString(shared.result));
+    std::exit(1);
+  }
+  nccl::Comm comm = nullptr;
+  const nccl::Result result = api->commInitRank(&comm, nranks, shared.id, rank);
+  if (result != nccl::kSuccess) {
+    std::fprintf(stderr, "loom-bench: ncclCommInitRank failed on rank %d: %s\n", rank,
+                 api->getErrorString(result));
+    std::exit(1);
+  }
+  return std::make_unique<NcclPeer>(*api, comm, backend.cudaStream(), rank, nranks);
+}
+
+}  // namespace loom::bench
+
+#endif  // LOOM_HAVE_CUDA

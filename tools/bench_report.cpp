@@ -1,0 +1,193 @@
+#include "bench_report.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+namespace loom::bench {
+namespace {
+
+// Widths of the table's columns; the header is printed with the same widths as the rows.
+constexpr const char* kFixedFormat = "%12s  %12s  %8s  %6s  %6s";
+constexpr const char* kPassFormat = "  %7s  %6s  %6s %6s";
+constexpr const char* kPeerFormat = "  %7s  %7s  %6s";
+
+std::string formatTime(double us) {
+  char text[32];
+  if (us >= 10000.0) {
+    std::snprintf(text, sizeof(text), "%.0f", us);
+  } else if (us >= 100.0) {
+    std::snprintf(text, sizeof(text), "%.1f", us);
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f", us);
+  }
+  return text;
+}
+
+std::string formatFixed(double v, int decimals) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.*f", decimals, v);
+  return text;
+}
+
+}  // namespace
+
+Reporter::Reporter(const BenchOptions& options, int nranks, ReportLayout layout)
+    : opts_(options), nranks_(nranks), layout_(std::move(layout)), table_(!options.csv) {}
+
+Reporter::~Reporter() {
+  if (ownsCsv_) std::fclose(csv_);
+}
+
+bool Reporter::open() {
+  if (opts_.csv) {
+    csv_ = stdout;
+    return true;
+  }
+  if (opts_.csvPath.empty()) return true;
+  csv_ = std::fopen(opts_.csvPath.c_str(), "w");
+  if (csv_ == nullptr) {
+    std::fprintf(stderr, "loom-bench: cannot write %s: %s\n", opts_.csvPath.c_str(),
+                 std::strerror(errno));
+    return false;
+  }
+  ownsCsv_ = true;
+  return true;
+}
+
+void Reporter::header() {
+  if (csv_ != nullptr) {
+    std::fprintf(csv_,
+                 "op,nranks,bytes,count,dtype,redop,root,algo,oop_us,oop_algbw,oop_busbw,"
+                 "oop_wrong,ip_us,ip_algbw,ip_busbw,ip_wrong");
+    if (layout_.deviceColumns) {
+      std::fprintf(csv_,
+                   ",device,graph,oop_nccl_us,oop_nccl_algbw,oop_nccl_busbw,oop_time_ratio,"
+                   "ip_nccl_us,ip_nccl_algbw,ip_nccl_busbw,ip_time_ratio");
+    }
+    std::fprintf(csv_, "\n");
+    std::fflush(csv_);
+  }
+  if (table_) tableHeader();
+}
+
+void Reporter::tableHeader() const {
+  int version = 0;
+  loomGetVersion(&version);
+  std::printf("# loom-bench %s nranks %d version %d.%d.%d\n", benchOpName(opts_.op), nranks_,
+              version / 10000, version / 100 % 100, version % 100);
+  std::printf(
+      "# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d "
+      "validation: %d\n",
+      opts_.minBytes, opts_.maxBytes, opts_.stepFactor, opts_.warmupIters, opts_.iters,
+      opts_.check ? 1 : 0);
+  if (!layout_.deviceLine.empty()) std::printf("%s\n", layout_.deviceLine.c_str());
+  std::printf("#\n");
+  if (layout_.peer) {
+    // Each pass is 32 + 26 characters wide here; the titles are centred over their pass.
+    std::printf("#%51s%35s%56s\n", "", "out-of-place", "in-place");
+  } else {
+    // Widths: the fixed columns take 52 characters, each pass 32 (see the formats above).
+    std::printf("#%51s%22s%32s\n", "", "out-of-place", "in-place");
+  }
+  std::printf("#%11s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
+  for (int i = 0; i < 2; ++i) {
+    std::printf(kPassFormat, "time", "algbw", "busbw", "#wrong");
+    if (layout_.peer) std::printf(kPeerFormat, "nccl", "ncclbw", "l/n");
+  }
+  std::printf("  algo\n");
+  std::printf("#%11s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+  if (layout_.peer) {
+    for (int i = 0; i < 2; ++i) {
+      std::printf(kPassFormat, "(us)", "(GB/s)", "(GB/s)", "");
+      std::printf(kPeerFormat, "(us)", "(GB/s)", "(time)");
+    }
+    std::printf("\n");
+  } else {
+    std::printf(kPassFormat, "(us)", "(GB/s)", "(GB/s)", "");
+    std::printf("  %7s  %6s  %6s\n", "(us)", "(GB/s)", "(GB/s)");
+  }
+  std::fflush(stdout);
+}
+
+void Reporter::row(const Row& row) {
+  for (const PassResult* p : {&row.oop, &row.ip}) {
+    if (p->ran) {
+      busbwSum_ += p->busbw;
+      ++busbwCount_;
+    }
+    if (p->peer.ran) {
+      peerBusbwSum_ += p->peer.busbw;
+      ++peerBusbwCount_;
+    }
+  }
+  if (csv_ != nullptr) csvRow(row);
+  if (table_) tableRow(row);
+}
+
+void Reporter::csvRow(const Row& row) const {
+  const char* redop = benchOpReduces(opts_.op) ? redOpName(row.redop) : "none";
+  const std::string root = benchOpHasRoot(opts_.op) ? std::to_string(opts_.root) : "-1";
+  auto pass = [&](const PassResult& p) {
+    if (!p.ran) return std::string("nan,nan,nan,nan");
+    return formatFixed(p.seconds * 1e6, 3) + "," + formatFixed(p.algbw, 4) + "," +
+           formatFixed(p.busbw, 4) + "," + (p.checked ? std::to_string(p.wrong) : "nan");
+  };
+  std::fprintf(csv_, "%s,%d,%zu,%zu,%s,%s,%s,%s,%s,%s", benchOpName(opts_.op), nranks_, row.bytes,
+               row.elems, typeName(row.dtype), redop, root.c_str(), row.algo, pass(row.oop).c_str(),
+               pass(row.ip).c_str());
+  if (layout_.deviceColumns) {
+    auto peer = [&](const PassResult& p) {
+      if (!p.ran || !p.peer.ran) return std::string("nan,nan,nan,nan");
+      return formatFixed(p.peer.seconds * 1e6, 3) + "," + formatFixed(p.peer.algbw, 4) + "," +
+             formatFixed(p.peer.busbw, 4) + "," + formatFixed(p.seconds / p.peer.seconds, 4);
+    };
+    std::fprintf(csv_, ",%s,%d,%s,%s", layout_.deviceName, layout_.graph ? 1 : 0,
+                 peer(row.oop).c_str(), peer(row.ip).c_str());
+  }
+  std::fprintf(csv_, "\n");
+  std::fflush(csv_);
+}
+
+void Reporter::tableRow(const Row& row) const {
+  const char* redop = benchOpReduces(opts_.op) ? redOpName(row.redop) : "none";
+  const std::string root = benchOpHasRoot(opts_.op) ? std::to_string(opts_.root) : "-1";
+  auto wrongText = [](const PassResult& p) {
+    return p.checked ? std::to_string(p.wrong) : std::string("N/A");
+  };
+  std::printf(kFixedFormat, std::to_string(row.bytes).c_str(), std::to_string(row.elems).c_str(),
+              typeName(row.dtype), redop, root.c_str());
+  for (const PassResult* p : {&row.oop, &row.ip}) {
+    if (!p->ran) {
+      std::printf(kPassFormat, "N/A", "N/A", "N/A", "N/A");
+    } else {
+      std::printf(kPassFormat, formatTime(p->seconds * 1e6).c_str(),
+                  formatFixed(p->algbw, 2).c_str(), formatFixed(p->busbw, 2).c_str(),
+                  wrongText(*p).c_str());
+    }
+    if (!layout_.peer) continue;
+    if (!p->ran || !p->peer.ran) {
+      std::printf(kPeerFormat, "N/A", "N/A", "N/A");
+    } else {
+      std::printf(kPeerFormat, formatTime(p->peer.seconds * 1e6).c_str(),
+                  formatFixed(p->peer.busbw, 2).c_str(),
+                  formatFixed(p->seconds / p->peer.seconds, 2).c_str());
+    }
+  }
+  std::printf("  %s\n", row.algo);
+  std::fflush(stdout);
+}
+
+void Reporter::footer(int64_t totalWrong) {
+  if (!table_) return;
+  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(totalWrong),
+              totalWrong == 0 ? "OK" : "FAILED");
+  std::printf("# Avg bus bandwidth    : %g\n", busbwCount_ ? busbwSum_ / busbwCount_ : 0.0);
+  if (layout_.peer) {
+    std::printf("# Avg NCCL bus bandwidth: %g\n",
+                peerBusbwCount_ ? peerBusbwSum_ / peerBusbwCount_ : 0.0);
+  }
+  std::printf("#\n");
+  std::fflush(stdout);
+}
+
+}  // namespace loom::bench

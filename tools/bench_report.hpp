@@ -1,0 +1,83 @@
+// What loom-bench prints: nccl-tests' table on stdout and/or one CSV line per size. Host runs
+// print exactly the columns they always did; CUDA runs add the device, the graph mode and the
+// columns of the library compared with (--vs nccl).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "bench_options.hpp"
+#include "loom/loom.h"
+
+namespace loom::bench {
+
+// A timed batch of one library's calls.
+struct Timing {
+  bool ran = false;
+  double seconds = 0;  // per call, slowest rank
+  double algbw = 0;    // GB/s
+  double busbw = 0;    // GB/s
+};
+
+// One pass (out-of-place or in-place) of one row.
+struct PassResult {
+  bool ran = false;
+  double seconds = 0;
+  double algbw = 0;
+  double busbw = 0;
+  bool checked = false;
+  int64_t wrong = 0;
+  Timing peer;  // the library compared with, on the same buffers
+};
+
+struct Row {
+  size_t bytes = 0;
+  size_t elems = 0;
+  loomDataType_t dtype = loomFloat;
+  loomRedOp_t redop = loomSum;
+  const char* algo = "";
+  PassResult oop;
+  PassResult ip;
+};
+
+struct ReportLayout {
+  bool deviceColumns = false;  // CSV: device, graph and the peer's columns (CUDA runs)
+  const char* deviceName = "cpu";
+  bool graph = false;
+  bool peer = false;       // the table shows the peer's time, busbw and the time ratio
+  std::string deviceLine;  // one more header line of the table, "" for none
+};
+
+// Prints on rank 0 only: the caller makes no calls on other ranks.
+class Reporter {
+ public:
+  Reporter(const BenchOptions& options, int nranks, ReportLayout layout);
+  ~Reporter();
+  Reporter(const Reporter&) = delete;
+  Reporter& operator=(const Reporter&) = delete;
+
+  // Opens the --csv file; false, with the reason on stderr, when it cannot.
+  bool open();
+  void header();
+  void row(const Row& row);
+  void footer(int64_t totalWrong);
+
+ private:
+  void tableHeader() const;
+  void tableRow(const Row& row) const;
+  void csvRow(const Row& row) const;
+
+  const BenchOptions& opts_;
+  int nranks_;
+  ReportLayout layout_;
+  bool table_;
+  FILE* csv_ = nullptr;  // stdout, the --csv file, or none
+  bool ownsCsv_ = false;
+  double busbwSum_ = 0;
+  int busbwCount_ = 0;
+  double peerBusbwSum_ = 0;
+  int peerBusbwCount_ = 0;
+};
+
+}  // namespace loom::bench
