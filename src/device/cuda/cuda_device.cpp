@@ -34,7 +34,11 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   busId_ = bus;
 }
 
-void CudaDevice::makeCurrent() const { LOOM_CUDA_CHECK(cudaSetDevice(ordinal_)); }
+void CudaDevice::makeCurrent() const {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == ordinal_) return;
+  LOOM_CUDA_CHECK(cudaSetDevice(ordinal_));
+}
 
 void* CudaDevice::allocate(size_t bytes) {
   makeCurrent();

@@ -147,18 +147,25 @@ void CudaEngine::watch() {
 }
 
 int CudaEngine::blocksFor(size_t bytes, Protocol protocol) const {
-  // LL: a block's 512 threads each carry 8 bytes per round; simple: keep a block's chunk large
-  // enough that its flag round trip is small next to the copy.
-  const size_t perBlock = protocol == Protocol::kLL ? 8 * cuda::kThreads : 128 * 1024;
+  // LL: a block's 512 threads each carry 8 bytes per round. Simple: blocks are independent
+  // pipelines, so spreading even a medium transfer over many of them keeps NVLink busy (one
+  // block alone moves a few GB/s).
+  const size_t perBlock = protocol == Protocol::kLL ? 8 * cuda::kThreads : 16 * 1024;
   size_t blocks = (bytes + perBlock - 1) / perBlock;
   return static_cast<int>(std::clamp<size_t>(blocks, 1, static_cast<size_t>(maxBlocks_)));
 }
 
 void CudaEngine::validateBuffer(const void* ptr, size_t bytes, const char* name) const {
   if (bytes == 0) return;
+  // Buffers are reused call after call: remember the last pointers that passed. (Under unified
+  // addressing a device address never becomes host memory, so a remembered one stays a device
+  // pointer even if it was freed and allocated again.)
+  const size_t slot = (reinterpret_cast<uintptr_t>(ptr) >> 8) % kValidatedCache;
+  if (validated_[slot] == ptr) return;
   LOOM_CHECK_ARG(usableOnDevice(ptr, device_.index()), name, " is not memory of CUDA device ",
                  device_.index(),
                  " (a CUDA communicator takes device pointers, e.g. from cudaMalloc)");
+  validated_[slot] = ptr;
 }
 
 void CudaEngine::validateBuffers(const CollArgs& a) const {

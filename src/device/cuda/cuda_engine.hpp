@@ -73,6 +73,9 @@ class CudaEngine {
   char* barrierScratch_ = nullptr;     // device memory for loomBarrier's token allreduce
   int maxBlocks_ = cuda::kMaxBlocks;
 
+  static constexpr size_t kValidatedCache = 16;
+  mutable const void* validated_[kValidatedCache] = {};
+
   cudaStream_t lastStream_ = nullptr;
   bool haveLastStream_ = false;
   cudaEvent_t streamSwitch_ = nullptr;

@@ -47,6 +47,24 @@ __device__ __forceinline__ uint32_t receivingPeers(const DevComm& c, const Excha
   return peers;
 }
 
+// Peers that get (send) or give (receive) a chunk in iteration k of this block.
+__device__ __forceinline__ uint32_t sendingTo(const DevComm& c, const ExchangeArgs& a, size_t k,
+                                              size_t payload) {
+  uint32_t peers = 0;
+  for (int p = 0; p < c.nranks; ++p)
+    if (p != c.rank && a.sendBytes[p] > 0 && blockChunk(a, a.sendBytes[p], k, payload).size() > 0)
+      peers |= 1u << p;
+  return peers;
+}
+__device__ __forceinline__ uint32_t receivingFrom(const DevComm& c, const ExchangeArgs& a, size_t k,
+                                                  size_t payload) {
+  uint32_t peers = 0;
+  for (int q = 0; q < c.nranks; ++q)
+    if (q != c.rank && a.recvBytes[q] > 0 && blockChunk(a, a.recvBytes[q], k, payload).size() > 0)
+      peers |= 1u << q;
+  return peers;
+}
+
 // This block's share of the local copy (copy exchanges), done once.
 __device__ __forceinline__ void selfCopy(const ExchangeArgs& a) {
   if (a.selfBytes == 0 || a.selfSend == a.selfRecv) return;

@@ -1,16 +1,16 @@
 // LL (low-latency) exchange: the small-message protocol of every GPU collective. Allreduce below
-// LOOM's LL limit runs here as one-shot: every rank pushes its whole input to every peer and each
+// the LL limit runs here as one-shot: every rank pushes its whole input to every peer and each
 // reduces all inputs itself, one network step.
 //
 // Steps, per block b (block b of every rank works on the same slice of every transfer) and per
 // chunk of at most llSlotBytes/2 payload bytes:
-//   1. send: for each peer p (rank+1, rank+2, ...): wait until p acknowledged the chunk that last
-//      used the slot (seq-2), then every thread stores 16-byte packets {8 data bytes, seq, seq}
-//      straight into p's window. No fence and no flag: the flag is in the packet.
-//   2. receive: every thread polls its packets in its own window until they carry seq, then
+//   1. slots free: thread p waits until peer p acknowledged the chunk that last used the slot
+//      (seq-2); one barrier.
+//   2. send: every thread stores 16-byte packets {8 data bytes, seq, seq} straight into the
+//      peers' windows. No fence and no flag: the flag is in the packet.
+//   3. receive: every thread polls its packets in its own window until they carry seq, then
 //      copies them to the destination (copy) or folds all ranks' words in rank order (reduce).
-//   3. acknowledge each source's chunk (thread 0, after a barrier).
-// Roles: all threads move data; thread 0 alone waits on acknowledgements and writes them.
+//   4. acknowledge: thread q tells peer q its chunk was consumed (relaxed store).
 #include "base/error.hpp"
 #include "device/cuda/collectives/exchange_common.cuh"
 #include "device/cuda/collectives/reduce_ops.cuh"
@@ -19,45 +19,47 @@ namespace loom::cuda {
 
 namespace {
 
-// Step 1 for chunk k of every transfer. False when a wait gave up.
+// Steps 1 and 2 for chunk k of every transfer. False when a wait gave up.
 __device__ bool llSendAll(const DevComm& c, const ExchangeArgs& a, int channel, BlockChannels& ch,
                           size_t k, size_t payload) {
+  const uint32_t peers = sendingTo(c, a, k, payload);
+  if (peers == 0) return true;
+  if (!waitSlotsFree(c, channel, peers, ch)) return false;
   for (int i = 1; i < c.nranks; ++i) {
     const int p = sendPeer(c, i);
-    if (a.sendBytes[p] == 0) continue;
+    if (((peers >> p) & 1) == 0) continue;
     Range piece = blockChunk(a, a.sendBytes[p], k, payload);
-    if (piece.size() == 0) continue;
-    char* slot = beginSend(c, channel, p, ch, true);
-    if (slot == nullptr) return false;
+    char* slot = sendSlot(c, channel, p, ch, true);
     const uint32_t flag = static_cast<uint32_t>(ch.sent[p] + 1);
     const char* src = a.send[p] + piece.begin;
     const size_t len = piece.size();
     for (size_t w = threadIdx.x; w * 8 < len; w += blockDim.x)
       storePacket(slot, w, loadBytes8(src + w * 8, len - w * 8), flag);
-    endSend(c, channel, p, ch, false);
   }
+  postSends(c, channel, peers, ch, false);
   return true;
 }
 
 __global__ void __launch_bounds__(kThreads) llCopyKernel(DevComm c, ExchangeArgs a) {
   __shared__ BlockChannels ch;
   const int channel = a.channelBase + blockIdx.x;
-  if (!openChannels(c, channel, ch)) return;
+  openChannels(c, channel, ch);
   selfCopy(a);
   const size_t payload = c.llSlotBytes / 2;
   const size_t iterations = exchangeIterations(c, a, payload);
   for (size_t k = 0; k < iterations; ++k) {
     if (!llSendAll(c, a, channel, ch, k, payload)) return;
-    for (int i = 1; i < c.nranks; ++i) {
+    const uint32_t sources = receivingFrom(c, a, k, payload);
+    if (sources == 0) continue;
+    int stop = 0;
+    for (int i = 1; i < c.nranks && !stop; ++i) {
       const int q = recvPeer(c, i);
-      if (a.recvBytes[q] == 0) continue;
+      if (((sources >> q) & 1) == 0) continue;
       Range piece = blockChunk(a, a.recvBytes[q], k, payload);
-      if (piece.size() == 0) continue;
-      const char* slot = nextLLSlot(c, channel, q, ch);
+      const char* slot = receiveSlot(c, channel, q, ch, true);
       const uint32_t flag = static_cast<uint32_t>(ch.received[q] + 1);
       char* dst = a.recv[q] + piece.begin;
       const size_t len = piece.size();
-      int stop = 0;
       for (size_t w = threadIdx.x; w * 8 < len; w += blockDim.x) {
         uint2 data;
         if (!loadPacket(c, slot, w, flag, q, data)) {
@@ -66,9 +68,9 @@ __global__ void __launch_bounds__(kThreads) llCopyKernel(DevComm c, ExchangeArgs
         }
         storeBytes8(dst + w * 8, data, len - w * 8);
       }
-      if (__syncthreads_or(stop)) return;
-      endReceive(c, channel, q, ch);
     }
+    if (__syncthreads_or(stop)) return;
+    endReceiveAll(c, channel, sources, ch);
   }
   closeChannels(c, channel, ch);
 }
@@ -77,7 +79,7 @@ template <typename R>
 __global__ void __launch_bounds__(kThreads) llReduceKernel(DevComm c, ExchangeArgs a) {
   __shared__ BlockChannels ch;
   const int channel = a.channelBase + blockIdx.x;
-  if (!openChannels(c, channel, ch)) return;
+  openChannels(c, channel, ch);
   const size_t payload = c.llSlotBytes / 2;
   const size_t iterations = exchangeIterations(c, a, payload);
   const uint32_t sources = receivingPeers(c, a);
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) llReduceKernel(DevComm c, ExchangeAr
         if (q == c.rank) {
           data = loadBytes8(a.selfSend + piece.begin + w * 8, len - w * 8);
         } else if ((sources >> q) & 1) {
-          const char* slot = nextLLSlot(c, channel, q, ch);
+          const char* slot = receiveSlot(c, channel, q, ch, true);
           if (!loadPacket(c, slot, w, static_cast<uint32_t>(ch.received[q] + 1), q, data)) {
             stop = 1;
             break;
@@ -122,13 +124,17 @@ __global__ void __launch_bounds__(kThreads) llReduceKernel(DevComm c, ExchangeAr
   closeChannels(c, channel, ch);
 }
 
+void checkLaunch() {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    LOOM_THROW(loomUnhandledCudaError, "launching the LL kernel: ", cudaGetErrorString(err));
+}
+
 }  // namespace
 
 void launchLLCopy(const DevComm& comm, const ExchangeArgs& args, cudaStream_t stream) {
   llCopyKernel<<<args.blocks, kThreads, 0, stream>>>(comm, args);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    LOOM_THROW(loomUnhandledCudaError, "launching the LL kernel: ", cudaGetErrorString(err));
+  checkLaunch();
 }
 
 void launchLLReduce(const DevComm& comm, const ExchangeArgs& args, ReduceKey key,
@@ -138,9 +144,7 @@ void launchLLReduce(const DevComm& comm, const ExchangeArgs& args, ReduceKey key
   });
   if (!found)
     LOOM_THROW(loomInvalidArgument, "no GPU reduction for this type, op and accumulation");
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    LOOM_THROW(loomUnhandledCudaError, "launching the LL kernel: ", cudaGetErrorString(err));
+  checkLaunch();
 }
 
 }  // namespace loom::cuda

@@ -31,6 +31,18 @@ __device__ __forceinline__ void storeRelease(uint64_t* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+// Flags whose only job is to say "that slot is free again" need no ordering of data: relaxed
+// system-scope accesses, without the full memory barrier a release costs.
+__device__ __forceinline__ uint64_t loadRelaxed(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void storeRelaxed(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 __device__ __forceinline__ uint4 loadVolatile16(const void* p) {
   uint4 v;
   asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -76,11 +88,13 @@ __device__ __forceinline__ bool abortRaised(const DevComm& comm) {
   return static_cast<volatile DevStatus*>(comm.status)->abort != 0;
 }
 
-// Waits until *flag >= target. False when the wait gave up.
+// Waits until *flag >= target; kAcquire when data written before the flag is read next. False
+// when the wait gave up.
+template <bool kAcquire>
 __device__ __forceinline__ bool waitAtLeast(const DevComm& comm, const uint64_t* flag,
                                             uint64_t target, int peer) {
   Waiter waiter(comm);
-  while (loadAcquire(flag) < target)
+  while ((kAcquire ? loadAcquire(flag) : loadRelaxed(flag)) < target)
     if (waiter.shouldStop(peer)) return false;
   return true;
 }
@@ -127,19 +141,70 @@ __device__ __forceinline__ void storeBytes8(char* p, uint2 v, size_t n) {
   for (size_t i = 0; i < n && i < 8; ++i) p[i] = in[i];
 }
 
-// Block-wide copy of n bytes; src may be a peer-written slot (read volatile, bypassing L1).
-template <bool kVolatileSource>
+// Reads 16 bytes of a slot that a peer wrote (after the ready flag was acquired): through L2,
+// never a stale L1 line, and without the ordering of a volatile access, so loads pipeline.
+__device__ __forceinline__ uint4 loadSlot16(const char* p) {
+  return __ldcg(reinterpret_cast<const uint4*>(p));
+}
+
+constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread
+
+// Block-wide copy of n bytes; kFromSlot: src is a slot of this rank's window.
+template <bool kFromSlot>
 __device__ __forceinline__ void blockCopy(char* dst, const char* src, size_t n) {
-  for (size_t off = static_cast<size_t>(threadIdx.x) * 16; off < n;
-       off += static_cast<size_t>(blockDim.x) * 16) {
-    size_t len = n - off < 16 ? n - off : 16;
-    uint4 v;
-    if constexpr (kVolatileSource) {
-      v = loadVolatile16(src + off);  // slots are 16-byte aligned and padded
-    } else {
-      v = loadBytes16(src + off, len);
-    }
+  const size_t stride = static_cast<size_t>(blockDim.x) * 16;
+  size_t off = static_cast<size_t>(threadIdx.x) * 16;
+  for (; off + (kUnroll - 1) * stride + 16 <= n; off += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j)
+      v[j] =
+          kFromSlot ? loadSlot16(src + off + j * stride) : loadBytes16(src + off + j * stride, 16);
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) storeBytes16(dst + off + j * stride, v[j], 16);
+  }
+  for (; off < n; off += stride) {
+    const size_t len = n - off < 16 ? n - off : 16;
+    uint4 v = kFromSlot ? loadSlot16(src + off) : loadBytes16(src + off, len);  // slots are padded
     storeBytes16(dst + off, v, len);
+  }
+}
+
+// out = reduction over the sources in `mask` (bit q: rank q), in rank order, of len bytes;
+// source(q, off, n) returns 16 bytes (n valid) of rank q's data at offset off.
+template <typename R, typename Source>
+__device__ __forceinline__ void blockReduce(char* out, size_t len, uint32_t mask, int divisor,
+                                            Source&& source) {
+  const size_t stride = static_cast<size_t>(blockDim.x) * 16;
+  for (size_t base = static_cast<size_t>(threadIdx.x) * 16; base < len; base += kUnroll * stride) {
+    typename R::template Acc<16> acc[kUnroll];
+    bool first = true;
+    for (uint32_t rest = mask; rest != 0; rest &= rest - 1) {
+      const int q = __ffs(rest) - 1;
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        const size_t off = base + j * stride;
+        v[j] = off < len ? source(q, off, len - off) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        if (first) {
+          R::template first<16>(acc[j], &v[j]);
+        } else {
+          R::template next<16>(acc[j], &v[j]);
+        }
+      }
+      first = false;
+    }
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const size_t off = base + j * stride;
+      if (off >= len) break;
+      uint4 o;
+      R::template finish<16>(&o, acc[j], divisor);
+      storeBytes16(out + off, o, len - off < 16 ? len - off : 16);
+    }
   }
 }
 
@@ -176,123 +241,104 @@ __device__ __forceinline__ size_t slotOffset(const DevComm& c, int block, int so
   return slotOffset(c, block, source, seq, c.slotBytes);
 }
 
-// Per-block channel state, kept in shared memory for the length of one kernel.
+// Per-block channel state, kept in shared memory for the length of one kernel. Entry p is
+// updated by thread p only (between barriers), so peers' bookkeeping runs in parallel.
 struct BlockChannels {
   uint64_t sent[kMaxRanks];
   uint64_t received[kMaxRanks];
 };
 
-// Loads this block's counters (thread 0) and returns false on all threads if the communicator is
-// already aborted. Ends with a barrier.
-__device__ __forceinline__ bool openChannels(const DevComm& c, int channel, BlockChannels& ch) {
-  int stop = 0;
-  if (threadIdx.x == 0) {
-    stop = abortRaised(c);
-    for (int p = 0; p < c.nranks; ++p) {
-      ch.sent[p] = c.sentSeq[channel * c.nranks + p];
-      ch.received[p] = c.recvSeq[channel * c.nranks + p];
-    }
+// Loads this block's counters. Ends with a barrier. (No check of the abort word here: that is a
+// read across PCIe; a kernel of an aborted communicator stops at its first wait instead.)
+__device__ __forceinline__ void openChannels(const DevComm& c, int channel, BlockChannels& ch) {
+  const int p = threadIdx.x;
+  if (p < c.nranks) {
+    ch.sent[p] = c.sentSeq[channel * c.nranks + p];
+    ch.received[p] = c.recvSeq[channel * c.nranks + p];
   }
-  return !__syncthreads_or(stop);
+  __syncthreads();
 }
 
 __device__ __forceinline__ void closeChannels(const DevComm& c, int channel,
                                               const BlockChannels& ch) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int p = 0; p < c.nranks; ++p) {
-      c.sentSeq[channel * c.nranks + p] = ch.sent[p];
-      c.recvSeq[channel * c.nranks + p] = ch.received[p];
-    }
+  const int p = threadIdx.x;
+  if (p < c.nranks) {
+    c.sentSeq[channel * c.nranks + p] = ch.sent[p];
+    c.recvSeq[channel * c.nranks + p] = ch.received[p];
   }
 }
 
-// Waits (thread 0) until peer has consumed the chunk that last used the slot of the next send.
-// Returns the slot to write, or null on all threads when the wait gave up. Ends with a barrier.
-__device__ __forceinline__ char* beginSend(const DevComm& c, int channel, int peer,
-                                           BlockChannels& ch, bool ll) {
-  int stop = 0;
-  if (threadIdx.x == 0) {
-    uint64_t seq = ch.sent[peer] + 1;
-    if (seq > kSlotsPerChannel)
-      stop =
-          !waitAtLeast(c, c.acks[c.rank] + channel * c.nranks + peer, seq - kSlotsPerChannel, peer);
-  }
-  if (__syncthreads_or(stop)) return nullptr;
+// The slot the next chunk to `peer` goes to (in the peer's window) and the slot the next chunk
+// from `peer` arrives in (in this rank's window).
+__device__ __forceinline__ char* sendSlot(const DevComm& c, int channel, int peer,
+                                          const BlockChannels& ch, bool ll) {
   const uint64_t seq = ch.sent[peer] + 1;
   return ll ? c.llSlots[peer] + slotOffset(c, channel, c.rank, seq, c.llSlotBytes)
             : c.slots[peer] + slotOffset(c, channel, c.rank, seq);
 }
-
-// Publishes the chunk written since beginSend (simple protocol: fence, then the ready flag).
-__device__ __forceinline__ void endSend(const DevComm& c, int channel, int peer, BlockChannels& ch,
-                                        bool setReadyFlag) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint64_t seq = ++ch.sent[peer];
-    if (setReadyFlag) {
-      __threadfence_system();
-      storeRelease(c.ready[peer] + channel * c.nranks + c.rank, seq);
-    }
-  }
-  __syncthreads();  // every thread sees the new count before the next channel operation
+__device__ __forceinline__ const char* receiveSlot(const DevComm& c, int channel, int peer,
+                                                   const BlockChannels& ch, bool ll) {
+  const uint64_t seq = ch.received[peer] + 1;
+  return ll ? c.llSlots[c.rank] + slotOffset(c, channel, peer, seq, c.llSlotBytes)
+            : c.slots[c.rank] + slotOffset(c, channel, peer, seq);
 }
 
-// Simple protocol: waits (thread 0) until the next chunk from peer is ready and returns its slot,
-// or null on all threads when the wait gave up. Ends with a barrier.
-__device__ __forceinline__ const char* beginReceive(const DevComm& c, int channel, int peer,
-                                                    BlockChannels& ch, bool waitReadyFlag) {
+// Waits until every peer in `peers` has consumed the chunk that last used the slot of this
+// rank's next send to it (thread p waits for peer p). False on all threads when a wait gave up.
+// Ends with a barrier.
+__device__ __forceinline__ bool waitSlotsFree(const DevComm& c, int channel, uint32_t peers,
+                                              const BlockChannels& ch) {
   int stop = 0;
-  if (threadIdx.x == 0 && waitReadyFlag)
-    stop =
-        !waitAtLeast(c, c.ready[c.rank] + channel * c.nranks + peer, ch.received[peer] + 1, peer);
-  if (__syncthreads_or(stop)) return nullptr;
-  return c.slots[c.rank] + slotOffset(c, channel, peer, ch.received[peer] + 1);
-}
-
-// The LL slot of the next chunk from peer, for receivers that poll packets themselves.
-__device__ __forceinline__ const char* nextLLSlot(const DevComm& c, int channel, int peer,
-                                                  const BlockChannels& ch) {
-  return c.llSlots[c.rank] + slotOffset(c, channel, peer, ch.received[peer] + 1, c.llSlotBytes);
-}
-
-// Tells peer its chunk was consumed (after every thread's reads: barrier first).
-__device__ __forceinline__ void endReceive(const DevComm& c, int channel, int peer,
-                                           BlockChannels& ch) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint64_t seq = ++ch.received[peer];
-    storeRelease(c.acks[peer] + channel * c.nranks + c.rank, seq);
+  const int p = threadIdx.x;
+  if (p < c.nranks && ((peers >> p) & 1)) {
+    const uint64_t seq = ch.sent[p] + 1;
+    if (seq > kSlotsPerChannel)
+      stop = !waitAtLeast<false>(c, c.acks[c.rank] + channel * c.nranks + p, seq - kSlotsPerChannel,
+                                 p);
   }
-  __syncthreads();
+  return !__syncthreads_or(stop);
 }
 
-// Acknowledges the next chunk of every peer with a bit in `peers` at once (a reduction consumed
-// one chunk of each).
-__device__ __forceinline__ void endReceiveAll(const DevComm& c, int channel, uint32_t peers,
-                                              BlockChannels& ch) {
+// After the chunks to `peers` were written: simple protocol, one system fence (thread 0) and
+// then every peer's ready flag; LL, only the count. Ends with a barrier.
+__device__ __forceinline__ void postSends(const DevComm& c, int channel, uint32_t peers,
+                                          BlockChannels& ch, bool setReadyFlags) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int q = 0; q < c.nranks; ++q) {
-      if (((peers >> q) & 1) == 0) continue;
-      uint64_t seq = ++ch.received[q];
-      storeRelease(c.acks[q] + channel * c.nranks + c.rank, seq);
+    if (setReadyFlags && peers != 0) __threadfence_system();
+    for (uint32_t rest = peers; rest != 0; rest &= rest - 1) {
+      const int p = __ffs(rest) - 1;
+      const uint64_t seq = ++ch.sent[p];
+      if (setReadyFlags) storeRelaxed(c.ready[p] + channel * c.nranks + c.rank, seq);
     }
   }
   __syncthreads();
 }
 
-// Simple protocol: waits (thread 0) for the next chunk of every peer in `peers`. False on all
-// threads when a wait gave up. Ends with a barrier.
+// Simple protocol: waits (thread q for peer q) for the next chunk of every peer in `peers`.
+// False on all threads when a wait gave up. Ends with a barrier.
 __device__ __forceinline__ bool waitReadyAll(const DevComm& c, int channel, uint32_t peers,
                                              const BlockChannels& ch) {
   int stop = 0;
-  if (threadIdx.x == 0) {
-    for (int q = 0; q < c.nranks && !stop; ++q)
-      if ((peers >> q) & 1)
-        stop = !waitAtLeast(c, c.ready[c.rank] + channel * c.nranks + q, ch.received[q] + 1, q);
-  }
+  const int q = threadIdx.x;
+  if (q < c.nranks && ((peers >> q) & 1))
+    stop = !waitAtLeast<true>(c, c.ready[c.rank] + channel * c.nranks + q, ch.received[q] + 1, q);
   return !__syncthreads_or(stop);
+}
+
+// Acknowledges the next chunk of every peer in `peers` (after every thread's reads of it, hence
+// the barrier first; a relaxed store, since reads that produced values are complete). Ends with a
+// barrier.
+__device__ __forceinline__ void endReceiveAll(const DevComm& c, int channel, uint32_t peers,
+                                              BlockChannels& ch) {
+  __syncthreads();
+  const int q = threadIdx.x;
+  if (q < c.nranks && ((peers >> q) & 1)) {
+    const uint64_t seq = ++ch.received[q];
+    storeRelaxed(c.acks[q] + channel * c.nranks + c.rank, seq);
+  }
+  __syncthreads();
 }
 
 // ---- Work split. Ranges split on 16-byte units, so every piece starts on an element boundary

@@ -36,7 +36,7 @@ template <typename R>
 __global__ void __launch_bounds__(kThreads) twoShotKernel(DevComm c, TwoShotArgs a) {
   __shared__ BlockChannels ch;
   const int channel = blockIdx.x;
-  if (!openChannels(c, channel, ch)) return;
+  openChannels(c, channel, ch);
   const size_t payload = c.slotBytes;
   const int n = c.nranks, me = c.rank;
   size_t iterations = 0;
@@ -45,57 +45,56 @@ __global__ void __launch_bounds__(kThreads) twoShotKernel(DevComm c, TwoShotArgs
         chunkCount(splitRange(shardOf(a, p, n).size(), blockIdx.x, a.blocks).size(), payload);
     iterations = k > iterations ? k : iterations;
   }
-  const uint32_t peers = ((n >= 32 ? 0u : (1u << n)) - 1u) & ~(1u << me);
+  const uint32_t everyone = (n >= 32 ? ~0u : (1u << n) - 1u);
+  const uint32_t others = everyone & ~(1u << me);
   const Range myShard = shardOf(a, me, n);
   for (size_t k = 0; k < iterations; ++k) {
-    for (int i = 1; i < n; ++i) {  // 1. scatter
-      const int p = (me + i) % n;
-      Range piece = shardChunk(a, shardOf(a, p, n), k, payload);
-      if (piece.size() == 0) continue;
-      char* slot = beginSend(c, channel, p, ch, false);
-      if (slot == nullptr) return;
-      blockCopy<false>(slot, a.send + piece.begin, piece.size());
-      endSend(c, channel, p, ch, true);
+    // 1. scatter: the chunk of shard p to peer p.
+    uint32_t scatterTo = 0;
+    for (int p = 0; p < n; ++p)
+      if (p != me && shardChunk(a, shardOf(a, p, n), k, payload).size() > 0) scatterTo |= 1u << p;
+    if (scatterTo != 0) {
+      if (!waitSlotsFree(c, channel, scatterTo, ch)) return;
+      for (int i = 1; i < n; ++i) {
+        const int p = (me + i) % n;
+        if (((scatterTo >> p) & 1) == 0) continue;
+        Range piece = shardChunk(a, shardOf(a, p, n), k, payload);
+        blockCopy<false>(sendSlot(c, channel, p, ch, false), a.send + piece.begin, piece.size());
+      }
+      postSends(c, channel, scatterTo, ch, true);
     }
     Range mine = shardChunk(a, myShard, k, payload);
     if (mine.size() > 0) {
-      if (!waitReadyAll(c, channel, peers, ch)) return;  // 2. reduce
-      const size_t len = mine.size();
-      for (size_t off = static_cast<size_t>(threadIdx.x) * 16; off < len;
-           off += static_cast<size_t>(blockDim.x) * 16) {
-        const size_t m = len - off < 16 ? len - off : 16;
-        typename R::template Acc<16> acc;
-        for (int q = 0; q < n; ++q) {
-          uint4 v = q == me ? loadBytes16(a.send + mine.begin + off, m)
-                            : loadVolatile16(c.slots[me] +
-                                             slotOffset(c, channel, q, ch.received[q] + 1) + off);
-          if (q == 0) {
-            R::template first<16>(acc, &v);
-          } else {
-            R::template next<16>(acc, &v);
-          }
-        }
-        uint4 out;
-        R::template finish<16>(&out, acc, a.divisor);
-        storeBytes16(a.recv + mine.begin + off, out, m);
-      }
-      endReceiveAll(c, channel, peers, ch);
-      for (int i = 1; i < n; ++i) {  // 3. gather-send
+      // 2. reduce every rank's chunk of this rank's shard into the output.
+      if (!waitReadyAll(c, channel, others, ch)) return;
+      const char* self = a.send + mine.begin;
+      blockReduce<R>(a.recv + mine.begin, mine.size(), everyone, a.divisor,
+                     [&](int q, size_t off, size_t m) {
+                       return q == me ? loadBytes16(self + off, m)
+                                      : loadSlot16(receiveSlot(c, channel, q, ch, false) + off);
+                     });
+      endReceiveAll(c, channel, others, ch);
+      // 3. gather-send: the reduced chunk to every peer.
+      if (!waitSlotsFree(c, channel, others, ch)) return;
+      for (int i = 1; i < n; ++i) {
         const int p = (me + i) % n;
-        char* slot = beginSend(c, channel, p, ch, false);
-        if (slot == nullptr) return;
-        blockCopy<false>(slot, a.recv + mine.begin, len);
-        endSend(c, channel, p, ch, true);
+        blockCopy<false>(sendSlot(c, channel, p, ch, false), a.recv + mine.begin, mine.size());
       }
+      postSends(c, channel, others, ch, true);
     }
-    for (int i = 1; i < n; ++i) {  // 4. gather-receive
-      const int q = (me - i + n) % n;
-      Range piece = shardChunk(a, shardOf(a, q, n), k, payload);
-      if (piece.size() == 0) continue;
-      const char* slot = beginReceive(c, channel, q, ch, true);
-      if (slot == nullptr) return;
-      blockCopy<true>(a.recv + piece.begin, slot, piece.size());
-      endReceive(c, channel, q, ch);
+    // 4. gather-receive: every peer's reduced chunk of its shard.
+    uint32_t gatherFrom = 0;
+    for (int q = 0; q < n; ++q)
+      if (q != me && shardChunk(a, shardOf(a, q, n), k, payload).size() > 0) gatherFrom |= 1u << q;
+    if (gatherFrom != 0) {
+      if (!waitReadyAll(c, channel, gatherFrom, ch)) return;
+      for (int i = 1; i < n; ++i) {
+        const int q = (me - i + n) % n;
+        if (((gatherFrom >> q) & 1) == 0) continue;
+        Range piece = shardChunk(a, shardOf(a, q, n), k, payload);
+        blockCopy<true>(a.recv + piece.begin, receiveSlot(c, channel, q, ch, false), piece.size());
+      }
+      endReceiveAll(c, channel, gatherFrom, ch);
     }
   }
   closeChannels(c, channel, ch);
