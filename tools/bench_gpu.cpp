@@ -1,5 +1,6 @@
 #include "bench_gpu.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -51,7 +52,9 @@ bool cudaDeviceVisible() {
     cudaGetLastError();  // the failure must not surface in a later, unrelated check
     return false;
   }
-  return count > 0;
+  // One GPU per rank of this host: ranks sharing a GPU would time-slice spinning kernels.
+  int localRanks = firstIntFromEnv({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"});
+  return count > 0 && count >= std::max(localRanks, 1);
 }
 
 std::string selectCudaDevice() {
