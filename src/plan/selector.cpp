@@ -17,21 +17,27 @@ std::string choicesFor(loomFunc_t func, DeviceKind device) {
   return out.empty() ? "none" : out;
 }
 
-// CUDA: the largest call (bytes as the C API counts them) that runs on LL packets. LL sends twice
-// the bytes but saves the flag round trip of every chunk; these crossovers were measured on 4
-// H200s over NVLink (docs/benchmarks.md).
+// CUDA: the largest call (bytes as the C API counts them: per rank for allgather, reduce-scatter,
+// alltoall, gather and scatter) that runs on LL packets. LL sends twice the bytes but saves the
+// flag round trip of every chunk. Crossovers measured on 4 H200s over NVLink, fp32
+// (docs/benchmarks.md): allreduce LL 25 us vs simple 30 us at 512 KiB, 45 vs 31 at 1 MiB;
+// allgather LL 21 vs simple 24 us at 256 KiB per rank; reduce-scatter LL 14 vs 18 us at 128 KiB.
 size_t defaultLLMax(loomFunc_t func) {
   switch (func) {
     case loomFuncAllReduce:
+      return 512 * 1024;
+    case loomFuncAllGather:
+      return 256 * 1024;
+    case loomFuncReduceScatter:
     case loomFuncBroadcast:
     case loomFuncReduce:
-      return 256 * 1024;
+      return 128 * 1024;
     case loomFuncAllToAllv:
       return 0;  // counts differ per rank: no rank knows the size of the whole exchange
     case loomFuncBarrier:
       return SIZE_MAX;
     default:
-      return 64 * 1024;  // per-rank blocks: allgather, reduce-scatter, alltoall, gather, scatter
+      return 64 * 1024;  // alltoall, gather, scatter: not measured yet
   }
 }
 
