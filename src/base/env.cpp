@@ -53,7 +53,7 @@ std::string jobSecret() { return getString("LOOM_JOB_SECRET", ""); }
 std::string commId() { return getString("LOOM_COMM_ID", ""); }
 int64_t cudaSlotBytes() { return getInt("LOOM_CUDA_SLOT_BYTES", 256 * 1024); }
 std::string cudaTransport() { return getString("LOOM_CUDA_TRANSPORT", "auto"); }
-int64_t cudaMaxBlocks() { return getInt("LOOM_CUDA_MAX_BLOCKS", 32); }
+int64_t cudaMaxBlocks() { return getInt("LOOM_CUDA_MAX_BLOCKS", 64); }
 int64_t cudaLLMaxBytes() { return getInt("LOOM_CUDA_LL_MAX_BYTES", -1); }
 
 }  // namespace loom::env

@@ -11,7 +11,7 @@
 namespace loom::cuda {
 
 constexpr int kMaxRanks = 16;    // GPUs of one communicator on one host
-constexpr int kMaxBlocks = 32;   // thread blocks of one collective kernel (= channels per peer)
+constexpr int kMaxBlocks = 64;   // thread blocks of one collective kernel (= channels per peer)
 constexpr int kP2PChannels = 8;  // channels of send/recv, apart from the collectives' own
 constexpr int kChannels = kMaxBlocks + kP2PChannels;
 constexpr int kThreads = 512;        // threads per block
