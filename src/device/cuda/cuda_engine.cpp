@@ -391,20 +391,22 @@ void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, void* streamH
   const int n = setup_.nranks, me = setup_.rank;
   // Rounds of at most one send and one receive per peer, in issue order: the order in which two
   // ranks' operations on a pair match.
-  std::vector<bool> taken(ops.size(), false);
+  // Reused from call to call: a send allocates nothing once warmed up.
+  std::vector<char>& taken = p2pTaken_;
+  taken.assign(ops.size(), 0);
   size_t done = 0;
   while (done < ops.size()) {
     ExchangeArgs a = emptyExchange();
-    std::vector<bool> sendUsed(n, false), recvUsed(n, false);
+    uint32_t sendUsed = 0, recvUsed = 0;  // peers with an op in this round (n <= kMaxRanks)
     const DeviceP2POp* selfSend = nullptr;
     const DeviceP2POp* selfRecv = nullptr;
     for (size_t i = 0; i < ops.size(); ++i) {
       if (taken[i]) continue;
       const DeviceP2POp& op = ops[i];
-      std::vector<bool>& used = op.isSend ? sendUsed : recvUsed;
-      if (used[op.peer]) continue;
-      used[op.peer] = true;
-      taken[i] = true;
+      uint32_t& used = op.isSend ? sendUsed : recvUsed;
+      if ((used >> op.peer) & 1u) continue;
+      used |= 1u << op.peer;
+      taken[i] = 1;
       ++done;
       if (op.peer == me) {
         (op.isSend ? selfSend : selfRecv) = &op;

@@ -76,6 +76,8 @@ class CudaEngine {
   static constexpr size_t kValidatedCache = 16;
   mutable const void* validated_[kValidatedCache] = {};
 
+  std::vector<char> p2pTaken_;  // pointToPoint's scratch
+
   cudaStream_t lastStream_ = nullptr;
   bool haveLastStream_ = false;
   cudaEvent_t streamSwitch_ = nullptr;
