@@ -25,6 +25,7 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 1800
+	scripts/python_test.sh
 
 # Loom vs Open MPI (and Gloo where torch is installed) and the memcpy bound, side by side.
 bench: build

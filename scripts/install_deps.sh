@@ -10,6 +10,13 @@ have ninja || need+=(ninja-build)
 have g++ || need+=(g++)
 have python3 || need+=(python3)
 [[ -f /usr/include/gtest/gtest.h ]] || need+=(libgtest-dev)
+# The Python package: a venv and the interpreter's headers for the extension module.
+if have python3; then
+  python3 -c "import ensurepip, venv" 2>/dev/null || need+=(python3-venv)
+  python3 -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" 2>/dev/null || need+=(python3-dev)
+else
+  need+=(python3-venv python3-dev)
+fi
 if [[ "${1:-}" == bench ]]; then
   have mpicc || need+=(libopenmpi-dev)
   have mpirun || need+=(openmpi-bin)

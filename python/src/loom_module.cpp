@@ -1,0 +1,323 @@
+// loom._loom: the C API (include/loom/loom.h) for Python, on any array that speaks the buffer
+// protocol or DLPack (numpy, torch CPU tensors, ...). Calls release the GIL while they run.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "loom/loom.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using Array = nb::ndarray<nb::device::cpu>;
+
+struct LoomError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(loomResult_t result, const char* call) {
+  if (result == loomSuccess) return;
+  const char* detail = loomGetLastError(nullptr);
+  throw LoomError(std::string(call) + " failed: " + loomGetErrorString(result) +
+                  (detail != nullptr && *detail != '\0' ? std::string(": ") + detail : ""));
+}
+
+loomDataType_t loomType(const Array& a) {
+  const nb::dlpack::dtype t = a.dtype();
+  if (t.lanes == 1) {
+    switch (static_cast<nb::dlpack::dtype_code>(t.code)) {
+      case nb::dlpack::dtype_code::Int:
+        if (t.bits == 8) return loomInt8;
+        if (t.bits == 32) return loomInt32;
+        if (t.bits == 64) return loomInt64;
+        break;
+      case nb::dlpack::dtype_code::UInt:
+        if (t.bits == 8) return loomUint8;
+        if (t.bits == 32) return loomUint32;
+        if (t.bits == 64) return loomUint64;
+        break;
+      case nb::dlpack::dtype_code::Float:
+        if (t.bits == 16) return loomFloat16;
+        if (t.bits == 32) return loomFloat32;
+        if (t.bits == 64) return loomFloat64;
+        break;
+      case nb::dlpack::dtype_code::Bfloat:
+        if (t.bits == 16) return loomBfloat16;
+        break;
+      default:
+        break;
+    }
+  }
+  throw nb::value_error(("Loom has no data type for this array's dtype (code " +
+                         std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits)")
+                            .c_str());
+}
+
+// Checks that an array is one contiguous block and returns its element count.
+size_t elements(const Array& a, const char* name) {
+  size_t count = 1;
+  int64_t expected = 1;
+  for (size_t d = a.ndim(); d-- > 0;) {
+    if (a.shape(d) != 1 && a.stride(d) != expected)
+      throw nb::value_error((std::string(name) + " must be C-contiguous").c_str());
+    expected *= static_cast<int64_t>(a.shape(d));
+    count *= a.shape(d);
+  }
+  return count;
+}
+
+void sameType(const Array& a, const Array& b) {
+  if (loomType(a) != loomType(b))
+    throw nb::value_error("send and receive arrays must have the same dtype");
+}
+
+void expectCount(const Array& a, size_t count, const char* name, const char* rule) {
+  size_t n = elements(a, name);
+  if (n != count)
+    throw nb::value_error((std::string(name) + " has " + std::to_string(n) + " elements; " + rule +
+                           " needs " + std::to_string(count))
+                              .c_str());
+}
+
+class Comm {
+ public:
+  explicit Comm(loomComm_t comm) : comm_(comm) {}
+  ~Comm() {
+    if (comm_ != nullptr) loomCommDestroy(comm_);
+  }
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  static Comm* fromEnv(int timeoutMs) {
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.timeoutMs = timeoutMs;
+    loomComm_t comm = nullptr;
+    {
+      nb::gil_scoped_release unlocked;
+      check(loomCommInitFromEnv(&comm, &config), "loomCommInitFromEnv");
+    }
+    return new Comm(comm);
+  }
+
+  static Comm* initRank(int nranks, nb::bytes id, int rank, int timeoutMs) {
+    if (id.size() != sizeof(loomUniqueId))
+      throw nb::value_error("a unique id has 128 bytes (loom.get_unique_id())");
+    loomUniqueId uid;
+    std::memcpy(uid.internal, id.c_str(), sizeof(uid.internal));
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.timeoutMs = timeoutMs;
+    loomComm_t comm = nullptr;
+    {
+      nb::gil_scoped_release unlocked;
+      check(loomCommInitRankConfig(&comm, nranks, uid, rank, &config), "loomCommInitRankConfig");
+    }
+    return new Comm(comm);
+  }
+
+  loomComm_t get() const {
+    if (comm_ == nullptr) throw LoomError("the communicator was destroyed");
+    return comm_;
+  }
+  int rank() const {
+    int r = 0;
+    check(loomCommUserRank(get(), &r), "loomCommUserRank");
+    return r;
+  }
+  int size() const {
+    int n = 0;
+    check(loomCommCount(get(), &n), "loomCommCount");
+    return n;
+  }
+  void destroy() {
+    if (comm_ == nullptr) return;
+    loomComm_t comm = comm_;
+    comm_ = nullptr;
+    nb::gil_scoped_release unlocked;
+    check(loomCommDestroy(comm), "loomCommDestroy");
+  }
+  void abort() {
+    if (comm_ == nullptr) return;
+    loomComm_t comm = comm_;
+    comm_ = nullptr;
+    check(loomCommAbort(comm), "loomCommAbort");
+  }
+  std::string asyncError() const {
+    loomResult_t error = loomSuccess;
+    check(loomCommGetAsyncError(get(), &error), "loomCommGetAsyncError");
+    return loomGetErrorString(error);
+  }
+
+  template <typename Call>
+  void run(const char* name, Call&& call) {
+    loomComm_t comm = get();
+    loomResult_t result;
+    {
+      nb::gil_scoped_release unlocked;
+      result = call(comm);
+    }
+    check(result, name);
+  }
+
+ private:
+  loomComm_t comm_;
+};
+
+}  // namespace
+
+NB_MODULE(_loom, m) {
+  m.doc() = "Loom collective communication library (C API bindings)";
+  nb::exception<LoomError>(m, "LoomError", PyExc_RuntimeError);
+
+  nb::enum_<loomRedOp_t>(m, "ReduceOp")
+      .value("SUM", loomSum)
+      .value("PROD", loomProd)
+      .value("MAX", loomMax)
+      .value("MIN", loomMin)
+      .value("AVG", loomAvg);
+
+  m.def("version", [] {
+    int v = 0;
+    check(loomGetVersion(&v), "loomGetVersion");
+    return v;
+  });
+  m.def("get_unique_id", [] {
+    loomUniqueId id;
+    check(loomGetUniqueId(&id), "loomGetUniqueId");
+    return nb::bytes(id.internal, sizeof(id.internal));
+  });
+
+  nb::class_<Comm>(m, "Comm")
+      .def_static("from_env", &Comm::fromEnv, nb::arg("timeout_ms") = 0,
+                  "Communicator from the launcher's environment (loomrun, torchrun, mpirun).")
+      .def_static("init_rank", &Comm::initRank, nb::arg("nranks"), nb::arg("unique_id"),
+                  nb::arg("rank"), nb::arg("timeout_ms") = 0)
+      .def_prop_ro("rank", &Comm::rank)
+      .def_prop_ro("size", &Comm::size)
+      .def("destroy", &Comm::destroy)
+      .def("abort", &Comm::abort)
+      .def("async_error", &Comm::asyncError)
+      .def(
+          "allreduce",
+          [](Comm& c, Array send, Array recv, loomRedOp_t op) {
+            sameType(send, recv);
+            size_t count = elements(send, "send");
+            expectCount(recv, count, "recv", "allreduce");
+            c.run("loomAllReduce", [&](loomComm_t comm) {
+              return loomAllReduce(send.data(), recv.data(), count, loomType(send), op, comm,
+                                   nullptr);
+            });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("op"))
+      .def(
+          "broadcast",
+          [](Comm& c, Array send, Array recv, int root) {
+            sameType(send, recv);
+            size_t count = elements(recv, "recv");
+            if (c.rank() == root) expectCount(send, count, "send", "broadcast");
+            c.run("loomBroadcast", [&](loomComm_t comm) {
+              return loomBroadcast(send.data(), recv.data(), count, loomType(recv), root, comm,
+                                   nullptr);
+            });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("root"))
+      .def(
+          "reduce",
+          [](Comm& c, Array send, Array recv, loomRedOp_t op, int root) {
+            sameType(send, recv);
+            size_t count = elements(send, "send");
+            if (c.rank() == root) expectCount(recv, count, "recv", "reduce");
+            c.run("loomReduce", [&](loomComm_t comm) {
+              return loomReduce(send.data(), recv.data(), count, loomType(send), op, root, comm,
+                                nullptr);
+            });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("op"), nb::arg("root"))
+      .def(
+          "allgather",
+          [](Comm& c, Array send, Array recv) {
+            sameType(send, recv);
+            size_t count = elements(send, "send");
+            expectCount(recv, count * c.size(), "recv", "allgather (size x send)");
+            c.run("loomAllGather", [&](loomComm_t comm) {
+              return loomAllGather(send.data(), recv.data(), count, loomType(send), comm, nullptr);
+            });
+          },
+          nb::arg("send"), nb::arg("recv"))
+      .def(
+          "reduce_scatter",
+          [](Comm& c, Array send, Array recv, loomRedOp_t op) {
+            sameType(send, recv);
+            size_t count = elements(recv, "recv");
+            expectCount(send, count * c.size(), "send", "reduce_scatter (size x recv)");
+            c.run("loomReduceScatter", [&](loomComm_t comm) {
+              return loomReduceScatter(send.data(), recv.data(), count, loomType(send), op, comm,
+                                       nullptr);
+            });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("op"))
+      .def(
+          "alltoall",
+          [](Comm& c, Array send, Array recv) {
+            sameType(send, recv);
+            size_t total = elements(send, "send");
+            size_t n = static_cast<size_t>(c.size());
+            if (total % n != 0)
+              throw nb::value_error("alltoall: send is not size x count elements");
+            expectCount(recv, total, "recv", "alltoall");
+            c.run("loomAllToAll", [&](loomComm_t comm) {
+              return loomAllToAll(send.data(), recv.data(), total / n, loomType(send), comm,
+                                  nullptr);
+            });
+          },
+          nb::arg("send"), nb::arg("recv"))
+      .def(
+          "gather",
+          [](Comm& c, Array send, Array recv, int root) {
+            sameType(send, recv);
+            size_t count = elements(send, "send");
+            if (c.rank() == root) expectCount(recv, count * c.size(), "recv", "gather");
+            c.run("loomGather", [&](loomComm_t comm) {
+              return loomGather(send.data(), recv.data(), count, loomType(send), root, comm,
+                                nullptr);
+            });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("root"))
+      .def(
+          "scatter",
+          [](Comm& c, Array send, Array recv, int root) {
+            sameType(send, recv);
+            size_t count = elements(recv, "recv");
+            if (c.rank() == root) expectCount(send, count * c.size(), "send", "scatter");
+            c.run("loomScatter", [&](loomComm_t comm) {
+              return loomScatter(send.data(), recv.data(), count, loomType(recv), root, comm,
+                                 nullptr);
+            });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("root"))
+      .def(
+          "send",
+          [](Comm& c, Array buf, int peer) {
+            size_t count = elements(buf, "buffer");
+            c.run("loomSend", [&](loomComm_t comm) {
+              return loomSend(buf.data(), count, loomType(buf), peer, comm, nullptr);
+            });
+          },
+          nb::arg("buffer"), nb::arg("peer"))
+      .def(
+          "recv",
+          [](Comm& c, Array buf, int peer) {
+            size_t count = elements(buf, "buffer");
+            c.run("loomRecv", [&](loomComm_t comm) {
+              return loomRecv(buf.data(), count, loomType(buf), peer, comm, nullptr);
+            });
+          },
+          nb::arg("buffer"), nb::arg("peer"))
+      .def("barrier", [](Comm& c) {
+        c.run("loomBarrier", [](loomComm_t comm) { return loomBarrier(comm, nullptr); });
+      });
+}

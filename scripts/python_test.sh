@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds and installs the Python package (pip install .) into a virtual environment that later runs
+# reuse, then runs the Python tests. Usage: scripts/python_test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${LOOM_VENV:-.venv}
+if [[ ! -x "$venv/bin/python" ]]; then
+  python3 -m venv "$venv"
+fi
+py="$venv/bin/python"
+# Build and test requirements, once (a later run finds them and skips the network).
+if ! "$py" -c "import pytest, numpy, scikit_build_core, nanobind" 2>/dev/null; then
+  "$py" -m pip install -q --upgrade pip
+  "$py" -m pip install -q pytest numpy "scikit-build-core>=0.10" "nanobind>=2.0"
+fi
+# No build isolation: the requirements above are the build's, and the persistent build directory
+# (pyproject.toml) makes a rebuild incremental.
+"$py" -m pip install -q --no-build-isolation .
+"$py" -m pytest -q tests/python "$@"

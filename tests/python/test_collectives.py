@@ -1,0 +1,52 @@
+"""The Python bindings, one process per rank (started here, no launcher needed)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import loom
+
+WORKER = os.path.join(os.path.dirname(__file__), "loom_worker.py")
+
+
+def run_ranks(case, nranks, timeout=120):
+    uid = loom.get_unique_id().hex()
+    procs = [subprocess.Popen([sys.executable, WORKER, case, str(nranks), str(r), uid],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(nranks)]
+    outputs, codes = [], []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"{case} with {nranks} ranks hung")
+        outputs.append(out)
+        codes.append(p.returncode)
+    return codes, outputs
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 5])
+def test_collectives(nranks):
+    codes, outputs = run_ranks("collectives", nranks)
+    assert codes == [0] * nranks, "\n".join(outputs)
+
+
+def test_bad_arguments_leave_the_communicator_usable():
+    codes, outputs = run_ranks("bad_arguments", 2)
+    assert codes == [0, 0], "\n".join(outputs)
+
+
+def test_a_rank_that_exits_makes_the_others_raise():
+    codes, outputs = run_ranks("rank_exits", 3)
+    assert codes == [0, 3, 0], "\n".join(outputs)
+    assert "rank 1" in outputs[0] + outputs[2]
+
+
+def test_module_basics():
+    assert loom.version() >= 100
+    assert len(loom.get_unique_id()) == 128
+    with pytest.raises(ValueError):
+        loom.Comm.init_rank(1, b"short", 0)
