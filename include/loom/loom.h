@@ -178,6 +178,14 @@ loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatyp
 loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream);
 loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream);
+/* Point to point with a tag (any int): a receive takes the oldest message from that peer with the
+ * same tag; messages of other tags that arrive first wait, set aside, for their own receive.
+ * loomSend/loomRecv are tag 0. CUDA communicators match in issue order per peer and ignore the
+ * tag, as NCCL-based backends do. */
+loomResult_t loomSendTag(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                         int tag, loomComm_t comm, loomStream_t stream);
+loomResult_t loomRecvTag(void* recvbuff, size_t count, loomDataType_t datatype, int peer, int tag,
+                         loomComm_t comm, loomStream_t stream);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -10,10 +10,15 @@ namespace loom {
 
 namespace {
 
+struct Header {
+  uint64_t bytes;
+  int64_t tag;
+};
+
 bool progressSend(P2POp& op) {
   bool moved = false;
   if (!op.headerDone) {
-    uint64_t header = op.bytes;
+    Header header{op.bytes, op.tag};
     if (op.channel->trySend(&header, sizeof(header)) == 0) return false;
     op.headerDone = moved = true;
   }
@@ -26,18 +31,84 @@ bool progressSend(P2POp& op) {
   return moved;
 }
 
+void checkSize(const P2POp& op, uint64_t sent) {
+  if (sent != op.bytes)
+    LOOM_THROW(loomInvalidUsage, "point-to-point size mismatch: rank ", op.peer, " sent ", sent,
+               " bytes with tag ", op.tag, " but rank ", op.ctx->rank, " posted a receive of ",
+               op.bytes, " bytes");
+}
+
+// Moves whatever has arrived of the message being set aside. True if bytes moved.
+bool fillEarly(Channel& channel, P2PInbox& inbox) {
+  P2PInbox::Message& m = inbox.early.back();
+  bool moved = false;
+  while (inbox.filled < m.bytes.size()) {
+    std::span<const char> span = channel.peek(m.bytes.size() - inbox.filled);
+    size_t n = std::min(span.size(), m.bytes.size() - inbox.filled);
+    if (n == 0) break;
+    std::memcpy(m.bytes.data() + inbox.filled, span.data(), n);
+    channel.consume(n);
+    inbox.filled += n;
+    moved = true;
+  }
+  inbox.filling = inbox.filled < m.bytes.size();
+  return moved;
+}
+
+// A receive that may not read the channel yet (an older one from the same peer is reading it) can
+// still complete from a message set aside earlier.
+bool takeEarly(P2POp& op) {
+  if (op.headerDone || op.inbox == nullptr) return false;
+  P2PInbox& inbox = *op.inbox;
+  const size_t complete = inbox.early.size() - (inbox.filling ? 1 : 0);
+  for (size_t i = 0; i < complete; ++i) {
+    if (inbox.early[i].tag != op.tag) continue;
+    checkSize(op, inbox.early[i].bytes.size());
+    if (op.bytes > 0) std::memcpy(op.buffer, inbox.early[i].bytes.data(), op.bytes);
+    inbox.early.erase(inbox.early.begin() + static_cast<std::ptrdiff_t>(i));
+    op.done = true;
+    return true;
+  }
+  return false;
+}
+
+// Finds this receive's message: one set aside earlier, or the next one on the channel (setting
+// aside messages of other tags on the way). True once the payload can be read from the channel;
+// `op.done` when it came from the inbox.
+bool matchHeader(P2POp& op, bool& moved) {
+  P2PInbox& inbox = *op.inbox;
+  if (takeEarly(op)) {
+    moved = true;
+    return false;
+  }
+  for (;;) {
+    if (inbox.filling) {
+      moved |= fillEarly(*op.channel, inbox);
+      if (inbox.filling) return false;
+      // A complete message of another tag: it may still be this receive's turn next.
+      if (inbox.early.back().tag == op.tag) return matchHeader(op, moved);
+    }
+    std::span<const char> span = op.channel->peek(sizeof(Header));
+    if (span.size() < sizeof(Header)) return false;
+    Header header;
+    std::memcpy(&header, span.data(), sizeof(header));
+    op.channel->consume(sizeof(header));
+    moved = true;
+    if (header.tag == op.tag) {
+      checkSize(op, header.bytes);
+      return true;
+    }
+    inbox.early.push_back({header.tag, std::vector<char>(header.bytes)});
+    inbox.filling = true;
+    inbox.filled = 0;
+  }
+}
+
 bool progressRecv(P2POp& op) {
   bool moved = false;
   if (!op.headerDone) {
-    std::span<const char> span = op.channel->peek(sizeof(uint64_t));
-    if (span.size() < sizeof(uint64_t)) return false;
-    uint64_t header;
-    std::memcpy(&header, span.data(), sizeof(header));
-    if (header != op.bytes)
-      LOOM_THROW(loomInvalidUsage, "point-to-point size mismatch: rank ", op.peer, " sent ", header,
-                 " bytes but rank ", op.ctx->rank, " posted a receive of ", op.bytes, " bytes");
-    op.channel->consume(sizeof(header));
-    op.headerDone = moved = true;
+    if (!matchHeader(op, moved)) return moved;
+    op.headerDone = true;
   }
   if (op.position < op.bytes) {
     std::span<const char> span = op.channel->peek(op.bytes - op.position);
@@ -65,7 +136,10 @@ void runPointToPoint(std::vector<P2POp>& ops) {
     for (P2POp& op : ops) {
       if (op.done) continue;
       std::pair<Channel*, bool> key{op.channel, op.isSend};
-      if (std::find(busy.begin(), busy.end(), key) != busy.end()) continue;
+      if (std::find(busy.begin(), busy.end(), key) != busy.end()) {
+        if (!op.isSend) moved |= takeEarly(op);
+        continue;
+      }
       moved |= op.isSend ? progressSend(op) : progressRecv(op);
       if (!op.done) busy.push_back(key);
     }

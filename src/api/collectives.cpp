@@ -156,7 +156,8 @@ loomResult_t submit(const char* function, loomComm_t handle, const CollArgs& arg
 }
 
 loomResult_t submitP2P(const char* function, bool isSend, void* buffer, size_t count,
-                       loomDataType_t datatype, int peer, loomComm_t handle, loomStream_t stream) {
+                       loomDataType_t datatype, int peer, int tag, loomComm_t handle,
+                       loomStream_t stream) {
   return guarded(function, [&] {
     HandleUse use(handle);
     checkStream(use, stream);
@@ -168,6 +169,7 @@ loomResult_t submitP2P(const char* function, bool isSend, void* buffer, size_t c
                    " is NULL with count ", count);
     GroupOp op = GroupOp::pointToPoint(use.get(), isSend, peer, buffer, bytes);
     op.stream = stream;
+    op.tag = tag;
     if (groupDepth() > 0) {
       recordGroupOp(op);
       return loomSuccess;
@@ -269,13 +271,24 @@ loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream) {
 
 loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream) {
-  return submitP2P("loomSend", true, const_cast<void*>(sendbuff), count, datatype, peer, comm,
+  return submitP2P("loomSend", true, const_cast<void*>(sendbuff), count, datatype, peer, 0, comm,
                    stream);
 }
 
 loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream) {
-  return submitP2P("loomRecv", false, recvbuff, count, datatype, peer, comm, stream);
+  return submitP2P("loomRecv", false, recvbuff, count, datatype, peer, 0, comm, stream);
+}
+
+loomResult_t loomSendTag(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                         int tag, loomComm_t comm, loomStream_t stream) {
+  return submitP2P("loomSendTag", true, const_cast<void*>(sendbuff), count, datatype, peer, tag,
+                   comm, stream);
+}
+
+loomResult_t loomRecvTag(void* recvbuff, size_t count, loomDataType_t datatype, int peer, int tag,
+                         loomComm_t comm, loomStream_t stream) {
+  return submitP2P("loomRecvTag", false, recvbuff, count, datatype, peer, tag, comm, stream);
 }
 
 loomResult_t loomCommGetAlgorithm(const loomComm_t comm, loomFunc_t func, size_t count,

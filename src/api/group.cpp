@@ -63,7 +63,8 @@ void executeOps(const std::vector<GroupOp>& ops) {
     comms.clear();
     for (; i < ops.size() && !ops[i].isCollective && !ops[i].handle->comm->onDevice(); ++i) {
       Comm* comm = ops[i].handle->comm.get();
-      batch.push_back(comm->pointToPoint(ops[i].isSend, ops[i].peer, ops[i].buffer, ops[i].bytes));
+      batch.push_back(
+          comm->pointToPoint(ops[i].isSend, ops[i].peer, ops[i].buffer, ops[i].bytes, ops[i].tag));
       bool known = false;
       for (Comm* c : comms) known |= c == comm;
       if (!known) comms.push_back(comm);

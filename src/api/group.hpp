@@ -27,6 +27,7 @@ struct GroupOp {
   void* buffer = nullptr;
   size_t bytes = 0;
   void* stream = nullptr;  // GPU communicators
+  int64_t tag = 0;
 
   static GroupOp collective(loomComm* handle, const CollArgs& args) {
     GroupOp op;

@@ -131,6 +131,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ctx_.check = [this](int peer) { check(peer); };
   ctx_.scratch = &scratch_;
   sources_.resize(nranks_);
+  inboxes_.resize(nranks_);
   ringSteps_.reserve(2 * nranks_);
   ctx_.sources = &sources_;
   ctx_.ringSteps = &ringSteps_;
@@ -361,7 +362,7 @@ void Comm::collective(const CollArgs& args) {
   }
 }
 
-P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes) {
+P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int64_t tag) {
   if (!sharedMemory_)
     LOOM_THROW(loomInvalidUsage,
                "send/recv across hosts needs the network transport, which this "
@@ -371,7 +372,9 @@ P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes) {
   op.peer = peer;
   op.buffer = static_cast<char*>(buffer);
   op.bytes = bytes;
+  op.tag = tag;
   op.channel = p2pChannels_[peer].get();
+  op.inbox = &inboxes_[peer];
   op.ctx = &ctx_;
   return op;
 }

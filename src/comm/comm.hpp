@@ -58,7 +58,7 @@ class Comm {
   // communicator and are reported to the peers.
   void collective(const CollArgs& args);
   // Builds the point-to-point operation for a send or receive (run by runPointToPoint).
-  P2POp pointToPoint(bool isSend, int peer, void* buffer, size_t bytes);
+  P2POp pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int64_t tag);
   // Runs a batch of point-to-point ops of this communicator (and possibly others') with the same
   // failure handling as collectives.
   static void runPointToPointBatch(std::vector<P2POp>& ops, const std::vector<Comm*>& comms);
@@ -97,6 +97,7 @@ class Comm {
   ShmArena arena_;
   std::vector<std::unique_ptr<Channel>> collChannels_;
   std::vector<std::unique_ptr<Channel>> p2pChannels_;
+  std::vector<P2PInbox> inboxes_;  // per peer: messages that came before their receive
   std::vector<int> peerPidfds_;
   std::unique_ptr<Selector> selector_;
   AlgoContext ctx_;

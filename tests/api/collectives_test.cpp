@@ -296,6 +296,61 @@ TEST(PointToPoint, BlockingPairsInOrder) {
   EXPECT_LOOM(loomBarrier(gWorld, nullptr));
 }
 
+TEST(PointToPoint, TagsMatchOutOfOrder) {
+  // Rank 0 sends tags 7, 3, 5, 3 (sizes differ; the large one exceeds the channel buffer); rank 1
+  // receives 5, then 3 twice (oldest first), then 7: earlier messages wait in the inbox.
+  if (gRanks < 2) GTEST_SKIP() << "needs 2 ranks";
+  const size_t big = 300 * 1024;  // int32s: over the default 256 KiB channel
+  auto fill = [](std::vector<int32_t>& v, int seed) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(seed * 1000003 + i);
+  };
+  struct Message {
+    int tag;
+    size_t count;
+    int seed;
+  };
+  const Message sent[] = {{7, 10, 1}, {3, 1000, 2}, {5, big, 3}, {3, 0, 4}};
+  if (gRank == 0) {
+    // A group, so the large message does not block the later ones behind the channel's capacity.
+    std::vector<std::vector<int32_t>> bufs;
+    for (const Message& m : sent) fill(bufs.emplace_back(m.count), m.seed);
+    EXPECT_LOOM(loomGroupStart());
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_LOOM(
+          loomSendTag(bufs[i].data(), sent[i].count, loomInt32, 1, sent[i].tag, gWorld, nullptr));
+    EXPECT_LOOM(loomGroupEnd());
+  } else if (gRank == 1) {
+    const int order[] = {2, 1, 3, 0};
+    for (int i : order) {
+      std::vector<int32_t> got(sent[i].count, -1), want(sent[i].count);
+      fill(want, sent[i].seed);
+      EXPECT_LOOM(
+          loomRecvTag(got.data(), sent[i].count, loomInt32, 0, sent[i].tag, gWorld, nullptr));
+      EXPECT_EQ(got, want) << "tag " << sent[i].tag << " count " << sent[i].count;
+    }
+  }
+  EXPECT_LOOM(loomBarrier(gWorld, nullptr));
+}
+
+TEST(PointToPoint, LaterReceiveCompletesFromTheInboxInAGroup) {
+  // In one group rank 1 first posts a receive whose message comes last; the second receive's
+  // message arrived before and completes from the inbox meanwhile.
+  if (gRanks < 2) GTEST_SKIP() << "needs 2 ranks";
+  int32_t a = 11, b = 22, x = 0, y = 0;
+  if (gRank == 0) {
+    EXPECT_LOOM(loomSendTag(&b, 1, loomInt32, 1, 2, gWorld, nullptr));
+    EXPECT_LOOM(loomSendTag(&a, 1, loomInt32, 1, 1, gWorld, nullptr));
+  } else if (gRank == 1) {
+    EXPECT_LOOM(loomGroupStart());
+    EXPECT_LOOM(loomRecvTag(&x, 1, loomInt32, 0, 1, gWorld, nullptr));
+    EXPECT_LOOM(loomRecvTag(&y, 1, loomInt32, 0, 2, gWorld, nullptr));
+    EXPECT_LOOM(loomGroupEnd());
+    EXPECT_EQ(x, 11);
+    EXPECT_EQ(y, 22);
+  }
+  EXPECT_LOOM(loomBarrier(gWorld, nullptr));
+}
+
 TEST(Collectives, AccumulationTypeIsMoreAccurate) {
   // fp16: 2048 plus (n-1) ones. Rounding after every step (native) stays at 2048; accumulating in
   // fp32 rounds once.
