@@ -111,11 +111,13 @@ class Comm:
         self._native.scatter(recv if send is None else send, recv, root)
         return recv
 
-    def send(self, buffer, peer):
-        self._native.send(buffer, peer)
+    def send(self, buffer, peer, tag=0):
+        """Blocks until the message is handed to the transport (small ones are buffered)."""
+        self._native.send(buffer, peer, tag)
 
-    def recv(self, buffer, peer):
-        self._native.recv(buffer, peer)
+    def recv(self, buffer, peer, tag=0):
+        """Takes the oldest message from ``peer`` with ``tag``; others wait for their receive."""
+        self._native.recv(buffer, peer, tag)
         return buffer
 
     def barrier(self):

@@ -301,22 +301,22 @@ NB_MODULE(_loom, m) {
           nb::arg("send"), nb::arg("recv"), nb::arg("root"))
       .def(
           "send",
-          [](Comm& c, Array buf, int peer) {
+          [](Comm& c, Array buf, int peer, int tag) {
             size_t count = elements(buf, "buffer");
-            c.run("loomSend", [&](loomComm_t comm) {
-              return loomSend(buf.data(), count, loomType(buf), peer, comm, nullptr);
+            c.run("loomSendTag", [&](loomComm_t comm) {
+              return loomSendTag(buf.data(), count, loomType(buf), peer, tag, comm, nullptr);
             });
           },
-          nb::arg("buffer"), nb::arg("peer"))
+          nb::arg("buffer"), nb::arg("peer"), nb::arg("tag") = 0)
       .def(
           "recv",
-          [](Comm& c, Array buf, int peer) {
+          [](Comm& c, Array buf, int peer, int tag) {
             size_t count = elements(buf, "buffer");
-            c.run("loomRecv", [&](loomComm_t comm) {
-              return loomRecv(buf.data(), count, loomType(buf), peer, comm, nullptr);
+            c.run("loomRecvTag", [&](loomComm_t comm) {
+              return loomRecvTag(buf.data(), count, loomType(buf), peer, tag, comm, nullptr);
             });
           },
-          nb::arg("buffer"), nb::arg("peer"))
+          nb::arg("buffer"), nb::arg("peer"), nb::arg("tag") = 0)
       .def("barrier", [](Comm& c) {
         c.run("loomBarrier", [](loomComm_t comm) { return loomBarrier(comm, nullptr); });
       });

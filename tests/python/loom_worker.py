@@ -83,6 +83,15 @@ def collectives(comm):
             comm.recv(got, left)
             comm.send(token, right)
         expect("send/recv ring", got, np.full(4, left, np.int32))
+        # Tags: rank 0 sends tags 1, 2 to rank 1, which receives them the other way round.
+        if r == 0:
+            comm.send(np.full(3, 10, np.int64), 1, tag=1)
+            comm.send(np.full(5, 20, np.int64), 1, tag=2)
+        elif r == 1:
+            second = comm.recv(np.zeros(5, np.int64), 0, tag=2)
+            first = comm.recv(np.zeros(3, np.int64), 0, tag=1)
+            expect("tag 2", second, np.full(5, 20, np.int64))
+            expect("tag 1", first, np.full(3, 10, np.int64))
     comm.barrier()
 
 
