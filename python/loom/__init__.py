@@ -21,6 +21,31 @@ from ._loom import Comm as _NativeComm
 __all__ = ["Comm", "LoomError", "ReduceOp", "get_unique_id", "version"]
 
 
+def _register_torch_backend():
+    """Registers "loom" with torch.distributed when torch and the backend module are present."""
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch  # noqa: F401  (loads the libraries the backend module links)
+    try:
+        from . import _loom_torch
+    except ImportError:  # built without torch, or against another torch
+        return False
+    import torch.distributed as dist
+    if not dist.is_available() or "loom" in dist.Backend.backend_list:
+        return "loom" in getattr(dist.Backend, "backend_list", [])
+
+    def create(store, rank, size, timeout):
+        return _loom_torch.ProcessGroupLoom(store, rank, size, timeout)
+
+    # CPU tensors only for now: the CUDA half of the backend is not built yet.
+    dist.Backend.register_backend("loom", create, devices=["cpu"])
+    return True
+
+
+torch_backend_registered = _register_torch_backend()
+
+
 def _op(op):
     if isinstance(op, ReduceOp):
         return op

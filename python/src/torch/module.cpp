@@ -1,0 +1,21 @@
+// loom._loom_torch: the ProcessGroupLoom class for torch.distributed (see loom/__init__.py, which
+// registers the backend "loom").
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "process_group_loom.hpp"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_loom_torch, m) {
+  py::module_::import("torch.distributed");  // the c10d base classes' bindings
+  py::class_<loom::torchbackend::ProcessGroupLoom, c10d::Backend,
+             c10::intrusive_ptr<loom::torchbackend::ProcessGroupLoom>>(m, "ProcessGroupLoom")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout) {
+             return c10::make_intrusive<loom::torchbackend::ProcessGroupLoom>(store, rank, size,
+                                                                              timeout);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>());
+}

@@ -1,0 +1,55 @@
+"""torch.distributed on the "loom" backend (CPU tensors), checked against Gloo in the same job."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import loom  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not loom.torch_backend_registered,
+                                reason="loom was built without torch")
+
+WORKER = os.path.join(os.path.dirname(__file__), "torch_worker.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(case, world, timeout=300):
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, WORKER, case, str(world), str(r), str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(world)]
+    outputs, codes = [], []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"{case} with {world} ranks hung")
+        outputs.append(out)
+        codes.append(p.returncode)
+    return codes, outputs
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_collectives_match_gloo(world):
+    codes, outputs = run("collectives", world)
+    assert codes == [0] * world, "\n".join(outputs)
+
+
+def test_unsupported_op_is_a_clear_error():
+    codes, outputs = run("unsupported", 2)
+    assert codes == [0, 0], "\n".join(outputs)
+
+
+def test_a_rank_that_exits_makes_the_others_raise():
+    codes, outputs = run("rank_exits", 3)
+    assert codes == [0, 3, 0], "\n".join(outputs)
