@@ -53,3 +53,24 @@ def test_unsupported_op_is_a_clear_error():
 def test_a_rank_that_exits_makes_the_others_raise():
     codes, outputs = run("rank_exits", 3)
     assert codes == [0, 3, 0], "\n".join(outputs)
+
+
+def test_abort_makes_every_rank_raise():
+    codes, outputs = run("abort", 3)
+    assert codes == [0, 0, 0], "\n".join(outputs)
+
+
+def test_ddp_trains_like_gloo():
+    codes, outputs = run("ddp", 3)
+    assert codes == [0, 0, 0], "\n".join(outputs)
+
+
+def test_torchrun_example():
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "torch_allreduce.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+         f"--master-port={free_port()}", example],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("loom ok") == 2, result.stdout + result.stderr

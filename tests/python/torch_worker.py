@@ -132,6 +132,47 @@ def collectives(rank, world, gloo):
     dist.barrier()
 
 
+def ddp(rank, world, gloo):
+    """A few DDP steps on the loom group give the same parameters as on Gloo."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def train(group):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+        ddp_model = DDP(model, process_group=group)
+        opt = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+        gen = torch.Generator().manual_seed(100 + rank)  # each rank its own batch
+        for _ in range(4):
+            x = torch.randn(8, 16, generator=gen)
+            y = torch.randn(8, 4, generator=gen)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(ddp_model(x), y).backward()
+            opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    loom_params = train(dist.group.WORLD)
+    gloo_params = train(gloo)
+    for i, (a, b) in enumerate(zip(loom_params, gloo_params)):
+        # Gradient averaging sums in a different order than Gloo: allow float rounding only.
+        if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
+            print(f"DDP parameter {i} differs: max {float((a - b).abs().max())}", flush=True)
+            sys.exit(1)
+    dist.barrier()
+
+
+def abort(rank, world, gloo):
+    """Rank 0 aborts its backend: its next op raises, and so do the peers' (no hang)."""
+    if rank == 0:
+        dist.group.WORLD._get_backend(torch.device("cpu")).abort()
+    try:
+        dist.all_reduce(torch.ones(16))
+    except Exception as e:  # noqa: BLE001
+        print(f"rank {rank} raised: {str(e).splitlines()[0]}", flush=True)
+        os_exit(0)
+    print(f"rank {rank}: all_reduce succeeded after the abort", flush=True)
+    os_exit(1)
+
+
 def unsupported(rank, world, gloo):
     try:
         dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND)
@@ -173,8 +214,9 @@ def main():
     dist.init_process_group("loom", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timeout)
     gloo = dist.new_group(backend="gloo")
-    {"collectives": collectives, "unsupported": unsupported, "rank_exits": rank_exits}[case](
-        rank, world, gloo)
+    cases = {"collectives": collectives, "unsupported": unsupported, "rank_exits": rank_exits,
+             "ddp": ddp, "abort": abort}
+    cases[case](rank, world, gloo)
     dist.destroy_process_group()
 
 

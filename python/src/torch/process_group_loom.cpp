@@ -160,8 +160,16 @@ void ProcessGroupLoom::shutdown() {
   }
   wake_.notify_all();
   if (worker_.joinable()) worker_.join();
-  if (comm_ != nullptr) loomCommDestroy(comm_);
+  // After an abort the handle is a tombstone that Loom keeps: nothing left to destroy.
+  if (comm_ != nullptr && !aborted_.load()) loomCommDestroy(comm_);
   comm_ = nullptr;
+}
+
+void ProcessGroupLoom::abort() {
+  // Safe from any thread, also while the worker is inside a call on the communicator: that call
+  // and every later one fail at once, and the peers learn of the abort.
+  if (comm_ != nullptr && !aborted_.exchange(true)) loomCommAbort(comm_);
+  shutdown();
 }
 
 void ProcessGroupLoom::work() {

@@ -7,6 +7,7 @@
 // instead of hanging.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -87,6 +88,8 @@ class ProcessGroupLoom : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   void shutdown() override;
+  // Stops the communicator now (ops in flight and queued fail instead of waiting for peers).
+  void abort() override;
 
  private:
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
@@ -95,6 +98,7 @@ class ProcessGroupLoom : public c10d::Backend {
   void work();
 
   loomComm_t comm_ = nullptr;
+  std::atomic<bool> aborted_{false};
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> queue_;
