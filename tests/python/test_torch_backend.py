@@ -60,6 +60,12 @@ def test_abort_makes_every_rank_raise():
     assert codes == [0, 0, 0], "\n".join(outputs)
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_dtensor_and_functional_collectives(world):
+    codes, outputs = run("dtensor", world)
+    assert codes == [0] * world, "\n".join(outputs)
+
+
 def test_ddp_trains_like_gloo():
     codes, outputs = run("ddp", 3)
     assert codes == [0, 0, 0], "\n".join(outputs)

@@ -160,6 +160,28 @@ def ddp(rank, world, gloo):
     dist.barrier()
 
 
+def dtensor(rank, world, gloo):
+    """DTensor redistribution and functional collectives on a DeviceMesh whose backend is loom."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    import torch.distributed._functional_collectives as funcol
+
+    mesh = init_device_mesh("cpu", (world,))
+    full = torch.arange(world * 6, dtype=torch.float32).reshape(world * 2, 3)
+    sharded = distribute_tensor(full, mesh, [Shard(0)])
+    same("dtensor local shard", sharded.to_local(), full.chunk(world)[rank])
+    replicated = sharded.redistribute(mesh, [Replicate()])
+    same("dtensor Shard -> Replicate", replicated.to_local(), full)
+    back = replicated.redistribute(mesh, [Shard(1)]) if 3 % world == 0 else replicated
+    same("dtensor full_tensor", back.full_tensor(), full)
+    summed = funcol.all_reduce(torch.full((4,), float(rank)), "sum", mesh)
+    same("functional all_reduce", summed, torch.full((4,), float(sum(range(world)))))
+    gathered = funcol.all_gather_tensor(torch.full((2,), float(rank)), 0, mesh)
+    same("functional all_gather", gathered,
+         torch.cat([torch.full((2,), float(q)) for q in range(world)]))
+    dist.barrier()
+
+
 def abort(rank, world, gloo):
     """Rank 0 aborts its backend: its next op raises, and so do the peers' (no hang)."""
     if rank == 0:
@@ -215,7 +237,7 @@ def main():
                             world_size=world, timeout=timeout)
     gloo = dist.new_group(backend="gloo")
     cases = {"collectives": collectives, "unsupported": unsupported, "rank_exits": rank_exits,
-             "ddp": ddp, "abort": abort}
+             "ddp": ddp, "abort": abort, "dtensor": dtensor}
     cases[case](rank, world, gloo)
     dist.destroy_process_group()
 
