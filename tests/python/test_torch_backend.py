@@ -55,6 +55,12 @@ def test_a_rank_that_exits_makes_the_others_raise():
     assert codes == [0, 3, 0], "\n".join(outputs)
 
 
+def test_a_rank_that_never_joins_times_out_the_others():
+    codes, outputs = run("never_joins", 3)
+    assert codes == [0, 0, 0], "\n".join(outputs)
+    assert "raised after" in outputs[0] and "raised after" in outputs[2], "\n".join(outputs)
+
+
 def test_abort_makes_every_rank_raise():
     codes, outputs = run("abort", 3)
     assert codes == [0, 0, 0], "\n".join(outputs)

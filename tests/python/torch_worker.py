@@ -182,6 +182,23 @@ def dtensor(rank, world, gloo):
     dist.barrier()
 
 
+def never_joins(rank, world, gloo):
+    """Rank 1 is alive but never joins the all_reduce: the others raise at the group's timeout."""
+    if rank == 1:
+        time.sleep(15)
+        os_exit(0)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(8))
+    except Exception as e:  # noqa: BLE001
+        waited = time.monotonic() - start
+        message = str(e).splitlines()[0]
+        print(f"rank {rank} raised after {waited:.1f} s: {message}", flush=True)
+        os_exit(0 if "all_reduce" in message or "allreduce" in message else 1)
+    print(f"rank {rank}: all_reduce succeeded without rank 1", flush=True)
+    os_exit(1)
+
+
 def abort(rank, world, gloo):
     """Rank 0 aborts its backend: its next op raises, and so do the peers' (no hang)."""
     if rank == 0:
@@ -232,12 +249,12 @@ def os_exit(code):
 
 def main():
     case, world, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    timeout = timedelta(seconds=20 if case == "rank_exits" else 120)
+    timeout = timedelta(seconds={"rank_exits": 20, "never_joins": 3}.get(case, 120))
     dist.init_process_group("loom", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timeout)
     gloo = dist.new_group(backend="gloo")
     cases = {"collectives": collectives, "unsupported": unsupported, "rank_exits": rank_exits,
-             "ddp": ddp, "abort": abort, "dtensor": dtensor}
+             "ddp": ddp, "abort": abort, "dtensor": dtensor, "never_joins": never_joins}
     cases[case](rank, world, gloo)
     dist.destroy_process_group()
 

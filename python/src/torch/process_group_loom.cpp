@@ -92,10 +92,11 @@ void checkOne(const std::vector<at::Tensor>& tensors, const char* what) {
   checkTensor(tensors[0], what);
 }
 
-// Runs a Loom call; failures become exceptions naming the op and Loom's message.
-void call(loomResult_t result, const char* op, loomComm_t comm) {
+// Runs a Loom call; failures become exceptions naming the op, the group and Loom's message.
+void call(loomResult_t result, const char* op, loomComm_t comm, const std::string& group = "") {
   if (result == loomSuccess) return;
-  throw std::runtime_error(std::string("ProcessGroupLoom ") + op + " failed (" +
+  throw std::runtime_error(std::string("ProcessGroupLoom ") + op +
+                           (group.empty() ? "" : " on group '" + group + "'") + " failed (" +
                            loomGetErrorString(result) + "): " + loomGetLastError(comm));
 }
 
@@ -212,7 +213,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tenso
   return enqueue(c10d::OpType::BROADCAST, "broadcast", tensors, [this, t, root] {
     call(loomBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), loomType(t.scalar_type()), root,
                        comm_, nullptr),
-         "broadcast", comm_);
+         "broadcast", comm_, getGroupDesc());
   });
 }
 
@@ -227,7 +228,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tenso
       premultiply(t, reduceOp);
       call(loomAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), loomType(t.scalar_type()), op,
                          comm_, nullptr),
-           "allreduce", comm_);
+           "allreduce", comm_, getGroupDesc());
     }
   });
 }
@@ -248,7 +249,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>&
     premultiply(t, reduceOp);
     call(loomReduce(t.data_ptr(), t.data_ptr(), t.numel(), loomType(t.scalar_type()), op, root,
                     comm_, nullptr),
-         "reduce", comm_);
+         "reduce", comm_, getGroupDesc());
   });
 }
 
@@ -264,7 +265,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& out
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "allgather", {output}, [this, in, out] {
     call(loomAllGather(in.data_ptr(), out.data_ptr(), in.numel(), loomType(in.scalar_type()), comm_,
                        nullptr),
-         "allgather", comm_);
+         "allgather", comm_, getGroupDesc());
   });
 }
 
@@ -284,7 +285,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(
     at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options());
     call(loomAllGather(in.data_ptr(), flat.data_ptr(), in.numel(), loomType(in.scalar_type()),
                        comm_, nullptr),
-         "allgather", comm_);
+         "allgather", comm_, getGroupDesc());
     for (size_t r = 0; r < outs.size(); ++r)
       outs[r].copy_(
           flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view_as(outs[r]));
@@ -318,7 +319,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(
     at::Tensor flat = rank_ == root ? at::empty({size_ * in.numel()}, in.options()) : in;
     call(loomGather(in.data_ptr(), flat.data_ptr(), in.numel(), loomType(in.scalar_type()), root,
                     comm_, nullptr),
-         "gather", comm_);
+         "gather", comm_, getGroupDesc());
     for (size_t r = 0; r < outs.size(); ++r)
       outs[r].copy_(
           flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view_as(outs[r]));
@@ -346,7 +347,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(
     }
     call(loomScatter(flat.data_ptr(), out.data_ptr(), out.numel(), loomType(out.scalar_type()),
                      root, comm_, nullptr),
-         "scatter", comm_);
+         "scatter", comm_, getGroupDesc());
   });
 }
 
@@ -368,7 +369,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(
                    }
                    call(loomReduceScatter(source.data_ptr(), out.data_ptr(), out.numel(),
                                           loomType(out.scalar_type()), op, comm_, nullptr),
-                        "reduce_scatter", comm_);
+                        "reduce_scatter", comm_, getGroupDesc());
                  });
 }
 
@@ -431,7 +432,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
         call(
             loomAllToAllv(in.data_ptr(), sendCounts.data(), sd.data(), out.data_ptr(),
                           recvCounts.data(), rd.data(), loomType(in.scalar_type()), comm_, nullptr),
-            "alltoall", comm_);
+            "alltoall", comm_, getGroupDesc());
       });
 }
 
@@ -457,7 +458,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor
     at::Tensor recv = at::empty({static_cast<int64_t>(rd[n - 1] + rc[n - 1])}, send.options());
     call(loomAllToAllv(send.data_ptr(), sc.data(), sd.data(), recv.data_ptr(), rc.data(), rd.data(),
                        loomType(send.scalar_type()), comm_, nullptr),
-         "alltoall", comm_);
+         "alltoall", comm_, getGroupDesc());
     for (size_t i = 0; i < n; ++i)
       outs[i].copy_(recv.narrow(0, static_cast<int64_t>(rd[i]), static_cast<int64_t>(rc[i]))
                         .view_as(outs[i]));
@@ -471,7 +472,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::send(std::vector<at::Tensor>& t
   return enqueue(c10d::OpType::SEND, "send", tensors, [this, t, dstRank, tag] {
     call(loomSendTag(t.data_ptr(), t.numel(), loomType(t.scalar_type()), dstRank, tag, comm_,
                      nullptr),
-         "send", comm_);
+         "send", comm_, getGroupDesc());
   });
 }
 
@@ -482,13 +483,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recv(std::vector<at::Tensor>& t
   return enqueue(c10d::OpType::RECV, "recv", tensors, [this, t, srcRank, tag] {
     call(loomRecvTag(t.data_ptr(), t.numel(), loomType(t.scalar_type()), srcRank, tag, comm_,
                      nullptr),
-         "recv", comm_);
+         "recv", comm_, getGroupDesc());
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::barrier(const c10d::BarrierOptions&) {
   return enqueue(c10d::OpType::BARRIER, "barrier", {},
-                 [this] { call(loomBarrier(comm_, nullptr), "barrier", comm_); });
+                 [this] { call(loomBarrier(comm_, nullptr), "barrier", comm_, getGroupDesc()); });
 }
 
 }  // namespace loom::torchbackend
