@@ -1,31 +1,16 @@
 """The Python bindings, one process per rank (started here, no launcher needed)."""
 import os
-import subprocess
-import sys
 
 import pytest
 
 import loom
+import ranks
 
 WORKER = os.path.join(os.path.dirname(__file__), "loom_worker.py")
 
 
 def run_ranks(case, nranks, timeout=120):
-    uid = loom.get_unique_id().hex()
-    procs = [subprocess.Popen([sys.executable, WORKER, case, str(nranks), str(r), uid],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(nranks)]
-    outputs, codes = [], []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail(f"{case} with {nranks} ranks hung")
-        outputs.append(out)
-        codes.append(p.returncode)
-    return codes, outputs
+    return ranks.run_ranks(WORKER, case, nranks, [loom.get_unique_id().hex()], timeout)
 
 
 @pytest.mark.parametrize("nranks", [1, 2, 3, 5])

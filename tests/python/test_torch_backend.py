@@ -1,6 +1,5 @@
 """torch.distributed on the "loom" backend (CPU tensors), checked against Gloo in the same job."""
 import os
-import socket
 import subprocess
 import sys
 
@@ -8,6 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import loom  # noqa: E402
+from ranks import free_port, run_ranks  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not loom.torch_backend_registered,
                                 reason="loom was built without torch")
@@ -15,28 +15,8 @@ pytestmark = pytest.mark.skipif(not loom.torch_backend_registered,
 WORKER = os.path.join(os.path.dirname(__file__), "torch_worker.py")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(case, world, timeout=300):
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, WORKER, case, str(world), str(r), str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(world)]
-    outputs, codes = [], []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail(f"{case} with {world} ranks hung")
-        outputs.append(out)
-        codes.append(p.returncode)
-    return codes, outputs
+    return run_ranks(WORKER, case, world, [str(free_port())], timeout)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 5])
