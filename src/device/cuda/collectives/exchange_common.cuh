@@ -47,21 +47,14 @@ __device__ __forceinline__ uint32_t receivingPeers(const DevComm& c, const Excha
   return peers;
 }
 
-// Peers that get (send) or give (receive) a chunk in iteration k of this block.
-__device__ __forceinline__ uint32_t sendingTo(const DevComm& c, const ExchangeArgs& a, size_t k,
-                                              size_t payload) {
+// Peers that get (bytes = a.sendBytes) or give (bytes = a.recvBytes) a chunk in iteration k of
+// this block.
+__device__ __forceinline__ uint32_t peersWithChunk(const DevComm& c, const ExchangeArgs& a,
+                                                   const size_t* bytes, size_t k, size_t payload) {
   uint32_t peers = 0;
   for (int p = 0; p < c.nranks; ++p)
-    if (p != c.rank && a.sendBytes[p] > 0 && blockChunk(a, a.sendBytes[p], k, payload).size() > 0)
+    if (p != c.rank && bytes[p] > 0 && blockChunk(a, bytes[p], k, payload).size() > 0)
       peers |= 1u << p;
-  return peers;
-}
-__device__ __forceinline__ uint32_t receivingFrom(const DevComm& c, const ExchangeArgs& a, size_t k,
-                                                  size_t payload) {
-  uint32_t peers = 0;
-  for (int q = 0; q < c.nranks; ++q)
-    if (q != c.rank && a.recvBytes[q] > 0 && blockChunk(a, a.recvBytes[q], k, payload).size() > 0)
-      peers |= 1u << q;
   return peers;
 }
 

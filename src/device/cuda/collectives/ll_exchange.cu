@@ -22,7 +22,7 @@ namespace {
 // Steps 1 and 2 for chunk k of every transfer. False when a wait gave up.
 __device__ bool llSendAll(const DevComm& c, const ExchangeArgs& a, int channel, BlockChannels& ch,
                           size_t k, size_t payload) {
-  const uint32_t peers = sendingTo(c, a, k, payload);
+  const uint32_t peers = peersWithChunk(c, a, a.sendBytes, k, payload);
   if (peers == 0) return true;
   if (!waitSlotsFree(c, channel, peers, ch)) return false;
   for (int i = 1; i < c.nranks; ++i) {
@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads) llCopyKernel(DevComm c, ExchangeArgs
   const size_t iterations = exchangeIterations(c, a, payload);
   for (size_t k = 0; k < iterations; ++k) {
     if (!llSendAll(c, a, channel, ch, k, payload)) return;
-    const uint32_t sources = receivingFrom(c, a, k, payload);
+    const uint32_t sources = peersWithChunk(c, a, a.recvBytes, k, payload);
     if (sources == 0) continue;
     int stop = 0;
     for (int i = 1; i < c.nranks && !stop; ++i) {

@@ -27,10 +27,6 @@ __device__ __forceinline__ uint64_t loadAcquire(const uint64_t* p) {
   return v;
 }
 
-__device__ __forceinline__ void storeRelease(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
 // Flags whose only job is to say "that slot is free again" need no ordering of data: relaxed
 // system-scope accesses, without the full memory barrier a release costs.
 __device__ __forceinline__ uint64_t loadRelaxed(const uint64_t* p) {
@@ -82,11 +78,6 @@ struct Waiter {
     return true;
   }
 };
-
-// True when the host asked every kernel of this communicator to stop.
-__device__ __forceinline__ bool abortRaised(const DevComm& comm) {
-  return static_cast<volatile DevStatus*>(comm.status)->abort != 0;
-}
 
 // Waits until *flag >= target; kAcquire when data written before the flag is read next. False
 // when the wait gave up.

@@ -21,7 +21,7 @@ namespace {
 
 __device__ bool simpleSendAll(const DevComm& c, const ExchangeArgs& a, int channel,
                               BlockChannels& ch, size_t k, size_t payload) {
-  const uint32_t peers = sendingTo(c, a, k, payload);
+  const uint32_t peers = peersWithChunk(c, a, a.sendBytes, k, payload);
   if (peers == 0) return true;
   if (!waitSlotsFree(c, channel, peers, ch)) return false;
   for (int i = 1; i < c.nranks; ++i) {
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kThreads) simpleCopyKernel(DevComm c, Exchange
   const size_t iterations = exchangeIterations(c, a, payload);
   for (size_t k = 0; k < iterations; ++k) {
     if (!simpleSendAll(c, a, channel, ch, k, payload)) return;
-    const uint32_t sources = receivingFrom(c, a, k, payload);
+    const uint32_t sources = peersWithChunk(c, a, a.recvBytes, k, payload);
     if (sources == 0) continue;
     if (!waitReadyAll(c, channel, sources, ch)) return;
     for (int i = 1; i < c.nranks; ++i) {
