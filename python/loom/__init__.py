@@ -38,12 +38,16 @@ def _register_torch_backend():
     def create(store, rank, size, timeout):
         return _loom_torch.ProcessGroupLoom(store, rank, size, timeout)
 
-    # CPU tensors only for now: the CUDA half of the backend is not built yet.
-    dist.Backend.register_backend("loom", create, devices=["cpu"])
+    # CUDA tensors where this build has Loom's CUDA kernels and torch has CUDA.
+    devices = ["cpu", "cuda"] if _loom_torch.has_cuda else ["cpu"]
+    dist.Backend.register_backend("loom", create, devices=devices)
     return True
 
 
 torch_backend_registered = _register_torch_backend()
+# Whether the "loom" torch backend serves CUDA tensors too (built with nvcc, against a CUDA torch).
+torch_cuda = bool(torch_backend_registered) and __import__(
+    "loom._loom_torch", fromlist=["has_cuda"]).has_cuda
 
 
 def _op(op):

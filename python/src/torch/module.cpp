@@ -9,6 +9,11 @@ namespace py = pybind11;
 
 PYBIND11_MODULE(_loom_torch, m) {
   py::module_::import("torch.distributed");  // the c10d base classes' bindings
+#ifdef LOOM_TORCH_CUDA
+  m.attr("has_cuda") = true;
+#else
+  m.attr("has_cuda") = false;
+#endif
   py::class_<loom::torchbackend::ProcessGroupLoom, c10d::Backend,
              c10::intrusive_ptr<loom::torchbackend::ProcessGroupLoom>>(m, "ProcessGroupLoom")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

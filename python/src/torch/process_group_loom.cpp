@@ -2,102 +2,27 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <utility>
+
+#include "tensor_args.hpp"
+
+#ifdef LOOM_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#endif
 
 namespace loom::torchbackend {
 
 namespace {
 
 constexpr const char* kUniqueIdKey = "loom_unique_id";
+constexpr const char* kCudaUniqueIdKey = "loom_cuda_unique_id";
 
-[[noreturn]] void unsupported(const std::string& what) {
-  TORCH_CHECK(false, "ProcessGroupLoom does not support ", what);
-}
-
-loomDataType_t loomType(at::ScalarType t) {
-  switch (t) {
-    case at::kChar:
-      return loomInt8;
-    case at::kByte:
-      return loomUint8;
-    case at::kInt:
-      return loomInt32;
-    case at::kUInt32:
-      return loomUint32;
-    case at::kLong:
-      return loomInt64;
-    case at::kUInt64:
-      return loomUint64;
-    case at::kHalf:
-      return loomFloat16;
-    case at::kFloat:
-      return loomFloat32;
-    case at::kDouble:
-      return loomFloat64;
-    case at::kBFloat16:
-      return loomBfloat16;
-    case at::kFloat8_e4m3fn:
-      return loomFloat8e4m3;
-    case at::kFloat8_e5m2:
-      return loomFloat8e5m2;
-    default:
-      unsupported(std::string("dtype ") + c10::toString(t));
-  }
-}
-
-// Loom's op for a torch ReduceOp; PREMUL_SUM runs as a sum of pre-scaled inputs.
-loomRedOp_t loomOp(const c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-    case c10d::ReduceOp::PREMUL_SUM:
-      return loomSum;
-    case c10d::ReduceOp::AVG:
-      return loomAvg;
-    case c10d::ReduceOp::PRODUCT:
-      return loomProd;
-    case c10d::ReduceOp::MIN:
-      return loomMin;
-    case c10d::ReduceOp::MAX:
-      return loomMax;
-    default:
-      unsupported("the bitwise reductions (BAND, BOR, BXOR)");
-  }
-}
-
-void premultiply(at::Tensor& t, const c10d::ReduceOp& op) {
-  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
-  auto* factor = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
-  TORCH_CHECK(factor != nullptr, "PREMUL_SUM without a factor");
-  if (factor->tensor_factor.defined()) {
-    t.mul_(factor->tensor_factor);
-  } else {
-    t.mul_(factor->double_factor);
-  }
-}
-
-void checkTensor(const at::Tensor& t, const char* what) {
-  TORCH_CHECK(t.device().is_cpu(), "ProcessGroupLoom: ", what,
-              " must be a CPU tensor (CUDA tensors are not supported by this build yet)");
-  TORCH_CHECK(t.is_contiguous(), "ProcessGroupLoom: ", what, " must be contiguous");
-  TORCH_CHECK(!t.is_sparse(), "ProcessGroupLoom does not support sparse tensors");
-  loomType(t.scalar_type());
-}
-
-void checkOne(const std::vector<at::Tensor>& tensors, const char* what) {
-  TORCH_CHECK(tensors.size() == 1, "ProcessGroupLoom: ", what, " takes one tensor, got ",
-              tensors.size());
-  checkTensor(tensors[0], what);
-}
-
-// Runs a Loom call; failures become exceptions naming the op, the group and Loom's message.
-void call(loomResult_t result, const char* op, loomComm_t comm, const std::string& group = "") {
-  if (result == loomSuccess) return;
-  throw std::runtime_error(std::string("ProcessGroupLoom ") + op +
-                           (group.empty() ? "" : " on group '" + group + "'") + " failed (" +
-                           loomGetErrorString(result) + "): " + loomGetLastError(comm));
+int timeoutMs(std::chrono::milliseconds timeout) {
+  return timeout.count() > 0 && timeout.count() < INT32_MAX ? static_cast<int>(timeout.count()) : 0;
 }
 
 }  // namespace
@@ -132,23 +57,123 @@ c10::intrusive_ptr<c10::ivalue::Future> LoomWork::getFuture() { return future_; 
 
 ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout)
-    : Backend(rank, size) {
-  // Rank 0 makes the unique id; the store torch hands us is already prefixed per group.
+    : Backend(rank, size), store_(store), timeout_(timeout) {
+  // The store torch hands us is already prefixed per group (and per device type).
+  loomUniqueId id = sharedId(kUniqueIdKey);
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.timeoutMs = timeoutMs(timeout);
+  config.name = "torch";
+  call(loomCommInitRankConfig(&comm_, size, id, rank, &config), "init", nullptr, "");
+  worker_ = std::thread([this] { work(); });
+}
+
+ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                   std::chrono::milliseconds timeout, const SplitChild& child)
+    : Backend(rank, size), store_(store), timeout_(timeout), comm_(child.hostComm) {
+#ifdef LOOM_TORCH_CUDA
+  if (child.cudaComm != nullptr) {
+    cuda_ = std::make_unique<CudaComm>(
+        CudaComm{child.cudaComm, child.cudaDevice,
+                 c10::cuda::getStreamFromPool(false, child.cudaDevice.index())});
+  }
+#endif
+  worker_ = std::thread([this] { work(); });
+}
+
+loomUniqueId ProcessGroupLoom::sharedId(const std::string& key) {
   loomUniqueId id;
-  if (rank == 0) {
-    call(loomGetUniqueId(&id), "init", nullptr);
-    store->set(kUniqueIdKey, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
+  if (rank_ == 0) {
+    call(loomGetUniqueId(&id), "init", nullptr, "");
+    store_->set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
   } else {
-    std::vector<uint8_t> bytes = store->get(kUniqueIdKey);
+    std::vector<uint8_t> bytes = store_->get(key);
     TORCH_CHECK(bytes.size() == sizeof(id.internal), "ProcessGroupLoom: malformed unique id");
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
+  return id;
+}
+
+#ifdef LOOM_TORCH_CUDA
+const CudaComm& ProcessGroupLoom::cudaComm(at::Device device) {
+  std::lock_guard<std::mutex> lock(cudaMutex_);
+  if (cuda_) {
+    TORCH_CHECK(cuda_->device == device, "ProcessGroupLoom: this group runs on ", cuda_->device,
+                "; a rank uses one CUDA device per group (got a tensor on ", device, ")");
+    return *cuda_;
+  }
+  TORCH_CHECK(!aborted_.load(), "ProcessGroupLoom: the process group was aborted");
+  c10::cuda::CUDAGuard guard(device);
+  loomUniqueId id = sharedId(kCudaUniqueIdKey);
+  std::string deviceName = "cuda:" + std::to_string(device.index());
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-  config.timeoutMs =
-      timeout.count() > 0 && timeout.count() < INT32_MAX ? static_cast<int>(timeout.count()) : 0;
-  config.name = "torch";
-  call(loomCommInitRankConfig(&comm_, size, id, rank, &config), "init", nullptr);
-  worker_ = std::thread([this] { work(); });
+  config.timeoutMs = timeoutMs(timeout_);
+  config.name = "torch-cuda";
+  config.device = deviceName.c_str();
+  loomComm_t comm = nullptr;
+  call(loomCommInitRankConfig(&comm, size_, id, rank_, &config), "init (CUDA)", nullptr,
+       getGroupDesc());
+  cuda_ = std::make_unique<CudaComm>(
+      CudaComm{comm, device, c10::cuda::getStreamFromPool(false, device.index())});
+  return *cuda_;
+}
+#endif
+
+void ProcessGroupLoom::eagerConnectSingleDevice(at::Device device) {
+#ifdef LOOM_TORCH_CUDA
+  if (device.is_cuda()) cudaComm(device);
+#else
+  (void)device;
+#endif
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupLoom::getBackendOptions() {
+  auto options = c10::make_intrusive<Options>("loom", timeout_);
+  options->group_name = getGroupUid();
+  options->group_desc = getGroupDesc();
+  return options;
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  const std::string name = opts ? opts->group_name : "";
+  std::lock_guard<std::mutex> lock(splitMutex_);
+  if (auto it = splits_.find(name); !name.empty() && it != splits_.end()) return it->second;
+  // Every rank of this group calls split, each with the ranks of its own new group (the groups
+  // do not overlap, so their lowest rank names them), or with ranks it is not in: no group.
+  const auto self = std::find(ranks.begin(), ranks.end(), rank_);
+  const bool member = self != ranks.end();
+  const int color = member ? *std::min_element(ranks.begin(), ranks.end()) : LOOM_SPLIT_NOCOLOR;
+  std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
+  const std::string configName = "torch:" + name;
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.timeoutMs = timeoutMs(timeout);
+  config.name = configName.c_str();
+
+  SplitChild child;
+  // The host communicator is the worker's: the split runs there, in order with queued ops.
+  enqueue(c10d::OpType::UNKNOWN, "split", {}, [&] {
+    call(loomCommSplit(comm_, color, rank_, &child.hostComm, &config), "split", comm_,
+         getGroupDesc());
+  })->wait();
+#ifdef LOOM_TORCH_CUDA
+  {
+    std::lock_guard<std::mutex> cudaLock(cudaMutex_);
+    if (cuda_) {
+      c10::cuda::CUDAGuard guard(cuda_->device);
+      call(loomCommSplit(cuda_->comm, color, rank_, &child.cudaComm, &config), "split (CUDA)",
+           cuda_->comm, getGroupDesc());
+      child.cudaDevice = cuda_->device;
+    }
+  }
+#endif
+  c10::intrusive_ptr<c10d::Backend> result;
+  if (member) {
+    result = c10::make_intrusive<ProcessGroupLoom>(store, static_cast<int>(self - ranks.begin()),
+                                                   static_cast<int>(ranks.size()), timeout, child);
+  }
+  if (!name.empty()) splits_[name] = result;
+  return result;
 }
 
 ProcessGroupLoom::~ProcessGroupLoom() { shutdown(); }
@@ -161,15 +186,33 @@ void ProcessGroupLoom::shutdown() {
   }
   wake_.notify_all();
   if (worker_.joinable()) worker_.join();
-  // After an abort the handle is a tombstone that Loom keeps: nothing left to destroy.
-  if (comm_ != nullptr && !aborted_.load()) loomCommDestroy(comm_);
+  // After an abort the handles are tombstones that Loom keeps: nothing left to destroy.
+  const bool aborted = aborted_.load();
+  if (comm_ != nullptr && !aborted) loomCommDestroy(comm_);
   comm_ = nullptr;
+#ifdef LOOM_TORCH_CUDA
+  std::lock_guard<std::mutex> lock(cudaMutex_);
+  if (cuda_ && !aborted) {
+    loomResult_t asyncError = loomSuccess;
+    loomCommGetAsyncError(cuda_->comm, &asyncError);
+    // Ops still on Loom's stream end first (a failed communicator's kernels have stopped).
+    if (asyncError == loomSuccess) cuda_->stream.synchronize();
+    loomCommDestroy(cuda_->comm);
+  }
+  cuda_.reset();
+#endif
 }
 
 void ProcessGroupLoom::abort() {
   // Safe from any thread, also while the worker is inside a call on the communicator: that call
   // and every later one fail at once, and the peers learn of the abort.
-  if (comm_ != nullptr && !aborted_.exchange(true)) loomCommAbort(comm_);
+  if (!aborted_.exchange(true)) {
+    if (comm_ != nullptr) loomCommAbort(comm_);
+#ifdef LOOM_TORCH_CUDA
+    std::lock_guard<std::mutex> lock(cudaMutex_);
+    if (cuda_) loomCommAbort(cuda_->comm);  // its kernels stop waiting
+#endif
+  }
   shutdown();
 }
 
@@ -185,6 +228,24 @@ void ProcessGroupLoom::work() {
     }
     op();
   }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::launch(c10d::OpType type, const char* name,
+                                                        const std::vector<at::Tensor>& tensors,
+                                                        std::vector<at::Tensor> outputs,
+                                                        Body body) {
+  ++sequence_;
+  at::Device device = commonDevice(tensors, name);
+  if (device.is_cpu()) {
+    return enqueue(type, name, std::move(outputs),
+                   [this, body = std::move(body)] { body(comm_, nullptr); });
+  }
+#ifdef LOOM_TORCH_CUDA
+  return launchOnCuda(cudaComm(device), rank_, type, name, getGroupDesc(), tensors,
+                      std::move(outputs), timeout_, body);
+#else
+  unsupported("CUDA tensors in this build");
+#endif
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(c10d::OpType type, const char* name,
@@ -210,11 +271,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tenso
   checkOne(tensors, "broadcast");
   at::Tensor t = tensors[0];
   int root = static_cast<int>(opts.rootRank);
-  return enqueue(c10d::OpType::BROADCAST, "broadcast", tensors, [this, t, root] {
-    call(loomBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), loomType(t.scalar_type()), root,
-                       comm_, nullptr),
-         "broadcast", comm_, getGroupDesc());
-  });
+  return launch(c10d::OpType::BROADCAST, "broadcast", tensors, tensors,
+                [this, t, root](loomComm_t comm, void* stream) {
+                  call(loomBroadcast(t.data_ptr(), t.data_ptr(), t.numel(),
+                                     loomType(t.scalar_type()), root, comm, stream),
+                       "broadcast", comm, getGroupDesc());
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tensor>& tensors,
@@ -223,14 +285,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tenso
   loomRedOp_t op = loomOp(opts.reduceOp);
   c10d::ReduceOp reduceOp = opts.reduceOp;
   std::vector<at::Tensor> ts = tensors;
-  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, [this, ts, op, reduceOp]() mutable {
-    for (at::Tensor& t : ts) {
-      premultiply(t, reduceOp);
-      call(loomAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), loomType(t.scalar_type()), op,
-                         comm_, nullptr),
-           "allreduce", comm_, getGroupDesc());
-    }
-  });
+  return launch(c10d::OpType::ALLREDUCE, "allreduce", tensors, tensors,
+                [this, ts, op, reduceOp](loomComm_t comm, void* stream) mutable {
+                  for (at::Tensor& t : ts) {
+                    premultiply(t, reduceOp);
+                    call(loomAllReduce(t.data_ptr(), t.data_ptr(), t.numel(),
+                                       loomType(t.scalar_type()), op, comm, stream),
+                         "allreduce", comm, getGroupDesc());
+                  }
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_coalesced(
@@ -245,12 +308,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>&
   loomRedOp_t op = loomOp(opts.reduceOp);
   c10d::ReduceOp reduceOp = opts.reduceOp;
   int root = static_cast<int>(opts.rootRank);
-  return enqueue(c10d::OpType::REDUCE, "reduce", tensors, [this, t, op, reduceOp, root]() mutable {
-    premultiply(t, reduceOp);
-    call(loomReduce(t.data_ptr(), t.data_ptr(), t.numel(), loomType(t.scalar_type()), op, root,
-                    comm_, nullptr),
-         "reduce", comm_, getGroupDesc());
-  });
+  return launch(c10d::OpType::REDUCE, "reduce", tensors, tensors,
+                [this, t, op, reduceOp, root](loomComm_t comm, void* stream) mutable {
+                  premultiply(t, reduceOp);
+                  call(loomReduce(t.data_ptr(), t.data_ptr(), t.numel(), loomType(t.scalar_type()),
+                                  op, root, comm, stream),
+                       "reduce", comm, getGroupDesc());
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& output,
@@ -262,11 +326,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& out
   TORCH_CHECK(output.numel() == input.numel() * size_, "allgather: output must hold ", size_,
               " x input's ", input.numel(), " elements, has ", output.numel());
   at::Tensor in = input, out = output;
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, "allgather", {output}, [this, in, out] {
-    call(loomAllGather(in.data_ptr(), out.data_ptr(), in.numel(), loomType(in.scalar_type()), comm_,
-                       nullptr),
-         "allgather", comm_, getGroupDesc());
-  });
+  return launch(c10d::OpType::_ALLGATHER_BASE, "allgather", {input, output}, {output},
+                [this, in, out](loomComm_t comm, void* stream) {
+                  call(loomAllGather(in.data_ptr(), out.data_ptr(), in.numel(),
+                                     loomType(in.scalar_type()), comm, stream),
+                       "allgather", comm, getGroupDesc());
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(
@@ -281,15 +346,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(
                 "allgather: every output must match the input's size and dtype");
   }
   std::vector<at::Tensor> outs = outputs[0];
-  return enqueue(c10d::OpType::ALLGATHER, "allgather", outs, [this, in, outs]() mutable {
-    at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options());
-    call(loomAllGather(in.data_ptr(), flat.data_ptr(), in.numel(), loomType(in.scalar_type()),
-                       comm_, nullptr),
-         "allgather", comm_, getGroupDesc());
-    for (size_t r = 0; r < outs.size(); ++r)
-      outs[r].copy_(
-          flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view_as(outs[r]));
-  });
+  std::vector<at::Tensor> all = outs;
+  all.push_back(in);
+  return launch(
+      c10d::OpType::ALLGATHER, "allgather", all, outs,
+      [this, in, outs](loomComm_t comm, void* stream) mutable {
+        at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options());
+        call(loomAllGather(in.data_ptr(), flat.data_ptr(), in.numel(), loomType(in.scalar_type()),
+                           comm, stream),
+             "allgather", comm, getGroupDesc());
+        for (size_t r = 0; r < outs.size(); ++r)
+          outs[r].copy_(
+              flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view_as(outs[r]));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_into_tensor_coalesced(
@@ -299,7 +368,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_into_tensor_coalesced
               " outputs for ", inputs.size(), " inputs");
   c10::intrusive_ptr<c10d::Work> last;
   for (size_t i = 0; i < inputs.size(); ++i) last = _allgather_base(outputs[i], inputs[i], opts);
-  // Ops run in order on one worker: the last one finishing means all did.
+  // Ops run in issue order (one worker, or one stream): the last one finishing means all did.
   return last ? last : barrier(c10d::BarrierOptions());
 }
 
@@ -315,15 +384,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(
                 "gather: the root needs one list of ", size_, " output tensors");
     outs = outputs[0];
   }
-  return enqueue(c10d::OpType::GATHER, "gather", outs, [this, in, outs, root]() mutable {
-    at::Tensor flat = rank_ == root ? at::empty({size_ * in.numel()}, in.options()) : in;
-    call(loomGather(in.data_ptr(), flat.data_ptr(), in.numel(), loomType(in.scalar_type()), root,
-                    comm_, nullptr),
-         "gather", comm_, getGroupDesc());
-    for (size_t r = 0; r < outs.size(); ++r)
-      outs[r].copy_(
-          flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view_as(outs[r]));
-  });
+  std::vector<at::Tensor> all = outs;
+  all.push_back(in);
+  return launch(
+      c10d::OpType::GATHER, "gather", all, outs,
+      [this, in, outs, root](loomComm_t comm, void* stream) mutable {
+        at::Tensor flat = rank_ == root ? at::empty({size_ * in.numel()}, in.options()) : in;
+        call(loomGather(in.data_ptr(), flat.data_ptr(), in.numel(), loomType(in.scalar_type()),
+                        root, comm, stream),
+             "gather", comm, getGroupDesc());
+        for (size_t r = 0; r < outs.size(); ++r)
+          outs[r].copy_(
+              flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view_as(outs[r]));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(
@@ -338,17 +411,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(
                 "scatter: the root needs one list of ", size_, " input tensors");
     ins = inputs[0];
   }
-  return enqueue(c10d::OpType::SCATTER, "scatter", outputs, [this, out, ins, root] {
-    at::Tensor flat = out;
-    if (rank_ == root) {
-      std::vector<at::Tensor> rows;
-      for (const at::Tensor& t : ins) rows.push_back(t.reshape({-1}));
-      flat = at::cat(rows);
-    }
-    call(loomScatter(flat.data_ptr(), out.data_ptr(), out.numel(), loomType(out.scalar_type()),
-                     root, comm_, nullptr),
-         "scatter", comm_, getGroupDesc());
-  });
+  std::vector<at::Tensor> all = ins;
+  all.push_back(out);
+  return launch(c10d::OpType::SCATTER, "scatter", all, outputs,
+                [this, out, ins, root](loomComm_t comm, void* stream) {
+                  at::Tensor flat = out;
+                  if (rank_ == root) {
+                    std::vector<at::Tensor> rows;
+                    for (const at::Tensor& t : ins) rows.push_back(t.reshape({-1}));
+                    flat = at::cat(rows);
+                  }
+                  call(loomScatter(flat.data_ptr(), out.data_ptr(), out.numel(),
+                                   loomType(out.scalar_type()), root, comm, stream),
+                       "scatter", comm, getGroupDesc());
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(
@@ -360,17 +436,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(
   loomRedOp_t op = loomOp(opts.reduceOp);
   c10d::ReduceOp reduceOp = opts.reduceOp;
   at::Tensor in = input, out = output;
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {output},
-                 [this, in, out, op, reduceOp]() mutable {
-                   at::Tensor source = in;
-                   if (reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM) {
-                     source = in.clone();  // the caller's input stays unscaled
-                     premultiply(source, reduceOp);
-                   }
-                   call(loomReduceScatter(source.data_ptr(), out.data_ptr(), out.numel(),
-                                          loomType(out.scalar_type()), op, comm_, nullptr),
-                        "reduce_scatter", comm_, getGroupDesc());
-                 });
+  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {input, output}, {output},
+                [this, in, out, op, reduceOp](loomComm_t comm, void* stream) mutable {
+                  at::Tensor source = in;
+                  if (reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM) {
+                    source = in.clone();  // the caller's input stays unscaled
+                    premultiply(source, reduceOp);
+                  }
+                  call(loomReduceScatter(source.data_ptr(), out.data_ptr(), out.numel(),
+                                         loomType(out.scalar_type()), op, comm, stream),
+                       "reduce_scatter", comm, getGroupDesc());
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter(
@@ -424,15 +500,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
   std::vector<size_t> sendCounts = counts(input, inputSplits, "input");
   std::vector<size_t> recvCounts = counts(output, outputSplits, "output");
   at::Tensor in = input, out = output;
-  return enqueue(
-      c10d::OpType::ALLTOALL_BASE, "alltoall", {output}, [this, in, out, sendCounts, recvCounts] {
+  return launch(
+      c10d::OpType::ALLTOALL_BASE, "alltoall", {input, output}, {output},
+      [this, in, out, sendCounts, recvCounts](loomComm_t comm, void* stream) {
         std::vector<size_t> sd(sendCounts.size()), rd(recvCounts.size());
         std::exclusive_scan(sendCounts.begin(), sendCounts.end(), sd.begin(), size_t{0});
         std::exclusive_scan(recvCounts.begin(), recvCounts.end(), rd.begin(), size_t{0});
-        call(
-            loomAllToAllv(in.data_ptr(), sendCounts.data(), sd.data(), out.data_ptr(),
-                          recvCounts.data(), rd.data(), loomType(in.scalar_type()), comm_, nullptr),
-            "alltoall", comm_, getGroupDesc());
+        call(loomAllToAllv(in.data_ptr(), sendCounts.data(), sd.data(), out.data_ptr(),
+                           recvCounts.data(), rd.data(), loomType(in.scalar_type()), comm, stream),
+             "alltoall", comm, getGroupDesc());
       });
 }
 
@@ -442,54 +518,64 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
               "alltoall: expected ", size_, " input and output tensors");
   for (const at::Tensor& t : inputs) checkTensor(t, "alltoall input");
+  for (const at::Tensor& t : outputs) checkTensor(t, "alltoall output");
   std::vector<at::Tensor> ins = inputs, outs = outputs;
-  return enqueue(c10d::OpType::ALLTOALL, "alltoall", outputs, [this, ins, outs]() mutable {
-    const size_t n = ins.size();
-    std::vector<size_t> sc(n), rc(n), sd(n), rd(n);
-    std::vector<at::Tensor> rows;
-    for (size_t i = 0; i < n; ++i) {
-      sc[i] = static_cast<size_t>(ins[i].numel());
-      rc[i] = static_cast<size_t>(outs[i].numel());
-      rows.push_back(ins[i].reshape({-1}));
-    }
-    std::exclusive_scan(sc.begin(), sc.end(), sd.begin(), size_t{0});
-    std::exclusive_scan(rc.begin(), rc.end(), rd.begin(), size_t{0});
-    at::Tensor send = at::cat(rows);
-    at::Tensor recv = at::empty({static_cast<int64_t>(rd[n - 1] + rc[n - 1])}, send.options());
-    call(loomAllToAllv(send.data_ptr(), sc.data(), sd.data(), recv.data_ptr(), rc.data(), rd.data(),
-                       loomType(send.scalar_type()), comm_, nullptr),
-         "alltoall", comm_, getGroupDesc());
-    for (size_t i = 0; i < n; ++i)
-      outs[i].copy_(recv.narrow(0, static_cast<int64_t>(rd[i]), static_cast<int64_t>(rc[i]))
-                        .view_as(outs[i]));
-  });
+  std::vector<at::Tensor> all = inputs;
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  return launch(
+      c10d::OpType::ALLTOALL, "alltoall", all, outputs,
+      [this, ins, outs](loomComm_t comm, void* stream) mutable {
+        const size_t n = ins.size();
+        std::vector<size_t> sc(n), rc(n), sd(n), rd(n);
+        std::vector<at::Tensor> rows;
+        for (size_t i = 0; i < n; ++i) {
+          sc[i] = static_cast<size_t>(ins[i].numel());
+          rc[i] = static_cast<size_t>(outs[i].numel());
+          rows.push_back(ins[i].reshape({-1}));
+        }
+        std::exclusive_scan(sc.begin(), sc.end(), sd.begin(), size_t{0});
+        std::exclusive_scan(rc.begin(), rc.end(), rd.begin(), size_t{0});
+        at::Tensor send = at::cat(rows);
+        at::Tensor recv = at::empty({static_cast<int64_t>(rd[n - 1] + rc[n - 1])}, send.options());
+        call(loomAllToAllv(send.data_ptr(), sc.data(), sd.data(), recv.data_ptr(), rc.data(),
+                           rd.data(), loomType(send.scalar_type()), comm, stream),
+             "alltoall", comm, getGroupDesc());
+        for (size_t i = 0; i < n; ++i)
+          outs[i].copy_(recv.narrow(0, static_cast<int64_t>(rd[i]), static_cast<int64_t>(rc[i]))
+                            .view_as(outs[i]));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::send(std::vector<at::Tensor>& tensors, int dstRank,
                                                       int tag) {
   checkOne(tensors, "send");
   at::Tensor t = tensors[0];
-  return enqueue(c10d::OpType::SEND, "send", tensors, [this, t, dstRank, tag] {
-    call(loomSendTag(t.data_ptr(), t.numel(), loomType(t.scalar_type()), dstRank, tag, comm_,
-                     nullptr),
-         "send", comm_, getGroupDesc());
-  });
+  return launch(c10d::OpType::SEND, "send", tensors, tensors,
+                [this, t, dstRank, tag](loomComm_t comm, void* stream) {
+                  call(loomSendTag(t.data_ptr(), t.numel(), loomType(t.scalar_type()), dstRank, tag,
+                                   comm, stream),
+                       "send", comm, getGroupDesc());
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recv(std::vector<at::Tensor>& tensors, int srcRank,
                                                       int tag) {
   checkOne(tensors, "recv");
   at::Tensor t = tensors[0];
-  return enqueue(c10d::OpType::RECV, "recv", tensors, [this, t, srcRank, tag] {
-    call(loomRecvTag(t.data_ptr(), t.numel(), loomType(t.scalar_type()), srcRank, tag, comm_,
-                     nullptr),
-         "recv", comm_, getGroupDesc());
-  });
+  return launch(c10d::OpType::RECV, "recv", tensors, tensors,
+                [this, t, srcRank, tag](loomComm_t comm, void* stream) {
+                  call(loomRecvTag(t.data_ptr(), t.numel(), loomType(t.scalar_type()), srcRank, tag,
+                                   comm, stream),
+                       "recv", comm, getGroupDesc());
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::barrier(const c10d::BarrierOptions&) {
-  return enqueue(c10d::OpType::BARRIER, "barrier", {},
-                 [this] { call(loomBarrier(comm_, nullptr), "barrier", comm_, getGroupDesc()); });
+  // On the host communicator whatever the devices: every rank has reached the barrier when it
+  // ends (CUDA work already enqueued is not waited for).
+  return launch(c10d::OpType::BARRIER, "barrier", {}, {}, [this](loomComm_t comm, void* stream) {
+    call(loomBarrier(comm, stream), "barrier", comm, getGroupDesc());
+  });
 }
 
 }  // namespace loom::torchbackend

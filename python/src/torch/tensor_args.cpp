@@ -1,0 +1,106 @@
+#include "tensor_args.hpp"
+
+#include <stdexcept>
+
+namespace loom::torchbackend {
+
+void unsupported(const std::string& what) {
+  TORCH_CHECK(false, "ProcessGroupLoom does not support ", what);
+}
+
+loomDataType_t loomType(at::ScalarType type) {
+  switch (type) {
+    case at::kChar:
+      return loomInt8;
+    case at::kByte:
+      return loomUint8;
+    case at::kInt:
+      return loomInt32;
+    case at::kUInt32:
+      return loomUint32;
+    case at::kLong:
+      return loomInt64;
+    case at::kUInt64:
+      return loomUint64;
+    case at::kHalf:
+      return loomFloat16;
+    case at::kFloat:
+      return loomFloat32;
+    case at::kDouble:
+      return loomFloat64;
+    case at::kBFloat16:
+      return loomBfloat16;
+    case at::kFloat8_e4m3fn:
+      return loomFloat8e4m3;
+    case at::kFloat8_e5m2:
+      return loomFloat8e5m2;
+    default:
+      unsupported(std::string("dtype ") + c10::toString(type));
+  }
+}
+
+loomRedOp_t loomOp(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::PREMUL_SUM:
+      return loomSum;
+    case c10d::ReduceOp::AVG:
+      return loomAvg;
+    case c10d::ReduceOp::PRODUCT:
+      return loomProd;
+    case c10d::ReduceOp::MIN:
+      return loomMin;
+    case c10d::ReduceOp::MAX:
+      return loomMax;
+    default:
+      unsupported("the bitwise reductions (BAND, BOR, BXOR)");
+  }
+}
+
+void premultiply(at::Tensor& t, const c10d::ReduceOp& op) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
+  auto* factor = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(factor != nullptr, "PREMUL_SUM without a factor");
+  if (factor->tensor_factor.defined()) {
+    t.mul_(factor->tensor_factor);
+  } else {
+    t.mul_(factor->double_factor);
+  }
+}
+
+void checkTensor(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "ProcessGroupLoom: ", what,
+              " must be a CPU or CUDA tensor, is on ", t.device());
+#ifndef LOOM_TORCH_CUDA
+  TORCH_CHECK(t.device().is_cpu(), "ProcessGroupLoom: ", what,
+              " is a CUDA tensor, and this build of loom has no CUDA support (built without nvcc "
+              "or against a CPU-only torch)");
+#endif
+  TORCH_CHECK(t.is_contiguous(), "ProcessGroupLoom: ", what, " must be contiguous");
+  TORCH_CHECK(!t.is_sparse(), "ProcessGroupLoom does not support sparse tensors");
+  loomType(t.scalar_type());
+}
+
+void checkOne(const std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK(tensors.size() == 1, "ProcessGroupLoom: ", what, " takes one tensor, got ",
+              tensors.size());
+  checkTensor(tensors[0], what);
+}
+
+at::Device commonDevice(const std::vector<at::Tensor>& tensors, const char* op) {
+  if (tensors.empty()) return at::Device(at::kCPU);
+  at::Device device = tensors[0].device();
+  for (const at::Tensor& t : tensors)
+    TORCH_CHECK(t.device() == device, "ProcessGroupLoom ", op,
+                ": every tensor must be on one device, got ", device, " and ", t.device());
+  return device;
+}
+
+void call(loomResult_t result, const char* op, loomComm_t comm, const std::string& group) {
+  if (result == loomSuccess) return;
+  throw std::runtime_error(std::string("ProcessGroupLoom ") + op +
+                           (group.empty() ? "" : " on group '" + group + "'") + " failed (" +
+                           loomGetErrorString(result) + "): " + loomGetLastError(comm));
+}
+
+}  // namespace loom::torchbackend

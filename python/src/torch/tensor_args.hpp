@@ -1,0 +1,31 @@
+// Torch tensors and options in Loom's terms: dtypes, reductions, argument checks, and the error a
+// failed Loom call becomes. Shared by the CPU and CUDA halves of ProcessGroupLoom.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <vector>
+
+#include "loom/loom.h"
+
+namespace loom::torchbackend {
+
+[[noreturn]] void unsupported(const std::string& what);
+loomDataType_t loomType(at::ScalarType type);
+// PREMUL_SUM maps to a sum of inputs scaled first (premultiply).
+loomRedOp_t loomOp(const c10d::ReduceOp& op);
+void premultiply(at::Tensor& t, const c10d::ReduceOp& op);
+
+// A tensor Loom can take: dense, contiguous, a dtype Loom has, on the CPU or a CUDA device.
+void checkTensor(const at::Tensor& t, const char* what);
+void checkOne(const std::vector<at::Tensor>& tensors, const char* what);
+// Every tensor of one op on one device; returns it (CPU for an op without tensors).
+at::Device commonDevice(const std::vector<at::Tensor>& tensors, const char* op);
+
+// Throws (std::runtime_error) unless result is loomSuccess; the message names the op, the group
+// and Loom's own words.
+void call(loomResult_t result, const char* op, loomComm_t comm, const std::string& group);
+
+}  // namespace loom::torchbackend
