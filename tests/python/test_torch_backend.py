@@ -1,4 +1,5 @@
-"""torch.distributed on the "loom" backend (CPU tensors), checked against Gloo in the same job."""
+"""torch.distributed on the "loom" backend, checked in the same job against Gloo (CPU tensors) and,
+on a machine with GPUs, NCCL (CUDA tensors, rank r on GPU r; skipped without enough GPUs)."""
 import os
 import subprocess
 import sys
@@ -15,46 +16,76 @@ pytestmark = pytest.mark.skipif(not loom.torch_backend_registered,
 WORKER = os.path.join(os.path.dirname(__file__), "torch_worker.py")
 
 
-def run(case, world, timeout=300):
-    return run_ranks(WORKER, case, world, [str(free_port())], timeout)
+def run(case, world, device="cpu", timeout=300):
+    if device == "cuda":
+        import loom  # noqa: F811
+
+        if not getattr(loom, "torch_cuda", False):
+            pytest.skip("loom's torch backend was built without CUDA")
+        if torch.cuda.device_count() < world:
+            pytest.skip(f"needs {world} GPUs, this machine has {torch.cuda.device_count()}")
+    return run_ranks(WORKER, case, world, [str(free_port()), device], timeout)
 
 
-@pytest.mark.parametrize("world", [1, 2, 3, 5])
-def test_collectives_match_gloo(world):
-    codes, outputs = run("collectives", world)
+def cuda_worlds(*worlds):
+    return [pytest.param(w, "cuda", id=f"cuda-{w}") for w in worlds]
+
+
+@pytest.mark.parametrize("world,device", [(1, "cpu"), (2, "cpu"), (3, "cpu"), (5, "cpu")] +
+                         cuda_worlds(1, 2, 3, 4))
+def test_collectives_match_reference(world, device):
+    codes, outputs = run("collectives", world, device)
     assert codes == [0] * world, "\n".join(outputs)
 
 
-def test_unsupported_op_is_a_clear_error():
-    codes, outputs = run("unsupported", 2)
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_unsupported_op_is_a_clear_error(device):
+    codes, outputs = run("unsupported", 2, device)
     assert codes == [0, 0], "\n".join(outputs)
 
 
-def test_a_rank_that_exits_makes_the_others_raise():
-    codes, outputs = run("rank_exits", 3)
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_rank_that_exits_makes_the_others_raise(device):
+    codes, outputs = run("rank_exits", 3, device)
     assert codes == [0, 3, 0], "\n".join(outputs)
 
 
-def test_a_rank_that_never_joins_times_out_the_others():
-    codes, outputs = run("never_joins", 3)
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_rank_that_never_joins_times_out_the_others(device):
+    codes, outputs = run("never_joins", 3, device)
     assert codes == [0, 0, 0], "\n".join(outputs)
     assert "raised after" in outputs[0] and "raised after" in outputs[2], "\n".join(outputs)
 
 
-def test_abort_makes_every_rank_raise():
-    codes, outputs = run("abort", 3)
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_abort_makes_every_rank_raise(device):
+    codes, outputs = run("abort", 3, device)
     assert codes == [0, 0, 0], "\n".join(outputs)
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_dtensor_and_functional_collectives(world):
-    codes, outputs = run("dtensor", world)
+@pytest.mark.parametrize("world,device", [(2, "cpu"), (3, "cpu")] + cuda_worlds(2, 4))
+def test_dtensor_and_functional_collectives(world, device):
+    codes, outputs = run("dtensor", world, device)
     assert codes == [0] * world, "\n".join(outputs)
 
 
-def test_ddp_trains_like_gloo():
-    codes, outputs = run("ddp", 3)
-    assert codes == [0, 0, 0], "\n".join(outputs)
+@pytest.mark.parametrize("world,device", [(3, "cpu")] + cuda_worlds(2, 4))
+def test_ddp_trains_like_the_reference(world, device):
+    codes, outputs = run("ddp", world, device)
+    assert codes == [0] * world, "\n".join(outputs)
+
+
+@pytest.mark.parametrize("world,device", [(2, "cpu"), (3, "cpu")] + cuda_worlds(2, 4))
+def test_split_group_splits_the_communicators(world, device):
+    codes, outputs = run("split", world, device)
+    assert codes == [0] * world, "\n".join(outputs)
+
+
+@pytest.mark.parametrize("world,device", cuda_worlds(2, 4))
+def test_fsdp2_with_loom_comms_trains_like_nccl(world, device):
+    codes, outputs = run("fsdp", world, device)
+    print("\n".join(outputs))
+    assert codes == [0] * world, "\n".join(outputs)
 
 
 def test_torchrun_example():
