@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""torch.distributed peer of loom-bench: the same collectives on float32 CPU tensors, timed the
+"""torch.distributed peer of loom-bench: the same collectives on float32 CPU (or, with --device
+cuda, GPU) tensors, timed the
 same way (warm-up, barrier, back-to-back calls, slowest rank reported), printed in loom-bench's
 --csv format so bench/tables.py can compare them.
 
@@ -48,6 +49,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup", "-w", type=int, default=5)
     p.add_argument("--root", "-r", type=int, default=0)
     p.add_argument("--backend", default="gloo", help="gloo (default), loom, or any registered")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="tensors on the CPU (default) or on GPU LOCAL_RANK")
     p.add_argument("--import", dest="import_module", default=None,
                    help="module to import before init (registers a third-party backend)")
     p.add_argument("-np", "--nprocs", type=int, default=0,
@@ -91,13 +94,13 @@ class Collective:
             small = big = total
         self.total = total  # elements in the reported size
         # Small integers: exact whatever the order, and far from inf/denormal slow paths.
-        gen = (torch.arange(big, dtype=torch.float32) + rank) % 5 - 2
+        gen = ((torch.arange(big, dtype=torch.float32) + rank) % 5 - 2).to(DEVICE)
         if op == "allgather":
-            self.send, self.recv = gen[:small].clone(), torch.zeros(big)
+            self.send, self.recv = gen[:small].clone(), torch.zeros(big, device=DEVICE)
         elif op == "reducescatter":
-            self.send, self.recv = gen, torch.zeros(small)
+            self.send, self.recv = gen, torch.zeros(small, device=DEVICE)
         else:
-            self.send, self.recv = gen, torch.zeros(big)
+            self.send, self.recv = gen, torch.zeros(big, device=DEVICE)
         self.fallback = False
 
     def run(self):
@@ -153,12 +156,16 @@ def bench(args, rank, nranks):
             c.fallback = fallback
             for _ in range(args.warmup):
                 c.run()
+            sync()
             dist.barrier()
+            sync()
             start = time.perf_counter()
             for _ in range(args.iters):
                 c.run()
+            sync()  # CUDA ops are enqueued: the time is until the GPU is done
             seconds = torch.tensor([(time.perf_counter() - start) / args.iters],
                                    dtype=torch.float64)
+            seconds = seconds.to(DEVICE)
             dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
             seconds = seconds.item()
             used = c.total * ELEMENT_BYTES
@@ -172,7 +179,20 @@ def bench(args, rank, nranks):
                       flush=True)
 
 
+DEVICE = torch.device("cpu")
+
+
+def sync():
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def worker(rank, nranks, args):
+    global DEVICE
+    if args.device == "cuda":
+        DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) %
+                              torch.cuda.device_count())
+        torch.cuda.set_device(DEVICE)
     # One intra-op thread per rank, as loom-bench and MPI ranks get: otherwise gloo's local
     # reductions would borrow every core and the comparison would not be per rank.
     torch.set_num_threads(1)
