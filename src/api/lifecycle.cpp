@@ -220,6 +220,9 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
     HandleUse use(comm);
     *newcomm = nullptr;
     CommConfig cfg = config != nullptr ? resolveConfig(config) : use.comm().config();
+    // A config that names no device keeps the parent's: a child of a CUDA communicator runs on
+    // the same GPU (as ncclCommSplit's children do), not on the host.
+    if (config != nullptr && config->device == nullptr) cfg.device = use.comm().config().device;
     cfg.abortFlag = nullptr;  // the child has its own (the parent's belongs to the parent's handle)
     LOOM_CHECK_ARG(cfg.blocking, "non-blocking split is not supported yet: pass a blocking config");
     std::unique_ptr<Comm> child = use.comm().split(color, key, cfg);

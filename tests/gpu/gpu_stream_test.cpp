@@ -188,6 +188,30 @@ TEST_P(Streams, BuffersFreedAndAllocatedAgain) {
   }
 }
 
+// A split whose config names no device stays on the parent's GPU, as ncclCommSplit's children do
+// (it used to fall back to the host: found through the torch backend's split_group).
+TEST_P(Streams, SplitWithAConfigNamingNoDeviceStaysOnTheGpu) {
+  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  Harness h(GetParam(), 4096);
+  ASSERT_TRUE(h.ok());
+  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+  cfg.name = "split child";
+  loomComm_t child = nullptr;
+  ASSERT_TRUE(h.call(loomCommSplit(h.comm(), 0, gRank, &child, &cfg), "split"));
+  const loomDataType_t t = loomFloat32;
+  const size_t n = 4096;
+  DeviceBuffer buf(n * sizeof(float));
+  ASSERT_TRUE(buf.p != nullptr);
+  const size_t first = h.nextFirst();
+  h.upload(buf.p, values(t, gRank, n, first));
+  const bool called = h.call(loomAllReduce(buf.p, buf.p, n, t, loomSum, child, h.loomStream()),
+                             "allreduce on the split child");
+  if (called && h.settle("split child")) {
+    h.expectData(reduceReference(t, loomSum, -1, n, first, gRanks), buf.p, t, "split child");
+  }
+  loomCommDestroy(child);
+}
+
 // One communicator used from two streams in turn, with no host synchronization in between: the
 // calls still run in issue order on every rank (neither deadlock nor mix up their data).
 TEST_P(Streams, OneCommunicatorOnAlternatingStreams) {
