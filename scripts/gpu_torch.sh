@@ -13,11 +13,16 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
 t0=$(date +%s)
-if ! "$py" -m pip install --no-build-isolation --no-deps -v . >"$out/pip.log" 2>&1; then
+if [[ -n ${LOOM_PREBUILT:-} ]]; then
+  export PYTHONPATH=$LOOM_PREBUILT${PYTHONPATH:+:$PYTHONPATH}  # a package a previous call built
+elif ! "$py" -m pip install --no-build-isolation --no-deps -v . >"$out/pip.log" 2>&1; then
   grep -E "error|Error" "$out/pip.log" | head -40
   exit 1
 fi
 echo "pip install .: $(($(date +%s) - t0)) s"
+# The installed package, for a later call to reuse (PYTHONPATH) instead of building again.
+site=$("$py" -c "import loom, os; print(os.path.dirname(os.path.dirname(loom.__file__)))")
+mkdir -p "$out/site" && cp -r "$site/loom" "$out/site/" 2>/dev/null
 "$py" -c "import torch, loom; print('torch', torch.__version__, 'loom CUDA', loom.torch_cuda,
 'GPUs', torch.cuda.device_count())"
 status=0
@@ -27,7 +32,7 @@ while [[ $# -gt 0 ]]; do
       shift
       filter=cuda
       if [[ $# -gt 0 && $1 != bench ]]; then filter=$1; shift; fi
-      timeout "${TEST_TIMEOUT:-360}" "$py" -m pytest -q -rs -x tests/python/test_torch_backend.py \
+      timeout "${TEST_TIMEOUT:-360}" "$py" -m pytest -q -rs ${PYTEST_ARGS:-} tests/python/test_torch_backend.py \
         -k "$filter" 2>&1 | tee "$out/pytest.log" | tail -30 || status=1
       ;;
     bench)

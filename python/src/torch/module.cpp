@@ -14,6 +14,13 @@ PYBIND11_MODULE(_loom_torch, m) {
 #else
   m.attr("has_cuda") = false;
 #endif
+  using loom::torchbackend::LoomOptions;
+  py::class_<LoomOptions, c10d::Backend::Options, c10::intrusive_ptr<LoomOptions>>(m, "Options")
+      .def("__copy__",
+           [](const LoomOptions& self) { return c10::make_intrusive<LoomOptions>(self); })
+      .def("__deepcopy__", [](const LoomOptions& self, const py::dict&) {
+        return c10::make_intrusive<LoomOptions>(self);
+      });
   py::class_<loom::torchbackend::ProcessGroupLoom, c10d::Backend,
              c10::intrusive_ptr<loom::torchbackend::ProcessGroupLoom>>(m, "ProcessGroupLoom")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -22,5 +29,6 @@ PYBIND11_MODULE(_loom_torch, m) {
                                                                               timeout);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::call_guard<py::gil_scoped_release>());
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("options", &loom::torchbackend::ProcessGroupLoom::getBackendOptions);
 }

@@ -127,7 +127,7 @@ void ProcessGroupLoom::eagerConnectSingleDevice(at::Device device) {
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupLoom::getBackendOptions() {
-  auto options = c10::make_intrusive<Options>("loom", timeout_);
+  auto options = c10::make_intrusive<LoomOptions>(timeout_);
   options->group_name = getGroupUid();
   options->group_desc = getGroupDesc();
   return options;

@@ -42,6 +42,12 @@ class LoomWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// The group's options. Copyable from Python (__deepcopy__): torch 2.11's split_group deep-copies
+// the parent's options, which the base Options binding cannot do.
+struct LoomOptions : c10d::Backend::Options {
+  explicit LoomOptions(std::chrono::milliseconds timeout) : Options("loom", timeout) {}
+};
+
 class ProcessGroupLoom : public c10d::Backend {
  public:
   ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
