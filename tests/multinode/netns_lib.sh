@@ -67,6 +67,9 @@ loomt_cleanup() {
   for pid in "${LOOMT_PIDS[@]}"; do
     [[ -n "$pid" ]] && kill -KILL -- "-$pid" 2>/dev/null
   done
+  for pid in "${LOOMT_PIDS[@]}"; do
+    [[ -n "$pid" ]] && { wait "$pid"; } 2>/dev/null
+  done
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$LOOMT_PREFIX-"); do
     # Bounded: a process that survives SIGKILL (uninterruptible sleep) does not block us;
     # deleting the namespace's name still works, the kernel frees it when the process ends.
@@ -173,10 +176,12 @@ loomt_spawn() {
   LOOMT_PIDS[$i]=$!
 }
 
-# loomt_wait SEC: waits for every spawned node command, at most SEC seconds. Returns 0 when all
-# exited 0, 124 on timeout (everything is killed), else the first non-zero exit code by node.
+# loomt_wait SEC [failfast]: waits for every spawned node command, at most SEC seconds. Returns 0
+# when all exited 0, 124 on timeout (everything is killed), else the first non-zero exit code by
+# node. With "failfast", the first node to fail ends the others at once (like a timeout, but
+# their exit codes are 124 and the failing node's code is returned).
 loomt_wait() {
-  local limit=$1 start=$SECONDS i pid alive result=0
+  local limit=$1 failfast=${2:-} start=$SECONDS i pid alive result=0 failed=""
   declare -A done_=()
   while true; do
     alive=0
@@ -190,22 +195,31 @@ loomt_wait() {
         LOOMT_RC[$i]=$?
         echo "${LOOMT_RC[$i]}" >"$LOOMT_DIR/node$i.rc"
         done_[$i]=1
+        ((LOOMT_RC[$i] != 0)) && [[ -z "$failed" ]] && failed=$i
       fi
     done
     ((alive)) || break
-    if ((SECONDS - start >= limit)); then
+    local stop_now=0
+    if [[ -n "$failfast" && -n "$failed" ]]; then
+      loomt_log "node $failed failed (exit ${LOOMT_RC[$failed]}); killing the other nodes"
+      stop_now=1
+    elif ((SECONDS - start >= limit)); then
       loomt_log "timeout after $limit s; killing every node's processes"
+      stop_now=1
+    fi
+    if ((stop_now)); then
       for i in "${!LOOMT_PIDS[@]}"; do
         [[ -n "${done_[$i]:-}" ]] && continue
         kill -KILL -- "-${LOOMT_PIDS[$i]}" 2>/dev/null
         local ns
         ns=$(loomt_ns "$i")
         kill -KILL $(ip netns pids "$ns" 2>/dev/null) 2>/dev/null
-        wait "${LOOMT_PIDS[$i]}" 2>/dev/null
+        { wait "${LOOMT_PIDS[$i]}"; } 2>/dev/null
         LOOMT_RC[$i]=124
         echo 124 >"$LOOMT_DIR/node$i.rc"
       done
       LOOMT_PIDS=()
+      [[ -n "$failed" ]] && return "${LOOMT_RC[$failed]}"
       return 124
     fi
     sleep 0.1

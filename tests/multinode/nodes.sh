@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs one bash command per "node", each node a network + UTS namespace (see netns_lib.sh).
 #
-# Usage: tests/multinode/nodes.sh [-k K] [-t SEC] [-o DIR] [-q] -- CMD [CMD1 ... CMD(K-1)]
+# Usage: tests/multinode/nodes.sh [-k K] [-t SEC] [-o DIR] [-q] [-f] -- CMD [CMD1 ... CMD(K-1)]
 #   -k K     number of nodes (default: the number of commands, or 2 for a single command)
 #   -t SEC   global timeout: after SEC seconds every node's processes are killed (default 300)
 #   -o DIR   keep each node's node<I>.out/.err/.rc in DIR (default: a temporary folder, removed)
 #   -q       do not print the nodes' output at the end
+#   -f       fail fast: when one node's command fails, kill the other nodes' at once
 # One CMD runs on every node; K commands run one per node. Each command sees LOOMT_NODE,
 # LOOMT_NODES, LOOMT_ADDR, LOOMT_MASTER (node 0's address), LOOMT_ADDRS and LOOMT_IFNAME.
 # LOOMT_MTU (default 1500) sets the links' MTU. Example, a 2-node loomrun job:
@@ -18,7 +19,7 @@
 set -uo pipefail
 
 usage() {
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -28,12 +29,14 @@ nodes=0
 limit=300
 outdir=""
 quiet=0
-while getopts "k:t:o:qh" opt; do
+failfast=""
+while getopts "k:t:o:qfh" opt; do
   case "$opt" in
     k) nodes=$OPTARG ;;
     t) limit=$OPTARG ;;
     o) outdir=$OPTARG ;;
     q) quiet=1 ;;
+    f) failfast=failfast ;;
     *) usage ;;
   esac
 done
@@ -65,7 +68,7 @@ for ((i = 0; i < nodes; ++i)); do
     loomt_spawn "$i" "${commands[$i]}"
   fi
 done
-loomt_wait "$limit"
+loomt_wait "$limit" $failfast
 rc=$?
 ((quiet)) || loomt_print_outputs
 for ((i = 0; i < nodes; ++i)); do loomt_log "node $i exited ${LOOMT_RC[$i]:-?}"; done
