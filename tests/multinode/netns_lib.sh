@@ -163,6 +163,7 @@ loomt_exec() {
   ip netns exec "$(loomt_ns "$i")" unshare --uts env \
     LOOMT_NODE="$i" LOOMT_NODES="$LOOMT_NODES" LOOMT_ADDR="$(loomt_addr "$i")" \
     LOOMT_MASTER="$(loomt_addr 0)" LOOMT_ADDRS="${addrs% }" LOOMT_IFNAME=loomt0 \
+    LOOMT_PREFIX="$LOOMT_PREFIX" LOOMT_SUBNET="$LOOMT_SUBNET" \
     bash -c 'hostname "loomt-node$LOOMT_NODE" && eval "$1"' loomt-node "$*"
 }
 
