@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 RANKS ?= 4
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all deps build run test bench test-asan format clean
+.PHONY: all deps build run test bench bench-multinode test-asan format clean
 
 all: build
 
@@ -31,6 +31,10 @@ test: build
 bench: build
 	@scripts/install_deps.sh bench
 	bench/run_cpu.sh $(shell n=$$(nproc); [ $$n -lt 2 ] && n=2; echo $$n) $(or $(MAXBYTES),256M)
+
+# Two "nodes" as network namespaces (root): TCP bound, Open MPI and Loom per algorithm.
+bench-multinode: build
+	bench/run_multinode.sh $(if $(ALGOS),-a "$(ALGOS)") $(or $(MAXBYTES),256M)
 
 test-asan: deps
 	cmake -S . -B $(BUILD_ASAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=address,undefined

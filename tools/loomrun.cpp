@@ -1,5 +1,7 @@
 // loomrun: starts N local ranks of a program, forwards their output line by line with a rank
-// prefix, and stops the whole job as soon as one rank fails. See usageText() for the interface.
+// prefix, and stops the whole job as soon as one rank fails. With --nnodes > 1 it is one of
+// several loomruns, one per node, linked through NodeLink so that a failure on any node stops
+// all of them. See usageText() for the interface.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "loomrun_job.hpp"
+#include "loomrun_nodes.hpp"
 #include "loomrun_options.hpp"
 #include "loomrun_output.hpp"
 
@@ -107,7 +110,11 @@ class Launcher {
   // Reads once; true when data came (more may be waiting). Closes the stream at EOF.
   bool readStream(Stream& stream);
   void closeStream(Stream& stream);
-  void stop(int exitCode);
+  // Stops the local ranks; `reason` tells the other nodes (if any) why.
+  void stop(int exitCode, const std::string& reason);
+  // The local ranks are all gone; true when loomrun may exit (the job's outcome is known).
+  bool localJobOver();
+  void onNodeEvent(const NodeEvent& event);
   void signalRanks(int sig);
   void message(const std::string& text);
 
@@ -115,6 +122,7 @@ class Launcher {
   OutputSink stdout_;
   OutputSink stderr_;
   std::vector<Rank> ranks_;
+  std::optional<NodeLink> nodes_;  // multi-node jobs only
   int signalFd_ = -1;
   sigset_t originalMask_{};
 
@@ -163,7 +171,14 @@ bool Launcher::setUpSignals() {
 int Launcher::run() {
   JobInfo job;
   std::string error;
-  if (!prepareJob(options_, job, error)) {
+  if (options_.multiNode()) {
+    // Before the signal setup: until the ranks start, Ctrl-C may simply end loomrun.
+    nodes_.emplace();
+    if (!nodes_->establish(options_, job, error)) {
+      message(error);
+      return 1;
+    }
+  } else if (!prepareJob(options_, job, error)) {
     message(error);
     return 1;
   }
@@ -193,7 +208,7 @@ void Launcher::startRanks(const JobInfo& job) {
     rank.globalRank = options_.globalRank(local);
     int stdinFd = (local == 0 && stdinUsable) ? STDIN_FILENO : devnull;
     if (!startRank(rank, job, stdinFd)) {
-      stop(1);
+      stop(1, "cannot start rank " + std::to_string(rank.globalRank));
       break;
     }
   }
@@ -285,10 +300,17 @@ std::optional<int> Launcher::pollTimeoutMs() const {
   };
   if (phase_ == Phase::kRunning) consider(jobDeadline_);
   if (phase_ == Phase::kStopping) consider(killDeadline_);
-  if (phase_ != Phase::kStopping) consider(drainDeadline_);
-  if (!next) return std::nullopt;
+  // A drain deadline already past matters only to a multi-node loomrun that waits for the other
+  // nodes' verdict; it must not turn poll into a busy loop.
+  if (phase_ != Phase::kStopping && drainDeadline_ && *drainDeadline_ > Clock::now()) {
+    consider(drainDeadline_);
+  }
+  std::optional<int> linkMs;
+  if (nodes_) linkMs = nodes_->nextWakeMs();
+  if (!next) return linkMs;
   auto remaining = std::chrono::duration<double, std::milli>(*next - Clock::now()).count();
-  return remaining <= 0 ? 0 : static_cast<int>(std::ceil(std::min(remaining, 1e9)));
+  int ms = remaining <= 0 ? 0 : static_cast<int>(std::ceil(std::min(remaining, 1e9)));
+  return linkMs ? std::min(ms, *linkMs) : ms;
 }
 
 void Launcher::eventLoop() {
@@ -302,13 +324,15 @@ void Launcher::eventLoop() {
       anyOpen = anyOpen || rank.hasOpenPipes();
     }
     Clock::time_point now = Clock::now();
-    if (allReaped && !anyOpen) return;
+    if (allReaped && !anyOpen && localJobOver()) return;
     if (allReaped && !drainDeadline_) drainDeadline_ = after(kDrainSec);
-    if (allReaped && phase_ != Phase::kStopping && now >= *drainDeadline_) return;
+    if (allReaped && phase_ != Phase::kStopping && now >= *drainDeadline_ && localJobOver()) {
+      return;
+    }
 
     if (phase_ == Phase::kRunning && jobDeadline_ && now >= *jobDeadline_) {
       message("timeout after " + formatSeconds(options_.timeoutSec) + " s; stopping all ranks");
-      stop(124);
+      stop(124, "timeout after " + formatSeconds(options_.timeoutSec) + " s");
     }
     if (phase_ == Phase::kStopping && now >= *killDeadline_) {
       signalRanks(SIGKILL);
@@ -326,24 +350,46 @@ void Launcher::eventLoop() {
         streams.push_back(stream);
       }
     }
+    size_t linkFdsAt = fds.size();
+    if (nodes_) nodes_->appendPollFds(fds);
     std::optional<int> timeout = pollTimeoutMs();
     int ready = ::poll(fds.data(), fds.size(), timeout.value_or(-1));
     if (ready < 0) {
       if (errno == EINTR) continue;
       message(std::string("poll: ") + std::strerror(errno));
-      stop(1);
+      stop(1, std::string("poll: ") + std::strerror(errno));
       signalRanks(SIGKILL);
       return;
     }
     // Signals first: a rank that just exited has its remaining output drained before loomrun
     // reports it, so the rank's last words come before loomrun's verdict.
     if (fds[0].revents != 0) handleSignals();
-    for (size_t i = 1; i < fds.size(); ++i) {
+    for (size_t i = 1; i < linkFdsAt; ++i) {
       // The descriptor may have been drained and closed while handling the signals above.
       Stream& stream = *streams[i - 1];
       if (fds[i].revents != 0 && stream.fd == fds[i].fd) readStream(stream);
     }
+    if (nodes_) {
+      if (std::optional<NodeEvent> event = nodes_->service()) onNodeEvent(*event);
+    }
   }
+}
+
+bool Launcher::localJobOver() {
+  if (!nodes_) return true;
+  if (phase_ == Phase::kRunning) {
+    // Our ranks all succeeded: the job is over once every other node says so too.
+    if (std::optional<NodeEvent> event = nodes_->reportLocalSuccess()) onNodeEvent(*event);
+  }
+  // After a failure here the others have been told; there is nothing to wait for.
+  return phase_ != Phase::kRunning || nodes_->concluded();
+}
+
+void Launcher::onNodeEvent(const NodeEvent& event) {
+  if (event.kind == NodeEvent::Kind::kFinished) return;
+  if (phase_ != Phase::kRunning) return;
+  message(event.reason + "; stopping the local ranks");
+  stop(event.exitCode, "");
 }
 
 void Launcher::handleSignals() {
@@ -353,7 +399,7 @@ void Launcher::handleSignals() {
     if (sig == SIGCHLD) continue;  // reaped below, whatever the count of coalesced signals
     if (phase_ == Phase::kRunning) {
       message(std::string("received ") + signalName(sig) + "; stopping all ranks");
-      stop(128 + sig);
+      stop(128 + sig, std::string("loomrun received ") + signalName(sig));
     } else {
       // A second Ctrl-C means the user does not want to wait for the grace period.
       message(std::string("received ") + signalName(sig) + " again; killing all ranks");
@@ -392,13 +438,14 @@ void Launcher::onRankExit(Rank& rank, int status) {
   std::string who = "rank " + std::to_string(rank.globalRank);
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
-    message(who + " killed by signal " + std::to_string(sig) + " (" + strsignal(sig) +
-            "); stopping the other ranks");
-    stop(128 + sig);
+    std::string what =
+        who + " killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+    message(what + "; stopping the other ranks");
+    stop(128 + sig, what);
   } else {
-    message(who + " exited with status " + std::to_string(WEXITSTATUS(status)) +
-            "; stopping the other ranks");
-    stop(WEXITSTATUS(status));
+    std::string what = who + " exited with status " + std::to_string(WEXITSTATUS(status));
+    message(what + "; stopping the other ranks");
+    stop(WEXITSTATUS(status), what);
   }
 }
 
@@ -421,10 +468,11 @@ void Launcher::closeStream(Stream& stream) {
   stream.forwarder->finish();
 }
 
-void Launcher::stop(int exitCode) {
+void Launcher::stop(int exitCode, const std::string& reason) {
   if (phase_ != Phase::kRunning) return;
   exitCode_ = exitCode;
   phase_ = Phase::kStopping;
+  if (nodes_) nodes_->reportFailure(exitCode, reason);
   killDeadline_ = after(options_.graceSec);
   signalRanks(SIGTERM);
 }

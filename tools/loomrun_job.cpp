@@ -1,11 +1,13 @@
 #include "loomrun_job.hpp"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -15,8 +17,6 @@ extern char** environ;
 
 namespace loom::launcher {
 namespace {
-
-constexpr const char* kLoopback = "127.0.0.1";
 
 // Names loomrun sets for every rank; inherited values are dropped so that a launcher started from
 // inside another job (or torchrun) cannot leak its own rank numbers into ours.
@@ -37,32 +37,50 @@ bool isOwned(std::string_view entry) {
 // Binds all sockets before closing any, so the ports are distinct from each other. Another
 // process may still grab one before the ranks bind it; that window is inherent to handing ports
 // over through the environment, as torchrun does too.
-bool pickFreePorts(int count, std::vector<int>& ports, std::string& error) {
+bool pickFreePorts(const std::string& host, int count, std::vector<int>& ports,
+                   std::string& error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    error = "cannot resolve '" + host + "': " + ::gai_strerror(rc);
+    return false;
+  }
   std::vector<int> fds;
   bool ok = true;
   for (int i = 0; i < count && ok; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       error = std::string("socket: ") + std::strerror(errno);
       ok = false;
       break;
     }
     fds.push_back(fd);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = 0;
-    ::inet_pton(AF_INET, kLoopback, &addr.sin_addr);
+    sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+    if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0 ||
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      error = std::string("cannot find a free port on 127.0.0.1: ") + std::strerror(errno);
+      error = "cannot find a free port on " + host + ": " + std::strerror(errno);
       ok = false;
       break;
     }
-    ports.push_back(ntohs(addr.sin_port));
+    ports.push_back(addr.ss_family == AF_INET6
+                        ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                        : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port));
   }
+  ::freeaddrinfo(found);
   for (int fd : fds) ::close(fd);
   return ok;
+}
+
+bool isHexSecret(const std::string& text) {
+  if (text.size() != 32) return false;
+  for (char c : text) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
 }
 
 bool randomHex(size_t bytes, std::string& hex, std::string& error) {
@@ -89,11 +107,33 @@ bool randomHex(size_t bytes, std::string& hex, std::string& error) {
 
 }  // namespace
 
-bool prepareJob(const LaunchOptions& options, JobInfo& job, std::string& error) {
+bool pickJobPorts(const std::string& host, JobInfo& job, std::string& error) {
   std::vector<int> ports;
-  if (!pickFreePorts(2, ports, error)) return false;
+  if (!pickFreePorts(host, 2, ports, error)) return false;
   job.masterPort = ports[0];
-  job.commId = options.masterAddr + ":" + std::to_string(ports[1]);
+  std::string shownHost = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  job.commId = shownHost + ":" + std::to_string(ports[1]);
+  return true;
+}
+
+bool sharedSecret(std::string& secret, std::string& error) {
+  const char* inherited = std::getenv("LOOM_JOB_SECRET");
+  if (inherited == nullptr || *inherited == '\0') {
+    error =
+        "a job on several nodes needs the same LOOM_JOB_SECRET (32 hex digits) on every node, "
+        "e.g. export LOOM_JOB_SECRET=$(openssl rand -hex 16) before starting each loomrun";
+    return false;
+  }
+  if (!isHexSecret(inherited)) {
+    error = "LOOM_JOB_SECRET must be 32 hex digits (e.g. from 'openssl rand -hex 16')";
+    return false;
+  }
+  secret = inherited;
+  return true;
+}
+
+bool prepareJob(const LaunchOptions& options, JobInfo& job, std::string& error) {
+  if (!pickJobPorts(options.masterAddr, job, error)) return false;
 
   // A secret set by the caller is kept so that ranks started by several loomruns (or by a test
   // harness) can join the same job.

@@ -1,10 +1,12 @@
 #include "loomrun_options.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace loom::launcher {
 namespace {
@@ -34,10 +36,81 @@ std::optional<double> parseSeconds(const std::string& text) {
   return value;
 }
 
-bool isMultiNodeFlag(std::string_view name) {
-  return name == "--nnodes" || name == "--node-rank" || name == "--node_rank" ||
-         name == "--master" || name == "--master-addr" || name == "--master_addr" ||
-         name == "--master-port" || name == "--master_port";
+std::optional<int> parseInt(const std::string& text, long low, long high) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || value < low || value > high) return std::nullopt;
+  return static_cast<int>(value);
+}
+
+// "0,2,5-7" -> {0, 2, 5, 6, 7}, ascending and without duplicates; nullopt on any mistake.
+std::optional<std::vector<int>> parseRankList(const std::string& text) {
+  std::vector<int> ranks;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    size_t dash = item.find('-');
+    std::optional<int> first = parseInt(item.substr(0, dash), 0, kMaxRanks - 1);
+    std::optional<int> last =
+        dash == std::string::npos ? first : parseInt(item.substr(dash + 1), 0, kMaxRanks - 1);
+    if (!first || !last || *last < *first) return std::nullopt;
+    for (int r = *first; r <= *last; ++r) ranks.push_back(r);
+    if (ranks.size() > static_cast<size_t>(kMaxRanks)) return std::nullopt;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  std::sort(ranks.begin(), ranks.end());
+  if (std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) return std::nullopt;
+  return ranks;
+}
+
+// "host:port" or "[v6]:port".
+bool parseHostPort(const std::string& text, std::string& host, int& port) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  std::string name = text.substr(0, colon);
+  if (name.size() > 2 && name.front() == '[' && name.back() == ']') {
+    name = name.substr(1, name.size() - 2);
+  }
+  std::optional<int> value = parseInt(text.substr(colon + 1), 1, 65535);
+  if (!value || name.empty()) return false;
+  host = name;
+  port = *value;
+  return true;
+}
+
+// Cross-checks of the multi-node flags, once all of them are known. Empty when all is well.
+std::string checkNodeOptions(LaunchOptions& opts, bool masterGiven) {
+  if (!opts.multiNode()) {
+    if (opts.nodeRank != 0) return "--node-rank needs --nnodes > 1";
+    if (!opts.ranks.empty()) return "--ranks needs --nnodes > 1";
+    if (opts.worldSizeOption != 0) return "--world-size needs --nnodes > 1";
+    if (masterGiven) return "--master needs --nnodes > 1";
+    return "";
+  }
+  if (opts.nodeRank >= opts.nnodes) {
+    return "--node-rank " + std::to_string(opts.nodeRank) + " is not below --nnodes " +
+           std::to_string(opts.nnodes);
+  }
+  if (opts.masterPort == 0) return "--nnodes > 1 needs --master HOST:PORT (node 0's address)";
+  if (!opts.ranks.empty()) {
+    if (opts.nprocPerNode != 0 && opts.nprocPerNode != static_cast<int>(opts.ranks.size())) {
+      return "-n " + std::to_string(opts.nprocPerNode) + " does not match the " +
+             std::to_string(opts.ranks.size()) + " ranks of --ranks";
+    }
+    opts.nprocPerNode = static_cast<int>(opts.ranks.size());
+    if (opts.worldSizeOption != 0 && opts.ranks.back() >= opts.worldSizeOption) {
+      return "--ranks names rank " + std::to_string(opts.ranks.back()) +
+             ", which is not below --world-size " + std::to_string(opts.worldSizeOption);
+    }
+  } else if (opts.worldSizeOption != 0 && opts.nprocPerNode != 0 &&
+             opts.worldSizeOption != opts.nnodes * opts.nprocPerNode) {
+    return "--world-size differs from --nnodes x -n; use --ranks for uneven nodes";
+  }
+  return "";
 }
 
 ParseResult usageError(std::string message) {
@@ -49,7 +122,11 @@ ParseResult usageError(std::string message) {
 
 }  // namespace
 
-const char* shortUsage() { return "Usage: loomrun -n N [options] [--] prog [args...]\n"; }
+const char* shortUsage() {
+  return "Usage: loomrun -n N [options] [--] prog [args...]\n"
+         "       loomrun --nnodes K --node-rank I --master HOST:PORT (-n N | --ranks LIST)\n"
+         "               [options] [--] prog [args...]\n";
+}
 
 std::string usageText() {
   return std::string(shortUsage()) +
@@ -66,8 +143,23 @@ std::string usageText() {
          "  --no-prefix            do not prefix output lines with \"[RANK] \"\n"
          "  -h, --help             show this help\n"
          "\n"
+         "Several nodes (one loomrun per node, as with torchrun):\n"
+         "  --nnodes K             number of nodes (loomruns) in the job\n"
+         "  --node-rank I          this node's index, 0..K-1; node 0 hosts the rendezvous\n"
+         "  --master HOST:PORT     where node 0's loomrun listens (also --master-addr HOST\n"
+         "                         --master-port PORT); HOST must be an address of node 0\n"
+         "  --ranks LIST           this node's global ranks, e.g. 0,2 or 0-2 (default with -n:\n"
+         "                         I*N .. I*N+N-1); nodes may differ in size and interleave\n"
+         "  --world-size W         expected world size (checked; default: as the nodes report)\n"
+         "  --join-timeout SEC     how long the loomruns wait for each other (default 60)\n"
+         "Every node needs the same LOOM_JOB_SECRET (32 hex digits) in its environment; it\n"
+         "authenticates the loomruns to each other and the ranks to each other. Global rank 0\n"
+         "must run on node 0, where Loom's rendezvous (LOOM_COMM_ID) listens.\n"
+         "\n"
          "If a rank fails, the others are stopped and loomrun exits with that rank's status\n"
-         "(128+signal if it was killed by a signal).\n";
+         "(128+signal if it was killed by a signal). With several nodes, every node's loomrun\n"
+         "stops its ranks and exits with the failing rank's status; a loomrun that loses\n"
+         "contact with another (no heartbeat for 15 s, or its connection closed) exits 1.\n";
 }
 
 ParseResult parseCommandLine(int argc, const char* const* argv, const char* envTimeout) {
@@ -83,6 +175,7 @@ ParseResult parseCommandLine(int argc, const char* const* argv, const char* envT
     opts.timeoutSec = *seconds;
   }
 
+  bool masterGiven = false;
   int i = 1;
   for (; i < argc; ++i) {
     std::string arg = argv[i];
@@ -138,14 +231,58 @@ ParseResult parseCommandLine(int argc, const char* const* argv, const char* envT
     } else if (name == "--no-prefix") {
       if (!needsNoValue()) return usageError("option " + name + " takes no value");
       opts.prefix = false;
-    } else if (isMultiNodeFlag(name)) {
-      return usageError("option " + name +
-                        " is not supported yet (loomrun only launches on the local node)");
+    } else if (name == "--nnodes" || name == "--node-rank" || name == "--node_rank" ||
+               name == "--world-size" || name == "--world_size" || name == "--master-port" ||
+               name == "--master_port") {
+      std::optional<std::string> value = takeValue();
+      if (!value) return usageError("option " + name + " needs a value");
+      bool isNodeRank = name == "--node-rank" || name == "--node_rank";
+      bool isPort = name == "--master-port" || name == "--master_port";
+      std::optional<int> number = parseInt(*value, isNodeRank ? 0 : 1, isPort ? 65535 : kMaxRanks);
+      if (!number) return usageError("invalid " + name + " value '" + *value + "'");
+      if (name == "--nnodes") {
+        opts.nnodes = *number;
+      } else if (isNodeRank) {
+        opts.nodeRank = *number;
+      } else if (isPort) {
+        opts.masterPort = *number;
+        masterGiven = true;
+      } else {
+        opts.worldSizeOption = *number;
+      }
+    } else if (name == "--master" || name == "--master-addr" || name == "--master_addr") {
+      std::optional<std::string> value = takeValue();
+      if (!value) return usageError("option " + name + " needs a value");
+      masterGiven = true;
+      if (name != "--master") {
+        opts.masterAddr = *value;
+      } else if (!parseHostPort(*value, opts.masterAddr, opts.masterPort)) {
+        return usageError("invalid --master '" + *value + "' (expected HOST:PORT)");
+      }
+    } else if (name == "--ranks") {
+      std::optional<std::string> value = takeValue();
+      if (!value) return usageError("option " + name + " needs a value");
+      std::optional<std::vector<int>> list = parseRankList(*value);
+      if (!list || list->empty()) {
+        return usageError("invalid --ranks '" + *value +
+                          "' (expected distinct ranks such as 0,2 or 0-3)");
+      }
+      opts.ranks = *list;
+    } else if (name == "--join-timeout") {
+      std::optional<std::string> value = takeValue();
+      if (!value) return usageError("option " + name + " needs a value");
+      std::optional<double> seconds = parseSeconds(*value);
+      if (!seconds || *seconds <= 0) {
+        return usageError("invalid " + name + " value '" + *value + "' (expected seconds > 0)");
+      }
+      opts.joinTimeoutSec = *seconds;
     } else {
       return usageError("unknown option '" + arg + "'");
     }
   }
 
+  std::string nodeError = checkNodeOptions(opts, masterGiven);
+  if (!nodeError.empty()) return usageError(nodeError);
   if (opts.nprocPerNode < 1) return usageError("missing -n N (number of ranks)");
   if (i >= argc) return usageError("missing program to run");
   for (; i < argc; ++i) opts.command.emplace_back(argv[i]);

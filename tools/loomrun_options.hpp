@@ -6,21 +6,32 @@
 
 namespace loom::launcher {
 
-// Everything the launcher needs to know about one job. The multi-node fields are already here
-// (fixed to a single node) so that adding torchrun's --nnodes/--node-rank/--master later only
-// touches the parser, not the code that computes ranks and environments.
+// Everything the launcher needs to know about one job. With --nnodes K > 1 there is one
+// loomrun per node (torchrun's model); node 0's loomrun hosts the launchers' own rendezvous at
+// masterAddr:masterPort and tells the others the job's ports and world size.
 struct LaunchOptions {
   int nprocPerNode = 0;  // -n: ranks started by this loomrun
   int nnodes = 1;
   int nodeRank = 0;
   std::string masterAddr = "127.0.0.1";
-  double timeoutSec = 0;  // 0: no timeout
-  double graceSec = 3;    // SIGTERM -> SIGKILL delay when stopping ranks
-  bool prefix = true;     // "[R] " in front of every output line
+  int masterPort = 0;          // multi-node only: where node 0's loomrun listens
+  std::vector<int> ranks;      // --ranks: this node's global ranks, ascending; empty: contiguous
+  int worldSizeOption = 0;     // --world-size; 0: nnodes * nprocPerNode, or as the nodes report
+  double timeoutSec = 0;       // 0: no timeout
+  double graceSec = 3;         // SIGTERM -> SIGKILL delay when stopping ranks
+  double joinTimeoutSec = 60;  // multi-node: how long the loomruns wait for each other
+  bool prefix = true;          // "[R] " in front of every output line
   std::vector<std::string> command;
 
-  int worldSize() const { return nnodes * nprocPerNode; }
-  int globalRank(int localRank) const { return nodeRank * nprocPerNode + localRank; }
+  bool multiNode() const { return nnodes > 1; }
+  int worldSize() const {
+    if (worldSizeOption > 0) return worldSizeOption;
+    return nnodes * nprocPerNode;
+  }
+  int globalRank(int localRank) const {
+    if (!ranks.empty()) return ranks[static_cast<size_t>(localRank)];
+    return nodeRank * nprocPerNode + localRank;
+  }
 };
 
 enum class ParseOutcome { kRun, kHelp, kUsageError };
