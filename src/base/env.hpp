@@ -25,6 +25,7 @@ int64_t streamingMinBytes();  // LOOM_STREAMING_MIN_BYTES
 std::string accumType();      // LOOM_ACCUM_TYPE
 std::string jobSecret();      // LOOM_JOB_SECRET (hex)
 std::string commId();         // LOOM_COMM_ID (host:port)
+std::string nodeId();         // LOOM_NODE_ID: test-only suffix of the host identity
 // CUDA communicators.
 int64_t cudaSlotBytes();      // LOOM_CUDA_SLOT_BYTES: bytes of one channel slot in a GPU window
 std::string cudaTransport();  // LOOM_CUDA_TRANSPORT: auto, p2p or host

@@ -99,6 +99,8 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
                                            RankInfo::local(rank, *device_).serialize(), options);
   for (const std::string& bytes : bootstrap_->rankInfos())
     ranks_.push_back(RankInfo::deserialize(bytes));
+  nodes_ = NodeMap::compute(ranks_);
+  crossCheckLauncher();
   sharedMemory_ = allOnOneHost(ranks_);
   if (!sharedMemory_) {
     std::string hosts;
@@ -142,6 +144,16 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
             sharedMemory_ ? "shared memory" : "several hosts", ", timeout ", config_.timeoutMs,
             " ms");
   if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, selector_->explain());
+}
+
+void Comm::crossCheckLauncher() const {
+  // Only the world communicator matches the launcher's picture; a subset of it never does.
+  if (config_.splitChild) return;
+  std::optional<std::string> worldSize = env::get("WORLD_SIZE");
+  if (!worldSize) worldSize = env::get("OMPI_COMM_WORLD_SIZE");
+  if (!worldSize || *worldSize != std::to_string(nranks_)) return;
+  std::string why = localSizeMismatch(nodes_, rank_, launcherLocalSize());
+  if (!why.empty()) LOOM_WARN(kSubsysInit, rank_, why);
 }
 
 Comm::~Comm() {
@@ -451,9 +463,11 @@ std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) 
     std::istringstream in(addresses[members[0].parentRank]);
     in >> child.host >> child.port;
     child.secret = childSecret;
+    CommConfig childConfig = config;
+    childConfig.splitChild = true;
     child.jobNonce =
         id_.jobNonce ^ (splitCount_ * 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(color);
-    return std::make_unique<Comm>(child, static_cast<int>(members.size()), newRank, config);
+    return std::make_unique<Comm>(child, static_cast<int>(members.size()), newRank, childConfig);
   } catch (const Error& e) {
     if (e.code() != loomInvalidArgument) fail(e);
     throw;

@@ -16,6 +16,7 @@
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "plan/selector.hpp"
+#include "topology/node_map.hpp"
 #include "topology/rank_info.hpp"
 #include "transport/shm/shm_arena.hpp"
 
@@ -32,6 +33,7 @@ struct CommConfig {
   bool blocking = true;
   std::string name;
   int accum = -1;
+  bool splitChild = false;  // created by split: the launcher's node sizes do not describe it
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
   std::atomic<bool>* abortFlag = nullptr;
@@ -53,6 +55,7 @@ class Comm {
   const CommConfig& config() const { return config_; }
   const Selector& selector() const { return *selector_; }
   const std::vector<RankInfo>& ranks() const { return ranks_; }
+  const NodeMap& nodes() const { return nodes_; }
 
   // Runs one collective (arguments already validated). Failures other than bad arguments abort the
   // communicator and are reported to the peers.
@@ -76,6 +79,7 @@ class Comm {
   std::string asyncMessage() const;
 
  private:
+  void crossCheckLauncher() const;
   void setUpSharedMemory();
   void setUpCuda();
   std::optional<Error> peerFailure();
@@ -93,6 +97,7 @@ class Comm {
   std::unique_ptr<Device> device_;
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<RankInfo> ranks_;
+  NodeMap nodes_;
   bool sharedMemory_ = false;
   ShmArena arena_;
   std::vector<std::unique_ptr<Channel>> collChannels_;
