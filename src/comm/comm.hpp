@@ -19,6 +19,7 @@
 #include "topology/node_map.hpp"
 #include "topology/rank_info.hpp"
 #include "transport/shm/shm_arena.hpp"
+#include "transport/tcp/tcp_channel.hpp"
 
 namespace loom {
 
@@ -56,6 +57,9 @@ class Comm {
   const Selector& selector() const { return *selector_; }
   const std::vector<RankInfo>& ranks() const { return ranks_; }
   const NodeMap& nodes() const { return nodes_; }
+  // "shm" or "tcp": how this rank reaches `peer`.
+  const char* transportTo(int peer) const { return nodes_.sameNode(peer, rank_) ? "shm" : "tcp"; }
+  const std::string& tcpInterface() const { return tcpInterface_; }
 
   // Runs one collective (arguments already validated). Failures other than bad arguments abort the
   // communicator and are reported to the peers.
@@ -81,6 +85,7 @@ class Comm {
  private:
   void crossCheckLauncher() const;
   void setUpSharedMemory();
+  void setUpTcp();
   void setUpCuda();
   std::optional<Error> peerFailure();
   void beginOperation();
@@ -98,11 +103,13 @@ class Comm {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<RankInfo> ranks_;
   NodeMap nodes_;
-  bool sharedMemory_ = false;
+  bool sharedMemory_ = false;  // a single node: the flat arena algorithms apply
+  std::string tcpInterface_;   // "eth0 10.0.0.2" when some peers are on other nodes
   ShmArena arena_;
   std::vector<std::unique_ptr<Channel>> collChannels_;
   std::vector<std::unique_ptr<Channel>> p2pChannels_;
-  std::vector<P2PInbox> inboxes_;  // per peer: messages that came before their receive
+  std::vector<TcpChannel*> tcpChannels_;  // those of collChannels_ and p2pChannels_ on TCP
+  std::vector<P2PInbox> inboxes_;         // per peer: messages that came before their receive
   std::vector<int> peerPidfds_;
   std::unique_ptr<Selector> selector_;
   AlgoContext ctx_;

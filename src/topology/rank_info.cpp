@@ -13,6 +13,12 @@ namespace loom {
 
 namespace {
 
+constexpr char kNodeIdMark[] = "/node=";
+
+std::string machineOf(const std::string& hostId) {
+  return hostId.substr(0, hostId.find(kNodeIdMark));
+}
+
 std::string readFirstLine(const char* path) {
   std::ifstream in(path);
   std::string line;
@@ -29,7 +35,7 @@ std::string hostIdentity(const std::string& hostname) {
   std::string id = hostname + "/" + readFirstLine("/proc/sys/kernel/random/boot_id") + "/" +
                    std::to_string(netns);
   std::string fakeNode = env::nodeId();
-  return fakeNode.empty() ? id : id + "/node=" + fakeNode;
+  return fakeNode.empty() ? id : id + kNodeIdMark + fakeNode;
 }
 
 void putString(std::ostringstream& out, const std::string& s) { out << s.size() << ':' << s; }
@@ -99,6 +105,16 @@ RankInfo RankInfo::deserialize(const std::string& bytes) {
 bool allOnOneHost(const std::vector<RankInfo>& ranks) {
   for (const RankInfo& r : ranks)
     if (r.hostId != ranks.front().hostId) return false;
+  return true;
+}
+
+}  // namespace loom
+
+namespace loom {
+
+bool allOnOneMachine(const std::vector<RankInfo>& ranks) {
+  for (const RankInfo& r : ranks)
+    if (machineOf(r.hostId) != machineOf(ranks.front().hostId)) return false;
   return true;
 }
 
