@@ -38,13 +38,17 @@ const char* kFuncNames[loomNumFuncs] = {"allreduce",     "broadcast", "reduce", 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool algos = argc == 1;
+  bool algos = argc == 1, topology = argc == 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--algos") == 0) {
       algos = true;
+    } else if (std::strcmp(argv[i], "--topology") == 0) {
+      topology = true;
     } else {
       std::printf(
-          "usage: loom-info [--algos]\n  run under loomrun -n N to see the table for N ranks\n");
+          "usage: loom-info [--algos] [--topology]\n  run under loomrun -n N to see the table for "
+          "N "
+          "ranks; --topology: nodes, leaders, and each rank's transport to every peer\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
@@ -54,6 +58,18 @@ int main(int argc, char** argv) {
   int rank = 0, nranks = 1;
   loomCommUserRank(comm, &rank);
   loomCommCount(comm, &nranks);
+  if (topology) {
+    size_t needed = 0;
+    loomResult_t r = loomCommDescribeTopology(comm, nullptr, 0, &needed);
+    if (r != loomSuccess) die("loomCommDescribeTopology", r);
+    std::string text(needed, '\0');
+    loomCommDescribeTopology(comm, text.data(), text.size(), nullptr);
+    text.resize(needed - 1);
+    // Every rank prints its own transports; the node list is the same everywhere.
+    if (rank != 0) text = text.substr(text.rfind('\n') + 1);
+    std::printf("%s\n", text.c_str());
+    std::fflush(stdout);
+  }
   if (rank == 0 && algos) {
     std::printf("Loom %d.%d.%d, %d rank(s); algorithm by collective and message size (bytes)\n",
                 version / 10000, version / 100 % 100, version % 100, nranks);

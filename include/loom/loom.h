@@ -138,6 +138,11 @@ loomResult_t loomCommAbort(loomComm_t comm);
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
 loomResult_t loomCommCount(const loomComm_t comm, int* count);
 loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
+/* This rank's view of the communicator's topology as text: the nodes and their leaders, the
+ * network interface, and the transport ("shm" or "tcp") to every peer. Truncated to size - 1
+ * characters; *needed (may be NULL) gets the full length plus one. */
+loomResult_t loomCommDescribeTopology(const loomComm_t comm, char* text, size_t size,
+                                      size_t* needed);
 /* Name of the algorithm the selector would run for this call (static string). */
 loomResult_t loomCommGetAlgorithm(const loomComm_t comm, loomFunc_t func, size_t count,
                                   loomDataType_t datatype, const char** algorithm);

@@ -11,6 +11,7 @@ void registerDirectAlgorithms(std::vector<Algorithm>& out);     // direct.cpp
 void registerPipelinedAlgorithms(std::vector<Algorithm>& out);  // pipelined.cpp
 void registerRingAlgorithms(std::vector<Algorithm>& out);       // ring.cpp
 void registerAllToAllvAlgorithms(std::vector<Algorithm>& out);  // alltoallv.cpp
+void registerPairwiseAlgorithms(std::vector<Algorithm>& out);   // pairwise.cpp
 void registerCudaAlgorithms(std::vector<Algorithm>& out);       // device/cuda/cuda_algorithms.cpp
 
 }  // namespace loom

@@ -18,8 +18,12 @@ struct Header {
 bool progressSend(P2POp& op) {
   bool moved = false;
   if (!op.headerDone) {
+    // A network channel may take part of the header: resume where it stopped.
     Header header{op.bytes, op.tag};
-    if (op.channel->trySend(&header, sizeof(header)) == 0) return false;
+    size_t sent = op.channel->trySend(reinterpret_cast<const char*>(&header) + op.headerSent,
+                                      sizeof(header) - op.headerSent);
+    op.headerSent += sent;
+    if (op.headerSent < sizeof(header)) return sent > 0;
     op.headerDone = moved = true;
   }
   if (op.position < op.bytes) {
@@ -111,14 +115,9 @@ bool progressRecv(P2POp& op) {
     op.headerDone = true;
   }
   if (op.position < op.bytes) {
-    std::span<const char> span = op.channel->peek(op.bytes - op.position);
-    size_t n = std::min(span.size(), op.bytes - op.position);
-    if (n > 0) {
-      std::memcpy(op.buffer + op.position, span.data(), n);
-      op.channel->consume(n);
-      op.position += n;
-      moved = true;
-    }
+    size_t n = op.channel->tryReceive(op.buffer + op.position, op.bytes - op.position);
+    op.position += n;
+    moved |= n > 0;
   }
   op.done = op.position == op.bytes;
   return moved;

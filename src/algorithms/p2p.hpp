@@ -35,6 +35,7 @@ struct P2POp {
   const AlgoContext* ctx = nullptr;  // the communicator the op belongs to (its rank, its checks)
   // progress state
   bool headerDone = false;
+  size_t headerSent = 0;
   size_t position = 0;
   bool done = false;
 };

@@ -13,6 +13,7 @@ const std::vector<Algorithm>& allAlgorithms() {
     registerPipelinedAlgorithms(out);
     registerRingAlgorithms(out);
     registerAllToAllvAlgorithms(out);
+    registerPairwiseAlgorithms(out);
 #if LOOM_HAVE_CUDA
     registerCudaAlgorithms(out);
 #endif

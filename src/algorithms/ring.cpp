@@ -104,12 +104,80 @@ void reduceScatterRing(const AlgoContext& ctx, const CollArgs& a) {
   runRing(ctx, steps, reductionOf(a));
 }
 
+// Distance of this rank from `root` going right around the ring.
+int distanceFrom(int rank, int root, int n) { return wrap(rank - root, n); }
+
+void broadcastRing(const AlgoContext& ctx, const CollArgs& a) {
+  size_t bytes = a.count * dtypeSize(a.dtype);
+  const int n = ctx.nranks;
+  char* recv = static_cast<char*>(a.recv);
+  int d = distanceFrom(ctx.rank, a.root, n);
+  if (d == 0 && a.send != a.recv) ctx.device->copy(recv, a.send, bytes);
+  if (n == 1) return;
+  std::vector<RingStep>& steps = *ctx.ringSteps;
+  steps.clear();
+  if (d > 0) {  // receive from the left
+    RingStep s;
+    s.recvDst = recv;
+    s.recvBytes = bytes;
+    steps.push_back(s);
+  }
+  if (d < n - 1) {  // forward to the right, as it arrives
+    RingStep s;
+    s.send = recv;
+    s.sendBytes = bytes;
+    s.sendAfterPrevRecv = d > 0;
+    steps.push_back(s);
+  }
+  runRing(ctx, steps, reductionOf(a));
+}
+
+void reduceRing(const AlgoContext& ctx, const CollArgs& a) {
+  size_t bytes = a.count * dtypeSize(a.dtype);
+  const int n = ctx.nranks;
+  const char* send = static_cast<const char*>(a.send);
+  if (n == 1) {
+    const void* srcs[1] = {send};
+    ctx.device->reduce(a.recv, srcs, 1, a.count, a.dtype, loomSum, a.accum, 1);
+    return;
+  }
+  // The chain starts right of the root and ends at it: distance 1 sends its input, each next
+  // rank adds its own and passes the partial sum on, the root adds the last input.
+  int d = distanceFrom(ctx.rank, a.root, n);
+  std::vector<RingStep>& steps = *ctx.ringSteps;
+  steps.clear();
+  if (d == 1) {
+    RingStep s;
+    s.send = send;
+    s.sendBytes = bytes;
+    steps.push_back(s);
+  } else {
+    char* partial = d == 0 ? static_cast<char*>(a.recv) : ctx.scratchBytes(bytes);
+    RingStep in;
+    in.recvDst = partial;
+    in.recvBytes = bytes;
+    in.reduceWith = send;
+    in.divisor = d == 0 ? averageDivisor(a.op, n) : 1;
+    steps.push_back(in);
+    if (d != 0) {
+      RingStep out;
+      out.send = partial;
+      out.sendBytes = bytes;
+      out.sendAfterPrevRecv = true;
+      steps.push_back(out);
+    }
+  }
+  runRing(ctx, steps, reductionOf(a));
+}
+
 }  // namespace
 
 void registerRingAlgorithms(std::vector<Algorithm>& out) {
   out.push_back({loomFuncAllReduce, "ring", allReduceRing, false});
   out.push_back({loomFuncAllGather, "ring", allGatherRing, false});
   out.push_back({loomFuncReduceScatter, "ring", reduceScatterRing, false});
+  out.push_back({loomFuncBroadcast, "ring", broadcastRing, false});
+  out.push_back({loomFuncReduce, "ring", reduceRing, false});
 }
 
 }  // namespace loom

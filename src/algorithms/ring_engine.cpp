@@ -30,7 +30,15 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
       }
     }
     while (recvStep < nsteps && recvPos == steps[recvStep].recvBytes) ++recvStep, recvPos = 0;
-    if (recvStep < nsteps) {
+    if (recvStep < nsteps && steps[recvStep].reduceWith == nullptr && left.receivesDirect()) {
+      // Plain copies land straight in their destination (a network channel reads the kernel's
+      // buffer into it); steps start and end transfers alike on both ends, so this never
+      // splits one.
+      const RingStep& s = steps[recvStep];
+      size_t n = left.tryReceive(s.recvDst + recvPos, s.recvBytes - recvPos);
+      recvPos += n;
+      moved |= n > 0;
+    } else if (recvStep < nsteps) {
       const RingStep& s = steps[recvStep];
       std::span<const char> span = left.peek(s.recvBytes - recvPos);
       size_t n = std::min(span.size(), s.recvBytes - recvPos);

@@ -1,4 +1,5 @@
 // C entry points for versions, errors and communicator lifetime.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -326,6 +327,27 @@ loomResult_t loomCommUserRank(const loomComm_t comm, int* rank) {
     LOOM_CHECK_ARG(rank != nullptr, "rank is NULL");
     HandleUse use(comm);
     *rank = use->rank;
+    return loomSuccess;
+  });
+}
+
+loomResult_t loomCommDescribeTopology(const loomComm_t comm, char* text, size_t size,
+                                      size_t* needed) {
+  return guarded("loomCommDescribeTopology", [&] {
+    LOOM_CHECK_ARG(text != nullptr || size == 0, "text is NULL but size is ", size);
+    HandleUse use(comm);
+    const Comm& c = use.comm();
+    std::string out = c.nodes().describe() + "\n";
+    if (!c.tcpInterface().empty()) out += "tcp interface: " + c.tcpInterface() + "\n";
+    out += "transport from rank " + std::to_string(c.rank()) + ":";
+    for (int peer = 0; peer < c.nranks(); ++peer)
+      if (peer != c.rank()) out += " " + std::to_string(peer) + "=" + c.transportTo(peer);
+    if (needed != nullptr) *needed = out.size() + 1;
+    if (size > 0) {
+      size_t n = std::min(out.size(), size - 1);
+      std::memcpy(text, out.data(), n);
+      text[n] = '\0';
+    }
     return loomSuccess;
   });
 }

@@ -51,6 +51,9 @@ int64_t streamingMinBytes() { return getInt("LOOM_STREAMING_MIN_BYTES", 8 << 20)
 std::string accumType() { return getString("LOOM_ACCUM_TYPE", ""); }
 std::string jobSecret() { return getString("LOOM_JOB_SECRET", ""); }
 std::string commId() { return getString("LOOM_COMM_ID", ""); }
+std::string socketIfname() { return getString("LOOM_SOCKET_IFNAME", ""); }
+int64_t socketStreams() { return getInt("LOOM_SOCKET_STREAMS", 2); }
+std::string nodeId() { return getString("LOOM_NODE_ID", ""); }
 int64_t cudaSlotBytes() { return getInt("LOOM_CUDA_SLOT_BYTES", 256 * 1024); }
 std::string cudaTransport() { return getString("LOOM_CUDA_TRANSPORT", "auto"); }
 int64_t cudaMaxBlocks() { return getInt("LOOM_CUDA_MAX_BLOCKS", 64); }

@@ -25,6 +25,9 @@ int64_t streamingMinBytes();  // LOOM_STREAMING_MIN_BYTES
 std::string accumType();      // LOOM_ACCUM_TYPE
 std::string jobSecret();      // LOOM_JOB_SECRET (hex)
 std::string commId();         // LOOM_COMM_ID (host:port)
+std::string socketIfname();   // LOOM_SOCKET_IFNAME: interfaces of the TCP transport
+int64_t socketStreams();      // LOOM_SOCKET_STREAMS: TCP connections per peer and channel
+std::string nodeId();         // LOOM_NODE_ID: test-only suffix of the host identity
 // CUDA communicators.
 int64_t cudaSlotBytes();      // LOOM_CUDA_SLOT_BYTES: bytes of one channel slot in a GPU window
 std::string cudaTransport();  // LOOM_CUDA_TRANSPORT: auto, p2p or host

@@ -38,7 +38,15 @@ std::string secretHint(const JobSecret& secret) {
 }  // namespace
 
 const char* channelName(Channel channel) {
-  return channel == Channel::kRendezvous ? "rendezvous root" : "control endpoint";
+  switch (channel) {
+    case Channel::kRendezvous:
+      return "rendezvous root";
+    case Channel::kControl:
+      return "control endpoint";
+    case Channel::kData:
+      return "data endpoint";
+  }
+  return "endpoint";
 }
 
 Mac clientMac(const JobSecret& secret, const Nonce& serverNonce, const Nonce& clientNonce) {

@@ -38,7 +38,8 @@ constexpr size_t kMaxInfoBytes = size_t{1} << 20;
 constexpr size_t kMaxRendezvousPayload = kMaxInfoBytes + 4096;
 constexpr int kMaxRanks = 1 << 20;
 
-enum class Channel : uint16_t { kRendezvous = 1, kControl = 2 };
+// kData: the TCP transport's connections between ranks (transport/tcp/).
+enum class Channel : uint16_t { kRendezvous = 1, kControl = 2, kData = 3 };
 const char* channelName(Channel channel);
 
 using Nonce = std::array<uint8_t, kNonceBytes>;
@@ -144,6 +145,7 @@ struct GatherSpec {
   JobSecret secret;
   int nranks = 0;      // 0: learned from the first valid hello
   int localRank = -1;  // a rank served in this process, so no connection may claim it
+  int expected = -1;   // >= 0: done after this many hellos (not every id has to arrive)
   uint64_t maxPayload = 0;
   Deadline deadline;
   const std::atomic<bool>* abortFlag = nullptr;

@@ -45,6 +45,7 @@ class Gatherer {
 
  private:
   int expected() const {
+    if (spec_.expected >= 0) return spec_.expected;
     bool local = spec_.localRank >= 0 && spec_.localRank < result_.nranks;
     return result_.nranks - (local ? 1 : 0);
   }

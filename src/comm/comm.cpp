@@ -14,6 +14,9 @@
 #include "base/log.hpp"
 #include "base/sha256.hpp"
 #include "transport/shm/shm_channel.hpp"
+#include "transport/tcp/interfaces.hpp"
+#include "transport/tcp/tcp_channel.hpp"
+#include "transport/tcp/tcp_connect.hpp"
 #if LOOM_HAVE_CUDA
 #include "device/cuda/cuda_engine.hpp"
 #endif
@@ -99,16 +102,16 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
                                            RankInfo::local(rank, *device_).serialize(), options);
   for (const std::string& bytes : bootstrap_->rankInfos())
     ranks_.push_back(RankInfo::deserialize(bytes));
-  sharedMemory_ = allOnOneHost(ranks_);
-  if (!sharedMemory_) {
-    std::string hosts;
-    for (const RankInfo& r : ranks_)
-      if (hosts.find(r.hostname) == std::string::npos)
-        hosts += (hosts.empty() ? "" : ", ") + r.hostname;
-    LOOM_THROW(loomInvalidUsage, "the ranks of this communicator run on several hosts (", hosts,
-               "); this build has only the shared-memory transport");
-  }
+  nodes_ = NodeMap::compute(ranks_);
+  crossCheckLauncher();
+  // Every node has an arena of its own ranks (abort word, channels inside the node); the flat
+  // arena algorithms need all ranks in one, so they run only when there is a single node.
+  sharedMemory_ = nodes_.singleNode();
+  collChannels_.resize(nranks_);
+  p2pChannels_.resize(nranks_);
+  peerPidfds_.assign(nranks_, -1);
   setUpSharedMemory();
+  if (!sharedMemory_) setUpTcp();
   checkCollectives_ = env::checkCollectives();
   if (device_->kind() == DeviceKind::kCuda) setUpCuda();
 
@@ -144,6 +147,16 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, selector_->explain());
 }
 
+void Comm::crossCheckLauncher() const {
+  // Only the world communicator matches the launcher's picture; a subset of it never does.
+  if (config_.splitChild) return;
+  std::optional<std::string> worldSize = env::get("WORLD_SIZE");
+  if (!worldSize) worldSize = env::get("OMPI_COMM_WORLD_SIZE");
+  if (!worldSize || *worldSize != std::to_string(nranks_)) return;
+  std::string why = localSizeMismatch(nodes_, rank_, launcherLocalSize());
+  if (!why.empty()) LOOM_WARN(kSubsysInit, rank_, why);
+}
+
 Comm::~Comm() {
   cudaEngine_.reset();  // first: its watchdog uses the peers' pidfds and the bootstrap
   for (int fd : peerPidfds_)
@@ -153,9 +166,11 @@ Comm::~Comm() {
 void Comm::setUpSharedMemory() {
   size_t chunk = static_cast<size_t>(std::max<int64_t>(env::shmChunkBytes(), 0));
   size_t channel = static_cast<size_t>(std::max<int64_t>(env::p2pBufferBytes(), 4096));
-  ArenaLayout layout = ArenaLayout::compute(nranks_, chunk, channel);
+  const int node = nodes_.nodeOf(rank_), local = nodes_.localIndex(rank_);
+  const std::vector<int>& members = nodes_.members(node);
+  ArenaLayout layout = ArenaLayout::compute(nodes_.nodeSize(node), chunk, channel);
   std::string name;
-  if (rank_ == 0) {
+  if (local == 0) {
     uint64_t nonce;
     randomBytes(&nonce, sizeof(nonce));
     std::ostringstream n;
@@ -163,26 +178,67 @@ void Comm::setUpSharedMemory() {
     name = n.str();
     arena_ = ShmArena::create(name, layout);
   }
-  name = withBootstrap([&](Bootstrap& b) { return b.allGather(name)[0]; });
-  if (rank_ != 0) arena_ = ShmArena::attach(name, layout);
+  // Each node's leader created its node's arena; everyone takes their own leader's name.
+  name = withBootstrap([&](Bootstrap& b) { return b.allGather(name)[members[0]]; });
+  if (local != 0) arena_ = ShmArena::attach(name, layout);
   // Touch this rank's own staging slots now: page faults stay out of the first collective, and
   // the pages land on this rank's memory node, where its copy-in writes them.
   for (uint64_t step = 0; step < 2; ++step) {
-    std::memset(arena_.inSlot(rank_, step), 0, layout.slotBytes);
-    std::memset(arena_.outSlot(rank_, step), 0, layout.slotBytes);
+    std::memset(arena_.inSlot(local, step), 0, layout.slotBytes);
+    std::memset(arena_.outSlot(local, step), 0, layout.slotBytes);
   }
   withBootstrap([](Bootstrap& b) { b.barrier(); });  // everyone mapped it: the name can go
-  if (rank_ == 0) arena_.unlinkName();
-  for (int peer = 0; peer < nranks_; ++peer) {
-    collChannels_.push_back(
-        std::make_unique<ShmChannel>(arena_, ChannelClass::kCollective, rank_, peer));
-    p2pChannels_.push_back(
-        std::make_unique<ShmChannel>(arena_, ChannelClass::kPointToPoint, rank_, peer));
+  if (local == 0) arena_.unlinkName();
+  for (int i = 0; i < static_cast<int>(members.size()); ++i) {
+    int peer = members[i];
+    collChannels_[peer] =
+        std::make_unique<ShmChannel>(arena_, ChannelClass::kCollective, local, i, peer);
+    p2pChannels_[peer] =
+        std::make_unique<ShmChannel>(arena_, ChannelClass::kPointToPoint, local, i, peer);
     bool samePidNamespace = ranks_[peer].pidNamespace == ranks_[rank_].pidNamespace;
-    peerPidfds_.push_back(peer == rank_ || !samePidNamespace ? -1 : openPidfd(ranks_[peer].pid));
+    peerPidfds_[peer] = peer == rank_ || !samePidNamespace ? -1 : openPidfd(ranks_[peer].pid);
   }
-  LOOM_INFO(kSubsysShm, rank_, "shared arena ", name, ": ", layout.totalBytes >> 20,
-            " MiB mapped, slot ", layout.slotBytes, " B, channel ", layout.channelBytes, " B");
+  LOOM_INFO(kSubsysShm, rank_, "shared arena ", name, " (", members.size(),
+            " ranks): ", layout.totalBytes >> 20, " MiB mapped, slot ", layout.slotBytes,
+            " B, channel ", layout.channelBytes, " B");
+}
+
+void Comm::setUpTcp() {
+  TcpSetup setup;
+  setup.rank = rank_;
+  setup.nranks = nranks_;
+  setup.classes = 2;  // collectives and point-to-point never share a byte stream
+  int64_t streams = env::socketStreams();
+  LOOM_CHECK_ARG(streams >= 1 && streams <= 64, "LOOM_SOCKET_STREAMS=", streams,
+                 " is out of range (1 to 64)");
+  setup.streams = static_cast<int>(streams);
+  for (int r = 0; r < nranks_; ++r) {
+    setup.remote.push_back(!nodes_.sameNode(r, rank_));
+    setup.names.push_back("rank " + std::to_string(r) + " on " + ranks_[r].hostname);
+  }
+  setup.itf = chooseInterface(listInterfaces(), env::socketIfname(), allOnOneMachine(ranks_));
+  setup.secret = deriveSecret(id_.secret, id_.jobNonce, "tcp-transport");
+  setup.allGather = [this](const std::string& mine) {
+    return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
+  };
+  setup.deadline = deadlineAfterMs(config_.timeoutMs);
+  setup.abortFlag = aborted_;
+  TcpSockets sockets = connectTcpPeers(setup);
+  size_t staging = static_cast<size_t>(std::max<int64_t>(env::p2pBufferBytes(), 4096));
+  for (int peer = 0; peer < nranks_; ++peer) {
+    if (!setup.remote[peer]) continue;
+    auto coll = std::make_unique<TcpChannel>(peer, std::move(sockets[0][peer]), staging);
+    auto p2p = std::make_unique<TcpChannel>(peer, std::move(sockets[1][peer]), staging);
+    tcpChannels_.push_back(coll.get());
+    tcpChannels_.push_back(p2p.get());
+    collChannels_[peer] = std::move(coll);
+    p2pChannels_[peer] = std::move(p2p);
+  }
+  // No data may flow before every listener has registered all of its connections.
+  withBootstrap([](Bootstrap& b) { b.barrier(); });
+  tcpInterface_ = setup.itf.name + " " + setup.itf.address;
+  LOOM_INFO(kSubsysNet, rank_, "TCP transport on ", tcpInterface_, ", ", setup.streams,
+            " connections per peer and channel; ", nodes_.describe());
 }
 
 void Comm::setUpCuda() {
@@ -203,7 +259,7 @@ void Comm::setUpCuda() {
 
 std::optional<Error> Comm::peerFailure() {
   try {
-    if (sharedMemory_ && arena_.aborted()) throwArenaAbort();
+    if (arena_.aborted()) throwArenaAbort();
     for (int peer = 0; peer < nranks_; ++peer) checkPeer(peer);
   } catch (const Error& e) {
     return e;
@@ -219,7 +275,7 @@ void Comm::beginOperation() {
   }
   // A peer may have failed while this rank was between calls; a call that would not need to
   // wait must not report success on a communicator the others consider aborted.
-  if (sharedMemory_ && arena_.aborted()) {
+  if (arena_.aborted()) {
     try {
       throwArenaAbort();
     } catch (const Error& e) {
@@ -235,7 +291,7 @@ void Comm::beginOperation() {
 void Comm::check(int peer) {
   if (aborted_->load(std::memory_order_relaxed))
     LOOM_THROW(loomRemoteError, "communicator aborted: ", asyncMessage());
-  if (sharedMemory_ && arena_.aborted()) throwArenaAbort();
+  if (arena_.aborted()) throwArenaAbort();
   Clock::time_point now = Clock::now();
   // One timer per peer: a wait that alternates between peers (the ring's two neighbours, a
   // group's sends and receives) still checks each of them.
@@ -251,17 +307,20 @@ void Comm::check(int peer) {
 
 void Comm::throwArenaAbort() const {
   ArenaAbort info = arena_.abortInfo();
-  LOOM_THROW(loomRemoteError, "rank ", info.rank, " failed (", loomGetErrorString(info.code),
+  // The arena holds one node's ranks: its slots are local indices.
+  const std::vector<int>& members = nodes_.members(nodes_.nodeOf(rank_));
+  int who =
+      info.rank >= 0 && info.rank < static_cast<int>(members.size()) ? members[info.rank] : -1;
+  LOOM_THROW(loomRemoteError, "rank ", who, " failed (", loomGetErrorString(info.code),
              "): ", info.reason);
 }
 
 void Comm::checkPeer(int peer) {
-  if (!sharedMemory_) {
-    // Across hosts the control connections are the only liveness signal there is so far.
-    withBootstrap([](Bootstrap& b) { b.checkHealth(); });
-    return;
-  }
-  if (peer < 0 || peer == rank_ || peer >= nranks_) return;
+  // A peer on another node: its death or failure shows on the TCP connections the wait uses
+  // (EOF, reset: a failing rank shuts its connections down). Not the control plane: a peer that
+  // got all it needed and destroyed its communicator closes that too, and is no failure.
+  if (peer < 0 || peer >= nranks_ || !nodes_.sameNode(peer, rank_)) return;
+  if (peer == rank_) return;
   // A peer in another PID namespace (containers sharing only network and IPC) has a pid that
   // means nothing here: its death shows as the abort word or the deadline instead.
   if (ranks_[peer].pidNamespace != ranks_[rank_].pidNamespace) return;
@@ -298,7 +357,8 @@ void Comm::fail(const Error& error) {
 #endif
   // Once: this rank's reason slot in the arena has one writer (two threads failing together, a
   // collective and loomCommAbort, would race on it while peers read it).
-  if (sharedMemory_ && first) arena_.raiseAbort(error.code(), rank_, reason);
+  if (first) arena_.raiseAbort(error.code(), nodes_.localIndex(rank_), reason);
+  for (TcpChannel* channel : tcpChannels_) channel->shutdown();
   withBootstrap([&](Bootstrap& b) { b.broadcastAbort(reason); });
   LOOM_WARN(kSubsysColl, rank_, "communicator aborted: ", error.what());
 }
@@ -363,10 +423,6 @@ void Comm::collective(const CollArgs& args) {
 }
 
 P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int64_t tag) {
-  if (!sharedMemory_)
-    LOOM_THROW(loomInvalidUsage,
-               "send/recv across hosts needs the network transport, which this "
-               "build does not have yet");
   P2POp op;
   op.isSend = isSend;
   op.peer = peer;
@@ -451,9 +507,11 @@ std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) 
     std::istringstream in(addresses[members[0].parentRank]);
     in >> child.host >> child.port;
     child.secret = childSecret;
+    CommConfig childConfig = config;
+    childConfig.splitChild = true;
     child.jobNonce =
         id_.jobNonce ^ (splitCount_ * 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(color);
-    return std::make_unique<Comm>(child, static_cast<int>(members.size()), newRank, config);
+    return std::make_unique<Comm>(child, static_cast<int>(members.size()), newRank, childConfig);
   } catch (const Error& e) {
     if (e.code() != loomInvalidArgument) fail(e);
     throw;

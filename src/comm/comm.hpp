@@ -16,8 +16,10 @@
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "plan/selector.hpp"
+#include "topology/node_map.hpp"
 #include "topology/rank_info.hpp"
 #include "transport/shm/shm_arena.hpp"
+#include "transport/tcp/tcp_channel.hpp"
 
 namespace loom {
 
@@ -32,6 +34,7 @@ struct CommConfig {
   bool blocking = true;
   std::string name;
   int accum = -1;
+  bool splitChild = false;  // created by split: the launcher's node sizes do not describe it
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
   std::atomic<bool>* abortFlag = nullptr;
@@ -53,6 +56,10 @@ class Comm {
   const CommConfig& config() const { return config_; }
   const Selector& selector() const { return *selector_; }
   const std::vector<RankInfo>& ranks() const { return ranks_; }
+  const NodeMap& nodes() const { return nodes_; }
+  // "shm" or "tcp": how this rank reaches `peer`.
+  const char* transportTo(int peer) const { return nodes_.sameNode(peer, rank_) ? "shm" : "tcp"; }
+  const std::string& tcpInterface() const { return tcpInterface_; }
 
   // Runs one collective (arguments already validated). Failures other than bad arguments abort the
   // communicator and are reported to the peers.
@@ -76,7 +83,9 @@ class Comm {
   std::string asyncMessage() const;
 
  private:
+  void crossCheckLauncher() const;
   void setUpSharedMemory();
+  void setUpTcp();
   void setUpCuda();
   std::optional<Error> peerFailure();
   void beginOperation();
@@ -93,11 +102,14 @@ class Comm {
   std::unique_ptr<Device> device_;
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<RankInfo> ranks_;
-  bool sharedMemory_ = false;
+  NodeMap nodes_;
+  bool sharedMemory_ = false;  // a single node: the flat arena algorithms apply
+  std::string tcpInterface_;   // "eth0 10.0.0.2" when some peers are on other nodes
   ShmArena arena_;
   std::vector<std::unique_ptr<Channel>> collChannels_;
   std::vector<std::unique_ptr<Channel>> p2pChannels_;
-  std::vector<P2PInbox> inboxes_;  // per peer: messages that came before their receive
+  std::vector<TcpChannel*> tcpChannels_;  // those of collChannels_ and p2pChannels_ on TCP
+  std::vector<P2PInbox> inboxes_;         // per peer: messages that came before their receive
   std::vector<int> peerPidfds_;
   std::unique_ptr<Selector> selector_;
   AlgoContext ctx_;

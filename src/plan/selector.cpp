@@ -41,6 +41,20 @@ size_t defaultLLMax(loomFunc_t func) {
   }
 }
 
+// The algorithm over pair channels of each collective: the only kind that spans nodes.
+const char* channelAlgorithm(loomFunc_t func) {
+  switch (func) {
+    case loomFuncAllReduce:
+    case loomFuncAllGather:
+    case loomFuncReduceScatter:
+    case loomFuncBroadcast:
+    case loomFuncReduce:
+      return "ring";
+    default:
+      return "pairwise";
+  }
+}
+
 }  // namespace
 
 Selector::Selector(const SelectorInputs& inputs, const std::string& override) : inputs_(inputs) {
@@ -62,7 +76,10 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
                    " communicators (choices: ",
                    choicesFor(static_cast<loomFunc_t>(func), inputs_.device), ")");
     LOOM_CHECK_ARG(!algo->needsArena || inputs_.sharedMemory, "LOOM_ALGO: ", funcText, ":",
-                   algoText, " needs all ranks on one host");
+                   algoText,
+                   " needs all ranks on one node (it works through one shared-memory arena) but "
+                   "this communicator spans several; valid here: ",
+                   channelAlgorithm(static_cast<loomFunc_t>(func)));
     forced_[func] = algo;
   }
   for (int f = 0; f < loomNumFuncs; ++f) {
@@ -78,11 +95,9 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
       continue;
     }
     smallMax_[f] = inputs_.directMaxBytes;
-    bool ringOnly = !inputs_.sharedMemory;
-    bool hasRing =
-        func == loomFuncAllReduce || func == loomFuncAllGather || func == loomFuncReduceScatter;
-    if (ringOnly) {
-      small_[f] = large_[f] = hasRing ? must(func, "ring") : nullptr;
+    if (!inputs_.sharedMemory) {
+      // Ranks on several nodes: only algorithms over pair channels apply.
+      small_[f] = large_[f] = must(func, channelAlgorithm(func));
     } else {
       small_[f] = must(func, "direct");
       bool reduction = func == loomFuncAllReduce || func == loomFuncReduce;
@@ -100,17 +115,13 @@ const Algorithm* Selector::must(loomFunc_t func, const char* name) const {
 
 const Algorithm& Selector::select(loomFunc_t func, size_t bytes) const {
   if (forced_[func] != nullptr) return *forced_[func];
-  const Algorithm* algo = bytes <= smallMax_[func] ? small_[func] : large_[func];
-  if (algo == nullptr)
-    LOOM_THROW(loomInvalidUsage, funcName(func),
-               " across hosts needs the network transport, which this build does not have yet");
-  return *algo;
+  return *(bytes <= smallMax_[func] ? small_[func] : large_[func]);
 }
 
 std::string Selector::explain() const {
   std::ostringstream out;
   out << "algorithm table for " << inputs_.nranks << " ranks"
-      << (inputs_.sharedMemory ? " on one host" : " across hosts")
+      << (inputs_.sharedMemory ? " on one node" : " on several nodes")
       << (inputs_.device == DeviceKind::kCuda ? ", CUDA" : "") << ":";
   for (int f = 0; f < loomNumFuncs; ++f) {
     auto func = static_cast<loomFunc_t>(f);

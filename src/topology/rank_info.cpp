@@ -6,11 +6,18 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/env.hpp"
 #include "base/error.hpp"
 
 namespace loom {
 
 namespace {
+
+constexpr char kNodeIdMark[] = "/node=";
+
+std::string machineOf(const std::string& hostId) {
+  return hostId.substr(0, hostId.find(kNodeIdMark));
+}
 
 std::string readFirstLine(const char* path) {
   std::ifstream in(path);
@@ -20,12 +27,15 @@ std::string readFirstLine(const char* path) {
 }
 
 // Two network namespaces on one machine are two nodes to Loom (that is how tests simulate hosts),
-// so the namespace inode is part of the identity.
+// so the namespace inode is part of the identity. LOOM_NODE_ID splits one namespace further, for
+// tests of the multi-node paths where namespaces cannot be created.
 std::string hostIdentity(const std::string& hostname) {
   struct stat st {};
   unsigned long netns = stat("/proc/self/ns/net", &st) == 0 ? st.st_ino : 0;
-  return hostname + "/" + readFirstLine("/proc/sys/kernel/random/boot_id") + "/" +
-         std::to_string(netns);
+  std::string id = hostname + "/" + readFirstLine("/proc/sys/kernel/random/boot_id") + "/" +
+                   std::to_string(netns);
+  std::string fakeNode = env::nodeId();
+  return fakeNode.empty() ? id : id + kNodeIdMark + fakeNode;
 }
 
 void putString(std::ostringstream& out, const std::string& s) { out << s.size() << ':' << s; }
@@ -95,6 +105,16 @@ RankInfo RankInfo::deserialize(const std::string& bytes) {
 bool allOnOneHost(const std::vector<RankInfo>& ranks) {
   for (const RankInfo& r : ranks)
     if (r.hostId != ranks.front().hostId) return false;
+  return true;
+}
+
+}  // namespace loom
+
+namespace loom {
+
+bool allOnOneMachine(const std::vector<RankInfo>& ranks) {
+  for (const RankInfo& r : ranks)
+    if (machineOf(r.hostId) != machineOf(ranks.front().hostId)) return false;
   return true;
 }
 

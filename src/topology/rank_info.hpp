@@ -30,5 +30,8 @@ struct RankInfo {
 
 // True when every rank reports the same host identity.
 bool allOnOneHost(const std::vector<RankInfo>& ranks);
+// True when every rank runs in this machine's network namespace, whatever LOOM_NODE_ID says: the
+// ranks can reach each other over loopback.
+bool allOnOneMachine(const std::vector<RankInfo>& ranks);
 
 }  // namespace loom

@@ -3,7 +3,9 @@
 // splits an element of any data type. Calls never block; callers wait with waitUntil().
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <span>
 
 namespace loom {
@@ -21,6 +23,21 @@ class Channel {
   virtual std::span<const char> peek(size_t maxBytes) = 0;
   // Releases bytes of the last peek (a multiple of 8, or the padded end of a transfer).
   virtual void consume(size_t bytes) = 0;
+
+  // Whether tryReceive saves a copy over peek + copy + consume (a network channel reads the
+  // kernel's buffer straight into the destination).
+  virtual bool receivesDirect() const { return false; }
+  // Receives the next part of a transfer of `bytes` real bytes into dst and returns how many real
+  // bytes landed: a multiple of 8, or all of them (their padding then consumed too). Call it again
+  // with dst and bytes advanced by the result; do not mix with peek inside one transfer.
+  virtual size_t tryReceive(void* dst, size_t bytes) {
+    std::span<const char> span = peek(bytes);
+    size_t n = std::min(span.size(), bytes);
+    if (n == 0) return 0;
+    std::memcpy(dst, span.data(), n);
+    consume(n);
+    return n;
+  }
 };
 
 constexpr size_t roundUp8(size_t bytes) { return (bytes + 7) & ~size_t{7}; }

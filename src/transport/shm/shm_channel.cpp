@@ -5,8 +5,8 @@
 
 namespace loom {
 
-ShmChannel::ShmChannel(const ShmArena& arena, ChannelClass cls, int self, int peer)
-    : peer_(peer),
+ShmChannel::ShmChannel(const ShmArena& arena, ChannelClass cls, int self, int peer, int peerRank)
+    : peer_(peerRank >= 0 ? peerRank : peer),
       capacity_(arena.channelBytes()),
       out_(arena.channelHeader(cls, self, peer)),
       outData_(arena.channelData(cls, self, peer)),

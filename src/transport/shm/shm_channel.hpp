@@ -9,8 +9,10 @@ namespace loom {
 
 class ShmChannel final : public Channel {
  public:
-  // The end of `self` towards `peer`: sends go into ring self->peer, receives read ring peer->self.
-  ShmChannel(const ShmArena& arena, ChannelClass cls, int self, int peer);
+  // The end of `self` towards `peer` (indices in the arena): sends go into ring self->peer,
+  // receives read ring peer->self. peerRank is the peer's rank in the communicator (peer()), when
+  // the arena holds only the ranks of one node.
+  ShmChannel(const ShmArena& arena, ChannelClass cls, int self, int peer, int peerRank = -1);
   int peer() const override { return peer_; }
   size_t trySend(const void* data, size_t bytes) override;
   std::span<const char> peek(size_t maxBytes) override;
