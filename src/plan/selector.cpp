@@ -55,6 +55,15 @@ const char* channelAlgorithm(loomFunc_t func) {
   }
 }
 
+bool hasHierarchical(loomFunc_t func) { return findAlgorithm(func, "hierarchical") != nullptr; }
+
+// Several nodes with more than one rank on some: calls of at least this many bytes (as the C API
+// counts them) take the hierarchical algorithm, smaller ones the flat ring.
+size_t hierarchicalMinBytes(loomFunc_t func) {
+  (void)func;
+  return 0;
+}
+
 }  // namespace
 
 Selector::Selector(const SelectorInputs& inputs, const std::string& override) : inputs_(inputs) {
@@ -79,7 +88,11 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
                    algoText,
                    " needs all ranks on one node (it works through one shared-memory arena) but "
                    "this communicator spans several; valid here: ",
-                   channelAlgorithm(static_cast<loomFunc_t>(func)));
+                   channelAlgorithm(static_cast<loomFunc_t>(func)),
+                   hasHierarchical(static_cast<loomFunc_t>(func)) ? ", hierarchical" : "");
+    // One node: the hierarchical algorithm would be its intra-node phase alone, which is what
+    // the table below picks anyway.
+    if (algoText == "hierarchical" && inputs_.sharedMemory) continue;
     forced_[func] = algo;
   }
   for (int f = 0; f < loomNumFuncs; ++f) {
@@ -96,8 +109,13 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
     }
     smallMax_[f] = inputs_.directMaxBytes;
     if (!inputs_.sharedMemory) {
-      // Ranks on several nodes: only algorithms over pair channels apply.
+      // Ranks on several nodes: algorithms over pair channels, and the hierarchical ones where
+      // a node holds several ranks.
       small_[f] = large_[f] = must(func, channelAlgorithm(func));
+      if (inputs_.nodesShared && hasHierarchical(func)) {
+        large_[f] = must(func, "hierarchical");
+        smallMax_[f] = hierarchicalMinBytes(func) == 0 ? 0 : hierarchicalMinBytes(func) - 1;
+      }
     } else {
       small_[f] = must(func, "direct");
       bool reduction = func == loomFuncAllReduce || func == loomFuncReduce;
