@@ -58,10 +58,25 @@ const char* channelAlgorithm(loomFunc_t func) {
 bool hasHierarchical(loomFunc_t func) { return findAlgorithm(func, "hierarchical") != nullptr; }
 
 // Several nodes with more than one rank on some: calls of at least this many bytes (as the C API
-// counts them) take the hierarchical algorithm, smaller ones the flat ring.
+// counts them: per rank for allgather and reduce-scatter) take the hierarchical algorithm, smaller
+// ones the flat ring; 0: never by default. Measured on fake nodes (LOOM_NODE_ID, TCP over
+// loopback) of a 2-core shared host, 2 x 2 and 2 x 4 ranks, loom-bench -n 20 and -n 10, twice
+// (docs/benchmarks.md): hierarchical was faster in every run from these sizes on (allreduce 1 MiB:
+// 2.0-3.9 ms vs 4.1-8.6 ms ring; allgather 1 MiB total; reduce-scatter 256 KiB total), mixed
+// below them (latencies of 0.1-5 ms there are mostly scheduling). broadcast and reduce stay on
+// the ring: a chain crosses each node boundary once anyway, and hierarchical broadcast lost at
+// 2 x 4 (4 MiB: 6.1 vs 5.2 ms) as did one in-place reduce at 2 x 2.
 size_t hierarchicalMinBytes(loomFunc_t func) {
-  (void)func;
-  return 0;
+  switch (func) {
+    case loomFuncAllReduce:
+      return 1 << 20;
+    case loomFuncAllGather:
+      return 256 << 10;
+    case loomFuncReduceScatter:
+      return 64 << 10;
+    default:
+      return 0;
+  }
 }
 
 }  // namespace
@@ -112,9 +127,9 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
       // Ranks on several nodes: algorithms over pair channels, and the hierarchical ones where
       // a node holds several ranks.
       small_[f] = large_[f] = must(func, channelAlgorithm(func));
-      if (inputs_.nodesShared && hasHierarchical(func)) {
+      if (inputs_.nodesShared && hierarchicalMinBytes(func) > 0) {
         large_[f] = must(func, "hierarchical");
-        smallMax_[f] = hierarchicalMinBytes(func) == 0 ? 0 : hierarchicalMinBytes(func) - 1;
+        smallMax_[f] = hierarchicalMinBytes(func) - 1;
       }
     } else {
       small_[f] = must(func, "direct");
