@@ -62,7 +62,7 @@ bool hasHierarchical(loomFunc_t func) { return findAlgorithm(func, "hierarchical
 // ones the flat ring; 0: never by default. Measured on fake nodes (LOOM_NODE_ID, TCP over
 // loopback) of a 2-core shared host, 2 x 2 and 2 x 4 ranks, loom-bench -n 20 and -n 10, twice
 // (docs/benchmarks.md): hierarchical was faster in every run from these sizes on (allreduce 1 MiB:
-// 2.0-3.9 ms vs 4.1-8.6 ms ring; allgather 1 MiB total; reduce-scatter 256 KiB total), mixed
+// 2.0-3.9 ms vs 4.1-8.6 ms ring; allgather and reduce-scatter 1 MiB total), mixed
 // below them (latencies of 0.1-5 ms there are mostly scheduling). broadcast and reduce stay on
 // the ring: a chain crosses each node boundary once anyway, and hierarchical broadcast lost at
 // 2 x 4 (4 MiB: 6.1 vs 5.2 ms) as did one in-place reduce at 2 x 2.
@@ -71,9 +71,8 @@ size_t hierarchicalMinBytes(loomFunc_t func) {
     case loomFuncAllReduce:
       return 1 << 20;
     case loomFuncAllGather:
-      return 256 << 10;
     case loomFuncReduceScatter:
-      return 64 << 10;
+      return 256 << 10;
     default:
       return 0;
   }
