@@ -36,6 +36,7 @@ namespace {
 
 int wrap(int index, int n) { return ((index % n) + n) % n; }
 
+// A phase's algorithm; callers keep it in a function-local static, so calls compare no strings.
 const Algorithm& flat(loomFunc_t func, const char* name) {
   const Algorithm* algo = findAlgorithm(func, name);
   if (algo == nullptr)
@@ -120,7 +121,8 @@ void allReduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
     sub.send = sub.recv = recv + s.offset * esize;
     sub.count = s.count;
     sub.op = kernelOp(a.op);
-    flat(loomFuncAllReduce, "ring").run(h.column, sub);
+    static const Algorithm& ring = flat(loomFuncAllReduce, "ring");
+    ring.run(h.column, sub);
     finishAverage(ctx, a, recv + s.offset * esize, s.count);
   }
   nodeShare(h.node, recv, slices, [&](int, size_t offset, size_t bytes, const char* data) {
@@ -146,7 +148,8 @@ void reduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
     sub.count = s.count;
     sub.op = kernelOp(a.op);
     sub.root = rootNode;
-    flat(loomFuncReduce, "ring").run(h.column, sub);
+    static const Algorithm& ring = flat(loomFuncReduce, "ring");
+    ring.run(h.column, sub);
     if (h.nodeIndex == rootNode) {
       finishAverage(ctx, a, partial + s.offset * esize, s.count);
       if (isRoot)
@@ -168,7 +171,8 @@ void broadcastHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   if (h.nodeIndex == rootNode) {
     CollArgs sub = a;
     sub.root = h.localIndex[a.root];
-    flat(loomFuncBroadcast, "direct").run(h.node, sub);
+    static const Algorithm& direct = flat(loomFuncBroadcast, "direct");
+    direct.run(h.node, sub);
   }
   Slices slices{a.count, esize, h.columns};
   if (h.column.nranks > 0) {
@@ -177,7 +181,8 @@ void broadcastHierarchical(const AlgoContext& ctx, const CollArgs& a) {
     sub.send = sub.recv = recv + s.offset * esize;
     sub.count = s.count;
     sub.root = rootNode;
-    flat(loomFuncBroadcast, "ring").run(h.column, sub);
+    static const Algorithm& ring = flat(loomFuncBroadcast, "ring");
+    ring.run(h.column, sub);
   }
   if (h.nodeIndex == rootNode) return;
   nodeShare(h.node, recv, slices, [&](int, size_t offset, size_t bytes, const char* data) {
