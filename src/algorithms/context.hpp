@@ -17,7 +17,8 @@
 
 namespace loom {
 
-struct RingStep;  // ring_engine.hpp
+struct RingStep;   // ring_engine.hpp
+struct Hierarchy;  // below
 
 struct CollArgs {
   loomFunc_t func = loomFuncAllReduce;
@@ -54,11 +55,12 @@ class AlgoContext {
   int rank = 0;
   int nranks = 1;
   Device* device = nullptr;
-  const ShmArena* arena = nullptr;  // null when the ranks do not share a host
-  std::vector<std::unique_ptr<Channel>>* channels = nullptr;  // collective channels, by peer
-  uint64_t* step = nullptr;  // shared step counter of the communicator
-  // Throws on timeout, abort, or when `peer` (the rank being waited for; -1: none in particular)
-  // is gone. Only the awaited peer matters: a rank that finished its part and exited is no fault.
+  const ShmArena* arena = nullptr;                  // null when the ranks do not share a host
+  const std::vector<Channel*>* channels = nullptr;  // collective channels, by rank of this context
+  uint64_t* step = nullptr;                         // shared step counter of the communicator
+  // Throws on timeout, abort, or when `peer` (the rank of this context being waited for; -1: none
+  // in particular) is gone. Only the awaited peer matters: a rank that finished its part and exited
+  // is no fault.
   std::function<void(int peer)> check;
   std::vector<char>* scratch = nullptr;  // grow-once scratch of the communicator
   size_t streamingMinBytes = 0;          // outputs at least this large bypass the cache
@@ -67,6 +69,8 @@ class AlgoContext {
   std::vector<RingStep>* ringSteps = nullptr;
   // Communicators on an accelerator: its engine (CudaEngine for CUDA), which GPU algorithms drive.
   void* deviceEngine = nullptr;
+  // Ranks on several nodes: the sub-groups the hierarchical algorithms compose (null otherwise).
+  const Hierarchy* hierarchy = nullptr;
 
   template <typename Ready>
   void wait(Ready&& ready, int peer) const {
@@ -82,6 +86,25 @@ class AlgoContext {
   Channel& channel(int peer) const { return *(*channels)[peer]; }
   char* scratchBytes(size_t bytes) const {
     // Grows once to the largest size seen; never allocates again for smaller calls.
+    if (scratch->size() < bytes) scratch->resize(bytes);
+    return scratch->data();
+  }
+};
+
+// The groups of a communicator that spans nodes, built once at init: this rank's node (ranks
+// numbered by local index, the node's arena) and its column, the ranks with its local index on
+// every node (numbered by node). Only local indices below the smallest node's size have a column
+// (every node has such a rank), so uneven nodes still give every column one rank per node; the
+// rest of a larger node takes part in the intra-node phases only.
+struct Hierarchy {
+  AlgoContext node;
+  AlgoContext column;                     // nranks 0: this rank's local index has no column
+  std::vector<std::vector<int>> members;  // global ranks of each node, ascending
+  std::vector<int> nodeOf, localIndex;    // of each global rank
+  int nodeIndex = 0;                      // this rank's node
+  int columns = 1;                        // the smallest node's size
+  std::vector<char>* scratch = nullptr;   // the hierarchical layer's own (phases use node's)
+  char* scratchBytes(size_t bytes) const {
     if (scratch->size() < bytes) scratch->resize(bytes);
     return scratch->data();
   }

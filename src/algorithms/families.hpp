@@ -7,11 +7,12 @@
 
 namespace loom {
 
-void registerDirectAlgorithms(std::vector<Algorithm>& out);     // direct.cpp
-void registerPipelinedAlgorithms(std::vector<Algorithm>& out);  // pipelined.cpp
-void registerRingAlgorithms(std::vector<Algorithm>& out);       // ring.cpp
-void registerAllToAllvAlgorithms(std::vector<Algorithm>& out);  // alltoallv.cpp
-void registerPairwiseAlgorithms(std::vector<Algorithm>& out);   // pairwise.cpp
-void registerCudaAlgorithms(std::vector<Algorithm>& out);       // device/cuda/cuda_algorithms.cpp
+void registerDirectAlgorithms(std::vector<Algorithm>& out);        // direct.cpp
+void registerPipelinedAlgorithms(std::vector<Algorithm>& out);     // pipelined.cpp
+void registerRingAlgorithms(std::vector<Algorithm>& out);          // ring.cpp
+void registerAllToAllvAlgorithms(std::vector<Algorithm>& out);     // alltoallv.cpp
+void registerPairwiseAlgorithms(std::vector<Algorithm>& out);      // pairwise.cpp
+void registerHierarchicalAlgorithms(std::vector<Algorithm>& out);  // hierarchical.cpp
+void registerCudaAlgorithms(std::vector<Algorithm>& out);  // device/cuda/cuda_algorithms.cpp
 
 }  // namespace loom

@@ -14,6 +14,7 @@ const std::vector<Algorithm>& allAlgorithms() {
     registerRingAlgorithms(out);
     registerAllToAllvAlgorithms(out);
     registerPairwiseAlgorithms(out);
+    registerHierarchicalAlgorithms(out);
 #if LOOM_HAVE_CUDA
     registerCudaAlgorithms(out);
 #endif

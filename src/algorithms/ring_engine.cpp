@@ -7,8 +7,11 @@
 namespace loom {
 
 void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const RingReduction& red) {
-  Channel& right = ctx.channel((ctx.rank + 1) % ctx.nranks);
-  Channel& left = ctx.channel((ctx.rank - 1 + ctx.nranks) % ctx.nranks);
+  // Neighbours as ranks of this context (a sub-group's check translates them).
+  const int rightRank = (ctx.rank + 1) % ctx.nranks;
+  const int leftRank = (ctx.rank - 1 + ctx.nranks) % ctx.nranks;
+  Channel& right = ctx.channel(rightRank);
+  Channel& left = ctx.channel(leftRank);
   size_t esize = dtypeSize(red.dtype);
   size_t nsteps = steps.size();
   size_t sendStep = 0, sendPos = 0, recvStep = 0, recvPos = 0;
@@ -63,7 +66,6 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
     while (recvStep < nsteps && recvPos == steps[recvStep].recvBytes) ++recvStep, recvPos = 0;
     return sendStep == nsteps && recvStep == nsteps;
   };
-  int leftRank = left.peer(), rightRank = right.peer();
   auto checkNeighbours = [&] {
     ctx.check(leftRank);
     ctx.check(rightRank);

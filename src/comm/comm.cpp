@@ -118,6 +118,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   SelectorInputs inputs;
   inputs.nranks = nranks_;
   inputs.sharedMemory = sharedMemory_;
+  inputs.nodesShared = !sharedMemory_ && nodes_.maxNodeSize() > 1;
   int64_t directMax = env::directMaxBytes();
   inputs.directMaxBytes =
       directMax >= 0 ? static_cast<size_t>(directMax) : defaultDirectMax(nranks);
@@ -129,7 +130,8 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ctx_.nranks = nranks_;
   ctx_.device = device_.get();
   ctx_.arena = sharedMemory_ ? &arena_ : nullptr;
-  ctx_.channels = &collChannels_;
+  for (auto& channel : collChannels_) collChannelViews_.push_back(channel.get());
+  ctx_.channels = &collChannelViews_;
   ctx_.step = &step_;
   ctx_.check = [this](int peer) { check(peer); };
   ctx_.scratch = &scratch_;
@@ -140,6 +142,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ctx_.ringSteps = &ringSteps_;
   ctx_.streamingMinBytes = static_cast<size_t>(std::max<int64_t>(env::streamingMinBytes(), 0));
   ctx_.deviceEngine = cudaEngine_.get();
+  if (!sharedMemory_ && device_->kind() == DeviceKind::kCpu) setUpHierarchy();
   LOOM_INFO(kSubsysInit, rank_, "communicator ", config_.name.empty() ? "" : config_.name + " ",
             "ready: rank ", rank_, " of ", nranks_, ", device ", device_->vendor(), ", ",
             sharedMemory_ ? "shared memory" : "several hosts", ", timeout ", config_.timeoutMs,
@@ -239,6 +242,47 @@ void Comm::setUpTcp() {
   tcpInterface_ = setup.itf.name + " " + setup.itf.address;
   LOOM_INFO(kSubsysNet, rank_, "TCP transport on ", tcpInterface_, ", ", setup.streams,
             " connections per peer and channel; ", nodes_.describe());
+}
+
+void Comm::setUpHierarchy() {
+  const int node = nodes_.nodeOf(rank_), local = nodes_.localIndex(rank_);
+  const std::vector<int>& members = nodes_.members(node);
+  int columns = nodes_.nranks();
+  for (int n = 0; n < nodes_.nodeCount(); ++n) {
+    hierarchy_.members.push_back(nodes_.members(n));
+    columns = std::min(columns, nodes_.nodeSize(n));
+  }
+  for (int r = 0; r < nranks_; ++r) {
+    hierarchy_.nodeOf.push_back(nodes_.nodeOf(r));
+    hierarchy_.localIndex.push_back(nodes_.localIndex(r));
+  }
+  hierarchy_.nodeIndex = node;
+  hierarchy_.columns = columns;
+  hierarchy_.scratch = &hierScratch_;
+
+  // Sub-contexts share the communicator's workspaces (their phases run one at a time) and its
+  // checks: their ranks map back to global ones, so every wait checks the same peers and clock.
+  for (int peer : members) nodeChannels_.push_back(collChannels_[peer].get());
+  AlgoContext& nodeCtx = hierarchy_.node;
+  nodeCtx = ctx_;
+  nodeCtx.rank = local;
+  nodeCtx.nranks = static_cast<int>(members.size());
+  nodeCtx.arena = &arena_;
+  nodeCtx.channels = &nodeChannels_;
+  nodeCtx.check = [this, &members](int peer) { check(peer < 0 ? -1 : members[peer]); };
+
+  AlgoContext& columnCtx = hierarchy_.column;
+  columnCtx = ctx_;
+  columnCtx.nranks = 0;
+  if (local < columns) {
+    columnRanks_ = nodes_.ranksWithLocalIndex(local);
+    for (int peer : columnRanks_) columnChannels_.push_back(collChannels_[peer].get());
+    columnCtx.rank = node;
+    columnCtx.nranks = static_cast<int>(columnRanks_.size());
+    columnCtx.channels = &columnChannels_;
+    columnCtx.check = [this](int peer) { check(peer < 0 ? -1 : columnRanks_[peer]); };
+  }
+  ctx_.hierarchy = &hierarchy_;
 }
 
 void Comm::setUpCuda() {

@@ -87,6 +87,7 @@ class Comm {
   void setUpSharedMemory();
   void setUpTcp();
   void setUpCuda();
+  void setUpHierarchy();
   std::optional<Error> peerFailure();
   void beginOperation();
   void fail(const Error& error);
@@ -108,8 +109,14 @@ class Comm {
   ShmArena arena_;
   std::vector<std::unique_ptr<Channel>> collChannels_;
   std::vector<std::unique_ptr<Channel>> p2pChannels_;
-  std::vector<TcpChannel*> tcpChannels_;  // those of collChannels_ and p2pChannels_ on TCP
-  std::vector<P2PInbox> inboxes_;         // per peer: messages that came before their receive
+  std::vector<TcpChannel*> tcpChannels_;    // those of collChannels_ and p2pChannels_ on TCP
+  std::vector<Channel*> collChannelViews_;  // collChannels_ as the algorithms see them
+  // Several nodes: the node and column sub-groups of the hierarchical algorithms.
+  Hierarchy hierarchy_;
+  std::vector<Channel*> nodeChannels_, columnChannels_;
+  std::vector<int> columnRanks_;
+  std::vector<char> hierScratch_;
+  std::vector<P2PInbox> inboxes_;  // per peer: messages that came before their receive
   std::vector<int> peerPidfds_;
   std::unique_ptr<Selector> selector_;
   AlgoContext ctx_;

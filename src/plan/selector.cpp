@@ -55,6 +55,29 @@ const char* channelAlgorithm(loomFunc_t func) {
   }
 }
 
+bool hasHierarchical(loomFunc_t func) { return findAlgorithm(func, "hierarchical") != nullptr; }
+
+// Several nodes with more than one rank on some: calls of at least this many bytes (as the C API
+// counts them: per rank for allgather and reduce-scatter) take the hierarchical algorithm, smaller
+// ones the flat ring; 0: never by default. Measured on fake nodes (LOOM_NODE_ID, TCP over
+// loopback) of a 2-core shared host, 2 x 2 and 2 x 4 ranks, loom-bench -n 20 and -n 10, twice
+// (docs/benchmarks.md): hierarchical was faster in every run from these sizes on (allreduce 1 MiB:
+// 2.0-3.9 ms vs 4.1-8.6 ms ring; allgather and reduce-scatter 1 MiB total), mixed
+// below them (latencies of 0.1-5 ms there are mostly scheduling). broadcast and reduce stay on
+// the ring: a chain crosses each node boundary once anyway, and hierarchical broadcast lost at
+// 2 x 4 (4 MiB: 6.1 vs 5.2 ms) as did one in-place reduce at 2 x 2.
+size_t hierarchicalMinBytes(loomFunc_t func) {
+  switch (func) {
+    case loomFuncAllReduce:
+      return 1 << 20;
+    case loomFuncAllGather:
+    case loomFuncReduceScatter:
+      return 256 << 10;
+    default:
+      return 0;
+  }
+}
+
 }  // namespace
 
 Selector::Selector(const SelectorInputs& inputs, const std::string& override) : inputs_(inputs) {
@@ -79,7 +102,11 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
                    algoText,
                    " needs all ranks on one node (it works through one shared-memory arena) but "
                    "this communicator spans several; valid here: ",
-                   channelAlgorithm(static_cast<loomFunc_t>(func)));
+                   channelAlgorithm(static_cast<loomFunc_t>(func)),
+                   hasHierarchical(static_cast<loomFunc_t>(func)) ? ", hierarchical" : "");
+    // One node: the hierarchical algorithm would be its intra-node phase alone, which is what
+    // the table below picks anyway.
+    if (algoText == "hierarchical" && inputs_.sharedMemory) continue;
     forced_[func] = algo;
   }
   for (int f = 0; f < loomNumFuncs; ++f) {
@@ -96,8 +123,13 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
     }
     smallMax_[f] = inputs_.directMaxBytes;
     if (!inputs_.sharedMemory) {
-      // Ranks on several nodes: only algorithms over pair channels apply.
+      // Ranks on several nodes: algorithms over pair channels, and the hierarchical ones where
+      // a node holds several ranks.
       small_[f] = large_[f] = must(func, channelAlgorithm(func));
+      if (inputs_.nodesShared && hierarchicalMinBytes(func) > 0) {
+        large_[f] = must(func, "hierarchical");
+        smallMax_[f] = hierarchicalMinBytes(func) - 1;
+      }
     } else {
       small_[f] = must(func, "direct");
       bool reduction = func == loomFuncAllReduce || func == loomFuncReduce;

@@ -12,6 +12,7 @@ namespace loom {
 struct SelectorInputs {
   int nranks = 1;
   bool sharedMemory = true;   // every rank of the communicator on one host
+  bool nodesShared = false;   // several nodes, some holding more than one rank (CPU only)
   size_t directMaxBytes = 0;  // allreduce/reduce switch from direct to pipelined above this
   DeviceKind device = DeviceKind::kCpu;  // the algorithms of this kind of buffers
   int64_t llMaxBytes = -1;  // CUDA: LL up to this many bytes, simple above (-1: per collective)

@@ -56,12 +56,24 @@ const Config kMultiNodeConfigs[] = {
     {"tiny-ring", kChannelAlgos, "4096", "4096", 20000 + 3, "", "2"},
 };
 
-bool multiNode() {
+// The hierarchical algorithms forced (COLLECTIVES_TEST_CONFIGS=hierarchical), with the default
+// buffers and with tiny ones, so that every phase runs many arena steps and ring chunks.
+constexpr const char* kHierarchicalAlgos =
+    "allreduce:hierarchical,allgather:hierarchical,reducescatter:hierarchical,"
+    "broadcast:hierarchical,reduce:hierarchical";
+const Config kHierarchicalConfigs[] = {
+    {"hierarchical", kHierarchicalAlgos, "", "", kMiBPlus3, "0", "2"},
+    {"tiny-hierarchical", kHierarchicalAlgos, "4096", "4096", 20000 + 3, "", "1"},
+};
+
+std::string configSet() {
   const char* which = std::getenv("COLLECTIVES_TEST_CONFIGS");
-  return which != nullptr && std::string(which) == "multinode";
+  return which != nullptr ? which : "";
 }
+bool multiNode() { return configSet() == "multinode" || configSet() == "hierarchical"; }
 
 std::span<const Config> configs() {
+  if (configSet() == "hierarchical") return kHierarchicalConfigs;
   if (multiNode()) return kMultiNodeConfigs;
   return kConfigs;
 }
@@ -441,6 +453,18 @@ TEST(Communicators, ArenaAlgorithmsRefusedAcrossNodes) {
   EXPECT_EQ(comm, nullptr);
   EXPECT_NE(why.find("valid here: ring"), std::string::npos) << why;
   // The world communicator is still fine after its child failed to initialize.
+  EXPECT_LOOM(loomBarrier(gWorld, nullptr));
+}
+
+TEST(Communicators, HierarchicalRefusedWhereItHasNoAlgorithm) {
+  setenv("LOOM_ALGO", "alltoall:hierarchical", 1);
+  loomComm_t comm = nullptr;
+  loomResult_t r = loomCommSplit(gWorld, 0, gRank, &comm, nullptr);
+  std::string why = loomGetLastError(nullptr);
+  unsetenv("LOOM_ALGO");
+  EXPECT_EQ(r, loomInvalidArgument);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_NE(why.find("alltoall has no algorithm 'hierarchical'"), std::string::npos) << why;
   EXPECT_LOOM(loomBarrier(gWorld, nullptr));
 }
 

@@ -254,7 +254,8 @@ struct KillCase {
   const char* op;
   size_t bytes;
   int victim;
-  const char* env;  // NAME=VALUE for every rank, or ""
+  const char* env;         // NAME=VALUE for every rank, or ""
+  const char* nodes = "";  // LOOM_NODE_ID of each rank, one letter each ("" = one node)
 };
 
 class KillRank : public ::testing::TestWithParam<KillCase> {};
@@ -264,7 +265,10 @@ TEST_P(KillRank, SurvivorsFailWithinTwiceTheTimeout) {
   Job job(k.ranks, "5");
   std::string env = k.env;
   if (!env.empty()) job.setEnv(env.substr(0, env.find('=')), env.substr(env.find('=') + 1));
-  job.startAll({"kill", k.op, std::to_string(k.bytes), std::to_string(k.victim)});
+  for (int r = 0; r < k.ranks; ++r) {
+    if (k.nodes[0] != '\0') job.setEnv("LOOM_NODE_ID", std::string(1, k.nodes[r]));
+    job.start(r, {"kill", k.op, std::to_string(k.bytes), std::to_string(k.victim)});
+  }
   bool finished = job.wait(25);
   EXPECT_TRUE(finished) << "a rank hung\n" << job.describe();
   EXPECT_TRUE(job[k.victim].killedBy(SIGKILL)) << job.describe();
@@ -302,7 +306,15 @@ INSTANTIATE_TEST_SUITE_P(
         KillCase{"rank0_broadcast_8B_3ranks", 3, "broadcast", 8, 0, ""},
         // With LOOM_CHECK each call first waits in the control plane (through rank 0).
         KillCase{"check_allreduce_8B_3ranks", 3, "allreduce", 8, 1, "LOOM_CHECK=1"},
-        KillCase{"check_rank0_allreduce_8B_3ranks", 3, "allreduce", 8, 0, "LOOM_CHECK=1"}),
+        KillCase{"check_rank0_allreduce_8B_3ranks", 3, "allreduce", 8, 0, "LOOM_CHECK=1"},
+        // Hierarchical algorithms across fake nodes: the victim's node mates learn it from the
+        // arena, the other nodes from the connections, whichever phase each was in.
+        KillCase{"hier_allreduce_1MiB_AABB", 4, "allreduce", 1 << 20, 1,
+                 "LOOM_ALGO=allreduce:hierarchical", "AABB"},
+        KillCase{"hier_allgather_1MiB_AABBB", 5, "allgather", 1 << 20, 4,
+                 "LOOM_ALGO=allgather:hierarchical", "AABBB"},
+        KillCase{"hier_broadcast_8B_ABAB", 4, "broadcast", 8, 2, "LOOM_ALGO=broadcast:hierarchical",
+                 "ABAB"}),
     [](const ::testing::TestParamInfo<KillCase>& info) { return std::string(info.param.name); });
 
 // ----------------------------------------------------------------------------------------------
