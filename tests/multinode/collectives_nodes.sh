@@ -41,22 +41,23 @@ if ! why=$(loomt_can_run); then
   exit 77
 fi
 
-# The LOOM_ALGO value forcing $1 on every collective that accepts it across nodes, probed with
-# fake nodes on this host (LOOM_NODE_ID; init is where LOOM_ALGO is checked). Empty: none does;
-# the first refusal goes to $probe_error.
+# Sets $forced to the LOOM_ALGO value forcing $1 on every collective that accepts it across
+# nodes, probed with fake nodes on this host (LOOM_NODE_ID; init is where LOOM_ALGO is checked).
+# Empty: none does; the first refusal goes to $probe_error.
+forced=""
 probe_error=""
-forced_value() {
-  local algo=$1 key value="" out
+probe_forced() {
+  local algo=$1 key out
+  forced=""
   probe_error=""
   for key in $KEYS; do
     if out=$(LOOM_ALGO="$key:$algo" LOOM_TIMEOUT=20 "$LOOMRUN" -n 3 --timeout 30 -- \
       "$FAKE_NODES" "A B A" "$COLLECTIVES" --gtest_filter=-* 2>&1); then
-      value+="${value:+,}$key:$algo"
+      forced+="${forced:+,}$key:$algo"
     elif [[ -z "$probe_error" ]]; then
       probe_error=$(grep -m1 -o 'init failed: .*' <<<"$out" || tail -1 <<<"$out")
     fi
   done
-  echo "$value"
 }
 
 failures=0
@@ -67,13 +68,13 @@ for algo in $ALGOS; do
   if [[ "$algo" == auto ]]; then
     algo_env="COLLECTIVES_TEST_CONFIGS=multinode"
   else
-    value=$(forced_value "$algo")
-    if [[ -z "$value" ]]; then
+    probe_forced "$algo"
+    if [[ -z "$forced" ]]; then
       echo "SKIP algorithm $algo: this build rejects it at init for every collective ($probe_error)"
       skipped=$((skipped + 1))
       continue
     fi
-    algo_env="COLLECTIVES_TEST_CONFIGS=multinode COLLECTIVES_TEST_ALGO=$value"
+    algo_env="COLLECTIVES_TEST_CONFIGS=multinode COLLECTIVES_TEST_ALGO=$forced"
   fi
   for placement in "${placements[@]}"; do
     IFS='|' read -r -a lists <<<"$placement"
