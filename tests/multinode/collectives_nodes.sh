@@ -14,11 +14,13 @@
 #               LOOM_ALGO accepts it on several nodes (probed once on fake nodes); a name the
 #               build rejects for every collective is skipped with a line saying so.
 #   FAULT_OPS   collectives of the fault case (default "allreduce allgather broadcast")
+#   SILENT_PEER 1 (default): also stop node 1's ranks (SIGSTOP, connections left open) during an
+#               allreduce; the others must end on LOOM_TIMEOUT (5 s there)
 #   LOOM_TIMEOUT (default 60; the fault case uses 20), RUN_TIMEOUT (per run, default 900 s)
 # Exit: 0 all passed, 1 a run failed, 77 namespaces cannot be created here.
 set -uo pipefail
 
-(($# >= 2 && $# <= 3)) || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+(($# >= 2 && $# <= 3)) || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 LOOMRUN=$(abspath "$1")
 COLLECTIVES=$(abspath "$2")
@@ -133,6 +135,35 @@ if [[ -n "$FAULT_RANK" ]]; then
     fi
     rm -rf "$dir"
   done
+fi
+
+# Silent peer: node 1's ranks are stopped (SIGSTOP) mid-allreduce, so their connections stay
+# open but nothing more arrives; node 0's ranks must each end on the timeout (LOOM_TIMEOUT), not
+# hang and not succeed. Node 1's ranks are killed once the survivors had time to time out.
+if [[ -n "$FAULT_RANK" && "${SILENT_PEER:-1}" == 1 ]]; then
+  silent_timeout=5
+  runs=$((runs + 1))
+  echo "== silent peer: node 1's ranks stopped during allreduce"
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/loomt-silent.XXXXXX")
+  rank_env="LOOM_WORLD_SIZE=4 LOOM_COMM_ID=\$LOOMT_MASTER:29452 LOOM_TIMEOUT=$silent_timeout"
+  run="$FAULT_RANK loop 100000000"
+  "$NODES_SH" -q -t $((silent_timeout * 8)) -o "$dir" -- \
+    "for r in 0 2; do LOOM_RANK=\$r $rank_env $run & done; wait" \
+    "for r in 1 3; do LOOM_RANK=\$r $rank_env $run & done; sleep 2; kill -STOP \$(jobs -p); \
+     sleep $((silent_timeout * 3)); kill -9 \$(jobs -p); wait; true" 2>"$dir/harness.log"
+  rc=$?
+  # The first survivor to time out aborts the communicator, so the other may instead report
+  # loomRemoteError (6) naming that timeout; both must end, at least one with loomTimeout.
+  ended=$(grep -cE '^result rank=[02] code=(6|8) elapsed_ms=[0-9]+ iters=[1-9][0-9]* msg=.*timed out' \
+    "$dir/node0.out" 2>/dev/null)
+  timeouts=$(grep -cE '^result rank=[02] code=8 ' "$dir/node0.out" 2>/dev/null)
+  grep -hE '^result rank=[02] ' "$dir/node0.out" 2>/dev/null | cut -c1-200 | sed 's/^/   survivor: /'
+  if [[ "$ended" != 2 || "$timeouts" -lt 1 || $rc -eq 124 ]]; then
+    echo "FAIL: silent peer: $ended of 2 survivors ended on the timeout, $timeouts with loomTimeout (exit $rc)"
+    sed 's/^/  /' "$dir"/node*.out "$dir"/node*.err "$dir/harness.log" 2>/dev/null | tail -20
+    failures=$((failures + 1))
+  fi
+  rm -rf "$dir"
 fi
 
 echo "$((runs - failures)) of $runs runs passed; $skipped algorithm(s) skipped"
