@@ -12,7 +12,8 @@
 # Environment: BUILD_DIR, LOOMRUN, LOOM_BENCH, MPIRUN, MPICC, CC, ITERS (10), WARMUP (2),
 # TCP_STREAMS ("1 4"), LOOMT_MTU (1500), RESULTS_DIR (bench/results), PER_RUN_TIMEOUT (600).
 # Output: $RESULTS_DIR/multinode-<host>.csv (loom-bench columns, source like loom-ring-2x2 or
-# mpi-2x2), multinode-<host>-tcp.csv (streams,bytes,us,GBps) and multinode-<host>.md.
+# mpi-2x2), multinode-<host>-tcp.csv (mode,streams,bytes,us,GBps; mode oneway or bidir, GBps per
+# direction) and multinode-<host>.md.
 # Exit 77 when namespaces cannot be created; 1 when a piece failed (the rest still runs).
 set -uo pipefail
 
@@ -90,7 +91,7 @@ mkdir -p "$RESULTS_DIR"
 work=$(mktemp -d "${TMPDIR:-/tmp}/loomt-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 echo "$HEADER" >"$OUT.tmp"
-echo "streams,bytes,us,GBps" >"$TCP_OUT.tmp"
+echo "mode,streams,bytes,us,GBps" >"$TCP_OUT.tmp"
 
 # Runs one nodes.sh job; node 0's stdout is the benchmark's CSV. Rows get `source` in front.
 run_nodes() {
@@ -106,19 +107,22 @@ run_nodes() {
   grep -hE '^[a-z]+,[0-9]+,' "$dir/node0.out" 2>/dev/null | sed "s/^/$source,/" >>"$OUT.tmp"
 }
 
-# 1. The bound: one stream and several between node 0 and node 1 over the bridge.
+# 1. The bound: one stream and several between node 0 and node 1 over the bridge, one way and
+# both ways at once (a ring's links carry both; on a small VM the directions share the CPUs).
 if [[ -n "$TCP_BW" ]]; then
-  for streams in $TCP_STREAMS; do
-    dir="$work/tcp$streams"
-    note "tcp_bw: $streams stream(s)"
-    if "$NODES_SH" -q -f -k 2 -t "$PER_RUN_TIMEOUT" -o "$dir" -- \
-      "$TCP_BW client $(loomt_addr 1) $PORT $streams $MINBYTES $MAXBYTES $ITERS" \
-      "$TCP_BW server $PORT $streams" 2>"$dir.log"; then
-      grep -E '^[0-9]+,' "$dir/node0.out" >>"$TCP_OUT.tmp"
-    else
-      note "tcp_bw failed: $(tail -5 "$dir.log" "$dir"/node*.err 2>/dev/null)"
-      failed=1
-    fi
+  for mode in oneway bidir; do
+    for streams in $TCP_STREAMS; do
+      dir="$work/tcp$mode$streams"
+      note "tcp_bw: $streams stream(s), $mode"
+      if "$NODES_SH" -q -f -k 2 -t "$PER_RUN_TIMEOUT" -o "$dir" -- \
+        "$TCP_BW client $(loomt_addr 1) $PORT $streams $MINBYTES $MAXBYTES $ITERS $mode" \
+        "$TCP_BW server $PORT $streams" 2>"$dir.log"; then
+        grep -E '^[0-9]+,' "$dir/node0.out" | sed "s/^/$mode,/" >>"$TCP_OUT.tmp"
+      else
+        note "tcp_bw failed: $(tail -5 "$dir.log" "$dir"/node*.err 2>/dev/null)"
+        failed=1
+      fi
+    done
   done
 fi
 
@@ -167,28 +171,33 @@ python3 - "$OUT" "$TCP_OUT" >"$MD_OUT" <<'EOF' || { note "summary failed"; faile
 import csv, sys
 from collections import defaultdict
 rows = list(csv.DictReader(open(sys.argv[1])))
-bound = defaultdict(float)
+bound = {"oneway": defaultdict(float), "bidir": defaultdict(float)}
 for r in csv.DictReader(open(sys.argv[2])):
-    bound[int(r["bytes"])] = max(bound[int(r["bytes"])], float(r["GBps"]))
+    b = bound[r["mode"]]
+    b[int(r["bytes"])] = max(b[int(r["bytes"])], float(r["GBps"]))
 print("# Multi-node benchmark (namespaces as nodes)\n")
-print("Raw TCP bound (best of the stream counts), GB/s: " +
-      ", ".join(f"{b >> 10} KiB {g:.2f}" for b, g in sorted(bound.items())) + "\n")
+for mode, what in (("oneway", "one way"), ("bidir", "both ways at once, per direction")):
+    print(f"Raw TCP bound {what} (best of the stream counts), GB/s: " +
+          ", ".join(f"{b >> 10} KiB {g:.2f}" for b, g in sorted(bound[mode].items())) + "\n")
 groups = defaultdict(lambda: defaultdict(dict))
 for r in rows:
     shape = r["source"].rsplit("-", 1)[1]
     groups[(r["op"], shape)][r["source"].rsplit("-", 1)[0]][int(r["bytes"])] = float(r["oop_busbw"])
 for (op, shape), sources in sorted(groups.items()):
     names = sorted(sources)
-    print(f"## {op}, {shape} (busbw GB/s; % of the TCP bound)\n")
-    print("| bytes | " + " | ".join(names) + " | TCP bound |")
-    print("|---:|" + "---:|" * (len(names) + 1))
+    print(f"## {op}, {shape} (busbw GB/s; % of the both-ways TCP bound)\n")
+    print("| bytes | " + " | ".join(names) + " | TCP both ways | TCP one way |")
+    print("|---:|" + "---:|" * (len(names) + 2))
     for size in sorted({s for v in sources.values() for s in v}):
         cells = []
         for name in names:
             v = sources[name].get(size)
-            pct = f" ({100 * v / bound[size]:.0f}%)" if v is not None and bound.get(size) else ""
+            b = bound["bidir"].get(size)
+            pct = f" ({100 * v / b:.0f}%)" if v is not None and b else ""
             cells.append("" if v is None else f"{v:.3f}{pct}")
-        print(f"| {size} | " + " | ".join(cells) + f" | {bound.get(size, float('nan')):.3f} |")
+        print(f"| {size} | " + " | ".join(cells) +
+              f" | {bound['bidir'].get(size, float('nan')):.3f}"
+              f" | {bound['oneway'].get(size, float('nan')):.3f} |")
     print()
 EOF
 note "summary in $MD_OUT"

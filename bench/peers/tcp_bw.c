@@ -4,10 +4,13 @@
 // per connection; the time from the first send to the last answer is one iteration.
 //
 //   tcp_bw server PORT STREAMS              serves one client, then exits
-//   tcp_bw client HOST PORT STREAMS [MINBYTES MAXBYTES ITERS]   (defaults 64K 256M 20)
+//   tcp_bw client HOST PORT STREAMS [MINBYTES MAXBYTES ITERS [bidir]]   (defaults 64K 256M 20)
 //
 // The client prints CSV: streams,bytes,us,GBps (GB = 1e9 bytes, as loom-bench's busbw) for
-// message sizes MINBYTES, x4, ... MAXBYTES, after one warm-up iteration per size.
+// message sizes MINBYTES, x4, ... MAXBYTES, after one warm-up iteration per size. With "bidir"
+// the server sends the same bytes back at the same time and GBps is per direction: the bound
+// for a ring, whose links carry traffic both ways at once (on a small VM both directions share
+// the same CPUs, so this bound is lower than the one-way one).
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,6 +28,8 @@
 
 #define MAX_STREAMS 64
 #define CONNECT_TRIES 200  // x 50 ms: the server may start a little after the client
+
+static const uint64_t kBidir = 1ull << 63;
 
 static void die(const char* what) {
   fprintf(stderr, "tcp_bw: %s: %s\n", what, strerror(errno));
@@ -56,41 +61,44 @@ static void read_full(int fd, void* buf, size_t n) {
   }
 }
 
-// Moves `want[i]` bytes on every connection at once (send or receive), so that one slow
-// connection does not stall the others.
-static void move_all(int* fds, int n, const uint64_t* want, char* buf, size_t bufsize, int sending) {
-  uint64_t done[MAX_STREAMS] = {0};
+// Moves sendWant[i] bytes out of and recvWant[i] bytes into connection i, on every connection at
+// once and in both directions at once, so that one slow connection does not stall the others.
+static void move_all(int* fds, int n, const uint64_t* sendWant, const uint64_t* recvWant, char* buf,
+                     size_t bufsize) {
+  uint64_t sent[MAX_STREAMS] = {0}, recvd[MAX_STREAMS] = {0};
   struct pollfd pfds[MAX_STREAMS];
-  int active = 0;
-  for (int i = 0; i < n; ++i) active += want[i] > 0;
-  while (active > 0) {
+  while (1) {
     int np = 0;
     int which[MAX_STREAMS];
     for (int i = 0; i < n; ++i) {
-      if (done[i] < want[i]) {
-        pfds[np].fd = fds[i];
-        pfds[np].events = sending ? POLLOUT : POLLIN;
-        which[np++] = i;
-      }
+      short events =
+          (short)((sent[i] < sendWant[i] ? POLLOUT : 0) | (recvd[i] < recvWant[i] ? POLLIN : 0));
+      if (events == 0) continue;
+      pfds[np].fd = fds[i];
+      pfds[np].events = events;
+      which[np++] = i;
     }
+    if (np == 0) return;
     if (poll(pfds, (nfds_t)np, 30000) <= 0) {
       if (errno == 0) errno = ETIMEDOUT;
       die("poll (peer silent for 30 s?)");
     }
     for (int k = 0; k < np; ++k) {
-      if (pfds[k].revents == 0) continue;
       int i = which[k];
-      uint64_t left = want[i] - done[i];
-      size_t chunk = left < bufsize ? (size_t)left : bufsize;
-      ssize_t moved = sending ? send(fds[i], buf, chunk, MSG_NOSIGNAL | MSG_DONTWAIT)
-                              : recv(fds[i], buf, chunk, MSG_DONTWAIT);
-      if (moved < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (moved <= 0) {
-        if (moved == 0) errno = ECONNRESET;
-        die(sending ? "send" : "recv");
+      if (pfds[k].revents & (POLLIN | POLLERR | POLLHUP)) {
+        uint64_t left = recvWant[i] - recvd[i];
+        ssize_t got = recv(fds[i], buf, left < bufsize ? (size_t)left : bufsize, MSG_DONTWAIT);
+        if (got == 0) errno = ECONNRESET;
+        if (got <= 0 && errno != EAGAIN && errno != EINTR) die("recv");
+        if (got > 0) recvd[i] += (uint64_t)got;
       }
-      done[i] += (uint64_t)moved;
-      if (done[i] == want[i]) --active;
+      if ((pfds[k].revents & POLLOUT) && sent[i] < sendWant[i]) {
+        uint64_t left = sendWant[i] - sent[i];
+        ssize_t put =
+            send(fds[i], buf, left < bufsize ? (size_t)left : bufsize, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (put < 0 && errno != EAGAIN && errno != EINTR) die("send");
+        if (put > 0) sent[i] += (uint64_t)put;
+      }
     }
   }
 }
@@ -116,13 +124,16 @@ static int serve(int port, int streams) {
   while (1) {
     // Each message starts with its per-connection byte counts; a zero count on connection 0
     // from a closed client ends the run.
-    uint64_t want[MAX_STREAMS];
+    // The top bit of a count asks for the same number of bytes back at the same time.
+    uint64_t want[MAX_STREAMS] = {0}, back[MAX_STREAMS] = {0};
     for (int i = 0; i < streams; ++i) {
       ssize_t got = recv(fds[i], &want[i], sizeof(want[i]), MSG_WAITALL);
       if (got == 0 && i == 0) return 0;
       if (got != (ssize_t)sizeof(want[i])) die("recv header");
+      back[i] = (want[i] & kBidir) ? want[i] & ~kBidir : 0;
+      want[i] &= ~kBidir;
     }
-    move_all(fds, streams, want, buf, bufsize, 0);
+    move_all(fds, streams, back, want, buf, bufsize);
     char ack = 1;
     for (int i = 0; i < streams; ++i) {
       if (send(fds[i], &ack, 1, MSG_NOSIGNAL) != 1) die("send ack");
@@ -140,7 +151,7 @@ static uint64_t parse_size(const char* text) {
 }
 
 static int run_client(const char* host, int port, int streams, uint64_t minb, uint64_t maxb,
-                      int iters) {
+                      int iters, int bidir) {
   struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
   struct addrinfo* ai = NULL;
   char service[16];
@@ -168,20 +179,22 @@ static int run_client(const char* host, int port, int streams, uint64_t minb, ui
   memset(buf, 0x5a, bufsize);
   printf("streams,bytes,us,GBps\n");
   for (uint64_t bytes = minb; bytes <= maxb; bytes *= 4) {
-    uint64_t want[MAX_STREAMS];
+    uint64_t want[MAX_STREAMS], header[MAX_STREAMS], back[MAX_STREAMS];
     for (int i = 0; i < streams; ++i) {
       want[i] = bytes / (uint64_t)streams + ((uint64_t)i < bytes % (uint64_t)streams);
+      header[i] = want[i] | (bidir ? kBidir : 0);
+      back[i] = bidir ? want[i] : 0;
     }
     double best = 1e30;
     double total = 0;
     for (int it = -1; it < iters; ++it) {
       double t0 = now_sec();
       for (int i = 0; i < streams; ++i) {
-        if (send(fds[i], &want[i], sizeof(want[i]), MSG_NOSIGNAL) != sizeof(want[i])) {
+        if (send(fds[i], &header[i], sizeof(header[i]), MSG_NOSIGNAL) != sizeof(header[i])) {
           die("send header");
         }
       }
-      move_all(fds, streams, want, buf, bufsize, 1);
+      move_all(fds, streams, want, back, buf, bufsize);
       for (int i = 0; i < streams; ++i) {
         char ack;
         read_full(fds[i], &ack, 1);
@@ -216,16 +229,19 @@ int main(int argc, char** argv) {
     uint64_t minb = argc > 5 ? parse_size(argv[5]) : 64 << 10;
     uint64_t maxb = argc > 6 ? parse_size(argv[6]) : 256 << 20;
     int iters = argc > 7 ? atoi(argv[7]) : 20;
+    int bidir = argc > 8 && strcmp(argv[8], "bidir") == 0;
     if (streams < 1 || streams > MAX_STREAMS || minb < (uint64_t)streams || maxb < minb ||
         iters < 1) {
-      fprintf(stderr, "tcp_bw: need 1 <= STREAMS <= %d, STREAMS <= MINBYTES <= MAXBYTES, "
-              "ITERS >= 1\n", MAX_STREAMS);
+      fprintf(stderr,
+              "tcp_bw: need 1 <= STREAMS <= %d, STREAMS <= MINBYTES <= MAXBYTES, "
+              "ITERS >= 1\n",
+              MAX_STREAMS);
       return 2;
     }
-    return run_client(argv[2], atoi(argv[3]), streams, minb, maxb, iters);
+    return run_client(argv[2], atoi(argv[3]), streams, minb, maxb, iters, bidir);
   }
   fprintf(stderr,
           "usage: tcp_bw server PORT STREAMS\n"
-          "       tcp_bw client HOST PORT STREAMS [MINBYTES MAXBYTES ITERS]\n");
+          "       tcp_bw client HOST PORT STREAMS [MINBYTES MAXBYTES ITERS [bidir]]\n");
   return 2;
 }

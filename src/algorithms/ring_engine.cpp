@@ -61,14 +61,20 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
     return moved;
   };
 
-  auto finished = [&] {
+  auto sendsDone = [&] {
     while (sendStep < nsteps && sendPos == steps[sendStep].sendBytes) ++sendStep, sendPos = 0;
-    while (recvStep < nsteps && recvPos == steps[recvStep].recvBytes) ++recvStep, recvPos = 0;
-    return sendStep == nsteps && recvStep == nsteps;
+    return sendStep == nsteps;
   };
+  auto recvsDone = [&] {
+    while (recvStep < nsteps && recvPos == steps[recvStep].recvBytes) ++recvStep, recvPos = 0;
+    return recvStep == nsteps;
+  };
+  auto finished = [&] { return sendsDone() && recvsDone(); };
+  // Only a neighbour this rank still needs may fail the wait: the right one can finish its last
+  // receive and exit while this rank still waits for its own last step from the left.
   auto checkNeighbours = [&] {
-    ctx.check(leftRank);
-    ctx.check(rightRank);
+    if (!recvsDone()) ctx.check(leftRank);
+    if (!sendsDone()) ctx.check(rightRank);
   };
   while (!finished()) {
     if (!progress()) waitUntil(progress, checkNeighbours);

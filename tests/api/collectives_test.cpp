@@ -72,7 +72,16 @@ std::string configSet() {
 }
 bool multiNode() { return configSet() == "multinode" || configSet() == "hierarchical"; }
 
+// COLLECTIVES_TEST_ALGO=<a LOOM_ALGO value> replaces the config list by that value at the full
+// and at tiny staging sizes, so a script can force each algorithm in turn (LOOM_ALGO itself is
+// set per config below). Only the collectives it names run.
 std::span<const Config> configs() {
+  static const char* forced = std::getenv("COLLECTIVES_TEST_ALGO");
+  static const Config kForced[] = {
+      {"forced", forced != nullptr ? forced : "", "", "", kMiBPlus3},
+      {"tiny-forced", forced != nullptr ? forced : "", "4096", "4096", 20000 + 3, "", "2"},
+  };
+  if (forced != nullptr && *forced != '\0') return kForced;
   if (configSet() == "hierarchical") return kHierarchicalConfigs;
   if (multiNode()) return kMultiNodeConfigs;
   return kConfigs;
