@@ -80,7 +80,9 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
     if (!sendsDone()) ctx.check(rightRank);
   };
   // A send held back by its own step's receive waits on the left channel only.
+  const bool networked = left.pollFd(false) >= 0 || right.pollFd(true) >= 0;
   auto gather = [&](PollSet& set) {
+    if (networked) set.markNetworked();
     if (!recvsDone()) set.add(left.pollFd(false), POLLIN);
     if (sendBlocked) set.add(right.pollFd(true), POLLOUT);
   };

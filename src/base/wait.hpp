@@ -45,7 +45,12 @@ class PollSet {
   void clear() {
     fds_.clear();
     complete_ = true;
+    networked_ = false;
   }
+  // The wait involves a network channel, even if nothing of it can be polled now (a send held
+  // back by a shared-memory receive): it sleeps rather than yields, leaving the CPU to the
+  // kernel's TCP processing that the wait depends on.
+  void markNetworked() { networked_ = true; }
   // fd < 0: a source without a descriptor (shared memory).
   void add(int fd, short events) {
     if (fd < 0) {
@@ -58,9 +63,10 @@ class PollSet {
         return;
       }
     fds_.push_back({fd, events, 0});
+    networked_ = true;
   }
-  bool empty() const { return fds_.empty(); }
-  bool complete() const { return complete_; }
+  bool empty() const { return fds_.empty() && !networked_; }
+  bool complete() const { return complete_ && !fds_.empty(); }
   // Returns when a descriptor is ready (errors and hang-ups included) or after timeoutNs.
   void block(long timeoutNs) {
     timespec ts{timeoutNs / 1000000000, timeoutNs % 1000000000};
@@ -70,6 +76,7 @@ class PollSet {
  private:
   std::vector<pollfd> fds_;  // kept by the owner across waits: no allocation once grown
   bool complete_ = true;
+  bool networked_ = false;
 };
 
 // Waits until ready() returns true; check() runs periodically and throws to give up.
