@@ -151,8 +151,13 @@ void runPointToPoint(std::vector<P2POp>& ops) {
     for (const P2POp& op : ops)
       if (!op.done) op.ctx->check(op.peer);
   };
+  auto gather = [&](PollSet& set) {
+    for (const P2POp& op : ops)
+      if (!op.done) set.add(op.channel->pollFd(op.isSend), op.isSend ? POLLOUT : POLLIN);
+  };
+  thread_local PollSet pollSet;
   while (!allDone()) {
-    if (!pass()) waitUntil(pass, checkAll);
+    if (!pass()) waitUntil(pass, checkAll, gather, pollSet);
   }
 }
 

@@ -58,8 +58,14 @@ void runTransfers(const AlgoContext& ctx, std::vector<Transfer>& list) {
     for (const Transfer& t : list)
       if (t.position < t.bytes) ctx.check(t.peer);
   };
+  auto gather = [&](PollSet& set) {
+    for (const Transfer& t : list)
+      if (t.position < t.bytes)
+        set.add(ctx.channel(t.peer).pollFd(t.isSend), t.isSend ? POLLOUT : POLLIN);
+  };
+  thread_local PollSet pollSet;
   while (!done()) {
-    if (!pass()) waitUntil(pass, check);
+    if (!pass()) waitUntil(pass, check, gather, pollSet);
   }
 }
 

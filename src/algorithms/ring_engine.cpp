@@ -15,9 +15,11 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
   size_t esize = dtypeSize(red.dtype);
   size_t nsteps = steps.size();
   size_t sendStep = 0, sendPos = 0, recvStep = 0, recvPos = 0;
+  bool sendBlocked = false;  // the last send attempt found the channel full
 
   auto progress = [&]() -> bool {
     bool moved = false;
+    sendBlocked = false;
     while (sendStep < nsteps && sendPos == steps[sendStep].sendBytes) ++sendStep, sendPos = 0;
     if (sendStep < nsteps) {
       const RingStep& s = steps[sendStep];
@@ -30,6 +32,7 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
         size_t sent = right.trySend(s.send + sendPos, want);
         sendPos += sent;
         moved |= sent > 0;
+        sendBlocked = sent < want;
       }
     }
     while (recvStep < nsteps && recvPos == steps[recvStep].recvBytes) ++recvStep, recvPos = 0;
@@ -76,8 +79,16 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
     if (!recvsDone()) ctx.check(leftRank);
     if (!sendsDone()) ctx.check(rightRank);
   };
+  // A send held back by its own step's receive waits on the left channel only.
+  const bool networked = left.pollFd(false) >= 0 || right.pollFd(true) >= 0;
+  auto gather = [&](PollSet& set) {
+    if (networked) set.markNetworked();
+    if (!recvsDone()) set.add(left.pollFd(false), POLLIN);
+    if (sendBlocked) set.add(right.pollFd(true), POLLOUT);
+  };
+  thread_local PollSet pollSet;
   while (!finished()) {
-    if (!progress()) waitUntil(progress, checkNeighbours);
+    if (!progress()) waitUntil(progress, checkNeighbours, gather, pollSet);
   }
 }
 

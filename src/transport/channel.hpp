@@ -24,6 +24,14 @@ class Channel {
   // Releases bytes of the last peek (a multiple of 8, or the padded end of a transfer).
   virtual void consume(size_t bytes) = 0;
 
+  // A descriptor that becomes ready (POLLOUT sending, POLLIN receiving) when the next trySend or
+  // receive can move bytes, so that waits block in poll instead of spinning; -1 where there is
+  // none (shared memory), whose waits spin, yield and sleep.
+  virtual int pollFd(bool sending) const {
+    (void)sending;
+    return -1;
+  }
+
   // Whether tryReceive saves a copy over peek + copy + consume (a network channel reads the
   // kernel's buffer straight into the destination).
   virtual bool receivesDirect() const { return false; }

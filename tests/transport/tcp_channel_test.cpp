@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/wait.hpp"
 #include "bootstrap/socket.hpp"
 #include "transport/tcp/interfaces.hpp"
 
@@ -141,6 +142,60 @@ TEST(TcpChannel, SendToAShutDownPeerFails) {
         }
       },
       Error);
+}
+
+// A wait on a TCP channel blocks in poll on the connection that carries the next byte, wakes when
+// data arrives there, and moves to the next connection with the stripe.
+TEST(TcpChannel, WaitsBlockInPollOnTheStreamOfTheNextByte) {
+  Pair p = connectedPair(2);
+  const int firstRecv = p.b->pollFd(false);
+  const int firstSend = p.a->pollFd(true);
+  ASSERT_GE(firstRecv, 0);
+  ASSERT_GE(firstSend, 0);
+  // One whole stripe, received through waits that can only progress when poll reports data.
+  std::vector<char> data = pattern(TcpChannel::kStripeBytes, 3), out(data.size());
+  std::thread sender([&] {
+    size_t sent = 0;
+    for (int rounds = 0; sent < data.size() && rounds < 1000000; ++rounds) {
+      size_t n = p.a->trySend(data.data() + sent, data.size() - sent);
+      sent += n;
+      if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  Deadline deadline = deadlineAfterMs(20000);
+  size_t got = 0;
+  PollSet set;
+  auto ready = [&] {
+    size_t n = p.b->tryReceive(out.data() + got, out.size() - got);
+    got += n;
+    return n > 0;
+  };
+  auto check = [&] {
+    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("no data in 20 s");
+  };
+  auto gather = [&](PollSet& s) { s.add(p.b->pollFd(false), POLLIN); };
+  for (int waits = 0; got < out.size() && waits < 1000000; ++waits)
+    waitUntil(ready, check, gather, set);
+  sender.join();
+  EXPECT_EQ(out, data);
+  // The next stripe travels on the other connection, in both directions' bookkeeping.
+  EXPECT_NE(p.b->pollFd(false), firstRecv);
+  EXPECT_NE(p.a->pollFd(true), firstSend);
+}
+
+// A wait whose socket never becomes ready still runs the health check between poll slices (20
+// checks outlast the short spin phase) and gives up through it.
+TEST(TcpChannel, PollingWaitEndsThroughTheCheck) {
+  Pair p = connectedPair(1);
+  PollSet set;
+  int checks = 0;
+  auto never = [] { return false; };
+  auto check = [&] {
+    if (++checks == 20) throw std::runtime_error("given up");
+  };
+  auto gather = [&](PollSet& s) { s.add(p.b->pollFd(false), POLLIN); };
+  EXPECT_THROW(waitUntil(never, check, gather, set), std::runtime_error);
+  EXPECT_EQ(checks, 20);
 }
 
 TEST(SocketInterfaces, FilterSyntax) {

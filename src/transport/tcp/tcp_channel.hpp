@@ -27,6 +27,10 @@ class TcpChannel final : public Channel {
   void consume(size_t bytes) override;
   bool receivesDirect() const override { return true; }
   size_t tryReceive(void* dst, size_t bytes) override;
+  // The connection that carries the next byte of that direction: the only one progress can wait on.
+  int pollFd(bool sending) const override {
+    return streamAt(sending ? sendOffset_ : recvOffset_).fd();
+  }
   size_t streams() const { return streams_.size(); }
   // Makes the peer see EOF on every connection now (safe while another thread uses them): how a
   // failing rank tells the ranks of other nodes that wait for it.
@@ -36,6 +40,9 @@ class TcpChannel final : public Channel {
 
  private:
   Socket& streamAt(uint64_t offset) { return streams_[(offset / kStripeBytes) % streams_.size()]; }
+  const Socket& streamAt(uint64_t offset) const {
+    return streams_[(offset / kStripeBytes) % streams_.size()];
+  }
   static size_t stripeLeft(uint64_t offset) { return kStripeBytes - offset % kStripeBytes; }
   // Reads what has arrived into the staging buffer, in stream order, until it holds `want` bytes.
   void fill(size_t want);
