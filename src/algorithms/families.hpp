@@ -13,6 +13,8 @@ void registerRingAlgorithms(std::vector<Algorithm>& out);          // ring.cpp
 void registerAllToAllvAlgorithms(std::vector<Algorithm>& out);     // alltoallv.cpp
 void registerPairwiseAlgorithms(std::vector<Algorithm>& out);      // pairwise.cpp
 void registerHierarchicalAlgorithms(std::vector<Algorithm>& out);  // hierarchical.cpp
+void registerHierarchicalAllToAllAlgorithms(
+    std::vector<Algorithm>& out);                          // hierarchical_alltoall.cpp
 void registerCudaAlgorithms(std::vector<Algorithm>& out);  // device/cuda/cuda_algorithms.cpp
 
 }  // namespace loom

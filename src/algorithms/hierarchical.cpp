@@ -17,7 +17,8 @@
 //                    straight into the output → node share of what the column brought
 //   reducescatter  = node reduce of the column's blocks → column reduce-scatter ring (own block
 //                    straight into the output) → node share of blocks of local index >= G
-// Phases run one after another (no overlap of the intra- and inter-node phases yet).
+// Phases run one after another (no overlap of the intra- and inter-node phases yet). alltoall:
+// hierarchical_alltoall.cpp (grouped by node over the node's and the column's channels).
 // One node: the communicator's own arena algorithm (the selector normally resolves that first).
 #include <algorithm>
 #include <vector>

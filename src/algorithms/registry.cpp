@@ -15,6 +15,7 @@ const std::vector<Algorithm>& allAlgorithms() {
     registerAllToAllvAlgorithms(out);
     registerPairwiseAlgorithms(out);
     registerHierarchicalAlgorithms(out);
+    registerHierarchicalAllToAllAlgorithms(out);
 #if LOOM_HAVE_CUDA
     registerCudaAlgorithms(out);
 #endif

@@ -65,7 +65,9 @@ bool hasHierarchical(loomFunc_t func) { return findAlgorithm(func, "hierarchical
 // 2.0-3.9 ms vs 4.1-8.6 ms ring; allgather and reduce-scatter 1 MiB total), mixed
 // below them (latencies of 0.1-5 ms there are mostly scheduling). broadcast and reduce stay on
 // the ring: a chain crosses each node boundary once anyway, and hierarchical broadcast lost at
-// 2 x 4 (4 MiB: 6.1 vs 5.2 ms) as did one in-place reduce at 2 x 2.
+// 2 x 4 (4 MiB: 6.1 vs 5.2 ms) as did one in-place reduce at 2 x 2. alltoall stays pairwise: the
+// hierarchical one moves the same network bytes in fewer messages and lost at every size at 2 x 2
+// (16 MiB: 30-42 vs 17-23 ms), winning both runs at 2 x 4 only at 4 MiB, by 4-10%.
 size_t hierarchicalMinBytes(loomFunc_t func) {
   switch (func) {
     case loomFuncAllReduce:

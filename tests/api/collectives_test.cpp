@@ -60,7 +60,7 @@ const Config kMultiNodeConfigs[] = {
 // buffers and with tiny ones, so that every phase runs many arena steps and ring chunks.
 constexpr const char* kHierarchicalAlgos =
     "allreduce:hierarchical,allgather:hierarchical,reducescatter:hierarchical,"
-    "broadcast:hierarchical,reduce:hierarchical";
+    "broadcast:hierarchical,reduce:hierarchical,alltoall:hierarchical";
 const Config kHierarchicalConfigs[] = {
     {"hierarchical", kHierarchicalAlgos, "", "", kMiBPlus3, "0", "2"},
     {"tiny-hierarchical", kHierarchicalAlgos, "4096", "4096", 20000 + 3, "", "1"},
@@ -466,14 +466,14 @@ TEST(Communicators, ArenaAlgorithmsRefusedAcrossNodes) {
 }
 
 TEST(Communicators, HierarchicalRefusedWhereItHasNoAlgorithm) {
-  setenv("LOOM_ALGO", "alltoall:hierarchical", 1);
+  setenv("LOOM_ALGO", "alltoallv:hierarchical", 1);
   loomComm_t comm = nullptr;
   loomResult_t r = loomCommSplit(gWorld, 0, gRank, &comm, nullptr);
   std::string why = loomGetLastError(nullptr);
   unsetenv("LOOM_ALGO");
   EXPECT_EQ(r, loomInvalidArgument);
   EXPECT_EQ(comm, nullptr);
-  EXPECT_NE(why.find("alltoall has no algorithm 'hierarchical'"), std::string::npos) << why;
+  EXPECT_NE(why.find("alltoallv has no algorithm 'hierarchical'"), std::string::npos) << why;
   EXPECT_LOOM(loomBarrier(gWorld, nullptr));
 }
 

@@ -75,6 +75,8 @@ loomResult_t runOp(const std::string& op, std::vector<float>& send, std::vector<
                    size_t count, loomComm_t comm) {
   if (op == "allgather")
     return loomAllGather(send.data(), recv.data(), count, loomFloat, comm, nullptr);
+  if (op == "alltoall")
+    return loomAllToAll(send.data(), recv.data(), count, loomFloat, comm, nullptr);
   if (op == "broadcast")
     return loomBroadcast(send.data(), recv.data(), count, loomFloat, 0, comm, nullptr);
   return loomAllReduce(send.data(), recv.data(), count, loomFloat, loomSum, comm, nullptr);
@@ -82,7 +84,9 @@ loomResult_t runOp(const std::string& op, std::vector<float>& send, std::vector<
 
 int modeKill(loomComm_t comm, int nranks, const std::string& op, size_t bytes, int victim) {
   size_t count = std::max<size_t>(bytes / sizeof(float), 1);
-  std::vector<float> send(count, 1.0f), recv(count * (op == "allgather" ? nranks : 1));
+  // allgather and alltoall: `bytes` per rank.
+  std::vector<float> send(count * (op == "alltoall" ? nranks : 1), 1.0f),
+      recv(count * (op == "allgather" || op == "alltoall" ? nranks : 1));
   Clock::time_point lastSuccess = Clock::now();
   for (long iters = 0;; ++iters) {
     if (gRank == victim && iters == 50) {

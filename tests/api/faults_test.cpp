@@ -313,6 +313,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "LOOM_ALGO=allreduce:hierarchical", "AABB"},
         KillCase{"hier_allgather_1MiB_AABBB", 5, "allgather", 1 << 20, 4,
                  "LOOM_ALGO=allgather:hierarchical", "AABBB"},
+        KillCase{"hier_alltoall_256KiB_ABAAB", 5, "alltoall", 256 << 10, 2,
+                 "LOOM_ALGO=alltoall:hierarchical", "ABAAB"},
         KillCase{"hier_broadcast_8B_ABAB", 4, "broadcast", 8, 2, "LOOM_ALGO=broadcast:hierarchical",
                  "ABAB"}),
     [](const ::testing::TestParamInfo<KillCase>& info) { return std::string(info.param.name); });

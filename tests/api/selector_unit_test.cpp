@@ -47,8 +47,10 @@ TEST(Selector, OneRankPerNodeStaysFlat) {
 }
 
 TEST(Selector, ForcedHierarchicalAcrossNodes) {
-  Selector selector(severalNodes(false), "allreduce:hierarchical,allgather:hierarchical");
+  Selector selector(severalNodes(false),
+                    "allreduce:hierarchical,allgather:hierarchical,alltoall:hierarchical");
   EXPECT_STREQ(selector.select(loomFuncAllReduce, 8).name, "hierarchical");
+  EXPECT_STREQ(selector.select(loomFuncAllToAll, 8).name, "hierarchical");
   EXPECT_STREQ(selector.select(loomFuncAllGather, 8).name, "hierarchical");
   EXPECT_STREQ(selector.select(loomFuncReduceScatter, 8).name, "ring");
 }
@@ -63,8 +65,8 @@ TEST(Selector, ForcedHierarchicalOnOneNodeKeepsTheArenaTable) {
 }
 
 TEST(Selector, HierarchicalRefusedWhereItDoesNotExist) {
-  std::string why = thrownMessage(severalNodes(true), "alltoall:hierarchical");
-  EXPECT_NE(why.find("alltoall has no algorithm 'hierarchical'"), std::string::npos) << why;
+  std::string why = thrownMessage(severalNodes(true), "alltoallv:hierarchical");
+  EXPECT_NE(why.find("alltoallv has no algorithm 'hierarchical'"), std::string::npos) << why;
   why = thrownMessage(severalNodes(true), "allreduce:direct");
   EXPECT_NE(why.find("valid here: ring, hierarchical"), std::string::npos) << why;
   SelectorInputs cuda;
