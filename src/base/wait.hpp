@@ -28,13 +28,17 @@ inline void cpuRelax() {
 
 // Runs check(); if it throws (peer gone, abort, deadline) but ready() has become true meanwhile,
 // the wait succeeded after all: a peer that published its data and then exited is not a failure.
+// Returns true in that case, and the wait must end: ready() may do the work itself (move the last
+// bytes) and so be true only at that one call.
 template <typename Ready, typename Check>
-void checkUnlessReady(Ready& ready, Check& check) {
+bool checkUnlessReady(Ready& ready, Check& check) {
   try {
     check();
   } catch (...) {
     if (!ready()) throw;
+    return true;
   }
+  return false;
 }
 
 // The descriptors whose readiness would let a wait make progress (Channel::pollFd). A wait whose
@@ -100,14 +104,14 @@ void waitUntil(Ready&& ready, Check&& check) {
       case Phase::kSpin:
         cpuRelax();
         if ((i & 63) == 0) {
-          checkUnlessReady(ready, check);
+          if (checkUnlessReady(ready, check)) return;
           if (Clock::now() - start >= kSpinFor) phase = Phase::kYield;
         }
         break;
       case Phase::kYield:
         sched_yield();
         if ((i & 7) == 0) {
-          checkUnlessReady(ready, check);
+          if (checkUnlessReady(ready, check)) return;
           if (Clock::now() - start >= kYieldFor) phase = Phase::kSleep;
         }
         break;
@@ -115,7 +119,7 @@ void waitUntil(Ready&& ready, Check&& check) {
         timespec ts{0, sleepNs};
         nanosleep(&ts, nullptr);
         if (sleepNs < kMaxSleepNs) sleepNs += sleepNs / 2;
-        checkUnlessReady(ready, check);
+        if (checkUnlessReady(ready, check)) return;
         break;
       }
     }
@@ -143,7 +147,7 @@ void waitUntil(Ready&& ready, Check&& check, Gather&& gather, PollSet& set) {
     if (ready()) return;
     cpuRelax();
     if ((i & 63) == 0) {
-      checkUnlessReady(ready, check);
+      if (checkUnlessReady(ready, check)) return;
       if (Clock::now() - start >= kSpinFor) break;
     }
   }
@@ -156,7 +160,7 @@ void waitUntil(Ready&& ready, Check&& check, Gather&& gather, PollSet& set) {
       set.block(partialNs);
       if (partialNs < kMaxPartialNs) partialNs += partialNs / 2;
     }
-    checkUnlessReady(ready, check);
+    if (checkUnlessReady(ready, check)) return;
     if (ready()) return;
     set.clear();
     gather(set);
