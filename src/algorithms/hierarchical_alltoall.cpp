@@ -20,6 +20,7 @@
 #include "algorithms/families.hpp"
 #include "base/dtype.hpp"
 #include "base/error.hpp"
+#include "base/wait.hpp"
 
 namespace loom {
 
@@ -66,8 +67,15 @@ class Exchange {
       for (const Stream& s : streams_)
         if (s.next < s.end) ctx_.check(s.peer);
     };
+    // Blocks in poll on the network streams once spinning stops paying (base/wait.hpp).
+    auto gather = [&](PollSet& set) {
+      for (const Stream& s : streams_)
+        if (s.next < s.end)
+          set.add(ctx_.channel(s.peer).pollFd(s.isSend), s.isSend ? POLLOUT : POLLIN);
+    };
+    thread_local PollSet pollSet;
     while (!done()) {
-      if (!pass()) waitUntil(pass, check);
+      if (!pass()) waitUntil(pass, check, gather, pollSet);
     }
   }
 
