@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing Loom needs, from Debian packages, only where missing.
-# Usage: scripts/install_deps.sh [bench]   (bench: also Open MPI for the peer benchmark)
+# Usage: scripts/install_deps.sh [bench]   (bench: also Open MPI's compiler for the peer benchmark)
 set -euo pipefail
 
 need=()
@@ -17,9 +17,11 @@ if have python3; then
 else
   need+=(python3-venv python3-dev)
 fi
+# The multi-node tests: network namespaces as nodes (ip), Loom under mpirun across them.
+have ip || need+=(iproute2)
+have mpirun || need+=(openmpi-bin)
 if [[ "${1:-}" == bench ]]; then
   have mpicc || need+=(libopenmpi-dev)
-  have mpirun || need+=(openmpi-bin)
 fi
 ((${#need[@]} == 0)) && exit 0
 

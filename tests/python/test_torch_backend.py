@@ -97,3 +97,21 @@ def test_torchrun_example():
         capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("loom ok") == 2, result.stdout + result.stderr
+
+
+def test_torchrun_across_namespace_nodes():
+    """torchrun on 2 "hosts" (network namespaces, tests/multinode/nodes.sh), 2 ranks each: the
+    backend's communicator spans them over TCP."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    nodes = os.path.join(root, "tests", "multinode", "nodes.sh")
+    example = os.path.abspath(os.path.join(root, "examples", "torch_allreduce.py"))
+    cmd = (f"OMP_NUM_THREADS=1 LOOM_TIMEOUT=60 {sys.executable} -m torch.distributed.run "
+           "--nnodes 2 --node-rank $LOOMT_NODE --master-addr $LOOMT_MASTER --master-port 29500 "
+           f"--nproc-per-node 2 {example}")
+    result = subprocess.run([nodes, "-k", "2", "-t", "240", "--", cmd], capture_output=True,
+                            text=True, timeout=300)
+    output = result.stdout + result.stderr
+    if result.returncode == 77:
+        pytest.skip("network namespaces unavailable: " + output.strip().splitlines()[-1])
+    assert result.returncode == 0, output
+    assert output.count("loom ok") == 4, output
