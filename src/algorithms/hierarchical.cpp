@@ -100,6 +100,12 @@ struct ColumnBlocks {
         if (j < h.members[m].size() && (which == kAll || (which == kOwn) == (m == h.nodeIndex)))
           visit(h.members[m][j] * block, block);
     }
+  }  // This column's block of node `node` in `round` within a buffer of per-rank blocks at base;
+  // null with bytes 0 where that node has no rank of that local index.
+  char* at(char* base, int node, int round, size_t& bytes) const {
+    size_t j = static_cast<size_t>(h.node.rank + round * h.columns);
+    bytes = j < h.members[node].size() ? block : 0;
+    return bytes > 0 ? base + h.members[node][j] * block : nullptr;
   }
 };
 
@@ -211,11 +217,9 @@ void allGatherHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   }
   ColumnBlocks blocks{h, block};
   if (h.column.nranks > 0) {
-    const int k = h.column.nranks, me = h.column.rank, l = h.node.rank;
-    auto item = [&](int node, int round, size_t& bytes) -> char* {
-      size_t j = static_cast<size_t>(l + round * h.columns);
-      bytes = j < h.members[node].size() ? block : 0;
-      return bytes > 0 ? recv + h.members[node][j] * block : nullptr;
+    const int k = h.column.nranks, me = h.column.rank;
+    auto item = [&](int node, int round, size_t& bytes) {
+      return blocks.at(recv, node, round, bytes);
     };
     std::vector<RingStep>& steps = *ctx.ringSteps;
     steps.clear();
@@ -245,11 +249,9 @@ void reduceScatterHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   ColumnBlocks blocks{h, block};
   nodeReduce(h.node, static_cast<const char*>(a.send), partial, blocks, nodeReduction(a));
   if (h.column.nranks > 0) {
-    const int k = h.column.nranks, me = h.column.rank, l = h.node.rank;
-    auto item = [&](int node, int round, size_t& bytes) -> char* {
-      size_t j = static_cast<size_t>(l + round * h.columns);
-      bytes = j < h.members[node].size() ? block : 0;
-      return bytes > 0 ? partial + h.members[node][j] * block : nullptr;
+    const int k = h.column.nranks, me = h.column.rank;
+    auto item = [&](int node, int round, size_t& bytes) {
+      return blocks.at(partial, node, round, bytes);
     };
     std::vector<RingStep>& steps = *ctx.ringSteps;
     steps.clear();

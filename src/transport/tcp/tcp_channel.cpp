@@ -22,6 +22,18 @@ constexpr char kZeros[8] = {};
   LOOM_THROW(loomSystemError, what, " ", s.peer(), ": ", std::strerror(err));
 }
 
+// How much of a transfer to report after moving `done` of its `padded` bytes: all of it once
+// done, else whole 8-byte groups only; the part of a group moved already is kept in `ahead`.
+size_t wholeGroups(size_t done, size_t bytes, size_t padded, size_t& ahead) {
+  if (done == padded) {
+    ahead = 0;
+    return bytes;
+  }
+  size_t reported = done & ~size_t{7};
+  ahead = done - reported;
+  return reported;
+}
+
 }  // namespace
 
 TcpChannel::TcpChannel(int peer, std::vector<Socket> streams, size_t stagingBytes)
@@ -55,14 +67,7 @@ size_t TcpChannel::trySend(const void* data, size_t bytes) {
     sendOffset_ += static_cast<size_t>(sent);
     if (static_cast<size_t>(sent) < len) break;
   }
-  if (done == padded) {
-    sentAhead_ = 0;
-    return bytes;
-  }
-  // The kernel took part of an 8-byte group: report whole groups only, remember the rest.
-  size_t reported = done & ~size_t{7};
-  sentAhead_ = done - reported;
-  return reported;
+  return wholeGroups(done, bytes, padded, sentAhead_);
 }
 
 size_t TcpChannel::readSome(char* dst, size_t len) {
@@ -130,13 +135,7 @@ size_t TcpChannel::tryReceive(void* dst, size_t bytes) {
     done += got;
     if (got == 0 || (got < len && recvOffset_ % kStripeBytes != 0)) break;
   }
-  if (done == padded) {
-    recvAhead_ = 0;
-    return bytes;
-  }
-  size_t reported = done & ~size_t{7};
-  recvAhead_ = done - reported;
-  return reported;
+  return wholeGroups(done, bytes, padded, recvAhead_);
 }
 
 }  // namespace loom
