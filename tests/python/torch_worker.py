@@ -208,6 +208,13 @@ def dtensor(rank, world, ref):
     dist.barrier()
 
 
+def warm_up():
+    """One all_reduce everywhere, finished: every communicator of the group is up."""
+    dist.all_reduce(torch.ones(8, device=DEV))
+    if DEV.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def until_raises(step, tries=3):
     """Runs step() until it raises; returns the exception (None if it never did). CUDA ops are
     enqueued: a failure shows at the device sync's end, in the next op (or in wait() itself under
@@ -224,9 +231,7 @@ def until_raises(step, tries=3):
 
 def never_joins(rank, world, ref):
     """Rank 1 is alive but never joins the all_reduce: the others raise at the group's timeout."""
-    dist.all_reduce(torch.ones(8, device=DEV))  # every communicator is up
-    if DEV.type == "cuda":
-        torch.cuda.synchronize()
+    warm_up()
     if rank == 1:
         time.sleep(15)
         os_exit(0)
@@ -242,9 +247,7 @@ def never_joins(rank, world, ref):
 
 def abort(rank, world, ref):
     """Rank 0 aborts its backend: its next op raises, and so do the peers' (no hang)."""
-    dist.all_reduce(torch.ones(8, device=DEV))  # every communicator is up
-    if DEV.type == "cuda":
-        torch.cuda.synchronize()
+    warm_up()
     if rank == 0:
         dist.group.WORLD._get_backend(DEV).abort()
     start = time.monotonic()
@@ -273,9 +276,7 @@ def unsupported(rank, world, ref):
 
 
 def rank_exits(rank, world, ref):
-    dist.all_reduce(torch.ones(8, device=DEV))  # every communicator is up
-    if DEV.type == "cuda":
-        torch.cuda.synchronize()
+    warm_up()
     if rank == 1:
         import os
         os._exit(3)
