@@ -86,7 +86,7 @@ void allToAllvDirect(const AlgoContext& ctx, const CollArgs& a) {
 }  // namespace
 
 void registerAllToAllvAlgorithms(std::vector<Algorithm>& out) {
-  out.push_back({loomFuncAllToAllv, "direct", allToAllvDirect, true});
+  out.push_back({loomFuncAllToAllv, "direct", allToAllvDirect, true, true});
 }
 
 }  // namespace loom

@@ -9,8 +9,10 @@
 #include <memory>
 #include <vector>
 
+#include "base/coll_args.hpp"
 #include "base/wait.hpp"
 #include "device/device.hpp"
+#include "device/native.hpp"
 #include "loom/loom.h"
 #include "transport/channel.hpp"
 #include "transport/shm/shm_arena.hpp"
@@ -19,36 +21,6 @@ namespace loom {
 
 struct RingStep;   // ring_engine.hpp
 struct Hierarchy;  // below
-
-struct CollArgs {
-  loomFunc_t func = loomFuncAllReduce;
-  const void* send = nullptr;
-  void* recv = nullptr;
-  size_t count = 0;  // per the C API: total (allreduce, bcast, reduce), per rank (others)
-  loomDataType_t dtype = loomFloat32;
-  loomRedOp_t op = loomSum;
-  int root = 0;
-  int accum = -1;
-  // loomAllToAllv only (elements, one per peer).
-  const size_t* sendCounts = nullptr;
-  const size_t* sendDispls = nullptr;
-  const size_t* recvCounts = nullptr;
-  const size_t* recvDispls = nullptr;
-  void* stream = nullptr;  // CUDA communicators: the cudaStream_t to order the call on
-};
-
-// One send or receive of a group on an accelerator communicator (run by its device engine).
-struct DeviceP2POp {
-  bool isSend = false;
-  int peer = 0;
-  void* buffer = nullptr;
-  size_t bytes = 0;
-};
-
-// Average runs as a sum followed by one division by the rank count on the final step: the op the
-// reduction kernels run, and that divisor (1 for every other op).
-inline loomRedOp_t kernelOp(loomRedOp_t op) { return op == loomAvg ? loomSum : op; }
-inline int averageDivisor(loomRedOp_t op, int nranks) { return op == loomAvg ? nranks : 1; }
 
 class AlgoContext {
  public:
@@ -67,8 +39,8 @@ class AlgoContext {
   // Per-communicator workspaces, sized at init or grown once, so no call allocates.
   std::vector<const void*>* sources = nullptr;  // one entry per rank, for reductions
   std::vector<RingStep>* ringSteps = nullptr;
-  // Communicators on an accelerator: its engine (CudaEngine for CUDA), which GPU algorithms drive.
-  void* deviceEngine = nullptr;
+  // Communicators whose backend has native collectives: they run the native algorithms.
+  NativeCollectives* native = nullptr;
   // Ranks on several nodes: the sub-groups the hierarchical algorithms compose (null otherwise).
   const Hierarchy* hierarchy = nullptr;
 
@@ -115,15 +87,27 @@ using AlgorithmFn = void (*)(const AlgoContext&, const CollArgs&);
 struct Algorithm {
   loomFunc_t func;
   const char* name;
-  AlgorithmFn run;
-  bool needsArena;                       // runs only where all ranks share one host's memory
-  DeviceKind device = DeviceKind::kCpu;  // the kind of buffers it works on
+  AlgorithmFn run;  // null for a native one
+  bool needsArena;  // runs only where all ranks share one host's memory
+  // Moves and reduces data only through ctx.device (and the arena): runs unchanged on a device
+  // whose copies and reductions take host pointers (DeviceCaps::mapsHostMemory).
+  bool dataThroughDevice = false;
+  int native = -1;  // a backend's own: the index of its NativeAlgorithm
 };
 
-// Every algorithm Loom has, for the selector and for forcing one in tests.
+// Every host algorithm Loom has, for the selector and for forcing one in tests.
 const std::vector<Algorithm>& allAlgorithms();
-const Algorithm* findAlgorithm(loomFunc_t func, const std::string& name,
-                               DeviceKind device = DeviceKind::kCpu);
+const Algorithm* findAlgorithm(loomFunc_t func, const std::string& name);
 const char* funcName(loomFunc_t func);  // "allreduce", "allgather", ... (LOOM_ALGO keys)
+
+// The table entries of a backend's native collectives (names point into `native`).
+std::vector<Algorithm> nativeAlgorithms(const NativeCollectives& native);
+
+inline void runAlgorithm(const Algorithm& algo, const AlgoContext& ctx, const CollArgs& args) {
+  if (algo.native >= 0)
+    ctx.native->run(algo.native, args);
+  else
+    algo.run(ctx, args);
+}
 
 }  // namespace loom

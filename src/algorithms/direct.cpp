@@ -180,15 +180,15 @@ void barrierDirect(const AlgoContext& ctx, const CollArgs&) {
 }  // namespace
 
 void registerDirectAlgorithms(std::vector<Algorithm>& out) {
-  out.push_back({loomFuncAllReduce, "direct", allReduceDirect, true});
-  out.push_back({loomFuncBroadcast, "direct", broadcastDirect, true});
-  out.push_back({loomFuncReduce, "direct", reduceDirect, true});
-  out.push_back({loomFuncAllGather, "direct", allGatherDirect, true});
-  out.push_back({loomFuncGather, "direct", gatherDirect, true});
-  out.push_back({loomFuncReduceScatter, "direct", reduceScatterDirect, true});
-  out.push_back({loomFuncAllToAll, "direct", allToAllDirect, true});
-  out.push_back({loomFuncScatter, "direct", scatterDirect, true});
-  out.push_back({loomFuncBarrier, "direct", barrierDirect, true});
+  out.push_back({loomFuncAllReduce, "direct", allReduceDirect, true, true});
+  out.push_back({loomFuncBroadcast, "direct", broadcastDirect, true, true});
+  out.push_back({loomFuncReduce, "direct", reduceDirect, true, true});
+  out.push_back({loomFuncAllGather, "direct", allGatherDirect, true, true});
+  out.push_back({loomFuncGather, "direct", gatherDirect, true, true});
+  out.push_back({loomFuncReduceScatter, "direct", reduceScatterDirect, true, true});
+  out.push_back({loomFuncAllToAll, "direct", allToAllDirect, true, true});
+  out.push_back({loomFuncScatter, "direct", scatterDirect, true, true});
+  out.push_back({loomFuncBarrier, "direct", barrierDirect, true, true});
 }
 
 }  // namespace loom

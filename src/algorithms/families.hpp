@@ -14,7 +14,6 @@ void registerAllToAllvAlgorithms(std::vector<Algorithm>& out);     // alltoallv.
 void registerPairwiseAlgorithms(std::vector<Algorithm>& out);      // pairwise.cpp
 void registerHierarchicalAlgorithms(std::vector<Algorithm>& out);  // hierarchical.cpp
 void registerHierarchicalAllToAllAlgorithms(
-    std::vector<Algorithm>& out);                          // hierarchical_alltoall.cpp
-void registerCudaAlgorithms(std::vector<Algorithm>& out);  // device/cuda/cuda_algorithms.cpp
+    std::vector<Algorithm>& out);  // hierarchical_alltoall.cpp
 
 }  // namespace loom

@@ -58,8 +58,8 @@ void reducePipelined(const AlgoContext& ctx, const CollArgs& a) { reduceThenGath
 }  // namespace
 
 void registerPipelinedAlgorithms(std::vector<Algorithm>& out) {
-  out.push_back({loomFuncAllReduce, "pipelined", allReducePipelined, true});
-  out.push_back({loomFuncReduce, "pipelined", reducePipelined, true});
+  out.push_back({loomFuncAllReduce, "pipelined", allReducePipelined, true, true});
+  out.push_back({loomFuncReduce, "pipelined", reducePipelined, true, true});
 }
 
 }  // namespace loom

@@ -16,18 +16,23 @@ const std::vector<Algorithm>& allAlgorithms() {
     registerPairwiseAlgorithms(out);
     registerHierarchicalAlgorithms(out);
     registerHierarchicalAllToAllAlgorithms(out);
-#if LOOM_HAVE_CUDA
-    registerCudaAlgorithms(out);
-#endif
     return out;
   }();
   return all;
 }
 
-const Algorithm* findAlgorithm(loomFunc_t func, const std::string& name, DeviceKind device) {
+const Algorithm* findAlgorithm(loomFunc_t func, const std::string& name) {
   for (const Algorithm& algo : allAlgorithms())
-    if (algo.func == func && algo.device == device && name == algo.name) return &algo;
+    if (algo.func == func && name == algo.name) return &algo;
   return nullptr;
+}
+
+std::vector<Algorithm> nativeAlgorithms(const NativeCollectives& native) {
+  std::vector<Algorithm> out;
+  const std::vector<NativeAlgorithm>& list = native.algorithms();
+  for (size_t i = 0; i < list.size(); ++i)
+    out.push_back({list[i].func, list[i].name.c_str(), nullptr, false, false, static_cast<int>(i)});
+  return out;
 }
 
 const char* funcName(loomFunc_t func) {

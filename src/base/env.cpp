@@ -54,9 +54,7 @@ std::string commId() { return getString("LOOM_COMM_ID", ""); }
 std::string socketIfname() { return getString("LOOM_SOCKET_IFNAME", ""); }
 int64_t socketStreams() { return getInt("LOOM_SOCKET_STREAMS", 2); }
 std::string nodeId() { return getString("LOOM_NODE_ID", ""); }
-int64_t cudaSlotBytes() { return getInt("LOOM_CUDA_SLOT_BYTES", 256 * 1024); }
-std::string cudaTransport() { return getString("LOOM_CUDA_TRANSPORT", "auto"); }
-int64_t cudaMaxBlocks() { return getInt("LOOM_CUDA_MAX_BLOCKS", 64); }
-int64_t cudaLLMaxBytes() { return getInt("LOOM_CUDA_LL_MAX_BYTES", -1); }
+std::string device() { return getString("LOOM_DEVICE", "cpu"); }
+std::string devicePlugins() { return getString("LOOM_DEVICE_PLUGIN", ""); }
 
 }  // namespace loom::env

@@ -1,5 +1,6 @@
-// Every LOOM_* environment parameter is declared here, once, with its default; each is documented
-// in docs/configuration.md. Values are read when first used and then cached.
+// Every LOOM_* environment parameter is declared once, here or beside the backend it belongs to,
+// with its default; each is documented in docs/configuration.md. Values are read when first used
+// and then cached.
 #pragma once
 
 #include <cstdint>
@@ -28,10 +29,8 @@ std::string commId();         // LOOM_COMM_ID (host:port)
 std::string socketIfname();   // LOOM_SOCKET_IFNAME: interfaces of the TCP transport
 int64_t socketStreams();      // LOOM_SOCKET_STREAMS: TCP connections per peer and channel
 std::string nodeId();         // LOOM_NODE_ID: test-only suffix of the host identity
-// CUDA communicators.
-int64_t cudaSlotBytes();      // LOOM_CUDA_SLOT_BYTES: bytes of one channel slot in a GPU window
-std::string cudaTransport();  // LOOM_CUDA_TRANSPORT: auto, p2p or host
-int64_t cudaMaxBlocks();      // LOOM_CUDA_MAX_BLOCKS: thread blocks (channels) per kernel, <= 64
-int64_t cudaLLMaxBytes();     // LOOM_CUDA_LL_MAX_BYTES: LL below this, simple above (-1: table)
+std::string device();         // LOOM_DEVICE: the device of communicators whose config names none
+std::string devicePlugins();  // LOOM_DEVICE_PLUGIN: device plug-ins to load, comma-separated
+// A backend's own parameters are declared beside it (device/cuda/cuda_env.hpp).
 
 }  // namespace loom::env

@@ -13,13 +13,12 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "base/sha256.hpp"
+#include "device/cpu/cpu_device.hpp"
+#include "device/registry.hpp"
 #include "transport/shm/shm_channel.hpp"
 #include "transport/tcp/interfaces.hpp"
 #include "transport/tcp/tcp_channel.hpp"
 #include "transport/tcp/tcp_connect.hpp"
-#if LOOM_HAVE_CUDA
-#include "device/cuda/cuda_engine.hpp"
-#endif
 
 namespace loom {
 
@@ -48,16 +47,9 @@ int openPidfd(int pid) {
 
 }  // namespace
 
-void CudaEngineDeleter::operator()(CudaEngine* engine) const {
-#if LOOM_HAVE_CUDA
-  delete engine;
-#else
-  (void)engine;
-#endif
-}
-
 CommConfig resolveConfig(const loomConfig_t* c) {
   CommConfig cfg;
+  cfg.device = env::device();
   cfg.timeoutMs = env::timeoutMs();
   std::string accum = env::accumType();
   if (!accum.empty()) {
@@ -77,7 +69,7 @@ CommConfig resolveConfig(const loomConfig_t* c) {
     LOOM_CHECK_ARG(dtypeValid(c->accumType), "config accumType ", c->accumType, " is not a type");
     cfg.accum = c->accumType;
   }
-  LOOM_CHECK_ARG(cfg.blocking || cfg.device == "cpu",
+  LOOM_CHECK_ARG(cfg.blocking || parseDeviceSpec(cfg.device).first == "cpu",
                  "non-blocking communicators are supported on the CPU only (device \"", cfg.device,
                  "\")");
   return cfg;
@@ -89,10 +81,10 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
       nranks_(nranks),
       id_(id),
       aborted_(config.abortFlag != nullptr ? config.abortFlag : &ownAborted_) {
-  device_ = createDevice(config_.device);
+  device_ = DeviceRegistry::process().create(config_.device);
+  hostDevice_ = createCpuDevice();
   // "cuda" means the current device at init: split children must use the same one.
-  if (device_->kind() == DeviceKind::kCuda)
-    config_.device = "cuda:" + std::to_string(device_->index());
+  config_.device = device_->spec();
   nextPeerCheck_.resize(nranks_ + 1);
   deadline_ = Clock::now() + std::chrono::milliseconds(config_.timeoutMs);
   Bootstrap::Options options;
@@ -102,6 +94,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
                                            RankInfo::local(rank, *device_).serialize(), options);
   for (const std::string& bytes : bootstrap_->rankInfos())
     ranks_.push_back(RankInfo::deserialize(bytes));
+  refuseMixedDevices();
   nodes_ = NodeMap::compute(ranks_);
   crossCheckLauncher();
   // Every node has an arena of its own ranks (abort word, channels inside the node); the flat
@@ -113,7 +106,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   setUpSharedMemory();
   if (!sharedMemory_) setUpTcp();
   checkCollectives_ = env::checkCollectives();
-  if (device_->kind() == DeviceKind::kCuda) setUpCuda();
+  setUpNative();
 
   SelectorInputs inputs;
   inputs.nranks = nranks_;
@@ -122,8 +115,12 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   int64_t directMax = env::directMaxBytes();
   inputs.directMaxBytes =
       directMax >= 0 ? static_cast<size_t>(directMax) : defaultDirectMax(nranks);
-  inputs.device = device_->kind();
-  inputs.llMaxBytes = env::cudaLLMaxBytes();
+  inputs.device = device_->identity().kind;
+  if (native_) {
+    nativeAlgorithms_ = nativeAlgorithms(*native_);
+    inputs.native = &nativeAlgorithms_;
+    inputs.nativeRows = native_->selectorRows();
+  }
   selector_ = std::make_unique<Selector>(inputs, env::algoOverride());
 
   ctx_.rank = rank_;
@@ -141,10 +138,23 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ctx_.sources = &sources_;
   ctx_.ringSteps = &ringSteps_;
   ctx_.streamingMinBytes = static_cast<size_t>(std::max<int64_t>(env::streamingMinBytes(), 0));
-  ctx_.deviceEngine = cudaEngine_.get();
-  if (!sharedMemory_ && device_->kind() == DeviceKind::kCpu) setUpHierarchy();
+  ctx_.native = native_.get();
+  hostCtx_ = ctx_;
+  hostCtx_.device = hostDevice_.get();
+  if (!sharedMemory_ && !native_) setUpHierarchy();
+  if (onDevice() && !native_) staging_ = std::make_unique<HostStaging>(*device_);
+  const DeviceIdentity& identity = device_->identity();
+  deviceDescription_ =
+      device_->spec() + " (" + identity.vendor + " " + identity.model + "; " +
+      (native_       ? "native collectives: " + native_->describe()
+       : !onDevice() ? std::string("host algorithms")
+       : device_->caps().mapsHostMemory && device_->caps().reduces
+           ? std::string("host algorithms with the device's copies and reductions on one node, "
+                         "else staged through host memory")
+           : std::string("host algorithms staged through host memory")) +
+      ")";
   LOOM_INFO(kSubsysInit, rank_, "communicator ", config_.name.empty() ? "" : config_.name + " ",
-            "ready: rank ", rank_, " of ", nranks_, ", device ", device_->vendor(), ", ",
+            "ready: rank ", rank_, " of ", nranks_, ", device ", deviceDescription_, ", ",
             sharedMemory_ ? "shared memory" : "several hosts", ", timeout ", config_.timeoutMs,
             " ms");
   if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, selector_->explain());
@@ -161,7 +171,8 @@ void Comm::crossCheckLauncher() const {
 }
 
 Comm::~Comm() {
-  cudaEngine_.reset();  // first: its watchdog uses the peers' pidfds and the bootstrap
+  native_.reset();  // first: its watchdog uses the peers' pidfds and the bootstrap
+  staging_.reset();
   for (int fd : peerPidfds_)
     if (fd >= 0) close(fd);
 }
@@ -264,7 +275,7 @@ void Comm::setUpHierarchy() {
   // checks: their ranks map back to global ones, so every wait checks the same peers and clock.
   for (int peer : members) nodeChannels_.push_back(collChannels_[peer].get());
   AlgoContext& nodeCtx = hierarchy_.node;
-  nodeCtx = ctx_;
+  nodeCtx = hostCtx_;
   nodeCtx.rank = local;
   nodeCtx.nranks = static_cast<int>(members.size());
   nodeCtx.arena = &arena_;
@@ -272,7 +283,7 @@ void Comm::setUpHierarchy() {
   nodeCtx.check = [this, &members](int peer) { check(peer < 0 ? -1 : members[peer]); };
 
   AlgoContext& columnCtx = hierarchy_.column;
-  columnCtx = ctx_;
+  columnCtx = hostCtx_;
   columnCtx.nranks = 0;
   if (local < columns) {
     columnRanks_ = nodes_.ranksWithLocalIndex(local);
@@ -283,11 +294,21 @@ void Comm::setUpHierarchy() {
     columnCtx.check = [this](int peer) { check(peer < 0 ? -1 : columnRanks_[peer]); };
   }
   ctx_.hierarchy = &hierarchy_;
+  hostCtx_.hierarchy = &hierarchy_;
 }
 
-void Comm::setUpCuda() {
-#if LOOM_HAVE_CUDA
-  CudaEngineSetup setup;
+void Comm::refuseMixedDevices() const {
+  // Every rank sees the same rank infos, so every rank refuses together (none is left waiting
+  // in a device exchange the others never join).
+  for (const RankInfo& r : ranks_)
+    if (r.deviceKind != ranks_[0].deviceKind)
+      LOOM_THROW(loomInvalidUsage, "rank 0 uses a ", ranks_[0].deviceKind, " device but rank ",
+                 r.rank, " a ", r.deviceKind,
+                 " device: communicators that mix device kinds are not supported yet");
+}
+
+void Comm::setUpNative() {
+  NativeSetup setup;
   setup.rank = rank_;
   setup.nranks = nranks_;
   setup.timeoutMs = config_.timeoutMs;
@@ -297,8 +318,7 @@ void Comm::setUpCuda() {
   setup.peerFailure = [this] { return peerFailure(); };
   setup.fail = [this](const Error& e) { fail(e); };
   setup.aborted = aborted_;
-  cudaEngine_.reset(new CudaEngine(static_cast<CudaDevice&>(*device_), setup));
-#endif
+  native_ = device_->createCollectives(setup);
 }
 
 std::optional<Error> Comm::peerFailure() {
@@ -396,9 +416,7 @@ void Comm::fail(const Error& error) {
     reason = asyncMessage_;
   }
   aborted_->store(true);
-#if LOOM_HAVE_CUDA
-  if (cudaEngine_) cudaEngine_->stopKernels();
-#endif
+  if (native_) native_->stop();
   // Once: this rank's reason slot in the arena has one writer (two threads failing together, a
   // collective and loomCommAbort, would race on it while peers read it).
   if (first) arena_.raiseAbort(error.code(), nodes_.localIndex(rank_), reason);
@@ -440,11 +458,22 @@ void Comm::verifyFingerprint(const CollArgs& a) {
   LOOM_THROW(loomInvalidUsage, msg.str());
 }
 
+void Comm::checkBuffers(const CollArgs& args) const {
+  if (!onDevice()) return;
+  CallExtents extents = callExtents(args, rank_, nranks_);
+  device_->checkBuffer(args.send, extents.sendBytes, "sendbuff");
+  device_->checkBuffer(args.recv, extents.recvBytes, "recvbuff");
+}
+
+void Comm::execute(const Algorithm& algo, const CollArgs& args) {
+  if (algo.native >= 0 || !onDevice()) return runAlgorithm(algo, ctx_, args);
+  if (sharedMemory_ && runsMapped(algo, device_->caps())) return runMapped(algo, ctx_, args);
+  runStaged(algo, hostCtx_, *device_, *staging_, args);
+}
+
 void Comm::collective(const CollArgs& args) {
-#if LOOM_HAVE_CUDA
   // Before anything that could abort the communicator: a bad pointer is the caller's mistake.
-  if (cudaEngine_) cudaEngine_->validateBuffers(args);
-#endif
+  checkBuffers(args);
   beginOperation();
   try {
     ++collectiveCount_;
@@ -455,7 +484,7 @@ void Comm::collective(const CollArgs& args) {
               args.count, " ", dtypeName(args.dtype), " -> ", algo.name);
     CollArgs a = args;
     if (a.accum < 0) a.accum = config_.accum;
-    algo.run(ctx_, a);
+    execute(algo, a);
   } catch (const Error& e) {
     fail(e);
     throw;
@@ -493,22 +522,48 @@ void Comm::runPointToPointBatch(std::vector<P2POp>& ops, const std::vector<Comm*
   }
 }
 
-void Comm::devicePointToPoint(const std::vector<DeviceP2POp>& ops, void* stream) {
-#if LOOM_HAVE_CUDA
+void Comm::devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) {
   for (const DeviceP2POp& op : ops)
-    cudaEngine_->validateBuffer(op.buffer, op.bytes, op.isSend ? "sendbuff" : "recvbuff");
+    device_->checkBuffer(op.buffer, op.bytes, op.isSend ? "sendbuff" : "recvbuff");
   beginOperation();
   try {
-    cudaEngine_->pointToPoint(ops, stream);
+    if (native_)
+      native_->pointToPoint(ops, stream);
+    else
+      stagedPointToPoint(ops, stream);
   } catch (const Error& e) {
     if (e.code() != loomInvalidArgument) fail(e);
     throw;
+  } catch (const std::exception& e) {
+    Error wrapped(loomInternalError, e.what());
+    fail(wrapped);
+    throw wrapped;
   }
-#else
-  (void)ops;
-  (void)stream;
-  LOOM_THROW(loomInternalError, "no device engine in this build");
-#endif
+}
+
+void Comm::stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) {
+  // Every op gets its own stretch of one host buffer: sends staged after the caller's stream,
+  // the host transfers run as one batch, receives copied back before the call returns.
+  size_t total = 0;
+  for (const DeviceP2POp& op : ops) total += op.bytes;
+  char* host = staging_->send(total);
+  stagedP2P_.clear();
+  size_t offset = 0;
+  for (const DeviceP2POp& op : ops) {
+    if (op.isSend)
+      device_->copyAsync(host + offset, op.buffer, op.bytes, CopyKind::kDeviceToHost, stream);
+    stagedP2P_.push_back(pointToPoint(op.isSend, op.peer, host + offset, op.bytes, 0));
+    offset += op.bytes;
+  }
+  device_->synchronize(stream);
+  runPointToPoint(stagedP2P_);
+  offset = 0;
+  for (const DeviceP2POp& op : ops) {
+    if (!op.isSend)
+      device_->copyAsync(op.buffer, host + offset, op.bytes, CopyKind::kHostToDevice, stream);
+    offset += op.bytes;
+  }
+  device_->synchronize(stream);
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) {

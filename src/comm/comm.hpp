@@ -13,6 +13,7 @@
 #include "algorithms/context.hpp"
 #include "algorithms/p2p.hpp"
 #include "algorithms/ring_engine.hpp"
+#include "algorithms/staged.hpp"
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "plan/selector.hpp"
@@ -23,13 +24,8 @@
 
 namespace loom {
 
-class CudaEngine;
-struct CudaEngineDeleter {
-  void operator()(CudaEngine* engine) const;
-};
-
 struct CommConfig {
-  std::string device = "cpu";
+  std::string device = "cpu";  // a device spec: "cpu", "cuda:1", "loom-emu:0" (device/registry)
   int64_t timeoutMs = 600000;
   bool blocking = true;
   std::string name;
@@ -69,10 +65,13 @@ class Comm {
   // Runs a batch of point-to-point ops of this communicator (and possibly others') with the same
   // failure handling as collectives.
   static void runPointToPointBatch(std::vector<P2POp>& ops, const std::vector<Comm*>& comms);
-  // Communicators on a GPU: enqueues a group's sends and receives on `stream`.
-  void devicePointToPoint(const std::vector<DeviceP2POp>& ops, void* stream);
-  // True when this communicator's buffers live on an accelerator (calls take a stream).
-  bool onDevice() const { return device_->kind() != DeviceKind::kCpu; }
+  // Communicators on a device: a group's sends and receives, ordered on `stream`.
+  void devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
+  // True when this communicator's buffers live on a device the host cannot address (calls take
+  // a stream).
+  bool onDevice() const { return !device_->caps().hostAddressable; }
+  // "loom-emu:0 (loom Loom emulated accelerator; host algorithms staged through host memory)"
+  const std::string& deviceDescription() const { return deviceDescription_; }
 
   std::unique_ptr<Comm> split(int color, int key, const CommConfig& config);
 
@@ -86,7 +85,11 @@ class Comm {
   void crossCheckLauncher() const;
   void setUpSharedMemory();
   void setUpTcp();
-  void setUpCuda();
+  void refuseMixedDevices() const;
+  void setUpNative();
+  void checkBuffers(const CollArgs& args) const;
+  void execute(const Algorithm& algo, const CollArgs& args);
+  void stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
   void setUpHierarchy();
   std::optional<Error> peerFailure();
   void beginOperation();
@@ -101,6 +104,8 @@ class Comm {
   int nranks_;
   UniqueId id_;
   std::unique_ptr<Device> device_;
+  std::unique_ptr<Device> hostDevice_;  // the host CPU: host algorithms on staged device data
+  std::string deviceDescription_;
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<RankInfo> ranks_;
   NodeMap nodes_;
@@ -119,7 +124,14 @@ class Comm {
   std::vector<P2PInbox> inboxes_;  // per peer: messages that came before their receive
   std::vector<int> peerPidfds_;
   std::unique_ptr<Selector> selector_;
-  AlgoContext ctx_;
+  AlgoContext ctx_;      // the algorithms' view, with this communicator's device
+  AlgoContext hostCtx_;  // the same with the host CPU as device (staged calls, hierarchy)
+  // Backends with native collectives: their engine and its entries in the selector's table.
+  std::unique_ptr<NativeCollectives> native_;
+  std::vector<Algorithm> nativeAlgorithms_;
+  // Devices the host cannot address, without native collectives: host staging of their data.
+  std::unique_ptr<HostStaging> staging_;
+  std::vector<P2POp> stagedP2P_;
   uint64_t step_ = 0;
   uint64_t collectiveCount_ = 0;
   uint64_t splitCount_ = 0;
@@ -143,8 +155,6 @@ class Comm {
   std::atomic<loomResult_t> asyncError_{loomSuccess};
   mutable std::mutex errorMutex_;
   std::string asyncMessage_;
-
-  std::unique_ptr<CudaEngine, CudaEngineDeleter> cudaEngine_;  // CUDA communicators only
 };
 
 }  // namespace loom

@@ -1,45 +1,109 @@
-// The device adaptor: everything the upper layers need from the device that holds a rank's buffers.
-// The CPU adaptor (cpu/) is the reference; a CUDA adaptor implements the same contract with kernels
-// and streams. Algorithms move and reduce data only through this interface.
+// The device backend: everything the layers above need from the device that holds a rank's
+// buffers, and the only way they reach it. One object per rank and communicator.
+//
+// A backend provides memory (device, pinned host, export/import for peers on the same host),
+// stream-ordered asynchronous work (copies in every direction, reductions dst = op(srcs...),
+// events) with the caller's stream as the ordering point, its identity and capabilities, and,
+// where its kind has them, native collectives (device/native.hpp) with their rows of the
+// selector's table. The CPU backend (cpu/) is the reference; CUDA (cuda/) and plug-ins
+// (plugin/, include/loom/loom_device_plugin.h) implement the same contract.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
 
+#include "base/coll_args.hpp"
 #include "loom/loom.h"
 
 namespace loom {
 
-enum class DeviceKind { kCpu = 0, kCuda = 1 };
+class NativeCollectives;  // device/native.hpp
+struct NativeSetup;
+
+// Who a device is. `kind` names the backend ("cpu", "cuda", a plug-in's "loom-emu"): what
+// config.device / LOOM_DEVICE name, and what groups ranks into clusters.
+struct DeviceIdentity {
+  std::string kind;
+  std::string vendor;  // "cpu", "nvidia", ...
+  std::string model;   // for logs and loom-info
+  int index = -1;      // ordinal on its host (-1 for the host CPU)
+  std::string busId;   // PCI bus id of an accelerator; empty for the host CPU
+};
+
+struct DeviceCaps {
+  bool hostAddressable = false;  // the host reads and writes its memory directly (the CPU)
+  bool reduces = false;          // reduceAsync works (else Loom reduces on the host)
+  bool mapsHostMemory = false;   // its copies and reductions accept host pointers directly
+  bool peerMappable = false;     // exportMemory/importMemory work between ranks of one host
+};
+
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+// An event of a backend, created by Device::createEvent; released by its destructor.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+};
 
 class Device {
  public:
   virtual ~Device() = default;
-  virtual DeviceKind kind() const = 0;
-  virtual std::string vendor() const = 0;  // "cpu", "nvidia", ...
-  virtual std::string name() const = 0;    // model name, for logs and loom-info
-  virtual int index() const = 0;           // device ordinal on its host (-1 for the host CPU)
-  virtual std::string busId() const { return ""; }  // PCI bus id of an accelerator
+  virtual const DeviceIdentity& identity() const = 0;
+  virtual DeviceCaps caps() const = 0;
+  // What a communicator split from this one passes to create the same device ("cuda:3").
+  virtual std::string spec() const = 0;
 
+  // Memory. Allocations throw loomSystemError when the device is out of memory.
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* ptr) = 0;
-  // Copies between buffers of this device, or between this device and host memory (shared
-  // segments live in host memory).
-  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void* allocateHost(size_t bytes);  // pinned / device-visible host memory
+  virtual void releaseHost(void* ptr);
+  // True when `ptr` is this device's memory (not host memory): the direction of a copy.
+  virtual bool isDeviceMemory(const void* ptr) const = 0;
+  // Throws loomInvalidArgument naming `what` unless [ptr, ptr + bytes) is memory this device's
+  // work can use (the caller's mistake, caught before it becomes a fault).
+  virtual void checkBuffer(const void* ptr, size_t bytes, const char* what) const = 0;
+  // Peers of the same kind on one host (caps().peerMappable): an opaque handle to `ptr`, and the
+  // mapping of a peer's handle into this process (closed by closeImported).
+  virtual std::string exportMemory(void* ptr, size_t bytes);
+  virtual void* importMemory(const std::string& handle);
+  virtual void closeImported(void* ptr);
+
+  // Stream-ordered work. `stream` is the caller's stream in its kind's native handle (null: the
+  // kind's default stream); work runs after everything enqueued there before it.
+  virtual void copyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
+                         loomStream_t stream) = 0;
+  // dst = srcs[0] op srcs[1] op ... (in index order, accumulated in `accum` for narrow floats),
+  // divided by divisor when divisor > 1. Only where caps().reduces.
+  virtual void reduceAsync(void* dst, const void* const* srcs, int nsrc, size_t count,
+                           loomDataType_t dtype, loomRedOp_t op, int accum, int divisor,
+                           loomStream_t stream);
+  virtual std::unique_ptr<DeviceEvent> createEvent() = 0;
+  virtual void recordEvent(DeviceEvent& event, loomStream_t stream) = 0;
+  virtual void waitEvent(loomStream_t stream, DeviceEvent& event) = 0;  // stream waits, not host
+  virtual bool eventDone(DeviceEvent& event) = 0;
+  virtual void synchronize(loomStream_t stream) = 0;  // the host waits for the stream
+
+  // Blocking forms for the host algorithms: done when they return. Pointers may be this
+  // device's memory or host memory (where caps().mapsHostMemory or hostAddressable); the
+  // defaults run the asynchronous forms on the device's own stream and wait.
+  virtual void copy(void* dst, const void* src, size_t bytes);
   // The same, for output that nobody reads soon (a large collective's result): may bypass caches.
   virtual void copyToOutput(void* dst, const void* src, size_t bytes) { copy(dst, src, bytes); }
-  // dst = srcs[0] op srcs[1] op ... (in index order), divided by divisor when divisor > 1.
   virtual void reduce(void* dst, const void* const* srcs, int nsrc, size_t count,
-                      loomDataType_t dtype, loomRedOp_t op, int accum, int divisor) = 0;
+                      loomDataType_t dtype, loomRedOp_t op, int accum, int divisor);
+
+  // This kind's own collectives for a communicator whose ranks all use devices of this kind
+  // (null: none; the host algorithms run, through host memory where needed).
+  virtual std::unique_ptr<NativeCollectives> createCollectives(const NativeSetup& setup);
+
+ protected:
+  // The stream the blocking forms use (null: the kind's default stream).
+  virtual loomStream_t workStream() { return nullptr; }
 };
 
-// Creates the adaptor for a config string: "cpu" (default), "cuda" (the calling thread's current
-// CUDA device) or "cuda:N". Throws loomInvalidArgument for anything else, and for "cuda" in a
-// build without CUDA or on a machine without that GPU.
-std::unique_ptr<Device> createDevice(const std::string& spec);
-
-std::unique_ptr<Device> createCpuDevice();
-std::unique_ptr<Device> createCudaDevice(const std::string& spec);  // device/cuda/cuda_device.cpp
+// The copy direction between two pointers as `device` sees them; host to host is the caller's.
+CopyKind copyKindFor(const Device& device, void* dst, const void* src);
 
 }  // namespace loom

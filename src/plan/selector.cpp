@@ -9,36 +9,11 @@ namespace loom {
 
 namespace {
 
-std::string choicesFor(loomFunc_t func, DeviceKind device) {
+std::string choicesFor(loomFunc_t func, const std::vector<Algorithm>& candidates) {
   std::string out;
-  for (const Algorithm& algo : allAlgorithms())
-    if (algo.func == func && algo.device == device)
-      out += (out.empty() ? "" : ", ") + std::string(algo.name);
+  for (const Algorithm& algo : candidates)
+    if (algo.func == func) out += (out.empty() ? "" : ", ") + std::string(algo.name);
   return out.empty() ? "none" : out;
-}
-
-// CUDA: the largest call (bytes as the C API counts them: per rank for allgather, reduce-scatter,
-// alltoall, gather and scatter) that runs on LL packets. LL sends twice the bytes but saves the
-// flag round trip of every chunk. Crossovers measured on 4 H200s over NVLink, fp32
-// (docs/benchmarks.md): allreduce LL 25 us vs simple 30 us at 512 KiB, 45 vs 31 at 1 MiB;
-// allgather LL 21 vs simple 24 us at 256 KiB per rank; reduce-scatter LL 14 vs 18 us at 128 KiB.
-size_t defaultLLMax(loomFunc_t func) {
-  switch (func) {
-    case loomFuncAllReduce:
-      return 512 * 1024;
-    case loomFuncAllGather:
-      return 256 * 1024;
-    case loomFuncReduceScatter:
-    case loomFuncBroadcast:
-    case loomFuncReduce:
-      return 128 * 1024;
-    case loomFuncAllToAllv:
-      return 0;  // counts differ per rank: no rank knows the size of the whole exchange
-    case loomFuncBarrier:
-      return SIZE_MAX;
-    default:
-      return 64 * 1024;  // alltoall, gather, scatter: not measured yet
-  }
 }
 
 // The algorithm over pair channels of each collective: the only kind that spans nodes.
@@ -83,6 +58,8 @@ size_t hierarchicalMinBytes(loomFunc_t func) {
 }  // namespace
 
 Selector::Selector(const SelectorInputs& inputs, const std::string& override) : inputs_(inputs) {
+  const std::vector<Algorithm>& candidates =
+      inputs_.native != nullptr ? *inputs_.native : allAlgorithms();
   std::stringstream items(override);
   std::string item;
   while (std::getline(items, item, ',')) {
@@ -95,11 +72,10 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
     for (int f = 0; f < loomNumFuncs; ++f)
       if (funcText == funcName(static_cast<loomFunc_t>(f))) func = f;
     LOOM_CHECK_ARG(func >= 0, "LOOM_ALGO names unknown collective '", funcText, "'");
-    const Algorithm* algo = findAlgorithm(static_cast<loomFunc_t>(func), algoText, inputs_.device);
+    const Algorithm* algo = find(static_cast<loomFunc_t>(func), algoText);
     LOOM_CHECK_ARG(algo != nullptr, "LOOM_ALGO: ", funcText, " has no algorithm '", algoText,
-                   "' for ", inputs_.device == DeviceKind::kCuda ? "CUDA" : "CPU",
-                   " communicators (choices: ",
-                   choicesFor(static_cast<loomFunc_t>(func), inputs_.device), ")");
+                   "' for ", inputs_.device, " communicators (choices: ",
+                   choicesFor(static_cast<loomFunc_t>(func), candidates), ")");
     LOOM_CHECK_ARG(!algo->needsArena || inputs_.sharedMemory, "LOOM_ALGO: ", funcText, ":",
                    algoText,
                    " needs all ranks on one node (it works through one shared-memory arena) but "
@@ -111,62 +87,83 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
     if (algoText == "hierarchical" && inputs_.sharedMemory) continue;
     forced_[func] = algo;
   }
+  if (inputs_.native != nullptr)
+    nativeTable();
+  else
+    hostTable();
+}
+
+void Selector::nativeTable() {
+  for (const NativeSelectorRow& row : inputs_.nativeRows) {
+    if (row.algorithm < 0 || row.algorithm >= static_cast<int>(inputs_.native->size()))
+      LOOM_THROW(loomInternalError, "native selector row of ", funcName(row.func),
+                 " names algorithm ", row.algorithm);
+    tiers_[row.func].push_back({row.maxBytes, &(*inputs_.native)[row.algorithm]});
+  }
   for (int f = 0; f < loomNumFuncs; ++f) {
-    auto func = static_cast<loomFunc_t>(f);
-    if (func == loomFuncSendRecv) continue;
-    if (inputs_.device == DeviceKind::kCuda) {
-      small_[f] = must(func, "ll");
-      large_[f] = func == loomFuncBarrier ? small_[f] : must(func, "simple");
-      smallMax_[f] = inputs_.llMaxBytes >= 0 && func != loomFuncBarrier
-                         ? static_cast<size_t>(inputs_.llMaxBytes)
-                         : defaultLLMax(func);
-      if (func == loomFuncAllToAllv && inputs_.llMaxBytes < 0) small_[f] = large_[f];
-      continue;
-    }
-    smallMax_[f] = inputs_.directMaxBytes;
-    if (!inputs_.sharedMemory) {
-      // Ranks on several nodes: algorithms over pair channels, and the hierarchical ones where
-      // a node holds several ranks.
-      small_[f] = large_[f] = must(func, channelAlgorithm(func));
-      if (inputs_.nodesShared && hierarchicalMinBytes(func) > 0) {
-        large_[f] = must(func, "hierarchical");
-        smallMax_[f] = hierarchicalMinBytes(func) - 1;
-      }
-    } else {
-      small_[f] = must(func, "direct");
-      bool reduction = func == loomFuncAllReduce || func == loomFuncReduce;
-      large_[f] = reduction ? must(func, "pipelined") : small_[f];
-    }
+    if (f == loomFuncSendRecv) continue;
+    if (tiers_[f].empty())
+      LOOM_THROW(loomInternalError, "the ", inputs_.device, " backend has no algorithm for ",
+                 funcName(static_cast<loomFunc_t>(f)));
+    tiers_[f].back().maxBytes = SIZE_MAX;
   }
 }
 
+void Selector::hostTable() {
+  for (int f = 0; f < loomNumFuncs; ++f) {
+    auto func = static_cast<loomFunc_t>(f);
+    if (func == loomFuncSendRecv) continue;
+    std::vector<Tier>& tiers = tiers_[f];
+    if (!inputs_.sharedMemory) {
+      // Ranks on several nodes: algorithms over pair channels, and the hierarchical ones where
+      // a node holds several ranks.
+      const Algorithm* flat = must(func, channelAlgorithm(func));
+      if (inputs_.nodesShared && hierarchicalMinBytes(func) > 0) {
+        tiers.push_back({hierarchicalMinBytes(func) - 1, flat});
+        tiers.push_back({SIZE_MAX, must(func, "hierarchical")});
+      } else {
+        tiers.push_back({SIZE_MAX, flat});
+      }
+      continue;
+    }
+    const Algorithm* direct = must(func, "direct");
+    bool reduction = func == loomFuncAllReduce || func == loomFuncReduce;
+    if (reduction) tiers.push_back({inputs_.directMaxBytes, direct});
+    tiers.push_back({SIZE_MAX, reduction ? must(func, "pipelined") : direct});
+  }
+}
+
+const Algorithm* Selector::find(loomFunc_t func, const std::string& name) const {
+  if (inputs_.native == nullptr) return findAlgorithm(func, name);
+  for (const Algorithm& algo : *inputs_.native)
+    if (algo.func == func && name == algo.name) return &algo;
+  return nullptr;
+}
+
 const Algorithm* Selector::must(loomFunc_t func, const char* name) const {
-  const Algorithm* algo = findAlgorithm(func, name, inputs_.device);
+  const Algorithm* algo = find(func, name);
   if (algo == nullptr)
     LOOM_THROW(loomInternalError, "no algorithm ", name, " for ", funcName(func));
   return algo;
 }
 
-const Algorithm& Selector::select(loomFunc_t func, size_t bytes) const {
-  if (forced_[func] != nullptr) return *forced_[func];
-  return *(bytes <= smallMax_[func] ? small_[func] : large_[func]);
-}
-
 std::string Selector::explain() const {
   std::ostringstream out;
   out << "algorithm table for " << inputs_.nranks << " ranks"
-      << (inputs_.sharedMemory ? " on one node" : " on several nodes")
-      << (inputs_.device == DeviceKind::kCuda ? ", CUDA" : "") << ":";
+      << (inputs_.sharedMemory ? " on one node" : " on several nodes") << ", device "
+      << inputs_.device << (inputs_.native != nullptr ? " (native)" : "") << ":";
   for (int f = 0; f < loomNumFuncs; ++f) {
     auto func = static_cast<loomFunc_t>(f);
     if (func == loomFuncSendRecv) continue;
     out << " " << funcName(func) << "=";
     if (forced_[f] != nullptr) {
       out << forced_[f]->name << "(forced)";
-    } else if (small_[f] != large_[f]) {
-      out << small_[f]->name << "<=" << smallMax_[f] << "B<" << large_[f]->name;
-    } else {
-      out << select(func, 0).name;
+      continue;
+    }
+    const std::vector<Tier>& tiers = tiers_[f];
+    for (size_t i = 0; i < tiers.size(); ++i) {
+      out << tiers[i].algo->name;
+      if (i + 1 < tiers.size()) out << "<=" << tiers[i].maxBytes << "B<";
     }
   }
   return out.str();

@@ -63,18 +63,19 @@ RankInfo RankInfo::local(int rank, const Device& device) {
   info.hostId = hostIdentity(info.hostname);
   struct stat st {};
   info.pidNamespace = stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
-  info.deviceKind = device.kind();
-  info.vendor = device.vendor();
-  info.deviceName = device.name();
-  info.deviceIndex = device.index();
-  info.busId = device.busId();
+  const DeviceIdentity& id = device.identity();
+  info.deviceKind = id.kind;
+  info.vendor = id.vendor;
+  info.deviceName = id.model;
+  info.deviceIndex = id.index;
+  info.busId = id.busId;
   return info;
 }
 
 std::string RankInfo::serialize() const {
   std::ostringstream out;
-  out << "loomrank2 " << rank << ' ' << pid << ' ' << pidNamespace << ' '
-      << static_cast<int>(deviceKind) << ' ' << deviceIndex << ' ';
+  out << "loomrank3 " << rank << ' ' << pid << ' ' << pidNamespace << ' ' << deviceIndex << ' ';
+  putString(out, deviceKind);
   putString(out, hostname);
   putString(out, hostId);
   putString(out, vendor);
@@ -87,13 +88,11 @@ RankInfo RankInfo::deserialize(const std::string& bytes) {
   std::istringstream in(bytes);
   std::string tag;
   RankInfo info;
-  int kind = 0;
   char space = 0;
-  if (!(in >> tag) || tag != "loomrank2" ||
-      !(in >> info.rank >> info.pid >> info.pidNamespace >> kind >> info.deviceIndex) ||
-      !in.get(space))
+  if (!(in >> tag) || tag != "loomrank3" ||
+      !(in >> info.rank >> info.pid >> info.pidNamespace >> info.deviceIndex) || !in.get(space))
     LOOM_THROW(loomInternalError, "malformed rank info (different Loom versions across ranks?)");
-  info.deviceKind = static_cast<DeviceKind>(kind);
+  info.deviceKind = getString(in);
   info.hostname = getString(in);
   info.hostId = getString(in);
   info.vendor = getString(in);

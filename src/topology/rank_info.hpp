@@ -17,7 +17,7 @@ struct RankInfo {
   std::string hostname;
   std::string hostId;         // hostname + boot id + network namespace: equal only on the same node
   uint64_t pidNamespace = 0;  // pids of ranks in different PID namespaces cannot be compared
-  DeviceKind deviceKind = DeviceKind::kCpu;
+  std::string deviceKind = "cpu";  // the backend's kind: "cpu", "cuda", a plug-in's
   std::string vendor;
   std::string deviceName;
   int deviceIndex = -1;

@@ -69,10 +69,62 @@ TEST(Selector, HierarchicalRefusedWhereItDoesNotExist) {
   EXPECT_NE(why.find("alltoallv has no algorithm 'hierarchical'"), std::string::npos) << why;
   why = thrownMessage(severalNodes(true), "allreduce:direct");
   EXPECT_NE(why.find("valid here: ring, hierarchical"), std::string::npos) << why;
-  SelectorInputs cuda;
-  cuda.device = DeviceKind::kCuda;
-  why = thrownMessage(cuda, "allreduce:hierarchical");
-  EXPECT_NE(why.find("for CUDA communicators"), std::string::npos) << why;
+}
+
+// A backend's native collectives bring their own algorithms and rows; the host table is not used.
+class FakeNative final : public NativeCollectives {
+ public:
+  FakeNative() {
+    for (int f = 0; f < loomNumFuncs; ++f) {
+      if (f == loomFuncSendRecv) continue;
+      algorithms_.push_back({static_cast<loomFunc_t>(f), "fast"});
+      algorithms_.push_back({static_cast<loomFunc_t>(f), "bulk"});
+    }
+  }
+  const std::vector<NativeAlgorithm>& algorithms() const override { return algorithms_; }
+  std::vector<NativeSelectorRow> selectorRows() const override {
+    std::vector<NativeSelectorRow> rows;
+    for (size_t i = 0; i < algorithms_.size(); i += 2) {
+      rows.push_back({algorithms_[i].func, 4096, static_cast<int>(i)});
+      rows.push_back({algorithms_[i].func, 1000, static_cast<int>(i + 1)});  // the last: any size
+    }
+    return rows;
+  }
+  void run(int, const CollArgs&) override {}
+  void pointToPoint(const std::vector<DeviceP2POp>&, loomStream_t) override {}
+  void stop() override {}
+  std::string describe() const override { return "fake"; }
+
+ private:
+  std::vector<NativeAlgorithm> algorithms_;
+};
+
+SelectorInputs nativeInputs(const FakeNative& native, std::vector<Algorithm>& table) {
+  table = nativeAlgorithms(native);
+  SelectorInputs in;
+  in.nranks = 4;
+  in.device = "fake";
+  in.native = &table;
+  in.nativeRows = native.selectorRows();
+  return in;
+}
+
+TEST(Selector, NativeRowsChooseTheBackendsAlgorithms) {
+  FakeNative native;
+  std::vector<Algorithm> table;
+  Selector selector(nativeInputs(native, table), "");
+  EXPECT_STREQ(selector.select(loomFuncAllReduce, 4096).name, "fast");
+  EXPECT_STREQ(selector.select(loomFuncAllReduce, 4097).name, "bulk");
+  EXPECT_STREQ(selector.select(loomFuncAllReduce, size_t{1} << 40).name, "bulk");
+  EXPECT_GE(selector.select(loomFuncAllReduce, 8).native, 0);
+  EXPECT_NE(selector.explain().find("allreduce=fast<=4096B<bulk"), std::string::npos)
+      << selector.explain();
+  Selector forced(nativeInputs(native, table), "allgather:bulk");
+  EXPECT_STREQ(forced.select(loomFuncAllGather, 8).name, "bulk");
+  std::string why = thrownMessage(nativeInputs(native, table), "allreduce:ring");
+  EXPECT_NE(why.find("no algorithm 'ring' for fake communicators (choices: fast, bulk)"),
+            std::string::npos)
+      << why;
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "device/cpu/cpu_device.hpp"
+
 namespace loom {
 namespace {
 
@@ -96,7 +98,7 @@ TEST(NodeMap, LauncherLocalSizeFromEnvironment) {
 }
 
 TEST(NodeMap, NodeIdSplitsOneHost) {
-  auto device = createDevice("cpu");
+  auto device = createCpuDevice();
   unsetenv("LOOM_NODE_ID");
   std::string plain = RankInfo::local(0, *device).hostId;
   setenv("LOOM_NODE_ID", "a", 1);

@@ -1,30 +1,45 @@
 // The host CPU as a device: plain memory, memcpy, and the vectorized reductions of base/reduce.
+// Work is done when the call returns, so streams and events are trivial.
+#include "device/cpu/cpu_device.hpp"
+
 #include <cstdlib>
 #include <cstring>
 
 #include "base/error.hpp"
 #include "base/reduce.hpp"
 #include "device/cpu/streaming_copy.hpp"
-#include "device/device.hpp"
 
 namespace loom {
 
 namespace {
 
+class CpuEvent final : public DeviceEvent {};
+
 class CpuDevice final : public Device {
  public:
-  DeviceKind kind() const override { return DeviceKind::kCpu; }
-  std::string vendor() const override { return "cpu"; }
-  std::string name() const override { return "host"; }
-  int index() const override { return -1; }
+  CpuDevice() { identity_ = {"cpu", "cpu", "host", -1, ""}; }
+  const DeviceIdentity& identity() const override { return identity_; }
+  DeviceCaps caps() const override { return {true, true, true, false}; }
+  std::string spec() const override { return "cpu"; }
 
-  void* allocate(size_t bytes) override {
-    void* ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (ptr == nullptr)
-      LOOM_THROW(loomSystemError, "out of host memory allocating ", bytes, " bytes");
-    return ptr;
+  void* allocate(size_t bytes) override { return allocateHost(bytes); }
+  void release(void* ptr) override { releaseHost(ptr); }
+  bool isDeviceMemory(const void*) const override { return false; }
+  void checkBuffer(const void*, size_t, const char*) const override {}
+
+  void copyAsync(void* dst, const void* src, size_t bytes, CopyKind, loomStream_t) override {
+    copy(dst, src, bytes);
   }
-  void release(void* ptr) override { std::free(ptr); }
+  void reduceAsync(void* dst, const void* const* srcs, int nsrc, size_t count, loomDataType_t dtype,
+                   loomRedOp_t op, int accum, int divisor, loomStream_t) override {
+    reduce(dst, srcs, nsrc, count, dtype, op, accum, divisor);
+  }
+  std::unique_ptr<DeviceEvent> createEvent() override { return std::make_unique<CpuEvent>(); }
+  void recordEvent(DeviceEvent&, loomStream_t) override {}
+  void waitEvent(loomStream_t, DeviceEvent&) override {}
+  bool eventDone(DeviceEvent&) override { return true; }
+  void synchronize(loomStream_t) override {}
+
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
   }
@@ -35,6 +50,9 @@ class CpuDevice final : public Device {
               loomRedOp_t op, int accum, int divisor) override {
     reduceManyAndScale(dst, srcs, nsrc, count, dtype, op, accum, divisor);
   }
+
+ private:
+  DeviceIdentity identity_;
 };
 
 }  // namespace

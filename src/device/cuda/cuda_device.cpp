@@ -6,6 +6,8 @@
 #include "base/dtype.hpp"
 #include "device/cuda/collectives/exchange.hpp"
 #include "device/cuda/cuda_check.hpp"
+#include "device/cuda/cuda_engine.hpp"
+#include "device/registry.hpp"
 
 namespace loom {
 
@@ -22,22 +24,44 @@ int deviceCount() {
   return count;
 }
 
+class CudaEvent final : public DeviceEvent {
+ public:
+  CudaEvent() { LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+cudaStream_t streamOf(loomStream_t stream) { return static_cast<cudaStream_t>(stream); }
+
+cudaMemcpyKind memcpyKind(CopyKind kind) {
+  switch (kind) {
+    case CopyKind::kHostToDevice:
+      return cudaMemcpyHostToDevice;
+    case CopyKind::kDeviceToHost:
+      return cudaMemcpyDeviceToHost;
+    default:
+      return cudaMemcpyDeviceToDevice;
+  }
+}
+
 }  // namespace
 
-CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
+CudaDevice::CudaDevice(int ordinal) {
   cudaDeviceProp prop{};
-  LOOM_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
-  name_ = prop.name;
+  LOOM_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
   multiprocessors_ = prop.multiProcessorCount;
   char bus[32] = {0};
-  LOOM_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, ordinal_));
-  busId_ = bus;
+  LOOM_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, ordinal));
+  identity_ = {"cuda", "nvidia", prop.name, ordinal, bus};
 }
 
 void CudaDevice::makeCurrent() const {
   int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current == ordinal_) return;
-  LOOM_CUDA_CHECK(cudaSetDevice(ordinal_));
+  if (cudaGetDevice(&current) == cudaSuccess && current == ordinal()) return;
+  LOOM_CUDA_CHECK(cudaSetDevice(ordinal()));
 }
 
 void* CudaDevice::allocate(size_t bytes) {
@@ -51,29 +75,84 @@ void CudaDevice::release(void* ptr) {
   if (ptr != nullptr) cudaFree(ptr);
 }
 
-void CudaDevice::copy(void* dst, const void* src, size_t bytes) {
-  if (dst == src || bytes == 0) return;
+void* CudaDevice::allocateHost(size_t bytes) {
   makeCurrent();
-  LOOM_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  void* ptr = nullptr;
+  LOOM_CUDA_CHECK(cudaHostAlloc(&ptr, bytes == 0 ? 1 : bytes, cudaHostAllocMapped));
+  return ptr;
 }
 
-void CudaDevice::reduce(void* dst, const void* const* srcs, int nsrc, size_t count,
-                        loomDataType_t dtype, loomRedOp_t op, int accum, int divisor) {
+void CudaDevice::releaseHost(void* ptr) {
+  if (ptr != nullptr) cudaFreeHost(ptr);
+}
+
+bool CudaDevice::isDeviceMemory(const void* ptr) const {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+void CudaDevice::checkBuffer(const void* ptr, size_t bytes, const char* what) const {
+  if (bytes == 0) return;
+  const size_t slot = (reinterpret_cast<uintptr_t>(ptr) >> 8) % kCheckedCache;
+  if (checked_[slot] == ptr) return;
+  LOOM_CHECK_ARG(usableOnDevice(ptr, ordinal()), what, " is not memory of CUDA device ", ordinal(),
+                 " (a CUDA communicator takes device pointers, e.g. from cudaMalloc)");
+  checked_[slot] = ptr;
+}
+
+std::string CudaDevice::exportMemory(void* ptr, size_t) {
+  makeCurrent();
+  cudaIpcMemHandle_t handle{};
+  LOOM_CUDA_CHECK(cudaIpcGetMemHandle(&handle, ptr));
+  return std::string(reinterpret_cast<const char*>(&handle), sizeof(handle));
+}
+
+void* CudaDevice::importMemory(const std::string& bytes) {
+  LOOM_CHECK_ARG(bytes.size() == sizeof(cudaIpcMemHandle_t), "not a CUDA IPC handle (",
+                 bytes.size(), " bytes)");
+  makeCurrent();
+  cudaIpcMemHandle_t handle{};
+  std::memcpy(&handle, bytes.data(), sizeof(handle));
+  void* ptr = nullptr;
+  LOOM_CUDA_CHECK(cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess));
+  return ptr;
+}
+
+void CudaDevice::closeImported(void* ptr) {
+  if (ptr != nullptr) cudaIpcCloseMemHandle(ptr);
+}
+
+void CudaDevice::copyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
+                           loomStream_t stream) {
+  if (dst == src || bytes == 0) return;
+  makeCurrent();
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpyKind(kind), streamOf(stream)));
+}
+
+void CudaDevice::reduceAsync(void* dst, const void* const* srcs, int nsrc, size_t count,
+                             loomDataType_t dtype, loomRedOp_t op, int accum, int divisor,
+                             loomStream_t stream) {
   LOOM_CHECK_ARG(nsrc >= 1 && nsrc <= cuda::kMaxRanks, "reduce takes 1 to ", cuda::kMaxRanks,
                  " sources, got ", nsrc);
   if (count == 0) return;
   makeCurrent();
   const size_t bytes = count * dtypeSize(dtype);
-  // The kernel reads the source list from device memory.
+  // The kernel reads the source list from device memory, which must outlive the launch: this
+  // (off the hot path) form waits for it.
   const char** table = nullptr;
   LOOM_CUDA_CHECK(cudaMalloc(&table, sizeof(char*) * nsrc));
-  cudaError_t err = cudaMemcpy(table, srcs, sizeof(char*) * nsrc, cudaMemcpyHostToDevice);
+  cudaError_t err =
+      cudaMemcpyAsync(table, srcs, sizeof(char*) * nsrc, cudaMemcpyHostToDevice, streamOf(stream));
   if (err == cudaSuccess) {
     try {
       cuda::ReduceKey key{dtype, op == loomAvg ? loomSum : op, resolveGpuAccum(dtype, accum)};
       cuda::launchLocalReduce(static_cast<char*>(dst), table, nsrc, bytes, key,
-                              divisor < 1 ? 1 : divisor, nullptr);
-      err = cudaDeviceSynchronize();
+                              divisor < 1 ? 1 : divisor, streamOf(stream));
+      err = cudaStreamSynchronize(streamOf(stream));
     } catch (...) {
       cudaFree(table);
       throw;
@@ -82,6 +161,31 @@ void CudaDevice::reduce(void* dst, const void* const* srcs, int nsrc, size_t cou
   cudaFree(table);
   if (err != cudaSuccess)
     LOOM_THROW(loomUnhandledCudaError, "device reduce: ", cudaGetErrorString(err));
+}
+
+std::unique_ptr<DeviceEvent> CudaDevice::createEvent() {
+  makeCurrent();
+  return std::make_unique<CudaEvent>();
+}
+
+void CudaDevice::recordEvent(DeviceEvent& event, loomStream_t stream) {
+  LOOM_CUDA_CHECK(cudaEventRecord(static_cast<CudaEvent&>(event).get(), streamOf(stream)));
+}
+
+void CudaDevice::waitEvent(loomStream_t stream, DeviceEvent& event) {
+  LOOM_CUDA_CHECK(cudaStreamWaitEvent(streamOf(stream), static_cast<CudaEvent&>(event).get(), 0));
+}
+
+bool CudaDevice::eventDone(DeviceEvent& event) {
+  cudaError_t err = cudaEventQuery(static_cast<CudaEvent&>(event).get());
+  if (err == cudaErrorNotReady) return false;
+  LOOM_CUDA_CHECK(err);
+  return true;
+}
+
+void CudaDevice::synchronize(loomStream_t stream) {
+  makeCurrent();
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(streamOf(stream)));
 }
 
 bool usableOnDevice(const void* ptr, int ordinal) {
@@ -121,22 +225,17 @@ int resolveGpuAccum(loomDataType_t dtype, int accum) {
 
 std::unique_ptr<Device> createCudaDevice(const std::string& spec) {
   const int count = deviceCount();
-  int ordinal = -1;
-  if (spec == "cuda") {
-    LOOM_CUDA_CHECK(cudaGetDevice(&ordinal));
-  } else {
-    const std::string digits = spec.substr(5);
-    char* end = nullptr;
-    long value = std::strtol(digits.c_str(), &end, 10);
-    LOOM_CHECK_ARG(!digits.empty() && end != nullptr && *end == '\0' && value >= 0, "device '",
-                   spec, "': expected cuda:N with N a device ordinal");
-    ordinal = static_cast<int>(value);
-  }
-  LOOM_CHECK_ARG(ordinal >= 0 && ordinal < count, "device '", spec, "': this process sees ", count,
+  int ordinal = parseDeviceSpec(spec).second;
+  if (ordinal < 0) LOOM_CUDA_CHECK(cudaGetDevice(&ordinal));
+  LOOM_CHECK_ARG(ordinal < count, "device '", spec, "': this process sees ", count,
                  " CUDA device(s)");
   auto device = std::make_unique<CudaDevice>(ordinal);
   device->makeCurrent();
   return device;
+}
+
+std::unique_ptr<NativeCollectives> CudaDevice::createCollectives(const NativeSetup& setup) {
+  return std::make_unique<CudaEngine>(*this, setup);
 }
 
 }  // namespace loom

@@ -6,13 +6,39 @@
 #include "base/dtype.hpp"
 #include "base/env.hpp"
 #include "base/log.hpp"
+#include "device/cuda/collectives/plans.hpp"
 #include "device/cuda/cuda_check.hpp"
+#include "device/cuda/cuda_env.hpp"
 
 namespace loom {
 
 namespace {
 
 using cuda::ExchangeArgs;
+
+// The largest call (bytes as the C API counts them: per rank for allgather, reduce-scatter,
+// alltoall, gather and scatter) that runs on LL packets. LL sends twice the bytes but saves the
+// flag round trip of every chunk. Crossovers measured on 4 H200s over NVLink, fp32
+// (docs/benchmarks.md): allreduce LL 25 us vs simple 30 us at 512 KiB, 45 vs 31 at 1 MiB;
+// allgather LL 21 vs simple 24 us at 256 KiB per rank; reduce-scatter LL 14 vs 18 us at 128 KiB.
+size_t defaultLLMax(loomFunc_t func) {
+  switch (func) {
+    case loomFuncAllReduce:
+      return 512 * 1024;
+    case loomFuncAllGather:
+      return 256 * 1024;
+    case loomFuncReduceScatter:
+    case loomFuncBroadcast:
+    case loomFuncReduce:
+      return 128 * 1024;
+    default:
+      return 64 * 1024;  // alltoall, gather, scatter: not measured yet
+  }
+}
+
+constexpr loomFunc_t kExchangeFuncs[] = {loomFuncAllReduce, loomFuncBroadcast,     loomFuncReduce,
+                                         loomFuncAllGather, loomFuncReduceScatter, loomFuncAllToAll,
+                                         loomFuncAllToAllv, loomFuncGather,        loomFuncScatter};
 
 constexpr auto kWatchInterval = std::chrono::milliseconds(1);
 
@@ -22,16 +48,18 @@ size_t slotBytesFromEnv() {
   return static_cast<size_t>(bytes) / 16 * 16;
 }
 
-ExchangeArgs emptyExchange() {
-  ExchangeArgs a{};
-  a.divisor = 1;
-  return a;
-}
-
 }  // namespace
 
-CudaEngine::CudaEngine(CudaDevice& device, const CudaEngineSetup& setup)
+CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
     : device_(device), setup_(setup) {
+  for (loomFunc_t func : kExchangeFuncs) {
+    algorithms_.push_back({func, "ll"});
+    protocols_.push_back(Protocol::kLL);
+    algorithms_.push_back({func, "simple"});
+    protocols_.push_back(Protocol::kSimple);
+  }
+  algorithms_.push_back({loomFuncBarrier, "ll"});
+  protocols_.push_back(Protocol::kLL);
   LOOM_CHECK_ARG(setup_.nranks <= cuda::kMaxRanks, "a CUDA communicator holds at most ",
                  cuda::kMaxRanks, " ranks on one host, got ", setup_.nranks);
   int64_t blocks = env::cudaMaxBlocks();
@@ -78,9 +106,9 @@ CudaEngine::CudaEngine(CudaDevice& device, const CudaEngineSetup& setup)
   dev_.recvSeq = counters_ + counterWords;
   dev_.status = static_cast<cuda::DevStatus*>(statusOnDevice);
   watchdog_ = std::thread([this] { watch(); });
-  LOOM_INFO(kSubsysInit, setup_.rank, "CUDA device ", device_.index(), " (", device_.name(), ", ",
-            device_.busId(), "): ", windows_.transportName(), " windows of ",
-            layout_.totalBytes() >> 20, " MiB, slot ", layout_.slotBytes, " B");
+  const DeviceIdentity& id = device_.identity();
+  LOOM_INFO(kSubsysInit, setup_.rank, "CUDA device ", id.index, " (", id.model, ", ", id.busId,
+            "): ", describe());
 }
 
 CudaEngine::~CudaEngine() {
@@ -92,7 +120,7 @@ CudaEngine::~CudaEngine() {
   if (watchdog_.joinable()) watchdog_.join();
   // Kernels still in flight read the windows and counters: let them finish (or, on an aborted
   // communicator, give up) before anything is unmapped.
-  cudaSetDevice(device_.index());
+  cudaSetDevice(device_.ordinal());
   cudaDeviceSynchronize();
   cudaGetLastError();
   if (streamSwitch_ != nullptr) cudaEventDestroy(streamSwitch_);
@@ -101,7 +129,33 @@ CudaEngine::~CudaEngine() {
   if (status_ != nullptr) cudaFreeHost(status_);
 }
 
-void CudaEngine::stopKernels() {
+std::vector<NativeSelectorRow> CudaEngine::selectorRows() const {
+  const int64_t llMax = env::cudaLLMaxBytes();
+  std::vector<NativeSelectorRow> rows;
+  for (size_t i = 0; i < algorithms_.size(); ++i) {
+    const loomFunc_t func = algorithms_[i].func;
+    const int index = static_cast<int>(i);
+    if (func == loomFuncBarrier) {
+      rows.push_back({func, SIZE_MAX, index});
+    } else if (protocols_[i] == Protocol::kLL) {
+      // alltoallv: counts differ per rank, so no rank knows the size of the whole exchange:
+      // LL only when asked for by size.
+      if (func == loomFuncAllToAllv && llMax < 0) continue;
+      rows.push_back({func, llMax >= 0 ? static_cast<size_t>(llMax) : defaultLLMax(func), index});
+    } else {
+      rows.push_back({func, SIZE_MAX, index});
+    }
+  }
+  return rows;
+}
+
+std::string CudaEngine::describe() const {
+  return std::string(windows_.transportName()) + " windows of " +
+         std::to_string(layout_.totalBytes() >> 20) + " MiB, slot " +
+         std::to_string(layout_.slotBytes) + " B";
+}
+
+void CudaEngine::stop() {
   volatile cuda::DevStatus* status = status_;
   status->abort = 1;
 }
@@ -155,66 +209,7 @@ int CudaEngine::blocksFor(size_t bytes, Protocol protocol) const {
   return static_cast<int>(std::clamp<size_t>(blocks, 1, static_cast<size_t>(maxBlocks_)));
 }
 
-void CudaEngine::validateBuffer(const void* ptr, size_t bytes, const char* name) const {
-  if (bytes == 0) return;
-  // Buffers are reused call after call: remember the last pointers that passed. (Under unified
-  // addressing a device address never becomes host memory, so a remembered one stays a device
-  // pointer even if it was freed and allocated again.)
-  const size_t slot = (reinterpret_cast<uintptr_t>(ptr) >> 8) % kValidatedCache;
-  if (validated_[slot] == ptr) return;
-  LOOM_CHECK_ARG(usableOnDevice(ptr, device_.index()), name, " is not memory of CUDA device ",
-                 device_.index(),
-                 " (a CUDA communicator takes device pointers, e.g. from cudaMalloc)");
-  validated_[slot] = ptr;
-}
-
-void CudaEngine::validateBuffers(const CollArgs& a) const {
-  const size_t n = static_cast<size_t>(setup_.nranks);
-  const size_t bytes = a.count * dtypeSize(a.dtype);
-  const bool isRoot = setup_.rank == a.root;
-  switch (a.func) {
-    case loomFuncAllReduce:
-      validateBuffer(a.send, bytes, "sendbuff");
-      validateBuffer(a.recv, bytes, "recvbuff");
-      break;
-    case loomFuncBroadcast:
-      if (isRoot) validateBuffer(a.send, bytes, "sendbuff");
-      validateBuffer(a.recv, bytes, "recvbuff");
-      break;
-    case loomFuncReduce:
-      validateBuffer(a.send, bytes, "sendbuff");
-      if (isRoot) validateBuffer(a.recv, bytes, "recvbuff");
-      break;
-    case loomFuncAllGather:
-    case loomFuncGather:
-      validateBuffer(a.send, bytes, "sendbuff");
-      if (a.func == loomFuncAllGather || isRoot) validateBuffer(a.recv, bytes * n, "recvbuff");
-      break;
-    case loomFuncReduceScatter:
-    case loomFuncScatter:
-      if (a.func == loomFuncReduceScatter || isRoot) validateBuffer(a.send, bytes * n, "sendbuff");
-      validateBuffer(a.recv, bytes, "recvbuff");
-      break;
-    case loomFuncAllToAll:
-      validateBuffer(a.send, bytes * n, "sendbuff");
-      validateBuffer(a.recv, bytes * n, "recvbuff");
-      break;
-    case loomFuncAllToAllv: {
-      size_t sendTotal = 0, recvTotal = 0;
-      for (size_t i = 0; i < n; ++i) {
-        sendTotal += a.sendCounts[i];
-        recvTotal += a.recvCounts[i];
-      }
-      validateBuffer(a.send, sendTotal, "sendbuff");
-      validateBuffer(a.recv, recvTotal, "recvbuff");
-      break;
-    }
-    default:
-      break;
-  }
-}
-
-cudaStream_t CudaEngine::orderStream(void* streamHandle) {
+cudaStream_t CudaEngine::orderStream(loomStream_t streamHandle) {
   cudaStream_t stream = static_cast<cudaStream_t>(streamHandle);
   // Collectives of one communicator run in issue order even across streams: a call on a new
   // stream waits for everything already issued on the previous one (as NCCL does).
@@ -248,144 +243,50 @@ void CudaEngine::launchExchange(const ExchangeArgs& args, bool reduce, const Col
     cuda::launchSimpleReduce(dev_, args, key, stream);
 }
 
-void CudaEngine::run(const CollArgs& call, Protocol protocol) {
+void CudaEngine::barrier(cudaStream_t stream) {
+  if (setup_.nranks == 1) return;
+  // A token allreduce: every rank hears from every other before anyone leaves.
+  CollArgs token;
+  token.func = loomFuncAllReduce;
+  token.send = token.recv = barrierScratch_;
+  token.count = 1;
+  token.dtype = loomInt32;
+  cuda::PlannedExchange plan;
+  cuda::planExchange(token, setup_.rank, setup_.nranks, plan);
+  plan.args.blocks = 1;
+  launchExchange(plan.args, true, token, Protocol::kLL, stream);
+}
+
+void CudaEngine::run(int algorithm, const CollArgs& call) {
+  const Protocol protocol = protocols_.at(algorithm);
   device_.makeCurrent();
   cudaStream_t stream = orderStream(call.stream);
-  const int n = setup_.nranks, me = setup_.rank;
-  const size_t es = dtypeSize(call.dtype);
-  const size_t bytes = call.count * es;
-  const char* send = static_cast<const char*>(call.send);
-  char* recv = static_cast<char*>(call.recv);
-  ExchangeArgs a = emptyExchange();
-  a.divisor = averageDivisor(call.op, n);
-  bool reduce = false;
-  size_t largest = bytes;  // the transfer that sizes the grid
-  auto toAll = [&](auto sendAt, auto recvAt, size_t each) {
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      a.send[p] = sendAt(p);
-      a.sendBytes[p] = each;
-      a.recv[p] = recvAt(p);
-      a.recvBytes[p] = each;
-    }
-  };
-  switch (call.func) {
-    case loomFuncAllReduce:
-    case loomFuncBarrier: {
-      if (call.func == loomFuncBarrier) {
-        // A token allreduce: every rank hears from every other before anyone leaves.
-        send = recv = barrierScratch_;
-      }
-      const size_t b = call.func == loomFuncBarrier ? sizeof(int32_t) : bytes;
-      if (b == 0) return;
-      if (n == 1) {
-        if (send != recv)
-          LOOM_CUDA_CHECK(cudaMemcpyAsync(recv, send, b, cudaMemcpyDeviceToDevice, stream));
-        return;
-      }
-      if (protocol == Protocol::kSimple && call.func == loomFuncAllReduce) {
-        cuda::TwoShotArgs t{send, recv, b, a.divisor, blocksFor(b / n, protocol)};
-        cuda::ReduceKey key{call.dtype, kernelOp(call.op), resolveGpuAccum(call.dtype, call.accum)};
-        cuda::launchTwoShot(dev_, t, key, stream);
-        return;
-      }
-      toAll([&](int) { return send; }, [&](int) { return recv; }, b);
-      a.selfSend = send;
-      a.reduceOut = recv;
-      a.reduceBytes = b;
-      reduce = true;
-      largest = b;
-      if (call.func == loomFuncBarrier) {
-        CollArgs token = call;
-        token.dtype = loomInt32;
-        token.op = loomSum;
-        token.accum = -1;
-        a.blocks = 1;
-        launchExchange(a, true, token, Protocol::kLL, stream);
-        return;
-      }
-      break;
-    }
-    case loomFuncBroadcast:
-      if (me == call.root) {
-        for (int p = 0; p < n; ++p)
-          if (p != me) a.send[p] = send, a.sendBytes[p] = bytes;
-        a.selfSend = send, a.selfRecv = recv, a.selfBytes = bytes;
-      } else {
-        a.recv[call.root] = recv, a.recvBytes[call.root] = bytes;
-      }
-      break;
-    case loomFuncReduce:
-      reduce = true;
-      if (me == call.root) {
-        for (int q = 0; q < n; ++q)
-          if (q != me) a.recvBytes[q] = bytes;
-        a.selfSend = send, a.reduceOut = recv, a.reduceBytes = bytes;
-      } else {
-        a.send[call.root] = send, a.sendBytes[call.root] = bytes;
-      }
-      break;
-    case loomFuncAllGather:
-      toAll([&](int) { return send; }, [&](int q) { return recv + q * bytes; }, bytes);
-      a.selfSend = send, a.selfRecv = recv + me * bytes, a.selfBytes = bytes;
-      break;
-    case loomFuncReduceScatter:
-      toAll([&](int p) { return send + p * bytes; }, [&](int) { return nullptr; }, bytes);
-      a.selfSend = send + me * bytes, a.reduceOut = recv, a.reduceBytes = bytes;
-      reduce = true;
-      break;
-    case loomFuncAllToAll:
-      toAll([&](int p) { return send + p * bytes; }, [&](int q) { return recv + q * bytes; },
-            bytes);
-      a.selfSend = send + me * bytes, a.selfRecv = recv + me * bytes, a.selfBytes = bytes;
-      break;
-    case loomFuncAllToAllv:
-      for (int p = 0; p < n; ++p) {
-        if (p == me) continue;
-        a.send[p] = send + call.sendDispls[p] * es, a.sendBytes[p] = call.sendCounts[p] * es;
-        a.recv[p] = recv + call.recvDispls[p] * es, a.recvBytes[p] = call.recvCounts[p] * es;
-      }
-      a.selfSend = send + call.sendDispls[me] * es;
-      a.selfRecv = recv + call.recvDispls[me] * es;
-      a.selfBytes = std::min(call.sendCounts[me], call.recvCounts[me]) * es;
-      // Peers do not know each other's counts: the grid cannot depend on them.
-      largest = static_cast<size_t>(1) << 40;
-      break;
-    case loomFuncGather:
-      if (me == call.root) {
-        for (int q = 0; q < n; ++q)
-          if (q != me) a.recv[q] = recv + q * bytes, a.recvBytes[q] = bytes;
-        a.selfSend = send, a.selfRecv = recv + me * bytes, a.selfBytes = bytes;
-      } else {
-        a.send[call.root] = send, a.sendBytes[call.root] = bytes;
-      }
-      break;
-    case loomFuncScatter:
-      if (me == call.root) {
-        for (int p = 0; p < n; ++p)
-          if (p != me) a.send[p] = send + p * bytes, a.sendBytes[p] = bytes;
-        a.selfSend = send + me * bytes, a.selfRecv = recv, a.selfBytes = bytes;
-      } else {
-        a.recv[call.root] = recv, a.recvBytes[call.root] = bytes;
-      }
-      break;
-    default:
-      LOOM_THROW(loomInternalError, "no GPU path for collective ", static_cast<int>(call.func));
+  if (call.func == loomFuncBarrier) return barrier(stream);
+  const int n = setup_.nranks;
+  const size_t bytes = call.count * dtypeSize(call.dtype);
+  if (call.func == loomFuncAllReduce && protocol == Protocol::kSimple && n > 1 && bytes > 0) {
+    cuda::TwoShotArgs t{static_cast<const char*>(call.send), static_cast<char*>(call.recv), bytes,
+                        averageDivisor(call.op, n), blocksFor(bytes / n, protocol)};
+    cuda::ReduceKey key{call.dtype, kernelOp(call.op), resolveGpuAccum(call.dtype, call.accum)};
+    cuda::launchTwoShot(dev_, t, key, stream);
+    return;
   }
-  if (call.func != loomFuncAllToAllv && bytes == 0) return;
+  cuda::PlannedExchange plan;
+  if (!cuda::planExchange(call, setup_.rank, n, plan)) return;
+  ExchangeArgs& a = plan.args;
   if (n == 1) {
     const char* from = a.selfSend;
-    char* to = reduce ? a.reduceOut : a.selfRecv;
-    size_t len = reduce ? a.reduceBytes : a.selfBytes;
+    char* to = plan.reduce ? a.reduceOut : a.selfRecv;
+    size_t len = plan.reduce ? a.reduceBytes : a.selfBytes;
     if (len > 0 && from != to)
       LOOM_CUDA_CHECK(cudaMemcpyAsync(to, from, len, cudaMemcpyDeviceToDevice, stream));
     return;
   }
-  a.blocks = blocksFor(largest, protocol);
-  launchExchange(a, reduce, call, protocol, stream);
+  a.blocks = blocksFor(plan.largest, protocol);
+  launchExchange(a, plan.reduce, call, protocol, stream);
 }
 
-void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, void* streamHandle) {
+void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t streamHandle) {
   device_.makeCurrent();
   cudaStream_t stream = orderStream(streamHandle);
   const int n = setup_.nranks, me = setup_.rank;
@@ -396,7 +297,7 @@ void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, void* streamH
   taken.assign(ops.size(), 0);
   size_t done = 0;
   while (done < ops.size()) {
-    ExchangeArgs a = emptyExchange();
+    ExchangeArgs a = cuda::emptyExchange();
     uint32_t sendUsed = 0, recvUsed = 0;  // peers with an op in this round (n <= kMaxRanks)
     const DeviceP2POp* selfSend = nullptr;
     const DeviceP2POp* selfRecv = nullptr;

@@ -4,67 +4,52 @@
 // kernels that stop, and a kernel's timeout into the communicator's error.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
-#include <functional>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "algorithms/context.hpp"
 #include "base/error.hpp"
 #include "device/cuda/collectives/dev_comm.hpp"
 #include "device/cuda/collectives/exchange.hpp"
 #include "device/cuda/cuda_device.hpp"
-#include "transport/cuda_ipc/peer_windows.hpp"
+#include "device/cuda/peer_windows.hpp"
+#include "device/native.hpp"
 
 namespace loom {
 
-struct CudaEngineSetup {
-  int rank = 0;
-  int nranks = 1;
-  int64_t timeoutMs = 0;
-  std::function<std::vector<std::string>(const std::string&)> allGather;
-  // Thread-safe: the reason this rank must stop (a dead peer, a peer's abort), if any.
-  std::function<std::optional<Error>()> peerFailure;
-  // Thread-safe: records a failure as the communicator's (aborts it, tells the peers).
-  std::function<void(const Error&)> fail;
-  const std::atomic<bool>* aborted = nullptr;  // the communicator's abort flag
-};
-
-class CudaEngine {
+// The CUDA backend's native collectives: for every collective "ll" (LL packets, one network
+// step; allreduce is one-shot) and "simple" (bulk chunks with flags; allreduce is two-shot
+// reduce-scatter + all-gather), with the selector rows measured for them.
+class CudaEngine final : public NativeCollectives {
  public:
   enum class Protocol { kLL, kSimple };
 
-  CudaEngine(CudaDevice& device, const CudaEngineSetup& setup);
-  ~CudaEngine();
+  CudaEngine(CudaDevice& device, const NativeSetup& setup);
+  ~CudaEngine() override;
   CudaEngine(const CudaEngine&) = delete;
   CudaEngine& operator=(const CudaEngine&) = delete;
 
-  // Throws loomInvalidArgument when a buffer the call would touch is not memory this GPU's
-  // kernels can use.
-  void validateBuffers(const CollArgs& args) const;
-  void validateBuffer(const void* ptr, size_t bytes, const char* name) const;
-  // Enqueues the collective on args.stream (returns before it ran).
-  void run(const CollArgs& args, Protocol protocol);
-  // Enqueues a group's sends and receives (already validated) on `stream`.
-  void pointToPoint(const std::vector<DeviceP2POp>& ops, void* stream);
-  // Makes every kernel of this communicator stop (waits give up) and keeps them stopping.
-  void stopKernels();
-  const char* transportName() const { return windows_.transportName(); }
-  size_t slotBytes() const { return layout_.slotBytes; }
+  const std::vector<NativeAlgorithm>& algorithms() const override { return algorithms_; }
+  std::vector<NativeSelectorRow> selectorRows() const override;
+  void run(int algorithm, const CollArgs& args) override;
+  void pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) override;
+  void stop() override;
+  std::string describe() const override;
 
  private:
-  cudaStream_t orderStream(void* stream);
+  cudaStream_t orderStream(loomStream_t stream);
   void launchExchange(const cuda::ExchangeArgs& args, bool reduce, const CollArgs& call,
                       Protocol protocol, cudaStream_t stream);
+  void barrier(cudaStream_t stream);
   void watch();
   int blocksFor(size_t bytes, Protocol protocol) const;
 
   CudaDevice& device_;
-  CudaEngineSetup setup_;
+  NativeSetup setup_;
+  std::vector<NativeAlgorithm> algorithms_;
+  std::vector<Protocol> protocols_;  // of algorithms_
   cuda::WindowLayout layout_;
   PeerWindows windows_;
   cuda::DevComm dev_{};
@@ -72,9 +57,6 @@ class CudaEngine {
   cuda::DevStatus* status_ = nullptr;  // pinned, mapped: host view
   char* barrierScratch_ = nullptr;     // device memory for loomBarrier's token allreduce
   int maxBlocks_ = cuda::kMaxBlocks;
-
-  static constexpr size_t kValidatedCache = 16;
-  mutable const void* validated_[kValidatedCache] = {};
 
   std::vector<char> p2pTaken_;  // pointToPoint's scratch
 

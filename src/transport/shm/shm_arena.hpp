@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/shm_segment.hpp"
 #include "loom/loom.h"
-#include "transport/shm/shm_segment.hpp"
 
 namespace loom {
 

@@ -1,4 +1,4 @@
-#include "transport/shm/shm_segment.hpp"
+#include "base/shm_segment.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "transport/cuda_ipc/peer_windows.hpp"
+#include "device/cuda/peer_windows.hpp"
 
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/env.hpp"
+#include "device/cuda/cuda_env.hpp"
 #include "base/log.hpp"
 #include "base/sha256.hpp"
 #include "device/cuda/cuda_check.hpp"

@@ -1,4 +1,4 @@
-// The cuda_ipc transport: one window of memory per rank that every peer's kernels can write,
+// The CUDA backend's peer windows: one window of memory per rank that every peer's kernels can write,
 // mapped into every process of the communicator.
 //
 // p2p: each window is device memory of its rank's GPU, exported as a CUDA IPC handle, sent over
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/shm/shm_segment.hpp"
+#include "base/shm_segment.hpp"
 
 namespace loom {
 

@@ -1,0 +1,467 @@
+// "loom-emu": an emulated accelerator as a Loom device plug-in (include/loom/loom_device_plugin.h),
+// built as its own shared library. It behaves like a discrete device so that CI exercises every
+// device path without one, and it shows a vendor what a plug-in has to provide.
+//
+// Memory: each device reserves a range of addresses that the host cannot touch (PROT_NONE) and
+// hands out pointers inside it; the bytes live in a separate backing mapping at the same offset.
+// A host dereference of a device pointer faults at once, so only the plug-in's copies reach the
+// data. Streams: one worker thread each, running copies and reductions in order some time after
+// they are issued (LOOM_EMU_DELAY_US per operation), so a missing wait shows as a wrong result.
+// Events: generation counters that a stream's worker advances.
+//
+// Test knobs (read when the library loads): LOOM_EMU_DEVICES (devices, default 4),
+// LOOM_EMU_DISABLE=reduce,map_host,host_alloc (optional entries and flags switched off),
+// LOOM_EMU_FAIL=init | copy:N (init fails; the Nth copy of the process fails), LOOM_EMU_VERSION
+// (the ABI version the table reports), LOOM_EMU_DELAY_US (default 20).
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/dtype.hpp"
+#include "base/reduce.hpp"
+#include "loom/loom_device_plugin.h"
+
+namespace {
+
+constexpr size_t kReserveBytes = size_t{8} << 30;  // address space per device, committed lazily
+constexpr size_t kAlign = 256;
+
+thread_local std::string tlsError;  // the plug-in's own per-thread message (a vendor runtime's)
+
+loomResult_t fail(loomResult_t code, std::string message) {
+  tlsError = "loom-emu: " + std::move(message);
+  return code;
+}
+
+struct Options {
+  int devices = 4;
+  bool reduce = true, mapHost = true, hostAlloc = true;
+  bool failInit = false;
+  long failCopyAt = -1;  // the Nth memcpyAsync fails (1-based); -1 never
+  unsigned version = LOOM_DEVICE_PLUGIN_VERSION;
+  long delayUs = 20;
+};
+
+Options readOptions() {
+  Options o;
+  if (const char* v = std::getenv("LOOM_EMU_DEVICES")) o.devices = std::max(1, std::atoi(v));
+  if (const char* v = std::getenv("LOOM_EMU_DISABLE")) {
+    std::string s = std::string(",") + v + ",";
+    o.reduce = s.find(",reduce,") == std::string::npos;
+    o.mapHost = s.find(",map_host,") == std::string::npos;
+    o.hostAlloc = s.find(",host_alloc,") == std::string::npos;
+  }
+  if (const char* v = std::getenv("LOOM_EMU_FAIL")) {
+    std::string s = v;
+    o.failInit = s == "init";
+    if (s.rfind("copy:", 0) == 0) o.failCopyAt = std::atol(s.c_str() + 5);
+  }
+  if (const char* v = std::getenv("LOOM_EMU_VERSION")) o.version = std::atoi(v);
+  if (const char* v = std::getenv("LOOM_EMU_DELAY_US")) o.delayUs = std::atol(v);
+  return o;
+}
+
+// One stream: a worker thread that runs its tasks in order.
+class Stream {
+ public:
+  explicit Stream(long delayUs) : delayUs_(delayUs), worker_([this] { loop(); }) {}
+  ~Stream() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    worker_.join();
+  }
+  void enqueue(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tasks_.push_back(std::move(task));
+      ++issued_;
+    }
+    wake_.notify_all();
+  }
+  void synchronize() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    uint64_t target = issued_;
+    idle_.wait(lock, [&] { return done_ >= target; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stopping, and drained
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      if (delayUs_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delayUs_));
+      task();
+      lock.lock();
+      ++done_;
+      idle_.notify_all();
+    }
+  }
+  long delayUs_;
+  std::mutex mutex_;
+  std::condition_variable wake_, idle_;
+  std::deque<std::function<void()>> tasks_;
+  uint64_t issued_ = 0, done_ = 0;
+  bool stopping_ = false;
+  std::thread worker_;  // last: starts once the rest is built
+};
+
+struct Event {
+  std::mutex mutex;
+  std::condition_variable doneCv;
+  uint64_t recorded = 0, done = 0;
+};
+
+// One emulated device: its address range, backing bytes and allocations.
+struct Device {
+  char* addresses = nullptr;  // PROT_NONE: what pointers look like
+  char* backing = nullptr;    // where the bytes are
+  std::mutex mutex;
+  std::map<size_t, size_t> allocations;  // offset -> bytes
+  std::map<size_t, size_t> holes;        // freed ranges, offset -> bytes
+  size_t top = 0;
+  Stream* defaultStream = nullptr;
+
+  bool contains(const void* p) const {
+    auto a = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(addresses);
+    return a >= base && a < base + kReserveBytes;
+  }
+  char* real(const void* p) const {
+    return backing + (reinterpret_cast<const char*>(p) - addresses);
+  }
+  // True when [p, p + bytes) lies inside one live allocation.
+  bool inAllocation(const void* p, size_t bytes) {
+    if (!contains(p)) return false;
+    size_t offset = static_cast<size_t>(reinterpret_cast<const char*>(p) - addresses);
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = allocations.upper_bound(offset);
+    if (it == allocations.begin()) return false;
+    --it;
+    return offset + bytes <= it->first + it->second;
+  }
+};
+
+struct State {
+  Options options = readOptions();
+  std::vector<Device> devices;
+  std::atomic<long> copies{0};
+  bool initialized = false;
+};
+
+// Created when the library loads, never destroyed: worker threads may outlive static destructors.
+State* gState = nullptr;
+
+Device* deviceOf(int dev) {
+  if (gState == nullptr || !gState->initialized || dev < 0 ||
+      dev >= static_cast<int>(gState->devices.size()))
+    return nullptr;
+  return &gState->devices[dev];
+}
+
+Stream* streamOf(Device& d, loomStream_t s) {
+  return s == nullptr ? d.defaultStream : reinterpret_cast<Stream*>(s);
+}
+
+// A pointer as the device's worker reads it: device memory through its backing, host memory as
+// it is where the device maps host memory.
+loomResult_t resolve(Device& d, const void* p, size_t bytes, bool wantDevice, const char* what,
+                     const char** out) {
+  if (d.contains(p)) {
+    if (!d.inAllocation(p, bytes))
+      return fail(loomInvalidArgument, std::string(what) + " is outside every allocation");
+    *out = d.real(p);
+    return loomSuccess;
+  }
+  if (wantDevice || !gState->options.mapHost)
+    return fail(loomInvalidArgument,
+                std::string(what) + " is not memory of this device (host memory is not mapped)");
+  *out = static_cast<const char*>(p);
+  return loomSuccess;
+}
+
+loomResult_t emuInit() {
+  if (gState->options.failInit) return fail(loomSystemError, "init failed (LOOM_EMU_FAIL=init)");
+  if (gState->initialized) return loomSuccess;
+  gState->devices = std::vector<Device>(gState->options.devices);
+  for (Device& d : gState->devices) {
+    void* addresses =
+        mmap(nullptr, kReserveBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* backing = mmap(nullptr, kReserveBytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (addresses == MAP_FAILED || backing == MAP_FAILED)
+      return fail(loomSystemError, "cannot reserve device address space");
+    d.addresses = static_cast<char*>(addresses);
+    d.backing = static_cast<char*>(backing);
+    d.defaultStream = new Stream(gState->options.delayUs);
+  }
+  gState->initialized = true;
+  return loomSuccess;
+}
+
+loomResult_t emuGetDeviceCount(int* count) {
+  *count = static_cast<int>(gState->devices.size());
+  return loomSuccess;
+}
+
+loomResult_t emuGetDeviceInfo(int dev, loomDevicePluginDeviceInfo_v1* info) {
+  if (deviceOf(dev) == nullptr)
+    return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  std::snprintf(info->model, sizeof(info->model), "Loom emulated accelerator");
+  std::snprintf(info->busId, sizeof(info->busId), "emu:%d", dev);
+  return loomSuccess;
+}
+
+loomResult_t emuMemAlloc(int dev, size_t bytes, void** ptr) {
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  size_t need = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  std::lock_guard<std::mutex> lock(d->mutex);
+  size_t offset = SIZE_MAX;
+  for (auto it = d->holes.begin(); it != d->holes.end(); ++it) {
+    if (it->second < need) continue;
+    offset = it->first;
+    if (it->second > need) d->holes[offset + need] = it->second - need;
+    d->holes.erase(it);
+    break;
+  }
+  if (offset == SIZE_MAX) {
+    if (d->top + need > kReserveBytes)
+      return fail(loomSystemError, "out of device memory allocating " + std::to_string(bytes));
+    offset = d->top;
+    d->top += need;
+  }
+  d->allocations[offset] = need;
+  *ptr = d->addresses + offset;
+  return loomSuccess;
+}
+
+loomResult_t emuMemFree(int dev, void* ptr) {
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (ptr == nullptr) return loomSuccess;
+  if (!d->contains(ptr)) return fail(loomInvalidArgument, "memFree of a pointer not of the device");
+  size_t offset = static_cast<size_t>(static_cast<char*>(ptr) - d->addresses);
+  std::lock_guard<std::mutex> lock(d->mutex);
+  auto it = d->allocations.find(offset);
+  if (it == d->allocations.end())
+    return fail(loomInvalidArgument, "memFree of a pointer never allocated");
+  madvise(d->backing + offset, it->second, MADV_DONTNEED);  // freed memory reads as zeros again
+  d->holes[offset] = it->second;
+  d->allocations.erase(it);
+  return loomSuccess;
+}
+
+loomResult_t emuMemIsDevice(int dev, const void* ptr, size_t bytes, int* isDevice) {
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  *isDevice = d->inAllocation(ptr, std::max<size_t>(bytes, 1)) ? 1 : 0;
+  return loomSuccess;
+}
+
+loomResult_t emuStreamCreate(int dev, loomStream_t* stream) {
+  if (deviceOf(dev) == nullptr)
+    return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  *stream = reinterpret_cast<loomStream_t>(new Stream(gState->options.delayUs));
+  return loomSuccess;
+}
+
+loomResult_t emuStreamDestroy(int, loomStream_t stream) {
+  delete reinterpret_cast<Stream*>(stream);
+  return loomSuccess;
+}
+
+loomResult_t emuStreamSynchronize(int dev, loomStream_t stream) {
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  streamOf(*d, stream)->synchronize();
+  return loomSuccess;
+}
+
+loomResult_t emuMemcpyAsync(int dev, void* dst, const void* src, size_t bytes,
+                            loomMemcpyKind_t kind, loomStream_t stream) {
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  long n = ++gState->copies;
+  if (gState->options.failCopyAt > 0 && n >= gState->options.failCopyAt)
+    return fail(loomSystemError, "copy " + std::to_string(n) + " failed (LOOM_EMU_FAIL=copy:" +
+                                     std::to_string(gState->options.failCopyAt) + ")");
+  if (bytes == 0) return loomSuccess;
+  const bool srcDevice = kind != loomMemcpyHostToDevice;
+  const bool dstDevice = kind != loomMemcpyDeviceToHost;
+  const char* from = nullptr;
+  const char* to = nullptr;
+  // A copy's host side is host memory by definition; its device side must be the device's.
+  if (srcDevice) {
+    if (loomResult_t r = resolve(*d, src, bytes, true, "copy source", &from)) return r;
+  } else if (d->contains(src)) {
+    return fail(loomInvalidArgument, "host-to-device copy from device memory");
+  } else {
+    from = static_cast<const char*>(src);
+  }
+  if (dstDevice) {
+    if (loomResult_t r = resolve(*d, dst, bytes, true, "copy destination", &to)) return r;
+  } else if (d->contains(dst)) {
+    return fail(loomInvalidArgument, "device-to-host copy into device memory");
+  } else {
+    to = static_cast<const char*>(dst);
+  }
+  char* out = const_cast<char*>(to);
+  streamOf(*d, stream)->enqueue([out, from, bytes] { std::memmove(out, from, bytes); });
+  return loomSuccess;
+}
+
+loomResult_t emuReduceAsync(int dev, void* dst, const void* const* srcs, int nsrc, size_t count,
+                            loomDataType_t dtype, loomRedOp_t op, int accumType, int divisor,
+                            loomStream_t stream) {
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (nsrc < 1) return fail(loomInvalidArgument, "reduce of no source");
+  const size_t bytes = count * loom::dtypeSize(dtype);
+  std::vector<const void*> real(nsrc);
+  for (int i = 0; i < nsrc; ++i) {
+    const char* r = nullptr;
+    if (loomResult_t res = resolve(*d, srcs[i], bytes, false, "reduce source", &r)) return res;
+    real[i] = r;
+  }
+  const char* out = nullptr;
+  if (loomResult_t res = resolve(*d, dst, bytes, false, "reduce destination", &out)) return res;
+  streamOf(*d, stream)->enqueue([=, real = std::move(real)] {
+    loom::reduceManyAndScale(const_cast<char*>(out), real.data(), nsrc, count, dtype, op, accumType,
+                             divisor);
+  });
+  return loomSuccess;
+}
+
+loomResult_t emuHostAlloc(int, size_t bytes, void** ptr) {
+  *ptr = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  return *ptr != nullptr ? loomSuccess : fail(loomSystemError, "out of host memory");
+}
+
+loomResult_t emuHostFree(int, void* ptr) {
+  std::free(ptr);
+  return loomSuccess;
+}
+
+loomResult_t emuEventCreate(int, loomDevEvent_t* event) {
+  *event = reinterpret_cast<loomDevEvent_t>(new Event());
+  return loomSuccess;
+}
+
+loomResult_t emuEventDestroy(int, loomDevEvent_t event) {
+  delete reinterpret_cast<Event*>(event);
+  return loomSuccess;
+}
+
+loomResult_t emuEventRecord(int dev, loomDevEvent_t event, loomStream_t stream) {
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  Event* e = reinterpret_cast<Event*>(event);
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    generation = ++e->recorded;
+  }
+  streamOf(*d, stream)->enqueue([e, generation] {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    e->done = std::max(e->done, generation);
+    e->doneCv.notify_all();
+  });
+  return loomSuccess;
+}
+
+loomResult_t emuStreamWaitEvent(int dev, loomStream_t stream, loomDevEvent_t event) {
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  Event* e = reinterpret_cast<Event*>(event);
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    target = e->recorded;
+  }
+  streamOf(*d, stream)->enqueue([e, target] {
+    std::unique_lock<std::mutex> lock(e->mutex);
+    e->doneCv.wait(lock, [&] { return e->done >= target; });
+  });
+  return loomSuccess;
+}
+
+loomResult_t emuEventQuery(int, loomDevEvent_t event, int* done) {
+  Event* e = reinterpret_cast<Event*>(event);
+  std::lock_guard<std::mutex> lock(e->mutex);
+  *done = e->done >= e->recorded ? 1 : 0;
+  return loomSuccess;
+}
+
+const char* emuGetLastError() { return tlsError.c_str(); }
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) loomDevicePlugin_v1 loomDevicePluginEntry = {
+    LOOM_DEVICE_PLUGIN_VERSION,
+    sizeof(loomDevicePlugin_v1),
+    "loom-emu",
+    "loom",
+    LOOM_DEVICE_PLUGIN_MAPS_HOST_MEMORY,
+    emuInit,
+    emuGetDeviceCount,
+    emuGetDeviceInfo,
+    emuMemAlloc,
+    emuMemFree,
+    emuMemIsDevice,
+    emuStreamCreate,
+    emuStreamDestroy,
+    emuStreamSynchronize,
+    emuMemcpyAsync,
+    emuEventCreate,
+    emuEventDestroy,
+    emuEventRecord,
+    emuStreamWaitEvent,
+    emuEventQuery,
+    nullptr,  // finalize: the address space goes with the process
+    emuGetLastError,
+    emuHostAlloc,
+    emuHostFree,
+    emuReduceAsync,
+    nullptr,  // memExport: peers exchange data through host memory
+    nullptr,
+    nullptr,
+};
+
+}  // extern "C"
+
+namespace {
+
+// Runs when the library loads, before Loom reads the table: the test knobs shape it.
+__attribute__((constructor)) void configureTable() {
+  gState = new State();
+  const Options& o = gState->options;
+  loomDevicePluginEntry.version = o.version;
+  if (!o.reduce) loomDevicePluginEntry.reduceAsync = nullptr;
+  if (!o.mapHost) loomDevicePluginEntry.flags &= ~LOOM_DEVICE_PLUGIN_MAPS_HOST_MEMORY;
+  if (!o.hostAlloc)
+    loomDevicePluginEntry.hostAlloc = nullptr, loomDevicePluginEntry.hostFree = nullptr;
+}
+
+}  // namespace

@@ -1,0 +1,12 @@
+#include "device/cuda/cuda_env.hpp"
+
+#include "base/env.hpp"
+
+namespace loom::env {
+
+int64_t cudaSlotBytes() { return getInt("LOOM_CUDA_SLOT_BYTES", 256 * 1024); }
+std::string cudaTransport() { return get("LOOM_CUDA_TRANSPORT").value_or("auto"); }
+int64_t cudaMaxBlocks() { return getInt("LOOM_CUDA_MAX_BLOCKS", 64); }
+int64_t cudaLLMaxBytes() { return getInt("LOOM_CUDA_LL_MAX_BYTES", -1); }
+
+}  // namespace loom::env

@@ -1,0 +1,14 @@
+// The CUDA backend's own LOOM_CUDA_* parameters (docs/configuration.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace loom::env {
+
+int64_t cudaSlotBytes();      // LOOM_CUDA_SLOT_BYTES: bytes of one channel slot in a GPU window
+std::string cudaTransport();  // LOOM_CUDA_TRANSPORT: auto, p2p or host
+int64_t cudaMaxBlocks();      // LOOM_CUDA_MAX_BLOCKS: thread blocks (channels) per kernel, <= 64
+int64_t cudaLLMaxBytes();     // LOOM_CUDA_LL_MAX_BYTES: LL below this, simple above (-1: table)
+
+}  // namespace loom::env

@@ -1,0 +1,61 @@
+// Native collectives: a backend's own algorithms (GPU kernels that drive peer memory, a vendor
+// library) for a communicator whose ranks all sit on devices of its kind. The communicator
+// creates one through Device::createCollectives, lists its algorithms in the selector's table
+// with the backend's own rows, and runs the chosen one with run(); nothing above the device
+// layer knows what is inside.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/coll_args.hpp"
+#include "base/error.hpp"
+
+namespace loom {
+
+// What the communicator lends its native collectives (all callbacks thread-safe).
+struct NativeSetup {
+  int rank = 0;
+  int nranks = 1;
+  int64_t timeoutMs = 0;
+  // All-gather of one string per rank over the communicator's bootstrap (init only).
+  std::function<std::vector<std::string>(const std::string&)> allGather;
+  // The reason this rank must stop (a dead peer, a peer's abort), if any.
+  std::function<std::optional<Error>()> peerFailure;
+  // Records a failure as the communicator's (aborts it, tells the peers).
+  std::function<void(const Error&)> fail;
+  const std::atomic<bool>* aborted = nullptr;  // the communicator's abort flag
+};
+
+struct NativeAlgorithm {
+  loomFunc_t func;
+  std::string name;  // what LOOM_ALGO and loom-info call it
+};
+
+// "Calls of func up to maxBytes (as the C API counts them) run algorithm" — rows of one func
+// in ascending maxBytes; the last row of a func should reach SIZE_MAX.
+struct NativeSelectorRow {
+  loomFunc_t func;
+  size_t maxBytes;
+  int algorithm;  // index into algorithms()
+};
+
+class NativeCollectives {
+ public:
+  virtual ~NativeCollectives() = default;
+  virtual const std::vector<NativeAlgorithm>& algorithms() const = 0;
+  virtual std::vector<NativeSelectorRow> selectorRows() const = 0;
+  // Enqueues a collective (arguments checked) on args.stream with algorithms()[algorithm].
+  virtual void run(int algorithm, const CollArgs& args) = 0;
+  // Enqueues a group's sends and receives (buffers checked) on `stream`.
+  virtual void pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) = 0;
+  // Makes in-flight work of this communicator give up, and keeps it giving up (abort).
+  virtual void stop() = 0;
+  // One line for logs and loom-info: how peers reach each other ("p2p windows of 4 MiB").
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace loom

@@ -1,0 +1,109 @@
+#include "device/plugin/plugin_library.hpp"
+
+#include <dlfcn.h>
+
+#include <cstring>
+
+#include "base/error.hpp"
+
+namespace loom {
+
+namespace {
+
+// The fields every version of the table starts with.
+struct TableHeader {
+  uint32_t version;
+  uint32_t size;
+};
+
+bool validKind(const char* kind) {
+  if (kind == nullptr || *kind == '\0') return false;
+  for (const char* c = kind; *c != '\0'; ++c)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
+      return false;
+  return std::strcmp(kind, "cpu") != 0 && std::strcmp(kind, "cuda") != 0;
+}
+
+}  // namespace
+
+PluginLibrary::PluginLibrary(std::string path, void* handle)
+    : path_(std::move(path)), handle_(handle) {}
+
+PluginLibrary::~PluginLibrary() {
+  if (table_.finalize != nullptr) table_.finalize();
+}
+
+std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path) {
+  LOOM_CHECK_ARG(!path.empty(), "device plug-in: empty path");
+  // RTLD_LOCAL: two plug-ins may use the same symbol names inside.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    LOOM_THROW(loomInvalidArgument, "device plug-in ", path, ": cannot load it (",
+               why != nullptr ? why : "unknown reason", ")");
+  }
+  std::unique_ptr<PluginLibrary> lib(new PluginLibrary(path, handle));
+  const void* symbol = dlsym(handle, LOOM_DEVICE_PLUGIN_SYMBOL);
+  LOOM_CHECK_ARG(symbol != nullptr, "device plug-in ", path, ": it exports no ",
+                 LOOM_DEVICE_PLUGIN_SYMBOL, " (not a Loom device plug-in?)");
+  TableHeader header;
+  std::memcpy(&header, symbol, sizeof(header));
+  LOOM_CHECK_ARG(header.version == LOOM_DEVICE_PLUGIN_VERSION, "device plug-in ", path,
+                 ": it implements device plug-in ABI version ", header.version,
+                 ", this Loom implements version ", LOOM_DEVICE_PLUGIN_VERSION);
+  LOOM_CHECK_ARG(header.size >= sizeof(loomDevicePlugin_v1), "device plug-in ", path,
+                 ": its table is ", header.size, " bytes, version ", LOOM_DEVICE_PLUGIN_VERSION,
+                 " needs ", sizeof(loomDevicePlugin_v1));
+  std::memcpy(&lib->table_, symbol, sizeof(loomDevicePlugin_v1));
+  const loomDevicePlugin_v1& t = lib->table_;
+  LOOM_CHECK_ARG(validKind(t.kind), "device plug-in ", path, ": kind '",
+                 t.kind == nullptr ? "(null)" : t.kind,
+                 "' must be [a-z0-9_-]+ and not a built-in kind");
+  lib->kind_ = t.kind;
+  lib->vendor_ = t.vendor != nullptr ? t.vendor : t.kind;
+  const std::pair<const void*, const char*> required[] = {
+      {reinterpret_cast<const void*>(t.init), "init"},
+      {reinterpret_cast<const void*>(t.getDeviceCount), "getDeviceCount"},
+      {reinterpret_cast<const void*>(t.getDeviceInfo), "getDeviceInfo"},
+      {reinterpret_cast<const void*>(t.memAlloc), "memAlloc"},
+      {reinterpret_cast<const void*>(t.memFree), "memFree"},
+      {reinterpret_cast<const void*>(t.memIsDevice), "memIsDevice"},
+      {reinterpret_cast<const void*>(t.streamCreate), "streamCreate"},
+      {reinterpret_cast<const void*>(t.streamDestroy), "streamDestroy"},
+      {reinterpret_cast<const void*>(t.streamSynchronize), "streamSynchronize"},
+      {reinterpret_cast<const void*>(t.memcpyAsync), "memcpyAsync"},
+      {reinterpret_cast<const void*>(t.eventCreate), "eventCreate"},
+      {reinterpret_cast<const void*>(t.eventDestroy), "eventDestroy"},
+      {reinterpret_cast<const void*>(t.eventRecord), "eventRecord"},
+      {reinterpret_cast<const void*>(t.streamWaitEvent), "streamWaitEvent"},
+      {reinterpret_cast<const void*>(t.eventQuery), "eventQuery"},
+  };
+  for (const auto& [entry, name] : required)
+    LOOM_CHECK_ARG(entry != nullptr, "device plug-in ", path, " (kind ", lib->kind_,
+                   "): required entry ", name, " is NULL");
+  LOOM_CHECK_ARG((t.hostAlloc == nullptr) == (t.hostFree == nullptr), "device plug-in ", path,
+                 ": hostAlloc and hostFree come together");
+  LOOM_CHECK_ARG((t.memExport == nullptr) == (t.memImport == nullptr) &&
+                     (t.memImport == nullptr) == (t.memCloseImport == nullptr),
+                 "device plug-in ", path,
+                 ": memExport, memImport and memCloseImport come together");
+  // finalize only after a successful init.
+  void (*finalize)(void) = lib->table_.finalize;
+  lib->table_.finalize = nullptr;
+  lib->check(t.init(), "init");
+  lib->table_.finalize = finalize;
+  return lib;
+}
+
+void PluginLibrary::check(loomResult_t result, const char* entry) const {
+  if (result == loomSuccess) return;
+  const char* message = table_.getLastError != nullptr ? table_.getLastError() : nullptr;
+  loomResult_t code = result > loomSuccess && result < loomNumResults && result != loomInProgress
+                          ? result
+                          : loomSystemError;
+  LOOM_THROW(code, "device plug-in ", kind_, " (", path_, "): ", entry, " failed (code ",
+             static_cast<int>(result), ")",
+             message != nullptr && *message != '\0' ? std::string(": ") + message : "");
+}
+
+}  // namespace loom

@@ -1,0 +1,41 @@
+// One loaded device plug-in: the dlopen'ed library, its checked loomDevicePlugin_v1 table, and
+// the devices it creates (plugin_device.cpp). Every failing entry becomes a loom::Error that
+// names the plug-in, the entry and the plug-in's own message.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "device/device.hpp"
+#include "loom/loom_device_plugin.h"
+
+namespace loom {
+
+class PluginLibrary {
+ public:
+  // dlopen + version and entry checks + init(); throws loomInvalidArgument (a bad file, a
+  // wrong version, a missing entry) or the init's error, each naming `path`.
+  static std::unique_ptr<PluginLibrary> open(const std::string& path);
+  ~PluginLibrary();
+  PluginLibrary(const PluginLibrary&) = delete;
+  PluginLibrary& operator=(const PluginLibrary&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::string& kind() const { return kind_; }
+  const std::string& vendor() const { return vendor_; }
+  const loomDevicePlugin_v1& table() const { return table_; }
+  std::unique_ptr<Device> createDevice(const std::string& spec);
+
+  // Throws unless `result` is loomSuccess: "device plug-in <kind> (<path>): <entry> failed: ..."
+  void check(loomResult_t result, const char* entry) const;
+
+ private:
+  PluginLibrary(std::string path, void* handle);
+
+  std::string path_;
+  void* handle_;  // dlopen's; the library stays loaded (see DeviceRegistry)
+  loomDevicePlugin_v1 table_{};
+  std::string kind_, vendor_;
+};
+
+}  // namespace loom
