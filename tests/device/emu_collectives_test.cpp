@@ -1,0 +1,288 @@
+// Every collective x data type x op x in-place/out-of-place x odd size on communicators of
+// emulated-accelerator ranks (plugins/device/emu, loaded through LOOM_DEVICE_PLUGIN), compared bit
+// for bit with the same reference as the CPU suite. Buffers are the plug-in's device memory, which
+// the host cannot read: the test moves data only through the plug-in's own copies, as a program
+// on a real accelerator would. Run by every rank under loomrun; the ctest entries run it with the
+// plug-in's optional entries on (shared-memory algorithms with the device's own copies and
+// reductions) and off (LOOM_EMU_DISABLE: staged through host memory, reduced on the host), and on
+// fake nodes (staged over TCP).
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "../api/test_values.hpp"
+#include "loom/loom.h"
+#include "loom/loom_device_plugin.h"
+
+namespace loom::test {
+namespace {
+
+#define EXPECT_LOOM(call) \
+  EXPECT_EQ((call), loomSuccess) << #call << ": " << loomGetLastError(nullptr)
+#define ASSERT_LOOM(call) \
+  ASSERT_EQ((call), loomSuccess) << #call << ": " << loomGetLastError(nullptr)
+
+loomComm_t gWorld = nullptr;
+int gRank = 0, gRanks = 1;
+const loomDevicePlugin_v1* gPlugin = nullptr;  // the same library Loom loaded
+
+// One allocation of emulated device memory, with host-side fill and read through the plug-in.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    EXPECT_EQ(gPlugin->memAlloc(0, bytes + 1, &ptr_), loomSuccess);
+  }
+  ~DeviceBuffer() { gPlugin->memFree(0, ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  char* get() const { return static_cast<char*>(ptr_); }
+  // Waits for the copy: `host` may be gone before the device's stream would get to it.
+  void upload(const std::vector<char>& host) {
+    EXPECT_EQ(
+        gPlugin->memcpyAsync(0, ptr_, host.data(), host.size(), loomMemcpyHostToDevice, nullptr),
+        loomSuccess);
+    EXPECT_EQ(gPlugin->streamSynchronize(0, nullptr), loomSuccess);
+  }
+  std::vector<char> download() const {
+    std::vector<char> host(bytes_ + 1);
+    EXPECT_EQ(
+        gPlugin->memcpyAsync(0, host.data(), ptr_, host.size(), loomMemcpyDeviceToHost, nullptr),
+        loomSuccess);
+    EXPECT_EQ(gPlugin->streamSynchronize(0, nullptr), loomSuccess);
+    return host;
+  }
+
+ private:
+  size_t bytes_;
+  void* ptr_ = nullptr;
+};
+
+struct Config {
+  const char* name;
+  const char* algo;  // LOOM_ALGO of the communicator
+  std::vector<size_t> sizes;
+};
+
+// The default table, and every collective forced onto its algorithm over pair channels.
+const Config kConfigs[] = {
+    {"auto", "", {0, 1, 7, 4099, (1u << 20) + 3}},
+    {"channels",
+     "allreduce:ring,allgather:ring,reducescatter:ring,broadcast:ring,reduce:ring,"
+     "gather:pairwise,scatter:pairwise,alltoall:pairwise,alltoallv:pairwise,barrier:pairwise",
+     {0, 7, 4099}},
+};
+const Config kMultiNode[] = {{"auto", "", {0, 1, 7, 4099, 70001}}};
+
+bool multiNode() { return std::getenv("LOOM_NODE_ID") != nullptr; }
+
+std::vector<Config> configs() {
+  if (multiNode()) return {std::begin(kMultiNode), std::end(kMultiNode)};
+  return {std::begin(kConfigs), std::end(kConfigs)};
+}
+
+struct EmuComm {
+  loomComm_t comm = nullptr;
+  explicit EmuComm(const Config& c) {
+    setenv("LOOM_ALGO", c.algo, 1);
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    config.device = "loom-emu:0";
+    loomResult_t r = loomCommSplit(gWorld, 0, gRank, &comm, &config);
+    unsetenv("LOOM_ALGO");
+    if (r != loomSuccess) ADD_FAILURE() << c.name << ": " << loomGetLastError(nullptr);
+  }
+  ~EmuComm() {
+    if (comm) loomCommDestroy(comm);
+  }
+};
+
+const loomRedOp_t kOps[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
+
+std::string what(const char* op, const Config& c, loomDataType_t t, loomRedOp_t r, bool inPlace,
+                 size_t n) {
+  return std::string(op) + " " + c.name + " " + dtypeName(t) + " " + opName(r) +
+         (inPlace ? " in-place" : "") + " count " + std::to_string(n) + " ranks " +
+         std::to_string(gRanks);
+}
+
+void expectMatch(const Pattern& want, const std::vector<char>& got, size_t offsetBytes,
+                 size_t count, size_t first, const std::string& label) {
+  EXPECT_EQ(want.firstMismatch(got.data() + offsetBytes, count, first), -1) << label;
+}
+
+TEST(EmuCollectives, Reductions) {
+  for (const Config& c : configs()) {
+    EmuComm ec(c);
+    ASSERT_NE(ec.comm, nullptr);
+    for (int ti = 0; ti < loomNumTypes; ++ti) {
+      auto t = static_cast<loomDataType_t>(ti);
+      const size_t es = dtypeSize(t);
+      for (loomRedOp_t op : kOps) {
+        Pattern input = Pattern::input(t, op, gRank), reduced = Pattern::reduced(t, op, gRanks);
+        for (size_t n : c.sizes) {
+          if (n > 5000 && t != loomFloat32 && t != loomBfloat16) continue;  // one size does it
+          for (bool inPlace : {false, true}) {
+            const int root = static_cast<int>((ti + static_cast<int>(op) + n) % gRanks);
+            std::vector<char> host(n * es * gRanks + 1);
+            // allreduce and reduce
+            DeviceBuffer send(n * es * gRanks), recv(n * es * gRanks);
+            input.fill(host.data(), n);
+            send.upload(host);
+            char* out = inPlace ? send.get() : recv.get();
+            EXPECT_LOOM(loomAllReduce(send.get(), out, n, t, op, ec.comm, nullptr));
+            expectMatch(reduced, (inPlace ? send : recv).download(), 0, n, 0,
+                        what("allreduce", c, t, op, inPlace, n));
+            send.upload(host);
+            EXPECT_LOOM(loomReduce(send.get(), out, n, t, op, root, ec.comm, nullptr));
+            if (gRank == root)
+              expectMatch(reduced, (inPlace ? send : recv).download(), 0, n, 0,
+                          what("reduce", c, t, op, inPlace, n));
+            // reduce-scatter: block i of the input is the sequence from i*n.
+            input.fill(host.data(), n * gRanks);
+            send.upload(host);
+            char* rsOut = inPlace ? send.get() + gRank * n * es : recv.get();
+            EXPECT_LOOM(loomReduceScatter(send.get(), rsOut, n, t, op, ec.comm, nullptr));
+            expectMatch(reduced, (inPlace ? send : recv).download(), inPlace ? gRank * n * es : 0,
+                        n, gRank * n, what("reducescatter", c, t, op, inPlace, n));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(EmuCollectives, DataMovement) {
+  for (const Config& c : configs()) {
+    EmuComm ec(c);
+    ASSERT_NE(ec.comm, nullptr);
+    for (int ti = 0; ti < loomNumTypes; ++ti) {
+      auto t = static_cast<loomDataType_t>(ti);
+      const size_t es = dtypeSize(t);
+      for (size_t n : c.sizes) {
+        if (n > 5000 && t != loomFloat32) continue;
+        for (bool inPlace : {false, true}) {
+          const int root = static_cast<int>((ti + n) % gRanks);
+          const size_t all = n * gRanks;
+          std::vector<char> host(all * es + 1);
+          DeviceBuffer send(all * es), recv(all * es);
+          const std::string label = std::string(c.name) + " " + dtypeName(t) + " count " +
+                                    std::to_string(n) + (inPlace ? " in-place" : "");
+          // allgather / gather: rank r contributes the sequence from r*n.
+          Pattern mine = Pattern::input(t, loomSum, 0);
+          mine.fill(host.data(), n, gRank * n);
+          char* agSend = inPlace ? recv.get() + gRank * n * es : send.get();
+          if (inPlace) {
+            std::vector<char> full(all * es + 1);
+            mine.fill(full.data() + gRank * n * es, n, gRank * n);
+            recv.upload(full);
+          } else {
+            send.upload(host);
+          }
+          EXPECT_LOOM(loomAllGather(agSend, recv.get(), n, t, ec.comm, nullptr));
+          expectMatch(mine, recv.download(), 0, all, 0, "allgather " + label);
+          if (!inPlace) {
+            EXPECT_LOOM(loomGather(send.get(), recv.get(), n, t, root, ec.comm, nullptr));
+            if (gRank == root) expectMatch(mine, recv.download(), 0, all, 0, "gather " + label);
+          }
+          // broadcast and scatter from the root.
+          Pattern rootData = Pattern::input(t, loomSum, root);
+          if (gRank == root) {
+            rootData.fill(host.data(), all);
+            send.upload(host);
+          }
+          char* bOut = inPlace ? send.get() : recv.get();
+          EXPECT_LOOM(loomBroadcast(send.get(), bOut, n, t, root, ec.comm, nullptr));
+          expectMatch(rootData, (inPlace ? send : recv).download(), 0, n, 0, "bcast " + label);
+          if (gRank == root) send.upload(host);
+          EXPECT_LOOM(loomScatter(send.get(), recv.get(), n, t, root, ec.comm, nullptr));
+          expectMatch(rootData, recv.download(), 0, n, gRank * n, "scatter " + label);
+          if (inPlace) continue;
+          // alltoall: block j of rank r's input is the sequence from (r*ranks + j)*n.
+          mine.fill(host.data(), all, gRank * all);
+          send.upload(host);
+          EXPECT_LOOM(loomAllToAll(send.get(), recv.get(), n, t, ec.comm, nullptr));
+          std::vector<char> got = recv.download();
+          for (int j = 0; j < gRanks; ++j)
+            expectMatch(mine, got, j * n * es, n, (j * gRanks + gRank) * n, "alltoall " + label);
+          // alltoallv with the alltoall layout, counts n (self) and n/2 + j (others).
+          std::vector<size_t> counts(gRanks), displs(gRanks);
+          for (int j = 0; j < gRanks; ++j) {
+            counts[j] = j == gRank ? n : std::min(n, n / 2 + j);
+            displs[j] = j * n;
+          }
+          std::vector<size_t> rcounts(gRanks);
+          for (int j = 0; j < gRanks; ++j) rcounts[j] = j == gRank ? n : std::min(n, n / 2 + gRank);
+          EXPECT_LOOM(loomAllToAllv(send.get(), counts.data(), displs.data(), recv.get(),
+                                    rcounts.data(), displs.data(), t, ec.comm, nullptr));
+          got = recv.download();
+          for (int j = 0; j < gRanks; ++j)
+            expectMatch(mine, got, j * n * es, rcounts[j], (j * gRanks + gRank) * n,
+                        "alltoallv " + label);
+        }
+      }
+    }
+    EXPECT_LOOM(loomBarrier(ec.comm, nullptr));
+  }
+}
+
+TEST(EmuCollectives, SendRecvRingInAGroup) {
+  EmuComm ec(configs()[0]);
+  ASSERT_NE(ec.comm, nullptr);
+  const int right = (gRank + 1) % gRanks, left = (gRank + gRanks - 1) % gRanks;
+  for (size_t n : {size_t{0}, size_t{7}, size_t{300001}}) {
+    std::vector<char> host(n * 4 + 1);
+    Pattern mine = Pattern::input(loomFloat32, loomSum, gRank);
+    mine.fill(host.data(), n);
+    DeviceBuffer send(n * 4), recv(n * 4);
+    send.upload(host);
+    // Receive posted first: the group makes the order irrelevant.
+    EXPECT_LOOM(loomGroupStart());
+    EXPECT_LOOM(loomRecv(recv.get(), n, loomFloat32, left, ec.comm, nullptr));
+    EXPECT_LOOM(loomSend(send.get(), n, loomFloat32, right, ec.comm, nullptr));
+    EXPECT_LOOM(loomGroupEnd());
+    expectMatch(Pattern::input(loomFloat32, loomSum, left), recv.download(), 0, n, 0,
+                "sendrecv count " + std::to_string(n));
+  }
+}
+
+TEST(EmuCollectives, HostPointersAreRefused) {
+  // A host buffer passed to an emulated-device communicator is the caller's mistake: refused
+  // with loomInvalidArgument before anything moves, and the communicator stays usable.
+  EmuComm ec(configs()[0]);
+  ASSERT_NE(ec.comm, nullptr);
+  std::vector<float> host(16, 1.0f);
+  EXPECT_EQ(loomAllReduce(host.data(), host.data(), 16, loomFloat32, loomSum, ec.comm, nullptr),
+            loomInvalidArgument);
+  EXPECT_NE(std::string(loomGetLastError(nullptr)).find("is not memory of device loom-emu"),
+            std::string::npos)
+      << loomGetLastError(nullptr);
+  DeviceBuffer ok(16 * 4);
+  EXPECT_LOOM(loomAllReduce(ok.get(), ok.get(), 16, loomFloat32, loomSum, ec.comm, nullptr));
+}
+
+}  // namespace
+}  // namespace loom::test
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  const char* path = std::getenv("LOOM_DEVICE_PLUGIN");
+  void* library = path != nullptr ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : nullptr;
+  if (library == nullptr) {
+    fprintf(stderr, "LOOM_DEVICE_PLUGIN must name the emulated-device plug-in\n");
+    return 2;
+  }
+  loom::test::gPlugin =
+      static_cast<const loomDevicePlugin_v1*>(dlsym(library, LOOM_DEVICE_PLUGIN_SYMBOL));
+  if (loomCommInitFromEnv(&loom::test::gWorld, nullptr) != loomSuccess) {  // loads the plug-in
+    fprintf(stderr, "init failed: %s\n", loomGetLastError(nullptr));
+    return 2;
+  }
+  loomCommUserRank(loom::test::gWorld, &loom::test::gRank);
+  loomCommCount(loom::test::gWorld, &loom::test::gRanks);
+  int result = RUN_ALL_TESTS();
+  loomCommDestroy(loom::test::gWorld);
+  return result;
+}
