@@ -10,7 +10,7 @@ namespace loom::bench {
 
 #if !LOOM_HAVE_CUDA
 
-bool cudaDeviceVisible() { return false; }
+bool cudaDeviceVisible(bool) { return false; }
 
 #else
 
@@ -45,16 +45,21 @@ int firstIntFromEnv(std::initializer_list<const char*> names) {
 
 }  // namespace
 
-bool cudaDeviceVisible() {
+bool cudaDeviceVisible(bool asked) {
   int count = 0;
   // No driver, no device, or a driver too old for this runtime all mean: run on the host.
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();  // the failure must not surface in a later, unrelated check
     return false;
   }
-  // One GPU per rank of this host: ranks sharing a GPU would time-slice spinning kernels.
+  if (count == 0) return false;
+  // Asked for (--device cuda, --graph, --vs) or LOOM_TEST_SHARE_GPU=1: ranks may share a GPU
+  // (fastest under CUDA MPS). Otherwise GPUs only with one per rank of this host: without MPS,
+  // ranks sharing one time-slice it and each call costs milliseconds.
+  const char* share = std::getenv("LOOM_TEST_SHARE_GPU");
+  if (asked || (share != nullptr && std::string(share) == "1")) return true;
   int localRanks = firstIntFromEnv({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"});
-  return count > 0 && count >= std::max(localRanks, 1);
+  return count >= std::max(localRanks, 1);
 }
 
 std::string selectCudaDevice() {
@@ -73,7 +78,9 @@ std::string selectCudaDevice() {
   cudaDeviceProp prop{};
   checkCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   char text[512];
-  std::snprintf(text, sizeof(text), "device %d of %d (%s)", device, count, prop.name);
+  const int localRanks = firstIntFromEnv({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"});
+  std::snprintf(text, sizeof(text), "device %d of %d (%s)%s", device, count, prop.name,
+                localRanks > count ? ", GPUs shared by several ranks" : "");
   return text;
 }
 

@@ -14,8 +14,9 @@
 
 namespace loom::bench {
 
-// True when this build has CUDA and the process sees at least one device.
-bool cudaDeviceVisible();
+// True when this build has CUDA and the process sees a device this run may use: any, when asked
+// for (--device cuda, --graph, --vs) or with LOOM_TEST_SHARE_GPU=1, else one per local rank.
+bool cudaDeviceVisible(bool asked);
 
 #if LOOM_HAVE_CUDA
 

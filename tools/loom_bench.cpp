@@ -250,8 +250,9 @@ int Runner::run() {
 // Whether this run uses CUDA devices; exits with a usage error when what was asked cannot run.
 bool resolveDevice(const BenchOptions& opts) {
   if (opts.device == DeviceChoice::kCpu) return false;
-  if (cudaDeviceVisible()) return true;
-  if (opts.device == DeviceChoice::kCuda || opts.graph || opts.vsNccl) {
+  const bool asked = opts.device == DeviceChoice::kCuda || opts.graph || opts.vsNccl;
+  if (cudaDeviceVisible(asked)) return true;
+  if (asked) {
 #if LOOM_HAVE_CUDA
     std::fprintf(stderr,
                  "loom-bench: no CUDA device is visible (needed by --device cuda, "

@@ -49,13 +49,20 @@ inline int cudaDeviceCount() {
   return count;
 }
 
-// Empty when `ranks` processes on this host can each have a GPU of their own; else why not.
+// LOOM_TEST_SHARE_GPU=1: ranks may share GPUs (LOCAL_RANK modulo the device count), so a host
+// with one GPU runs the multi-rank tests (tests/gpu/run.sh can start CUDA MPS for them).
+inline bool shareGpus() { return envInt({"LOOM_TEST_SHARE_GPU"}, 0) != 0; }
+
+// Empty when `ranks` processes on this host can each have a GPU (of their own, or shared when
+// shareGpus()); else why not.
 inline std::string gpuSkipReason(int ranks) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) return "no usable CUDA device (" + cudaErrorText(e) + ")";
-  if (count < ranks)
-    return "needs " + std::to_string(ranks) + " GPUs, found " + std::to_string(count);
+  if (count == 0) return "no CUDA device";
+  if (count < ranks && !shareGpus())
+    return "needs " + std::to_string(ranks) + " GPUs, found " + std::to_string(count) +
+           " (LOOM_TEST_SHARE_GPU=1 lets ranks share them)";
   return "";
 }
 

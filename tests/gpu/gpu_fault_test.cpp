@@ -349,11 +349,15 @@ bool runJob(const std::string& self, const Scenario& s, int nranks) {
 
 int runDriver() {
   const int gpus = cpuReferenceMode() ? 4 : cudaDeviceCount();
-  if (gpus < 2) {
-    std::printf("SKIPPED: the GPU fault test needs 2 GPUs, found %d\n", gpus);
+  if (gpus < 2 && !(shareGpus() && gpus >= 1)) {
+    std::printf(
+        "SKIPPED: the GPU fault test needs 2 GPUs, found %d (LOOM_TEST_SHARE_GPU=1 lets "
+        "ranks share them)\n",
+        gpus);
     return kSkipExitCode;
   }
-  const int nranks = gpus >= 4 ? 4 : 2;
+  // Sharing: GPU_FAULT_RANKS ranks (default 2) on the GPUs there are.
+  const int nranks = shareGpus() && gpus < 4 ? envInt({"GPU_FAULT_RANKS"}, 2) : gpus >= 4 ? 4 : 2;
   char self[4096];
   const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (len <= 0) {

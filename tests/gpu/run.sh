@@ -11,6 +11,9 @@
 # Environment: GPU_TESTS (default "gpu_collectives_n2 gpu_collectives_n4 gpu_faults") picks the
 # tests; GPUTEST_CONFIGS=auto,ll,... restricts the configs of gpu_collectives_*; GoogleTest itself
 # reads GTEST_FILTER (e.g. GTEST_FILTER='Configs/Sweep.Reductions/*').
+# LOOM_TEST_SHARE_GPU=1 lets ranks share GPUs (a one-GPU host runs the 2- and 4-rank tests);
+# GPU_MPS=1 starts a CUDA MPS daemon for the run (pipes and logs under OUTDIR/mps) and stops it
+# at the end, so that the sharing ranks' kernels run side by side instead of time-sliced.
 set -u
 
 if [[ $# -ne 2 ]]; then
@@ -31,8 +34,20 @@ fi
 export NCCL_NVLS_ENABLE=0
 tests=${GPU_TESTS:-gpu_collectives_n2 gpu_collectives_n4 gpu_faults}
 
+if [[ ${GPU_MPS:-0} == 1 ]]; then
+  export CUDA_MPS_PIPE_DIRECTORY=$out/mps/pipe CUDA_MPS_LOG_DIRECTORY=$out/mps/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if ! nvidia-cuda-mps-control -d; then
+    echo "cannot start the CUDA MPS daemon (nvidia-cuda-mps-control -d)" >&2
+    exit 2
+  fi
+  trap 'echo quit | nvidia-cuda-mps-control; sleep 1' EXIT
+  echo "CUDA MPS daemon started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
+fi
+
 {
   date
+  echo "LOOM_TEST_SHARE_GPU=${LOOM_TEST_SHARE_GPU:-0} GPU_MPS=${GPU_MPS:-0}"
   nvidia-smi -L 2>&1 || echo "nvidia-smi not available"
   nvidia-smi topo -m 2>&1 || true
 } >"$out/gpus.txt"

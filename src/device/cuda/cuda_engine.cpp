@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sstream>
 
 #include "base/dtype.hpp"
 #include "base/env.hpp"
@@ -67,6 +68,7 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
                  cuda::kMaxBlocks, "], got ", blocks);
   maxBlocks_ = static_cast<int>(blocks);
   device_.makeCurrent();
+  fitSharedGpus();
   layout_.slotBytes = slotBytesFromEnv();
   layout_.nranks = setup_.nranks;
 
@@ -127,6 +129,40 @@ CudaEngine::~CudaEngine() {
   if (counters_ != nullptr) cudaFree(counters_);
   if (barrierScratch_ != nullptr) cudaFree(barrierScratch_);
   if (status_ != nullptr) cudaFreeHost(status_);
+}
+
+void CudaEngine::fitSharedGpus() {
+  // Ranks that share a GPU (same PCI bus id) run kernels that wait on each other: under MPS they
+  // must all be resident at once, so each rank's grid gets at most its share of the GPU's SMs
+  // (a block always fits on an SM, so as many blocks as SMs are resident together). The cap is
+  // the same on every rank: a kernel's grid must match its peers'. Without MPS the GPU
+  // time-slices between processes, which is slow (milliseconds a call) but cannot deadlock.
+  const DeviceIdentity& me = device_.identity();
+  std::vector<std::string> all =
+      setup_.allGather(me.busId + " " + std::to_string(device_.multiprocessors()));
+  std::vector<std::string> bus(all.size());
+  std::vector<int> sms(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    std::istringstream in(all[r]);
+    in >> bus[r] >> sms[r];
+  }
+  int cap = cuda::kMaxBlocks, mostSharing = 1;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const int sharing = static_cast<int>(std::count(bus.begin(), bus.end(), bus[r]));
+    mostSharing = std::max(mostSharing, sharing);
+    if (sharing > 1) cap = std::min(cap, sms[r] / sharing);
+  }
+  if (cap < 1)
+    LOOM_THROW(loomInvalidUsage, mostSharing, " ranks share one GPU, more than its ",
+               *std::min_element(sms.begin(), sms.end()),
+               " multiprocessors: Loom's kernels of all of them could not be resident at once");
+  maxBlocks_ = std::min(maxBlocks_, cap);
+  p2pBlocks_ = std::min(cuda::kP2PChannels, cap);
+  const int sharers = static_cast<int>(std::count(bus.begin(), bus.end(), me.busId));
+  if (sharers > 1)
+    LOOM_INFO(kSubsysInit, setup_.rank, sharers, " ranks of this communicator share GPU ", me.busId,
+              " (", device_.multiprocessors(), " SMs): kernels of at most ", maxBlocks_,
+              " blocks per rank so that all of them fit at once (fastest under CUDA MPS)");
 }
 
 std::vector<NativeSelectorRow> CudaEngine::selectorRows() const {
@@ -326,7 +362,7 @@ void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
     bool any = false;
     for (int p = 0; p < n; ++p) any |= p != me && (a.sendBytes[p] > 0 || a.recvBytes[p] > 0);
     if (!any) continue;
-    a.blocks = cuda::kP2PChannels;
+    a.blocks = p2pBlocks_;
     a.channelBase = cuda::kMaxBlocks;
     cuda::launchSimpleCopy(dev_, a, stream);
   }

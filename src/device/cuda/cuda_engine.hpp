@@ -43,6 +43,7 @@ class CudaEngine final : public NativeCollectives {
   void launchExchange(const cuda::ExchangeArgs& args, bool reduce, const CollArgs& call,
                       Protocol protocol, cudaStream_t stream);
   void barrier(cudaStream_t stream);
+  void fitSharedGpus();
   void watch();
   int blocksFor(size_t bytes, Protocol protocol) const;
 
@@ -53,10 +54,11 @@ class CudaEngine final : public NativeCollectives {
   cuda::WindowLayout layout_;
   PeerWindows windows_;
   cuda::DevComm dev_{};
-  uint64_t* counters_ = nullptr;       // device memory: sent and received sequence numbers
-  cuda::DevStatus* status_ = nullptr;  // pinned, mapped: host view
-  char* barrierScratch_ = nullptr;     // device memory for loomBarrier's token allreduce
-  int maxBlocks_ = cuda::kMaxBlocks;
+  uint64_t* counters_ = nullptr;        // device memory: sent and received sequence numbers
+  cuda::DevStatus* status_ = nullptr;   // pinned, mapped: host view
+  char* barrierScratch_ = nullptr;      // device memory for loomBarrier's token allreduce
+  int maxBlocks_ = cuda::kMaxBlocks;    // grid of a collective kernel, at most
+  int p2pBlocks_ = cuda::kP2PChannels;  // grid of a send/recv kernel
 
   std::vector<char> p2pTaken_;  // pointToPoint's scratch
 
