@@ -54,6 +54,12 @@ std::string commId() { return getString("LOOM_COMM_ID", ""); }
 std::string socketIfname() { return getString("LOOM_SOCKET_IFNAME", ""); }
 int64_t socketStreams() { return getInt("LOOM_SOCKET_STREAMS", 2); }
 std::string nodeId() { return getString("LOOM_NODE_ID", ""); }
+std::string transport() { return getString("LOOM_TRANSPORT", "tcp"); }
+int64_t rudpPaths() { return getInt("LOOM_RUDP_PATHS", 2); }
+int64_t rudpWindowBytes() { return getInt("LOOM_RUDP_WINDOW_BYTES", 4 << 20); }
+int64_t rudpRetries() { return getInt("LOOM_RUDP_RETRIES", 15); }
+int64_t rudpRtoMaxMs() { return getInt("LOOM_RUDP_RTO_MAX_MS", 1000); }
+std::string rudpFaults() { return getString("LOOM_RUDP_FAULTS", ""); }
 int64_t cudaSlotBytes() { return getInt("LOOM_CUDA_SLOT_BYTES", 256 * 1024); }
 std::string cudaTransport() { return getString("LOOM_CUDA_TRANSPORT", "auto"); }
 int64_t cudaMaxBlocks() { return getInt("LOOM_CUDA_MAX_BLOCKS", 64); }

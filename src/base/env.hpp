@@ -28,6 +28,13 @@ std::string commId();         // LOOM_COMM_ID (host:port)
 std::string socketIfname();   // LOOM_SOCKET_IFNAME: interfaces of the TCP transport
 int64_t socketStreams();      // LOOM_SOCKET_STREAMS: TCP connections per peer and channel
 std::string nodeId();         // LOOM_NODE_ID: test-only suffix of the host identity
+// The network transport between nodes and the reliable-datagram transport's parameters.
+std::string transport();    // LOOM_TRANSPORT: tcp (default) or rudp
+int64_t rudpPaths();        // LOOM_RUDP_PATHS: UDP sockets (source ports) per rank
+int64_t rudpWindowBytes();  // LOOM_RUDP_WINDOW_BYTES: send/receive ring per peer and class
+int64_t rudpRetries();      // LOOM_RUDP_RETRIES: retransmissions of a packet before failing
+int64_t rudpRtoMaxMs();     // LOOM_RUDP_RTO_MAX_MS: ceiling of the backed-off timeout
+std::string rudpFaults();   // LOOM_RUDP_FAULTS: test-only "drop=P,dup=P,delay=P"
 // CUDA communicators.
 int64_t cudaSlotBytes();      // LOOM_CUDA_SLOT_BYTES: bytes of one channel slot in a GPU window
 std::string cudaTransport();  // LOOM_CUDA_TRANSPORT: auto, p2p or host
