@@ -36,7 +36,7 @@ struct FlowConfig {
   size_t windowBytes = 4 << 20;  // each of the send and receive rings
   size_t mss = 1400;             // payload bytes of a data packet
   uint32_t maxRetries = 15;      // retransmissions of one packet (and unanswered probes)
-  uint64_t rtoInitNs = 50'000'000;
+  uint64_t rtoInitNs = 10'000'000;
   uint64_t rtoMinNs = 2'000'000;
   uint64_t rtoMaxNs = 1'000'000'000;
   uint32_t initialCwnd = 64;  // packets
