@@ -14,7 +14,7 @@
 #      refused (counted), the job still completes bit-exact.
 # Usage: tests/multinode/rudp_nodes.sh LOOMRUN LOOM_BENCH COLLECTIVES_TEST FAULT_RANK
 # Environment: LOSSES (default "0 1 5 10"), LOSS_SUITE (default 1), MAX_BYTES (default 64M),
-#   RUN_TIMEOUT (per run, default 300 s).
+#   RUN_TIMEOUT (per run, default 300 s), SUITE_FILTER (collectives_test's gtest filter, default *).
 # Exit: 0 all passed, 1 a check failed, 77 namespaces or nft are not available here.
 set -uo pipefail
 
@@ -28,6 +28,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LOSSES=${LOSSES:-0 1 5 10}
 LOSS_SUITE=${LOSS_SUITE:-1}
 MAX_BYTES=${MAX_BYTES:-64M}
+SUITE_FILTER=${SUITE_FILTER:-*}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 export LOOM_TRANSPORT=rudp LOOM_TIMEOUT=${LOOM_TIMEOUT:-120}
 export LOOM_JOB_SECRET
@@ -97,7 +98,7 @@ lists=("0,3" "1" "2")
 for i in 0 1 2; do
   cmds+=("$prefix && COLLECTIVES_TEST_CONFIGS=multinode $LOOMRUN --nnodes 3 --node-rank $i \
     --master \$LOOMT_MASTER:29461 --ranks ${lists[$i]} --timeout $((RUN_TIMEOUT - 20)) -- \
-    $COLLECTIVES")
+    $COLLECTIVES --gtest_filter='$SUITE_FILTER'")
 done
 run "collectives_test, 3 nodes, ${LOSS_SUITE}% loss" "${cmds[@]}"
 

@@ -176,6 +176,7 @@ void Flow::onAck(const Header& h, std::span<const char> sack, uint64_t now) {
       rto_ = std::clamp(srtt_ + 4 * rttvar_, cfg_.rtoMinNs, cfg_.rtoMaxNs);
     }
     backoff_ = 0;
+    tlpSent_ = false;
     if (cwnd_ < ssthresh_)
       cwnd_ += static_cast<double>(newly);
     else
@@ -295,6 +296,22 @@ void Flow::onTimers(uint64_t now) {
     recoveryEnd_ = sndNxt_;
   }
   if (reorderTimer_ != 0 && reorderTimer_ <= now) detectLosses(now);
+  if (tail_ >= 0 && !tlpSent_ && lost_.empty() && now >= probeTimeout()) {
+    // Tail loss probe: the last packet of a message has nothing behind it whose delivery could
+    // expose its loss; send it again after two RTTs instead of waiting for the RTO. A probe is
+    // not a loss signal, so the congestion window stays.
+    Sent& p = sent_[tail_];
+    listRemove(p.seq);
+    p.lost = true;
+    lost_.insert(p.seq);
+    tlpSent_ = true;
+  }
+}
+
+uint64_t Flow::probeTimeout() const {
+  if (tail_ < 0 || tlpSent_) return UINT64_MAX;
+  uint64_t pto = haveRtt_ ? std::max<uint64_t>(2 * srtt_, 200'000) : cfg_.rtoInitNs;
+  return sent_[tail_].lastSent + std::min(pto, effectiveRto());
 }
 
 void Flow::transmit(uint64_t seq, uint64_t now, std::vector<Outgoing>& out) {
@@ -410,6 +427,7 @@ uint64_t Flow::nextTimer() const {
   uint64_t t = UINT64_MAX;
   if (head_ >= 0) t = sent_[head_].lastSent + effectiveRto();
   if (reorderTimer_ != 0) t = std::min(t, reorderTimer_);
+  if (lost_.empty()) t = std::min(t, probeTimeout());
   if (probing()) t = std::min(t, nextProbe_ == 0 ? lastHeard_ + effectiveRto() : nextProbe_);
   return t;
 }

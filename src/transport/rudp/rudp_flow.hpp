@@ -120,6 +120,7 @@ class Flow {
   void enterRecovery();
   void onTimers(uint64_t now);
   uint64_t effectiveRto() const;
+  uint64_t probeTimeout() const;  // when the tail loss probe is due (UINT64_MAX: not armed)
   uint64_t reorderWindow() const;
   bool probing() const;
   void transmit(uint64_t seq, uint64_t now, std::vector<Outgoing>& out);
@@ -144,6 +145,7 @@ class Flow {
   bool haveRtt_ = false;
   uint64_t srtt_ = 0, rttvar_ = 0, rto_, minRtt_ = UINT64_MAX;
   uint32_t backoff_ = 0;
+  bool tlpSent_ = false;  // one tail loss probe per flight, re-armed by an ACK of new data
   uint64_t rackXmit_ = 0, rackRtt_ = 0, reorderTimer_ = 0;
   uint64_t peerDups_ = 0;
   uint32_t reoMult_ = 1;
