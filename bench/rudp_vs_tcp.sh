@@ -44,6 +44,8 @@ priority 0; }' && nft add rule inet loomt out oifname loomt0 numgen random mod 1
   done
   echo "== $cond" >&2
   "$NODES" -q -t 1800 -o "$tmp/$cond" -- "${cmds[@]}" || echo "condition $cond failed" >&2
-  grep -hE "^$cond,(tcp|rudp),[0-9]+,[a-z]+,[a-z]+,[0-9]" "$tmp/$cond/node0.out" >>"$tmp/all.csv"
+  # loomrun puts "[rank] " in front of each line: drop it, keep the data rows.
+  sed -E 's/^([^,]*,[^,]*,[^,]*,[^,]*,)\[[0-9]+\] /\1/' "$tmp/$cond/node0.out" |
+    grep -E "^$cond,(tcp|rudp),[0-9]+,[a-z]+,[a-z]+,[0-9]" >>"$tmp/all.csv"
 done
 cp "$tmp/all.csv" "$OUT"

@@ -7,7 +7,8 @@ namespace loom::rudp {
 
 namespace {
 constexpr double kBeta = 0.7;  // the window after a loss episode (CUBIC's factor)
-}
+constexpr uint64_t kMinReorderNs = 1'000'000;
+}  // namespace
 
 Flow::Flow(const FlowConfig& config)
     : cfg_(config),
@@ -199,7 +200,10 @@ void Flow::delivered(uint64_t seq, uint64_t tsecr, uint64_t now) {
 
 uint64_t Flow::reorderWindow() const {
   uint64_t base = minRtt_ == UINT64_MAX ? cfg_.rtoMinNs : minRtt_ / 4;
-  return std::min<uint64_t>(base * reoMult_, haveRtt_ ? srtt_ : cfg_.rtoInitNs);
+  // A floor: the receiver drains its path sockets one batch at a time and shares cores with the
+  // ranks, so packets of one flight routinely arrive a few hundred microseconds out of order.
+  return std::max<uint64_t>(kMinReorderNs,
+                            std::min<uint64_t>(base * reoMult_, haveRtt_ ? srtt_ : cfg_.rtoInitNs));
 }
 
 void Flow::detectLosses(uint64_t now) {
