@@ -52,8 +52,11 @@ loss_prefix() {
     echo "true"
     return
   fi
+  # numgen's range is 0..99: "< 100" is refused, so everything is a plain drop.
+  local random="numgen random mod 100 '<' $n"
+  ((n >= 100)) && random=""
   echo "nft add table inet loomt && nft add chain inet loomt out '{ type filter hook output \
-priority 0; }' && nft add rule inet loomt out oifname loomt0 $match numgen random mod 100 '<' $n drop"
+priority 0; }' && nft add rule inet loomt out oifname loomt0 $match $random drop"
 }
 
 failures=0
@@ -150,11 +153,16 @@ rm -rf "$dir"
 # and with datagrams that look like rudp (magic and version right, MAC wrong). The job must end
 # bit-exact and the counters (LOOM_DEBUG=INFO at destroy) must show refused datagrams.
 echo "== a stranger sending forged datagrams"
-stranger='sleep 1.5; for port in $(ss -Hunl "src $LOOMT_ADDR" | awk "{print \$4}" | sed "s/.*://"); do
-  for k in $(seq 30); do
+# Sprays as soon as the job's UDP ports appear, every 50 ms, until they are gone (at most 10 s).
+stranger='seen=0; for round in $(seq 200); do
+  ports=$(ss -Hunl "src $LOOMT_ADDR" | awk "{print \$4}" | sed "s/.*://")
+  [ -z "$ports" ] && { [ $seen = 1 ] && break; sleep 0.05; continue; }
+  seen=1
+  for port in $ports; do
     head -c $((RANDOM % 400 + 1)) /dev/urandom >/dev/udp/$LOOMT_ADDR/$port
     { printf "LMRU\001\001\000\000"; head -c 200 /dev/urandom; } >/dev/udp/$LOOMT_ADDR/$port
   done
+  sleep 0.05
 done 2>/dev/null'
 mapfile -t cmds < <(bench_cmds true "allreduce" "LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=NET")
 cmds[0]="( $stranger ) & ${cmds[0]}; rc=\$?; wait; exit \$rc"
