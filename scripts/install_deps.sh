@@ -19,6 +19,8 @@ else
 fi
 # The multi-node tests: network namespaces as nodes (ip), Loom under mpirun across them.
 have ip || need+=(iproute2)
+# Packet loss on the rudp transport's links in the namespace tests (nft ... numgen random drop).
+have nft || need+=(nftables)
 have mpirun || need+=(openmpi-bin)
 if [[ "${1:-}" == bench ]]; then
   have mpicc || need+=(libopenmpi-dev)

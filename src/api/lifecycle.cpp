@@ -342,6 +342,8 @@ loomResult_t loomCommDescribeTopology(const loomComm_t comm, char* text, size_t 
     out += "transport from rank " + std::to_string(c.rank()) + ":";
     for (int peer = 0; peer < c.nranks(); ++peer)
       if (peer != c.rank()) out += " " + std::to_string(peer) + "=" + c.transportTo(peer);
+    std::string counters = c.transportCounters();
+    if (!counters.empty()) out += "\n" + counters;
     if (needed != nullptr) *needed = out.size() + 1;
     if (size > 0) {
       size_t n = std::min(out.size(), size - 1);

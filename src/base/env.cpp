@@ -56,5 +56,11 @@ int64_t socketStreams() { return getInt("LOOM_SOCKET_STREAMS", 2); }
 std::string nodeId() { return getString("LOOM_NODE_ID", ""); }
 std::string device() { return getString("LOOM_DEVICE", "cpu"); }
 std::string devicePlugins() { return getString("LOOM_DEVICE_PLUGIN", ""); }
+std::string transport() { return getString("LOOM_TRANSPORT", "tcp"); }
+int64_t rudpPaths() { return getInt("LOOM_RUDP_PATHS", 2); }
+int64_t rudpWindowBytes() { return getInt("LOOM_RUDP_WINDOW_BYTES", 4 << 20); }
+int64_t rudpRetries() { return getInt("LOOM_RUDP_RETRIES", 15); }
+int64_t rudpRtoMaxMs() { return getInt("LOOM_RUDP_RTO_MAX_MS", 1000); }
+std::string rudpFaults() { return getString("LOOM_RUDP_FAULTS", ""); }
 
 }  // namespace loom::env

@@ -32,5 +32,12 @@ std::string nodeId();         // LOOM_NODE_ID: test-only suffix of the host iden
 std::string device();         // LOOM_DEVICE: the device of communicators whose config names none
 std::string devicePlugins();  // LOOM_DEVICE_PLUGIN: device plug-ins to load, comma-separated
 // A backend's own parameters are declared beside it (device/cuda/cuda_env.hpp).
+// The network transport between nodes and the reliable-datagram transport's parameters.
+std::string transport();    // LOOM_TRANSPORT: tcp (default) or rudp
+int64_t rudpPaths();        // LOOM_RUDP_PATHS: UDP sockets (source ports) per rank
+int64_t rudpWindowBytes();  // LOOM_RUDP_WINDOW_BYTES: send/receive ring per peer and class
+int64_t rudpRetries();      // LOOM_RUDP_RETRIES: retransmissions of a packet before failing
+int64_t rudpRtoMaxMs();     // LOOM_RUDP_RTO_MAX_MS: ceiling of the backed-off timeout
+std::string rudpFaults();   // LOOM_RUDP_FAULTS: test-only "drop=P,dup=P,delay=P"
 
 }  // namespace loom::env

@@ -15,6 +15,7 @@
 #include "base/sha256.hpp"
 #include "device/cpu/cpu_device.hpp"
 #include "device/registry.hpp"
+#include "transport/rudp/rudp_engine.hpp"
 #include "transport/shm/shm_channel.hpp"
 #include "transport/tcp/interfaces.hpp"
 #include "transport/tcp/tcp_channel.hpp"
@@ -57,6 +58,9 @@ CommConfig resolveConfig(const loomConfig_t* c) {
     LOOM_CHECK_ARG(type.has_value(), "LOOM_ACCUM_TYPE='", accum, "' is not a data type name");
     cfg.accum = *type;
   }
+  cfg.transport = env::transport();
+  LOOM_CHECK_ARG(cfg.transport == "tcp" || cfg.transport == "rudp", "LOOM_TRANSPORT='",
+                 cfg.transport, "' is not tcp or rudp");
   if (c == nullptr) return cfg;
   LOOM_CHECK_ARG(c->magic == LOOM_CONFIG_MAGIC && c->size >= sizeof(size_t) * 2,
                  "config was not initialized with LOOM_CONFIG_INITIALIZER");
@@ -218,6 +222,14 @@ void Comm::setUpSharedMemory() {
 }
 
 void Comm::setUpTcp() {
+  // Every rank must pick the same network transport, or their channels would never meet.
+  std::vector<std::string> choices =
+      withBootstrap([&](Bootstrap& b) { return b.allGather(config_.transport); });
+  for (int r = 0; r < nranks_; ++r)
+    LOOM_CHECK_ARG(choices[r] == config_.transport,
+                   "LOOM_TRANSPORT differs between ranks: ", config_.transport, " on rank ", rank_,
+                   ", ", choices[r], " on rank ", r);
+  if (config_.transport == "rudp") return setUpRudp();
   TcpSetup setup;
   setup.rank = rank_;
   setup.nranks = nranks_;
@@ -253,6 +265,49 @@ void Comm::setUpTcp() {
   tcpInterface_ = setup.itf.name + " " + setup.itf.address;
   LOOM_INFO(kSubsysNet, rank_, "TCP transport on ", tcpInterface_, ", ", setup.streams,
             " connections per peer and channel; ", nodes_.describe());
+}
+
+void Comm::setUpRudp() {
+  RudpSetup setup;
+  setup.rank = rank_;
+  setup.nranks = nranks_;
+  setup.classes = 2;  // collectives and point-to-point never share a stream
+  setup.paths = static_cast<int>(env::rudpPaths());
+  for (int r = 0; r < nranks_; ++r) {
+    setup.remote.push_back(!nodes_.sameNode(r, rank_));
+    setup.names.push_back("rank " + std::to_string(r) + " on " + ranks_[r].hostname);
+  }
+  setup.itf = chooseInterface(listInterfaces(), env::socketIfname(), allOnOneMachine(ranks_));
+  setup.secret = deriveSecret(id_.secret, id_.jobNonce, "rudp-transport");
+  int64_t window = env::rudpWindowBytes(), retries = env::rudpRetries();
+  int64_t rtoMax = env::rudpRtoMaxMs();
+  LOOM_CHECK_ARG(window >= 65536 && window <= (int64_t{1} << 32) && window % 8 == 0,
+                 "LOOM_RUDP_WINDOW_BYTES=", window, " must be a multiple of 8 in [64 KiB, 4 GiB]");
+  LOOM_CHECK_ARG(retries >= 1 && retries <= 1000, "LOOM_RUDP_RETRIES=", retries,
+                 " is out of range (1 to 1000)");
+  LOOM_CHECK_ARG(rtoMax >= 10 && rtoMax <= 60000, "LOOM_RUDP_RTO_MAX_MS=", rtoMax,
+                 " is out of range (10 to 60000)");
+  setup.flow.windowBytes = static_cast<size_t>(window);
+  setup.flow.maxRetries = static_cast<uint32_t>(retries);
+  setup.flow.rtoMaxNs = static_cast<uint64_t>(rtoMax) * 1'000'000;
+  setup.faults = env::rudpFaults();
+  setup.lingerMs = std::min<int64_t>(config_.timeoutMs, 2000);
+  setup.allGather = [this](const std::string& mine) {
+    return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
+  };
+  rudp_ = std::make_unique<RudpEngine>(setup);
+  for (int peer = 0; peer < nranks_; ++peer) {
+    if (!setup.remote[peer]) continue;
+    collChannels_[peer] = rudp_->channel(peer, 0);
+    p2pChannels_[peer] = rudp_->channel(peer, 1);
+  }
+  tcpInterface_ = setup.itf.name + " " + setup.itf.address;
+  LOOM_INFO(kSubsysNet, rank_, "rudp transport on ", tcpInterface_, ", ", rudp_->paths(),
+            " paths, ", rudp_->mss(), " B per packet; ", nodes_.describe());
+}
+
+std::string Comm::transportCounters() const {
+  return rudp_ ? rudp_->describeCounters() : std::string();
 }
 
 void Comm::setUpHierarchy() {
@@ -421,6 +476,7 @@ void Comm::fail(const Error& error) {
   // collective and loomCommAbort, would race on it while peers read it).
   if (first) arena_.raiseAbort(error.code(), nodes_.localIndex(rank_), reason);
   for (TcpChannel* channel : tcpChannels_) channel->shutdown();
+  if (rudp_) rudp_->reset(reason);
   withBootstrap([&](Bootstrap& b) { b.broadcastAbort(reason); });
   LOOM_WARN(kSubsysColl, rank_, "communicator aborted: ", error.what());
 }

@@ -24,13 +24,16 @@
 
 namespace loom {
 
+class RudpEngine;
+
 struct CommConfig {
   std::string device = "cpu";  // a device spec: "cpu", "cuda:1", "loom-emu:0" (device/registry)
   int64_t timeoutMs = 600000;
   bool blocking = true;
   std::string name;
   int accum = -1;
-  bool splitChild = false;  // created by split: the launcher's node sizes do not describe it
+  std::string transport = "tcp";  // between nodes: "tcp" or "rudp" (LOOM_TRANSPORT)
+  bool splitChild = false;        // created by split: the launcher's node sizes do not describe it
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
   std::atomic<bool>* abortFlag = nullptr;
@@ -53,8 +56,12 @@ class Comm {
   const Selector& selector() const { return *selector_; }
   const std::vector<RankInfo>& ranks() const { return ranks_; }
   const NodeMap& nodes() const { return nodes_; }
-  // "shm" or "tcp": how this rank reaches `peer`.
-  const char* transportTo(int peer) const { return nodes_.sameNode(peer, rank_) ? "shm" : "tcp"; }
+  // "shm", "tcp" or "rudp": how this rank reaches `peer`.
+  const char* transportTo(int peer) const {
+    return nodes_.sameNode(peer, rank_) ? "shm" : rudp_ ? "rudp" : "tcp";
+  }
+  // The network transport's counters per peer (rudp: retransmissions, RTT, ...); empty for tcp.
+  std::string transportCounters() const;
   const std::string& tcpInterface() const { return tcpInterface_; }
 
   // Runs one collective (arguments already validated). Failures other than bad arguments abort the
@@ -86,6 +93,7 @@ class Comm {
   void setUpSharedMemory();
   void setUpTcp();
   void refuseMixedDevices() const;
+  void setUpRudp();
   void setUpNative();
   void checkBuffers(const CollArgs& args) const;
   void execute(const Algorithm& algo, const CollArgs& args);
@@ -112,6 +120,8 @@ class Comm {
   bool sharedMemory_ = false;  // a single node: the flat arena algorithms apply
   std::string tcpInterface_;   // "eth0 10.0.0.2" when some peers are on other nodes
   ShmArena arena_;
+  // Declared before the channels: they point into it, and it outlives them (and lingers).
+  std::unique_ptr<RudpEngine> rudp_;
   std::vector<std::unique_ptr<Channel>> collChannels_;
   std::vector<std::unique_ptr<Channel>> p2pChannels_;
   std::vector<TcpChannel*> tcpChannels_;    // those of collChannels_ and p2pChannels_ on TCP

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# rudp vs Loom's TCP transport, side by side in the same two namespace nodes (one rank each) and
+# under the same nft loss rule (each node drops LOSS % of everything it sends on its link, both
+# transports' packets and the bootstrap's alike): allreduce and sendrecv goodput (loom-bench
+# algbw, results checked once per size), tcp and rudp interleaved REPS times per condition.
+# "reorder" is rudp's test-only fault layer (LOOM_RUDP_FAULTS=delay=0.2: a fifth of the packets
+# held back up to 2 ms); the kernel here has no netem, so TCP has no reordering counterpart and
+# runs without it.
+# Usage: bench/rudp_vs_tcp.sh BUILD_DIR [OUT.csv]
+# Environment: LOSSES (default "0 0.1 1 5 reorder"), SIZES ("-b 1M -e 256M -f 16"), REPS (2),
+#   ITERS (3).
+set -uo pipefail
+BUILD=$(cd "$1" && pwd)
+OUT=${2:-/dev/stdout}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+NODES="$HERE/../tests/multinode/nodes.sh"
+LOSSES=${LOSSES:-0 0.1 1 5 reorder}
+SIZES=${SIZES:--b 1M -e 256M -f 16}
+REPS=${REPS:-2}
+ITERS=${ITERS:-3}
+export LOOM_JOB_SECRET
+LOOM_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+echo "condition,transport,rep,benchop,op,nranks,bytes,count,dtype,redop,root,algo,oop_us,oop_algbw,oop_busbw,oop_wrong,ip_us,ip_algbw,ip_busbw,ip_wrong" >"$tmp/all.csv"
+for cond in $LOSSES; do
+  prefix=true
+  faults=""
+  if [[ "$cond" == reorder ]]; then
+    faults="delay=0.2"
+  elif [[ "$cond" != 0 ]]; then
+    permille=$(awk "BEGIN{print int($cond * 10 + 0.5)}")
+    prefix="nft add table inet loomt && nft add chain inet loomt out '{ type filter hook output \
+priority 0; }' && nft add rule inet loomt out oifname loomt0 numgen random mod 1000 '<' $permille drop"
+  fi
+  cmds=()
+  for i in 0 1; do
+    cmds+=("$prefix && port=29500 && for rep in \$(seq $REPS); do for t in tcp rudp; do \
+      for op in allreduce sendrecv; do port=\$((port + 1)); \
+        LOOM_TRANSPORT=\$t LOOM_RUDP_FAULTS=\$( [ \$t = rudp ] && echo '$faults') \
+        $BUILD/tools/loomrun --nnodes 2 --node-rank $i --master \$LOOMT_MASTER:\$port -n 1 \
+        --timeout 900 -- $BUILD/tools/loom-bench \$op $SIZES -n $ITERS -w 1 -c 1 --csv \
+        | sed \"s/^/$cond,\$t,\$rep,\$op,/\" || exit 1; done; done; done")
+  done
+  echo "== $cond" >&2
+  "$NODES" -q -t 1800 -o "$tmp/$cond" -- "${cmds[@]}" || echo "condition $cond failed" >&2
+  # loomrun puts "[rank] " in front of each line: drop it, keep the data rows.
+  sed -E 's/^([^,]*,[^,]*,[^,]*,[^,]*,)\[[0-9]+\] /\1/' "$tmp/$cond/node0.out" |
+    grep -E "^$cond,(tcp|rudp),[0-9]+,[a-z]+,[a-z]+,[0-9]" >>"$tmp/all.csv"
+done
+cp "$tmp/all.csv" "$OUT"

@@ -1,0 +1,126 @@
+#include "transport/rudp/rudp_channel.hpp"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "base/error.hpp"
+
+namespace loom {
+
+namespace {
+
+// Bytes copied per lock hold: the progress thread must not wait long for the flow.
+constexpr size_t kCopySlice = 1 << 20;
+
+// As the TCP channel: report all of a transfer once done, else whole 8-byte groups only.
+size_t wholeGroups(size_t done, size_t bytes, size_t padded, size_t& ahead) {
+  if (done == padded) {
+    ahead = 0;
+    return bytes;
+  }
+  size_t reported = done & ~size_t{7};
+  ahead = done - reported;
+  return reported;
+}
+
+}  // namespace
+
+void RudpChannel::throwFailed() const {
+  LOOM_THROW(loomRemoteError, "rudp transport: ", engine_.name(st_.peer), ": ", st_.flow.failure());
+}
+
+void RudpChannel::noteEmpty() {
+  st_.flow.setReceiveWaiting(true);
+  if (st_.flow.failed()) throwFailed();
+}
+
+size_t RudpChannel::trySend(const void* data, size_t bytes) {
+  if (bytes == 0) return 0;
+  const char* src = static_cast<const char*>(data);
+  const size_t padded = roundUp8(bytes);
+  size_t done = sentAhead_;
+  size_t moved = 0;
+  {
+    std::lock_guard<std::mutex> lock(st_.mu);
+    if (st_.flow.failed()) throwFailed();
+    while (done < padded) {
+      size_t n = done < bytes ? st_.flow.write(src + done, std::min(bytes - done, kCopySlice))
+                              : st_.flow.write(nullptr, padded - done);
+      done += n;
+      moved += n;
+      if (n == 0) break;
+      if (done < bytes && moved >= kCopySlice) break;  // let the thread in; the caller comes back
+    }
+    if (done < padded && st_.flow.writable() == 0 && !st_.sendBlocked) {
+      // Full: make the write end of the pipe stop polling POLLOUT until the thread frees room.
+      char one = 1;
+      ssize_t r = write(st_.roomPipe[1].get(), &one, 1);
+      (void)r;
+      st_.sendBlocked = true;
+    }
+  }
+  if (moved > 0) engine_.wake();
+  return wholeGroups(done, bytes, padded, sentAhead_);
+}
+
+std::span<const char> RudpChannel::peek(size_t maxBytes) {
+  // Drain the wake-up first: bytes that arrive after the check below signal it again.
+  uint64_t count;
+  ssize_t r = read(st_.dataReady.get(), &count, sizeof(count));
+  (void)r;
+  std::lock_guard<std::mutex> lock(st_.mu);
+  std::span<const char> span = st_.flow.readable(roundUp8(maxBytes));
+  // Whole 8-byte groups only: a reduction must never see part of an element.
+  span = span.first(span.size() & ~size_t{7});
+  if (span.empty()) {
+    noteEmpty();
+  } else {
+    st_.flow.setReceiveWaiting(false);
+  }
+  return span;
+}
+
+void RudpChannel::consume(size_t bytes) {
+  bool tell;
+  {
+    std::lock_guard<std::mutex> lock(st_.mu);
+    tell = st_.flow.consume(roundUp8(bytes));
+  }
+  if (tell) engine_.wake();
+}
+
+size_t RudpChannel::tryReceive(void* dst, size_t bytes) {
+  if (bytes == 0) return 0;
+  char* out = static_cast<char*>(dst);
+  const size_t padded = roundUp8(bytes);
+  size_t done = recvAhead_;
+  uint64_t count;
+  ssize_t r = read(st_.dataReady.get(), &count, sizeof(count));
+  (void)r;
+  bool tell = false;
+  {
+    std::lock_guard<std::mutex> lock(st_.mu);
+    size_t moved = 0;
+    while (done < padded && moved < 4 * kCopySlice) {
+      std::span<const char> span = st_.flow.readable(padded - done);
+      if (span.empty()) break;
+      size_t n = span.size();
+      size_t real = done < bytes ? std::min(n, bytes - done) : 0;
+      if (real > 0) std::memcpy(out + done, span.data(), real);  // the rest is padding
+      tell |= st_.flow.consume(n);
+      done += n;
+      moved += n;
+    }
+    if (done == recvAhead_) {
+      noteEmpty();
+    } else {
+      st_.flow.setReceiveWaiting(false);
+    }
+  }
+  if (tell) engine_.wake();
+  return wholeGroups(done, bytes, padded, recvAhead_);
+}
+
+}  // namespace loom

@@ -1,0 +1,396 @@
+#include "transport/rudp/rudp_engine.hpp"
+
+#include <fcntl.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "transport/rudp/rudp_channel.hpp"
+
+namespace loom {
+
+namespace {
+
+constexpr size_t kBatch = 32;           // datagrams per recvmmsg / per flow per round
+constexpr int kSocketBuffer = 8 << 20;  // bursts of a whole window must not overflow the kernel
+
+uint64_t nowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+void setBuffer(int fd, int option, int forced) {
+  // Root may exceed net.core.[rw]mem_max (the *FORCE options); others get what the limit allows.
+  if (setsockopt(fd, SOL_SOCKET, forced, &kSocketBuffer, sizeof(kSocketBuffer)) != 0)
+    setsockopt(fd, SOL_SOCKET, option, &kSocketBuffer, sizeof(kSocketBuffer));
+}
+
+sockaddr_storage resolve(const std::string& host, int port, socklen_t& len) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port);
+  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0 || res == nullptr)
+    LOOM_THROW(loomInternalError, "rudp transport: bad endpoint address '", host, "'");
+  sockaddr_storage out{};
+  std::memcpy(&out, res->ai_addr, res->ai_addrlen);
+  len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return out;
+}
+
+size_t interfaceMtu(const std::string& name) {
+  Fd probe(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  ifreq req{};
+  std::strncpy(req.ifr_name, name.c_str(), IFNAMSIZ - 1);
+  if (!probe.valid() || ioctl(probe.get(), SIOCGIFMTU, &req) != 0) return 1500;
+  return static_cast<size_t>(req.ifr_mtu);
+}
+
+void signal(const Fd& eventFd) {
+  uint64_t one = 1;
+  ssize_t r = write(eventFd.get(), &one, sizeof(one));
+  (void)r;
+}
+
+void drain(int fd) {
+  char buf[64];
+  while (read(fd, buf, sizeof(buf)) > 0) {
+  }
+}
+
+}  // namespace
+
+RudpFlowState::RudpFlowState(int p, int c, const rudp::FlowConfig& config)
+    : peer(p), cls(c), flow(config) {
+  dataReady = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  int fds[2];
+  if (!dataReady.valid() || pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
+    LOOM_THROW(loomSystemError, "rudp transport: eventfd/pipe: ", std::strerror(errno));
+  roomPipe[0] = Fd(fds[0]);
+  roomPipe[1] = Fd(fds[1]);
+  // One page: a single byte in it makes the write end stop polling POLLOUT.
+  fcntl(fds[1], F_SETPIPE_SZ, 4096);
+}
+
+RudpEngine::RudpEngine(const RudpSetup& s)
+    : rank_(s.rank),
+      classes_(s.classes),
+      names_(s.names),
+      lingerMs_(s.lingerMs),
+      faultRng_(0x5eed + static_cast<uint64_t>(s.rank)) {
+  LOOM_CHECK_ARG(s.paths >= 1 && s.paths <= 16, "LOOM_RUDP_PATHS=", s.paths,
+                 " is out of range (1 to 16)");
+  // Keys and the communicator's identity come from the (already derived) secret.
+  JobSecret macKey = deriveSecret(s.secret, 0, "rudp-mac");
+  JobSecret idKey = deriveSecret(s.secret, 0, "rudp-comm-id");
+  std::memcpy(key_.data(), macKey.bytes.data(), key_.size());
+  std::memcpy(&commId_, idKey.bytes.data(), sizeof(commId_));
+  if (!s.faults.empty()) {
+    std::istringstream in(s.faults);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      size_t eq = item.find('=');
+      std::string k = item.substr(0, eq);
+      double v = eq == std::string::npos ? 0 : std::atof(item.c_str() + eq + 1);
+      LOOM_CHECK_ARG((k == "drop" || k == "dup" || k == "delay") && v >= 0 && v <= 1,
+                     "LOOM_RUDP_FAULTS: '", item, "' is not drop=P, dup=P or delay=P");
+      (k == "drop" ? fault_.drop : k == "dup" ? fault_.dup : fault_.delay) = v;
+    }
+  }
+  const bool v6 = s.itf.ipv6;
+  size_t mtu = interfaceMtu(s.itf.name);
+  mss_ = (std::min(mtu, size_t{65535}) - (v6 ? 48 : 28) - rudp::kHeaderBytes) & ~size_t{7};
+  mss_ = std::clamp<size_t>(mss_, 64, rudp::kMaxPayload & ~size_t{7});
+  rudp::FlowConfig fc = s.flow;
+  fc.mss = mss_;
+
+  std::string mine = s.itf.address;
+  for (int p = 0; p < s.paths; ++p) {
+    Fd fd(socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) LOOM_THROW(loomSystemError, "rudp transport: socket: ", std::strerror(errno));
+    setBuffer(fd.get(), SO_RCVBUF, SO_RCVBUFFORCE);
+    setBuffer(fd.get(), SO_SNDBUF, SO_SNDBUFFORCE);
+    socklen_t len;
+    sockaddr_storage addr = resolve(s.itf.address, 0, len);
+    if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0)
+      LOOM_THROW(loomSystemError, "rudp transport: bind to ", s.itf.address, ": ",
+                 std::strerror(errno));
+    sockaddr_storage bound{};
+    socklen_t boundLen = sizeof(bound);
+    getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &boundLen);
+    int port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    mine += " " + std::to_string(port);
+    sockets_.push_back(std::move(fd));
+  }
+  std::vector<std::string> endpoints = s.allGather(mine);
+  addr_.resize(s.nranks);
+  addrLen_.resize(s.nranks);
+  flows_.resize(static_cast<size_t>(s.nranks) * s.classes);
+  for (int peer = 0; peer < s.nranks; ++peer) {
+    if (!s.remote[peer]) continue;
+    std::istringstream in(endpoints[peer]);
+    std::string host;
+    int port = 0;
+    in >> host;
+    while (in >> port) addr_[peer].push_back(resolve(host, port, addrLen_[peer]));
+    if (static_cast<int>(addr_[peer].size()) != s.paths)
+      LOOM_THROW(loomInvalidArgument, "rudp transport: ", names_[peer], " has ", addr_[peer].size(),
+                 " paths and this rank ", s.paths,
+                 " (LOOM_RUDP_PATHS must be the same on every rank)");
+    for (int cls = 0; cls < s.classes; ++cls)
+      flows_[peer * s.classes + cls] = std::make_unique<RudpFlowState>(peer, cls, fc);
+  }
+  wakeFd_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  recvBufs_.resize(kBatch * 65536);
+  headers_.resize(kBatch * 2 * rudp::kHeaderBytes);
+  thread_ = std::thread([this] { run(); });
+}
+
+RudpEngine::~RudpEngine() {
+  // Linger: the peer may still need our last packets retransmitted.
+  const uint64_t until = nowNs() + static_cast<uint64_t>(lingerMs_) * 1'000'000;
+  while (nowNs() < until) {
+    bool pending = false;
+    for (auto& st : flows_) {
+      if (!st) continue;
+      std::lock_guard<std::mutex> lock(st->mu);
+      pending |= !st->flow.drained() && !st->flow.failed();
+    }
+    if (!pending) break;
+    usleep(1000);
+  }
+  stop_ = true;
+  wake();
+  thread_.join();
+  LOOM_INFO(kSubsysNet, rank_, "rudp transport counters at destroy:\n", describeCounters());
+}
+
+RudpFlowState* RudpEngine::flowOf(int peer, int cls) const {
+  if (peer < 0 || cls < 0 || cls >= classes_ ||
+      static_cast<size_t>(peer) * classes_ + cls >= flows_.size())
+    return nullptr;
+  return flows_[peer * classes_ + cls].get();
+}
+
+std::unique_ptr<Channel> RudpEngine::channel(int peer, int cls) {
+  RudpFlowState* st = flowOf(peer, cls);
+  if (st == nullptr) LOOM_THROW(loomInternalError, "no rudp flow to rank ", peer);
+  return std::make_unique<RudpChannel>(*this, *st);
+}
+
+void RudpEngine::wake() { signal(wakeFd_); }
+
+void RudpEngine::reset(const std::string& why) {
+  {
+    // Written before the flag; read by the thread only after it sees the flag.
+    resetWhy_ = why;
+  }
+  resetRequested_ = true;
+  wake();
+}
+
+std::string RudpEngine::describeCounters() const {
+  std::ostringstream o;
+  o << "rudp: " << sockets_.size() << " paths, mss " << mss_ << " B, refused datagrams "
+    << refused_.load();
+  for (size_t i = 0; i < flows_.size(); ++i) {
+    RudpFlowState* st = flows_[i].get();
+    if (!st) continue;
+    rudp::FlowStats f;
+    {
+      std::lock_guard<std::mutex> lock(st->mu);
+      f = st->flow.stats();
+    }
+    o << "\n  " << names_[st->peer] << " class " << st->cls << ": sent " << f.packetsSent
+      << " pkts (" << f.bytesSent << " B), retransmits " << f.retransmits << ", timeouts "
+      << f.timeouts << ", srtt " << f.srttNs / 1000 << " us, rttvar " << f.rttvarNs / 1000
+      << " us, rto " << f.rtoNs / 1000 << " us, cwnd " << static_cast<uint64_t>(f.cwnd)
+      << ", received " << f.packetsReceived << " pkts, duplicates " << f.duplicates
+      << ", out-of-order " << f.outOfOrder << ", probes " << f.probes;
+  }
+  return o.str();
+}
+
+void RudpEngine::run() {
+  std::vector<pollfd> pfds;
+  for (const Fd& fd : sockets_) pfds.push_back({fd.get(), POLLIN, 0});
+  pfds.push_back({wakeFd_.get(), POLLIN, 0});
+  while (!stop_.load()) {
+    uint64_t now = nowNs();
+    if (resetRequested_.exchange(false)) {
+      for (auto& st : flows_) {
+        if (!st) continue;
+        rudp::Header h;
+        h.type = rudp::PacketType::kReset;
+        h.commId = commId_;
+        h.src = static_cast<uint32_t>(rank_);
+        h.dst = static_cast<uint32_t>(st->peer);
+        h.cls = static_cast<uint8_t>(st->cls);
+        h.tsval = now;
+        char header[rudp::kHeaderBytes];
+        rudp::encodeHeader(h, key_, {}, header);
+        transmit(0, st->peer, header, {}, now);
+        std::lock_guard<std::mutex> lock(st->mu);
+        st->flow.fail("this rank's communicator failed (" + resetWhy_ + ")");
+        signal(st->dataReady);
+        drain(st->roomPipe[0].get());
+      }
+    }
+    uint64_t next = UINT64_MAX;
+    bool busy = false;
+    for (auto& st : flows_) {
+      if (!st) continue;
+      std::lock_guard<std::mutex> lock(st->mu);
+      next = std::min(next, st->flow.nextTimer());
+      busy |= st->flow.wantsToSend();
+    }
+    for (const Held& h : held_) next = std::min(next, h.due);
+    long timeoutNs = busy                 ? 0
+                     : next == UINT64_MAX ? 100'000'000L
+                     : next <= now        ? 0
+                                   : static_cast<long>(std::min<uint64_t>(next - now, 100'000'000));
+    timespec ts{timeoutNs / 1'000'000'000, timeoutNs % 1'000'000'000};
+    int ready = ppoll(pfds.data(), pfds.size(), &ts, nullptr);
+    now = nowNs();
+    if (ready > 0) {
+      if (pfds.back().revents & POLLIN) drain(wakeFd_.get());
+      for (size_t p = 0; p < sockets_.size(); ++p)
+        if (pfds[p].revents & POLLIN) receive(static_cast<int>(p), now);
+    }
+    releaseHeld(now, false);
+    for (auto& st : flows_)
+      if (st) sendFlow(*st, now);
+  }
+  releaseHeld(nowNs(), true);
+}
+
+void RudpEngine::receive(int path, uint64_t now) {
+  mmsghdr msgs[kBatch];
+  iovec iov[kBatch];
+  for (int round = 0; round < 16; ++round) {
+    for (size_t i = 0; i < kBatch; ++i) {
+      iov[i] = {recvBufs_.data() + i * 65536, 65536};
+      msgs[i] = {};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(sockets_[path].get(), msgs, kBatch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) return;
+    for (int i = 0; i < n; ++i) {
+      rudp::Header h;
+      std::span<const char> payload;
+      rudp::ParseResult r =
+          rudp::parseDatagram(static_cast<const char*>(iov[i].iov_base), msgs[i].msg_len, key_,
+                              commId_, static_cast<uint32_t>(rank_), h, payload);
+      RudpFlowState* st =
+          r == rudp::ParseResult::kOk ? flowOf(static_cast<int>(h.src), h.cls) : nullptr;
+      if (st == nullptr) {
+        refused_ += 1;  // a stranger, another communicator or job, or garbage
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(st->mu);
+      bool readable = st->flow.onPacket(h, payload, now);
+      if (readable || st->flow.failed()) signal(st->dataReady);
+      if (st->sendBlocked && (st->flow.writable() > 0 || st->flow.failed())) {
+        drain(st->roomPipe[0].get());
+        st->sendBlocked = false;
+      }
+    }
+    if (static_cast<size_t>(n) < kBatch) return;
+  }
+}
+
+void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
+  out_.clear();
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    bool wasFailed = st.flow.failed();
+    st.flow.collect(now, out_, kBatch);
+    if (!wasFailed && st.flow.failed()) {
+      LOOM_WARN(kSubsysNet, rank_, "rudp: ", names_[st.peer], ": ", st.flow.failure());
+      signal(st.dataReady);
+      drain(st.roomPipe[0].get());
+    }
+  }
+  // Payloads stay valid unlocked: data lies in ring space the channel cannot reuse before this
+  // thread processes its ACK, and the SACK bitmap changes only in collect(), on this thread.
+  const int paths = static_cast<int>(sockets_.size());
+  for (size_t i = 0; i < out_.size(); ++i) {
+    rudp::Outgoing& o = out_[i];
+    o.h.commId = commId_;
+    o.h.src = static_cast<uint32_t>(rank_);
+    o.h.dst = static_cast<uint32_t>(st.peer);
+    o.h.cls = static_cast<uint8_t>(st.cls);
+    int path = o.h.type == rudp::PacketType::kData ? static_cast<int>(o.h.seq % paths)
+                                                   : static_cast<int>(st.pathCounter++ % paths);
+    o.h.path = static_cast<uint8_t>(path);
+    char* header = headers_.data() + i * rudp::kHeaderBytes;
+    rudp::encodeHeader(o.h, key_, o.payload, header);
+    transmit(path, st.peer, header, o.payload, now);
+  }
+}
+
+void RudpEngine::transmit(int path, int peer, const char* header, std::span<const char> payload,
+                          uint64_t now) {
+  if (fault_.drop + fault_.dup + fault_.delay > 0) {
+    std::uniform_real_distribution<double> u(0, 1);
+    if (u(faultRng_) < fault_.drop) return;
+    if (u(faultRng_) < fault_.delay) {
+      // Held back up to 2 ms: later packets overtake it (reordering), it is never lost.
+      Held h{now + faultRng_() % 2'000'000, path, peer, {}};
+      h.bytes.assign(header, header + rudp::kHeaderBytes);
+      h.bytes.insert(h.bytes.end(), payload.begin(), payload.end());
+      held_.push_back(std::move(h));
+      return;
+    }
+    if (u(faultRng_) < fault_.dup) transmit(path, peer, header, payload, now + 0);
+  }
+  iovec iov[2] = {{const_cast<char*>(header), rudp::kHeaderBytes},
+                  {const_cast<char*>(payload.data()), payload.size()}};
+  msghdr msg{};
+  msg.msg_name = &addr_[peer][path];
+  msg.msg_namelen = addrLen_[peer];
+  msg.msg_iov = iov;
+  msg.msg_iovlen = payload.empty() ? 1 : 2;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (sendmsg(sockets_[path].get(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) return;
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) return;  // lost: recovered
+    pollfd pfd{sockets_[path].get(), POLLOUT, 0};
+    poll(&pfd, 1, 1);
+  }
+}
+
+void RudpEngine::releaseHeld(uint64_t now, bool all) {
+  for (size_t i = 0; i < held_.size();) {
+    if (all || held_[i].due <= now) {
+      Held h = std::move(held_[i]);
+      held_[i] = std::move(held_.back());
+      held_.pop_back();
+      if (!all) {
+        const char* p = h.bytes.data();
+        Fault saved = fault_;
+        fault_ = {};  // a held packet is not faulted twice
+        transmit(h.path, h.peer, p, {p + rudp::kHeaderBytes, h.bytes.size() - rudp::kHeaderBytes},
+                 now);
+        fault_ = saved;
+      }
+    } else {
+      ++i;
+    }
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,130 @@
+// The rudp transport of one communicator: a few UDP sockets ("paths", LOOM_RUDP_PATHS) on the
+// chosen interface carry every flow to every remote peer, and one progress thread owns them.
+//
+// Roles and steps:
+//  - Setup: bind the sockets, publish "address port port ..." through the bootstrap's
+//    all-gather, create one Flow per (remote peer, channel class), start the thread.
+//  - Progress thread: blocks in poll on the sockets and a wake-up descriptor, with a timeout at
+//    the earliest flow timer; receives in batches (recvmmsg), authenticates, hands each datagram
+//    to its flow, then lets every flow emit ACKs, retransmissions, new data and probes, sending
+//    packet k of a flow on path k % paths (sendmmsg). It also serves flows nobody calls any more,
+//    so the last bytes of a collective still get retransmitted after the caller moved on.
+//  - Channels (rudp_channel.hpp) copy into and out of a flow's rings under its mutex and wake
+//    the thread; their waits block on an eventfd (data arrived) or a one-page pipe (room freed).
+//  - Destruction lingers, bounded, until what was sent is acknowledged, then logs the counters.
+// A test-only fault layer (LOOM_RUDP_FAULTS) drops, duplicates and delays outgoing datagrams.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.hpp"
+#include "bootstrap/socket.hpp"
+#include "transport/channel.hpp"
+#include "transport/rudp/rudp_flow.hpp"
+#include "transport/tcp/interfaces.hpp"
+
+namespace loom {
+
+struct RudpSetup {
+  int rank = 0;
+  int nranks = 1;
+  std::vector<bool> remote;        // by rank: reached over rudp
+  std::vector<std::string> names;  // by rank: "rank 3 on hostB"
+  int classes = 2;
+  int paths = 2;
+  NetInterface itf;
+  JobSecret secret;  // already derived for this communicator and transport
+  rudp::FlowConfig flow;
+  std::string faults;  // LOOM_RUDP_FAULTS: "drop=P,dup=P,delay=P" (tests only)
+  int64_t lingerMs = 2000;
+  std::function<std::vector<std::string>(const std::string&)> allGather;
+};
+
+// One flow plus what its channel and the progress thread share. Guarded by mu.
+struct RudpFlowState {
+  RudpFlowState(int peer, int cls, const rudp::FlowConfig& config);
+  int peer, cls;
+  std::mutex mu;
+  rudp::Flow flow;
+  Fd dataReady;    // eventfd: readable when bytes arrived (the channel drains it)
+  Fd roomPipe[2];  // one-page pipe: the write end polls POLLOUT unless sendBlocked
+  bool sendBlocked = false;
+  uint64_t pathCounter = 0;
+};
+
+class RudpEngine {
+ public:
+  explicit RudpEngine(const RudpSetup& setup);
+  ~RudpEngine();
+  RudpEngine(const RudpEngine&) = delete;
+  RudpEngine& operator=(const RudpEngine&) = delete;
+
+  // The channel to `peer` of class `cls` (each exactly once).
+  std::unique_ptr<Channel> channel(int peer, int cls);
+  // The communicator failed: every peer is told (best effort) and every flow fails.
+  void reset(const std::string& why);
+  // Wakes the progress thread (the channels call it after writing or freeing room).
+  void wake();
+  // One line per remote peer: retransmissions, timeouts, RTT, duplicates, out-of-order, ...
+  std::string describeCounters() const;
+  int paths() const { return static_cast<int>(sockets_.size()); }
+  size_t mss() const { return mss_; }
+  const std::string& name(int peer) const { return names_[peer]; }
+
+ private:
+  struct Fault {
+    double drop = 0, dup = 0, delay = 0;
+  };
+  struct Held {
+    uint64_t due;
+    int path;
+    int peer;
+    std::vector<char> bytes;
+  };
+  RudpFlowState* flowOf(int peer, int cls) const;
+  void run();
+  void receive(int path, uint64_t now);
+  void sendFlow(RudpFlowState& st, uint64_t now);
+  void transmit(int path, int peer, const char* header, std::span<const char> payload,
+                uint64_t now);
+  void releaseHeld(uint64_t now, bool all);
+
+  int rank_;
+  int classes_;
+  std::vector<std::string> names_;
+  uint64_t commId_ = 0;
+  rudp::MacKey key_{};
+  size_t mss_ = 0;
+  std::vector<Fd> sockets_;                            // one per path
+  std::vector<std::vector<sockaddr_storage>> addr_;    // [peer][path]
+  std::vector<socklen_t> addrLen_;                     // [peer]
+  std::vector<std::unique_ptr<RudpFlowState>> flows_;  // [peer * classes + cls], null if local
+  Fd wakeFd_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> resetRequested_{false};
+  std::string resetWhy_;
+  int64_t lingerMs_;
+
+  Fault fault_;
+  std::mt19937_64 faultRng_;
+  std::vector<Held> held_;
+
+  // Progress-thread scratch, allocated once.
+  std::vector<rudp::Outgoing> out_;
+  std::vector<char> recvBufs_;
+  std::vector<char> headers_;
+
+  std::atomic<uint64_t> refused_{0};  // datagrams that failed authentication or identity checks
+  std::thread thread_;
+};
+
+}  // namespace loom

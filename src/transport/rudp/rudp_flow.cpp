@@ -1,0 +1,448 @@
+#include "transport/rudp/rudp_flow.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace loom::rudp {
+
+namespace {
+constexpr double kBeta = 0.7;  // the window after a loss episode (CUBIC's factor)
+constexpr uint64_t kMinReorderNs = 1'000'000;
+}  // namespace
+
+Flow::Flow(const FlowConfig& config)
+    : cfg_(config),
+      maxPkts_(std::max<uint64_t>(1024, 2 * config.windowBytes / std::max<size_t>(config.mss, 8))),
+      sndRing_(config.windowBytes),
+      sent_(maxPkts_),
+      peerLimit_(config.windowBytes),
+      cwnd_(config.initialCwnd),
+      rto_(config.rtoInitNs),
+      rcvRing_(config.windowBytes),
+      advertised_(config.windowBytes),
+      slots_(maxPkts_) {
+  cfg_.mss = std::clamp<size_t>(cfg_.mss & ~size_t{7}, 8, kMaxPayload & ~size_t{7});
+  cfg_.minCwnd = std::max<uint32_t>(cfg_.minCwnd, 1);
+}
+
+// ---------------------------------------------------------------- user side
+
+size_t Flow::write(const void* src, size_t n) {
+  n = std::min(n, writable());
+  const size_t w = cfg_.windowBytes;
+  size_t done = 0;
+  while (done < n) {
+    size_t pos = (sndQueuedOff_ + done) % w;
+    size_t len = std::min(n - done, w - pos);
+    if (src != nullptr)
+      std::memcpy(sndRing_.data() + pos, static_cast<const char*>(src) + done, len);
+    else
+      std::memset(sndRing_.data() + pos, 0, len);
+    done += len;
+  }
+  sndQueuedOff_ += n;
+  return n;
+}
+
+std::span<const char> Flow::readable(size_t maxBytes) const {
+  const size_t w = cfg_.windowBytes;
+  size_t pos = rcvReadOff_ % w;
+  size_t len = std::min<uint64_t>({rcvInOrderOff_ - rcvReadOff_, w - pos, maxBytes});
+  return {rcvRing_.data() + pos, len};
+}
+
+bool Flow::consume(size_t n) {
+  rcvReadOff_ += std::min<uint64_t>(n, rcvInOrderOff_ - rcvReadOff_);
+  // Tell the peer once a quarter of the ring has opened up since the last advertisement.
+  if (rcvReadOff_ + cfg_.windowBytes - advertised_ >= cfg_.windowBytes / 4 && !ackPending_) {
+    ackPending_ = true;
+    return true;
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------- packets in
+
+bool Flow::onPacket(const Header& h, std::span<const char> payload, uint64_t now) {
+  lastHeard_ = now;
+  probeCount_ = 0;
+  nextProbe_ = 0;
+  stats_.packetsReceived += 1;
+  switch (h.type) {
+    case PacketType::kData: {
+      uint64_t before = rcvInOrderOff_;
+      onData(h, payload, now);
+      return rcvInOrderOff_ != before;
+    }
+    case PacketType::kAck:
+      onAck(h, payload, now);
+      return false;
+    case PacketType::kProbe:
+      ackPending_ = true;
+      return false;
+    case PacketType::kReset:
+      fail("its communicator failed and reset the connection");
+      return false;
+  }
+  return false;
+}
+
+void Flow::onData(const Header& h, std::span<const char> payload, uint64_t /*now*/) {
+  const uint64_t s = h.seq;
+  const size_t w = cfg_.windowBytes;
+  // Any data packet deserves an ACK, a duplicate most of all: it means our ACK was lost.
+  ackPending_ = true;
+  echo_ = h.tsval;
+  if (s == 0 || s < rcvNxt_ || slots_[s % maxPkts_].seq == s) {
+    stats_.duplicates += 1;
+    return;
+  }
+  // Beyond what the sender may have in flight, or outside the ring: not a packet of this stream.
+  if (s >= rcvNxt_ + maxPkts_ || h.offset < rcvInOrderOff_ ||
+      h.offset + payload.size() > rcvReadOff_ + w) {
+    stats_.refused += 1;
+    return;
+  }
+  size_t pos = h.offset % w;
+  size_t first = std::min(payload.size(), w - pos);
+  std::memcpy(rcvRing_.data() + pos, payload.data(), first);
+  std::memcpy(rcvRing_.data(), payload.data() + first, payload.size() - first);
+  slots_[s % maxPkts_] = {s, h.offset, h.offset + payload.size()};
+  if (s != rcvNxt_) stats_.outOfOrder += 1;
+  rcvHighest_ = std::max(rcvHighest_, s);
+  while (slots_[rcvNxt_ % maxPkts_].seq == rcvNxt_) {
+    const Slot& slot = slots_[rcvNxt_ % maxPkts_];
+    // Packets tile the stream; only a broken or hostile peer could say otherwise.
+    if (slot.offset != rcvInOrderOff_) {
+      fail("it sent packet " + std::to_string(rcvNxt_) + " at stream offset " +
+           std::to_string(slot.offset) + " where " + std::to_string(rcvInOrderOff_) +
+           " was expected");
+      return;
+    }
+    rcvInOrderOff_ = slot.end;
+    rcvNxt_ += 1;
+  }
+}
+
+void Flow::onAck(const Header& h, std::span<const char> sack, uint64_t now) {
+  const uint64_t ack = h.seq;
+  if (ack < sndUna_ || ack > sndNxt_) return;  // stale (reordered, replayed) or bogus
+  peerLimit_ = std::max(peerLimit_, h.offset);
+  if (h.dupCount > peerDups_) {
+    // The receiver saw duplicates: some "loss" was reordering; be slower to call the next one.
+    peerDups_ = h.dupCount;
+    reoMult_ = std::min<uint32_t>(reoMult_ + 1, 16);
+  }
+  uint64_t newly = 0;
+  for (uint64_t s = sndUna_; s < ack; ++s) {
+    Sent& p = sent(s);
+    if (!p.sacked) {
+      delivered(s, h.tsecr, now);
+      newly += 1;
+    }
+    if (p.inList) listRemove(s);
+    sndAckedOff_ = p.offset + p.len;
+  }
+  sndUna_ = ack;
+  const size_t words = sack.size() / 8;
+  for (size_t wi = 0; wi < words; ++wi) {
+    uint64_t bits;
+    std::memcpy(&bits, sack.data() + 8 * wi, 8);
+    while (bits != 0) {
+      int b = __builtin_ctzll(bits);
+      bits &= bits - 1;
+      uint64_t s = ack + 1 + 64 * wi + static_cast<uint64_t>(b);  // the bit's meaning, as set
+      if (s >= sndNxt_) break;
+      Sent& p = sent(s);
+      if (p.sacked) continue;
+      p.sacked = true;
+      if (p.inList) listRemove(s);
+      delivered(s, h.tsecr, now);
+      newly += 1;
+    }
+  }
+  if (newly > 0) {
+    if (h.tsecr != 0 && h.tsecr <= now) {
+      uint64_t r = now - h.tsecr;  // our own clock, sent and echoed
+      minRtt_ = std::min(minRtt_, r);
+      if (!haveRtt_) {
+        srtt_ = r;
+        rttvar_ = r / 2;
+        haveRtt_ = true;
+      } else {
+        uint64_t diff = srtt_ > r ? srtt_ - r : r - srtt_;
+        rttvar_ = (3 * rttvar_ + diff) / 4;
+        srtt_ = (7 * srtt_ + r) / 8;
+      }
+      rto_ = std::clamp(srtt_ + 4 * rttvar_, cfg_.rtoMinNs, cfg_.rtoMaxNs);
+    }
+    backoff_ = 0;
+    tlpSent_ = false;
+    if (cwnd_ < ssthresh_)
+      cwnd_ += static_cast<double>(newly);
+    else
+      cwnd_ += static_cast<double>(newly) / cwnd_;
+    cwnd_ = std::min(cwnd_, static_cast<double>(maxPkts_));
+  }
+  if (recovery_ && sndUna_ >= recoveryEnd_) recovery_ = false;
+  detectLosses(now);
+}
+
+void Flow::delivered(uint64_t seq, uint64_t tsecr, uint64_t now) {
+  Sent& p = sent(seq);
+  // An ACK for an earlier transmission of a retransmitted packet says nothing about the last one.
+  if (p.tx > 1 && tsecr < p.lastSent) return;
+  if (p.lastSent >= rackXmit_) {
+    rackXmit_ = p.lastSent;
+    rackRtt_ = now - p.lastSent;
+  }
+}
+
+uint64_t Flow::reorderWindow() const {
+  uint64_t base = minRtt_ == UINT64_MAX ? cfg_.rtoMinNs : minRtt_ / 4;
+  // A floor: the receiver drains its path sockets one batch at a time and shares cores with the
+  // ranks, so packets of one flight routinely arrive a few hundred microseconds out of order.
+  return std::max<uint64_t>(kMinReorderNs,
+                            std::min<uint64_t>(base * reoMult_, haveRtt_ ? srtt_ : cfg_.rtoInitNs));
+}
+
+void Flow::detectLosses(uint64_t now) {
+  reorderTimer_ = 0;
+  const uint64_t reo = reorderWindow();
+  while (head_ >= 0) {
+    const Sent& p = sent_[head_];
+    if (p.lastSent >= rackXmit_) break;  // nothing sent after it was delivered yet
+    uint64_t deadline = p.lastSent + rackRtt_ + reo;
+    if (deadline > now) {
+      reorderTimer_ = deadline;
+      break;
+    }
+    markLost(p.seq);
+  }
+}
+
+void Flow::markLost(uint64_t seq) {
+  Sent& p = sent(seq);
+  if (p.inList) listRemove(seq);
+  if (!p.lost) {
+    p.lost = true;
+    lost_.insert(seq);
+  }
+  enterRecovery();
+}
+
+void Flow::enterRecovery() {
+  if (recovery_) return;  // one reduction per episode: a burst of losses is one signal
+  recovery_ = true;
+  recoveryEnd_ = sndNxt_;
+  cwnd_ = std::max(cwnd_ * kBeta, static_cast<double>(cfg_.minCwnd));
+  ssthresh_ = cwnd_;
+}
+
+// ---------------------------------------------------------------- the in-flight list
+
+void Flow::listRemove(uint64_t seq) {
+  Sent& p = sent(seq);
+  if (p.prev >= 0)
+    sent_[p.prev].next = p.next;
+  else
+    head_ = p.next;
+  if (p.next >= 0)
+    sent_[p.next].prev = p.prev;
+  else
+    tail_ = p.prev;
+  p.prev = p.next = -1;
+  p.inList = false;
+  inFlight_ -= 1;
+}
+
+void Flow::listAppend(uint64_t seq) {
+  int32_t idx = static_cast<int32_t>(seq % maxPkts_);
+  Sent& p = sent_[idx];
+  p.prev = tail_;
+  p.next = -1;
+  if (tail_ >= 0)
+    sent_[tail_].next = idx;
+  else
+    head_ = idx;
+  tail_ = idx;
+  p.inList = true;
+  inFlight_ += 1;
+}
+
+// ---------------------------------------------------------------- packets out
+
+uint64_t Flow::effectiveRto() const {
+  uint64_t r = rto_;
+  for (uint32_t i = 0; i < backoff_ && r < cfg_.rtoMaxNs; ++i) r *= 2;
+  return std::min(r, cfg_.rtoMaxNs);
+}
+
+bool Flow::probing() const {
+  // Nothing in flight whose ACK would tell us the peer lives, yet we wait on it: for data
+  // (receiving) or for room in its window (sending).
+  if (inFlight_ > 0 || !lost_.empty()) return false;
+  bool windowBlocked = sndNewOff_ < sndQueuedOff_ && sndNewOff_ >= peerLimit_;
+  return recvWaiting_ || windowBlocked;
+}
+
+void Flow::onTimers(uint64_t now) {
+  if (head_ >= 0 && sent_[head_].lastSent + effectiveRto() <= now) {
+    // No ACK for a whole RTO: everything in flight is presumed lost; start over gently.
+    stats_.timeouts += 1;
+    while (head_ >= 0) {
+      markLost(sent_[head_].seq);
+    }
+    backoff_ += 1;
+    ssthresh_ = std::max(cwnd_ / 2, static_cast<double>(cfg_.minCwnd));
+    cwnd_ = cfg_.minCwnd;
+    recovery_ = true;
+    recoveryEnd_ = sndNxt_;
+  }
+  if (reorderTimer_ != 0 && reorderTimer_ <= now) detectLosses(now);
+  if (tail_ >= 0 && !tlpSent_ && lost_.empty() && now >= probeTimeout()) {
+    // Tail loss probe: the last packet of a message has nothing behind it whose delivery could
+    // expose its loss; send it again after two RTTs instead of waiting for the RTO. A probe is
+    // not a loss signal, so the congestion window stays.
+    Sent& p = sent_[tail_];
+    listRemove(p.seq);
+    p.lost = true;
+    lost_.insert(p.seq);
+    tlpSent_ = true;
+  }
+}
+
+uint64_t Flow::probeTimeout() const {
+  if (tail_ < 0 || tlpSent_) return UINT64_MAX;
+  uint64_t pto = haveRtt_ ? std::max<uint64_t>(2 * srtt_, 200'000) : cfg_.rtoInitNs;
+  return sent_[tail_].lastSent + std::min(pto, effectiveRto());
+}
+
+void Flow::transmit(uint64_t seq, uint64_t now, std::vector<Outgoing>& out) {
+  Sent& p = sent(seq);
+  p.tx += 1;
+  p.lastSent = now;
+  p.lost = false;
+  listAppend(seq);
+  Outgoing o;
+  o.h.type = PacketType::kData;
+  o.h.seq = seq;
+  o.h.offset = p.offset;
+  o.h.tsval = now;
+  o.payload = {sndRing_.data() + p.offset % cfg_.windowBytes, p.len};
+  out.push_back(o);
+  stats_.packetsSent += 1;
+  stats_.bytesSent += p.len;
+}
+
+size_t Flow::collect(uint64_t now, std::vector<Outgoing>& out, size_t room) {
+  if (failed()) return 0;
+  const size_t start = out.size();
+  onTimers(now);
+  if (ackPending_ && room > 0) {
+    // The bitmap covers the packets between the cumulative ACK and the highest one received.
+    sack_.clear();
+    if (rcvHighest_ > rcvNxt_) {
+      uint64_t span = rcvHighest_ - rcvNxt_;  // packets ack+1 .. highest
+      sack_.assign((span + 63) / 64, 0);
+      for (uint64_t i = 0; i < span; ++i) {
+        uint64_t s = rcvNxt_ + 1 + i;
+        if (slots_[s % maxPkts_].seq == s) sack_[i / 64] |= uint64_t{1} << (i % 64);
+      }
+    }
+    Outgoing o;
+    o.h.type = PacketType::kAck;
+    o.h.seq = rcvNxt_;
+    o.h.offset = advertised_ = rcvReadOff_ + cfg_.windowBytes;
+    o.h.tsval = now;
+    o.h.tsecr = echo_;
+    o.h.dupCount = stats_.duplicates;
+    o.payload = {reinterpret_cast<const char*>(sack_.data()), sack_.size() * 8};
+    out.push_back(o);
+    ackPending_ = false;
+    room -= 1;
+  }
+  while (room > 0 && !lost_.empty() && static_cast<double>(inFlight_) < cwnd_) {
+    // Lowest first: it holds back the cumulative ACK, and repeated timeouts retry it each time,
+    // so its transmission count (the unreachable bound) counts timeouts.
+    uint64_t seq = *lost_.begin();
+    lost_.erase(lost_.begin());
+    Sent& p = sent(seq);
+    if (seq < sndUna_ || p.sacked || !p.lost) continue;
+    if (p.tx > cfg_.maxRetries) {
+      fail("packet " + std::to_string(seq) + " was not acknowledged after " + std::to_string(p.tx) +
+           " transmissions: the peer is unreachable");
+      return out.size() - start;
+    }
+    stats_.retransmits += 1;
+    transmit(seq, now, out);
+    room -= 1;
+  }
+  while (room > 0 && lost_.empty() && static_cast<double>(inFlight_) < cwnd_ &&
+         sndNewOff_ < sndQueuedOff_ && sndNewOff_ < peerLimit_ && sndNxt_ - sndUna_ < maxPkts_) {
+    const size_t w = cfg_.windowBytes;
+    uint64_t len = std::min<uint64_t>(
+        {cfg_.mss, sndQueuedOff_ - sndNewOff_, w - sndNewOff_ % w, peerLimit_ - sndNewOff_});
+    uint64_t seq = sndNxt_++;
+    Sent& p = sent(seq);
+    p = Sent{};
+    p.seq = seq;
+    p.offset = sndNewOff_;
+    p.len = static_cast<uint32_t>(len);
+    sndNewOff_ += len;
+    transmit(seq, now, out);
+    room -= 1;
+  }
+  if (room > 0 && probing()) {
+    if (nextProbe_ == 0) nextProbe_ = std::max(lastHeard_ + effectiveRto(), now);
+    if (now >= nextProbe_) {
+      if (probeCount_ >= cfg_.maxRetries) {
+        fail("it answered none of " + std::to_string(probeCount_) +
+             " probes: the peer is unreachable");
+        return out.size() - start;
+      }
+      probeCount_ += 1;
+      stats_.probes += 1;
+      uint64_t interval = effectiveRto();
+      for (uint32_t i = 0; i < probeCount_ && interval < cfg_.rtoMaxNs; ++i) interval *= 2;
+      nextProbe_ = now + std::min(interval, cfg_.rtoMaxNs);
+      Outgoing o;
+      o.h.type = PacketType::kProbe;
+      o.h.tsval = now;
+      out.push_back(o);
+    }
+  } else if (!probing()) {
+    nextProbe_ = 0;
+    probeCount_ = 0;
+  }
+  return out.size() - start;
+}
+
+bool Flow::wantsToSend() const {
+  if (failed()) return false;
+  if (ackPending_) return true;
+  if (static_cast<double>(inFlight_) >= cwnd_) return false;
+  return !lost_.empty() ||
+         (sndNewOff_ < sndQueuedOff_ && sndNewOff_ < peerLimit_ && sndNxt_ - sndUna_ < maxPkts_);
+}
+
+uint64_t Flow::nextTimer() const {
+  if (failed()) return UINT64_MAX;
+  uint64_t t = UINT64_MAX;
+  if (head_ >= 0) t = sent_[head_].lastSent + effectiveRto();
+  if (reorderTimer_ != 0) t = std::min(t, reorderTimer_);
+  if (lost_.empty()) t = std::min(t, probeTimeout());
+  if (probing()) t = std::min(t, nextProbe_ == 0 ? lastHeard_ + effectiveRto() : nextProbe_);
+  return t;
+}
+
+FlowStats Flow::stats() const {
+  FlowStats s = stats_;
+  s.srttNs = srtt_;
+  s.rttvarNs = rttvar_;
+  s.rtoNs = effectiveRto();
+  s.cwnd = cwnd_;
+  return s;
+}
+
+}  // namespace loom::rudp

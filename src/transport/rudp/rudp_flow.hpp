@@ -1,0 +1,168 @@
+// One reliable, ordered byte stream in each direction between two ranks over datagrams: the
+// protocol logic of the rudp transport, without sockets, threads or clocks (the caller passes the
+// time), so that tests can drive it over a simulated link.
+//
+// Sender: bytes written go into a bounded ring (a full ring makes write() take nothing: the
+// caller waits, nothing is dropped). They leave as packets of at most mss bytes, numbered from 1,
+// each remembered with its stream offset, its last transmission time and its transmission count.
+// An ACK carries the next expected packet number (cumulative) and a bitmap of the packets beyond
+// it that arrived (bit i = packet ack + 1 + i); it echoes the sender's own timestamp, so an RTT
+// sample never mixes two hosts' clocks (RFC 6298: SRTT, RTTVAR, RTO = SRTT + 4 RTTVAR, clamped,
+// doubled on each timeout). Loss is found by time (RACK, RFC 8985): a packet is lost when one sent
+// later has been delivered and more than the delivered packet's RTT plus a reordering window has
+// passed since it was sent; the window grows when the receiver reports duplicates, i.e. when a
+// loss was a reordering. A retransmission timeout (no ACK at all) marks everything in flight lost.
+// The congestion window (packets in flight) grows per ACK and shrinks once per loss episode; it
+// never drops below a floor. A packet sent more than maxRetries + 1 times, or a silent peer that
+// ignores as many probes, fails the flow: every later call reports the peer unreachable.
+//
+// Receiver: packets land in a ring at their stream offset, whatever order they come in; packets
+// already received are duplicates and only counted; the in-order prefix is readable. The ACK's
+// receive limit (offset) is flow control: the sender never sends beyond it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "transport/rudp/rudp_packet.hpp"
+
+namespace loom::rudp {
+
+struct FlowConfig {
+  size_t windowBytes = 4 << 20;  // each of the send and receive rings
+  size_t mss = 1400;             // payload bytes of a data packet
+  uint32_t maxRetries = 15;      // retransmissions of one packet (and unanswered probes)
+  uint64_t rtoInitNs = 10'000'000;
+  uint64_t rtoMinNs = 2'000'000;
+  uint64_t rtoMaxNs = 1'000'000'000;
+  uint32_t initialCwnd = 64;  // packets
+  uint32_t minCwnd = 16;
+};
+
+struct FlowStats {
+  uint64_t packetsSent = 0, bytesSent = 0, retransmits = 0, timeouts = 0, probes = 0;
+  uint64_t packetsReceived = 0, duplicates = 0, outOfOrder = 0, refused = 0;
+  uint64_t srttNs = 0, rttvarNs = 0, rtoNs = 0;
+  double cwnd = 0;
+};
+
+// A datagram the flow wants sent; the engine adds the identity fields and the MAC.
+struct Outgoing {
+  Header h;
+  std::span<const char> payload;  // in the flow's rings: valid until the flow is next touched
+};
+
+class Flow {
+ public:
+  explicit Flow(const FlowConfig& config);
+
+  // ---- user side ----
+  // Copies up to n bytes (zeros if src is null) into the send ring; returns how many fit.
+  size_t write(const void* src, size_t n);
+  // The contiguous in-order bytes ready to read, at most maxBytes.
+  std::span<const char> readable(size_t maxBytes) const;
+  // Releases n read bytes; true when the peer should hear about the larger window now.
+  bool consume(size_t n);
+  // A reader found nothing: from now on a silent peer is probed (and eventually declared dead).
+  void setReceiveWaiting(bool waiting) { recvWaiting_ = waiting; }
+
+  bool failed() const { return !failure_.empty(); }
+  const std::string& failure() const { return failure_; }
+  void fail(const std::string& why) {
+    if (failure_.empty()) failure_ = why;
+  }
+
+  // ---- network side ----
+  // An authenticated packet of this flow arrived. Returns true when new bytes became readable.
+  bool onPacket(const Header& h, std::span<const char> payload, uint64_t now);
+  // Appends at most `room` datagrams to send now (ACK, retransmissions, new data, probes).
+  size_t collect(uint64_t now, std::vector<Outgoing>& out, size_t room);
+  // When collect() should run again at the latest; UINT64_MAX when nothing is pending.
+  uint64_t nextTimer() const;
+  // Whether collect() has something to send right now (new data, lost packets, an ACK).
+  bool wantsToSend() const;
+  // Everything written has been acknowledged.
+  bool drained() const { return sndUna_ == sndNxt_ && sndNewOff_ == sndQueuedOff_; }
+  // Free space in the send ring.
+  size_t writable() const { return cfg_.windowBytes - (sndQueuedOff_ - sndAckedOff_); }
+  FlowStats stats() const;
+
+ private:
+  struct Sent {
+    uint64_t seq = 0;
+    uint64_t offset = 0;
+    uint64_t lastSent = 0;
+    uint32_t len = 0;
+    uint32_t tx = 0;
+    bool sacked = false;
+    bool lost = false;
+    int32_t prev = -1, next = -1;  // the in-flight list, oldest transmission first
+    bool inList = false;
+  };
+  struct Slot {
+    uint64_t seq = 0;  // which packet this slot holds (0: none yet)
+    uint64_t offset = 0;
+    uint64_t end = 0;  // its end offset in the stream
+  };
+
+  Sent& sent(uint64_t seq) { return sent_[seq % maxPkts_]; }
+  void listRemove(uint64_t seq);
+  void listAppend(uint64_t seq);
+  void onAck(const Header& h, std::span<const char> sack, uint64_t now);
+  void onData(const Header& h, std::span<const char> payload, uint64_t now);
+  void delivered(uint64_t seq, uint64_t tsecr, uint64_t now);
+  void detectLosses(uint64_t now);
+  void markLost(uint64_t seq);
+  void enterRecovery();
+  void onTimers(uint64_t now);
+  uint64_t effectiveRto() const;
+  uint64_t probeTimeout() const;  // when the tail loss probe is due (UINT64_MAX: not armed)
+  uint64_t reorderWindow() const;
+  bool probing() const;
+  void transmit(uint64_t seq, uint64_t now, std::vector<Outgoing>& out);
+
+  FlowConfig cfg_;
+  uint64_t maxPkts_;
+  std::string failure_;
+  FlowStats stats_;
+
+  // Sender.
+  std::vector<char> sndRing_;
+  uint64_t sndAckedOff_ = 0, sndQueuedOff_ = 0, sndNewOff_ = 0;
+  uint64_t sndUna_ = 1, sndNxt_ = 1;
+  std::vector<Sent> sent_;
+  int32_t head_ = -1, tail_ = -1;  // slots of the in-flight list
+  uint64_t inFlight_ = 0;
+  std::set<uint64_t> lost_;  // packet numbers to send again
+  uint64_t peerLimit_;       // the peer's receive limit (stream offset)
+  double cwnd_, ssthresh_ = 1e18;
+  bool recovery_ = false;
+  uint64_t recoveryEnd_ = 0;
+  bool haveRtt_ = false;
+  uint64_t srtt_ = 0, rttvar_ = 0, rto_, minRtt_ = UINT64_MAX;
+  uint32_t backoff_ = 0;
+  bool tlpSent_ = false;  // one tail loss probe per flight, re-armed by an ACK of new data
+  uint64_t rackXmit_ = 0, rackRtt_ = 0, reorderTimer_ = 0;
+  uint64_t peerDups_ = 0;
+  uint32_t reoMult_ = 1;
+
+  // Receiver.
+  std::vector<char> rcvRing_;
+  uint64_t rcvReadOff_ = 0, rcvInOrderOff_ = 0, rcvNxt_ = 1, rcvHighest_ = 0;
+  uint64_t advertised_ = 0;
+  std::vector<Slot> slots_;
+  bool ackPending_ = false;
+  uint64_t echo_ = 0;
+  std::vector<uint64_t> sack_;
+
+  // Liveness.
+  bool recvWaiting_ = false;
+  uint64_t lastHeard_ = 0, nextProbe_ = 0;
+  uint32_t probeCount_ = 0;
+};
+
+}  // namespace loom::rudp

@@ -1,0 +1,338 @@
+// The rudp protocol logic over a simulated link with a virtual clock: loss in both directions,
+// loss on the ACK path only, reordering (random delay), duplication, a peer that goes silent,
+// back-pressure of a small window, the SACK bitmap's meaning and RTT from echoed timestamps.
+// Every run is deterministic (fixed seeds) and bounded (virtual time and iteration limits).
+#include "transport/rudp/rudp_flow.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "transport/rudp/rudp_packet.hpp"
+
+namespace loom::rudp {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+const MacKey kKey = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+constexpr uint64_t kComm = 0xc0ffee;
+
+struct LinkConfig {
+  double loss = 0;  // probability a datagram is dropped
+  double dup = 0;   // probability it is delivered twice
+  uint64_t delayNs = 100'000;
+  uint64_t jitterNs = 0;  // extra uniform random delay: reordering
+  bool dead = false;      // drops everything
+};
+
+// One direction of the simulated network: datagrams are encoded and parsed for real.
+class Link {
+ public:
+  Link(LinkConfig c, uint64_t seed) : cfg(c), rng_(seed) {}
+  void send(const Outgoing& o, uint32_t src, uint32_t dst, uint64_t now) {
+    if (cfg.dead || uniform() < cfg.loss) return;
+    Header h = o.h;
+    h.commId = kComm;
+    h.src = src;
+    h.dst = dst;
+    std::vector<char> d(kHeaderBytes + o.payload.size());
+    encodeHeader(h, kKey, o.payload, d.data());
+    std::memcpy(d.data() + kHeaderBytes, o.payload.data(), o.payload.size());
+    int copies = uniform() < cfg.dup ? 2 : 1;
+    for (int i = 0; i < copies; ++i) {
+      uint64_t jitter = cfg.jitterNs == 0 ? 0 : rng_() % cfg.jitterNs;
+      queue_.emplace(now + cfg.delayNs + jitter, d);
+    }
+  }
+  uint64_t nextArrival() const { return queue_.empty() ? UINT64_MAX : queue_.begin()->first; }
+  // Delivers every datagram due by `now` to the flow; counts refused ones.
+  void deliver(uint64_t now, uint32_t dst, Flow& flow) {
+    while (!queue_.empty() && queue_.begin()->first <= now) {
+      std::vector<char> d = std::move(queue_.begin()->second);
+      queue_.erase(queue_.begin());
+      Header h;
+      std::span<const char> payload;
+      ParseResult r = parseDatagram(d.data(), d.size(), kKey, kComm, dst, h, payload);
+      ASSERT_EQ(r, ParseResult::kOk);
+      flow.onPacket(h, payload, now);
+    }
+  }
+  LinkConfig cfg;
+
+ private:
+  double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+  std::mt19937_64 rng_;
+  std::multimap<uint64_t, std::vector<char>> queue_;
+};
+
+std::vector<char> pattern(size_t n, uint32_t seed) {
+  std::vector<char> v(n);
+  std::mt19937 rng(seed);
+  for (char& c : v) c = static_cast<char>(rng());
+  return v;
+}
+
+struct Endpoint {
+  Flow flow;
+  std::vector<char> out;  // what it sends
+  size_t written = 0;
+  std::vector<char> in;  // what it has received
+};
+
+struct Result {
+  bool completed = false;
+  uint64_t elapsedNs = 0;
+};
+
+// Runs both endpoints until each has received what the other sent, a flow fails, or the virtual
+// time limit passes. Both directions carry data at once, so ACKs and data share each link.
+Result run(Endpoint& a, Endpoint& b, Link& ab, Link& ba, uint64_t limitNs, uint64_t start = 1) {
+  uint64_t now = start;
+  std::vector<Outgoing> out;
+  auto pump = [&](Endpoint& e) {
+    if (e.written < e.out.size())
+      e.written += e.flow.write(e.out.data() + e.written, e.out.size() - e.written);
+    for (;;) {
+      std::span<const char> r = e.flow.readable(1 << 20);
+      if (r.empty()) break;
+      e.in.insert(e.in.end(), r.begin(), r.end());
+      e.flow.consume(r.size());
+    }
+  };
+  for (int iter = 0; iter < 50'000'000 && now < limitNs; ++iter) {
+    ab.deliver(now, 1, b.flow);
+    ba.deliver(now, 0, a.flow);
+    pump(a);
+    pump(b);
+    bool aDone = a.in.size() >= b.out.size(), bDone = b.in.size() >= a.out.size();
+    a.flow.setReceiveWaiting(!aDone);
+    b.flow.setReceiveWaiting(!bDone);
+    if (aDone && bDone && a.flow.drained() && b.flow.drained()) return {true, now};
+    if (a.flow.failed() || b.flow.failed()) return {false, now};
+    out.clear();
+    a.flow.collect(now, out, 64);
+    for (const Outgoing& o : out) ab.send(o, 0, 1, now);
+    out.clear();
+    b.flow.collect(now, out, 64);
+    for (const Outgoing& o : out) ba.send(o, 1, 0, now);
+    // Next event: an arrival, a timer, or (when a flow can send more) a short step.
+    uint64_t next =
+        std::min({ab.nextArrival(), ba.nextArrival(), a.flow.nextTimer(), b.flow.nextTimer()});
+    if (a.flow.wantsToSend() || b.flow.wantsToSend()) next = std::min(next, now + 1000);
+    now = std::max(next, now + 1);
+  }
+  return {false, now};
+}
+
+FlowConfig smallConfig() {
+  FlowConfig c;
+  c.windowBytes = 256 * 1024;
+  c.mss = 1400;
+  c.maxRetries = 40;  // 30 % loss both ways: a packet and its ACK both survive about half the time
+  return c;
+}
+
+struct Case {
+  double loss, dup;
+  uint64_t jitterNs;
+  double ackLoss;
+};
+
+void expectTransfer(Case c, size_t bytes, uint64_t seed) {
+  FlowConfig cfg = smallConfig();
+  Endpoint a{Flow(cfg), pattern(bytes, seed), 0, {}};
+  Endpoint b{Flow(cfg), pattern(bytes + 13, seed + 1), 0, {}};
+  LinkConfig l1{c.loss, c.dup, 100'000, c.jitterNs, false};
+  LinkConfig l2{c.ackLoss, c.dup, 100'000, c.jitterNs, false};
+  Link ab(l1, seed * 7 + 1), ba(l2, seed * 7 + 2);
+  Result r = run(a, b, ab, ba, 600'000 * kMs);
+  ASSERT_TRUE(r.completed) << "loss " << c.loss << " dup " << c.dup << ": " << a.flow.failure()
+                           << b.flow.failure();
+  EXPECT_EQ(b.in, a.out);
+  EXPECT_EQ(a.in, b.out);
+  FlowStats sa = a.flow.stats(), sb = b.flow.stats();
+  if (c.loss > 0) {
+    EXPECT_GT(sa.retransmits, 0u);
+  }
+  if (c.dup > 0) {
+    EXPECT_GT(sb.duplicates, 0u);
+  }
+  EXPECT_GT(sa.srttNs, 0u);
+}
+
+TEST(RudpFlow, LossBothDirections) {
+  for (double loss : {0.0, 0.01, 0.05, 0.1, 0.2, 0.3})
+    expectTransfer({loss, 0, 0, loss}, 1 << 20, static_cast<uint64_t>(loss * 1000) + 3);
+}
+
+TEST(RudpFlow, LossOnTheAckPathOnly) { expectTransfer({0, 0, 0, 0.3}, 1 << 20, 11); }
+
+TEST(RudpFlow, Duplication) { expectTransfer({0, 0.2, 0, 0}, 1 << 20, 12); }
+
+TEST(RudpFlow, DuplicationReorderingAndLoss) {
+  expectTransfer({0.05, 0.1, 2 * kMs, 0.05}, 1 << 20, 13);
+}
+
+TEST(RudpFlow, ReorderingIsNotLoss) {
+  // Random delays up to 5x the base one-way delay: packets overtake each other all the time, yet
+  // none is lost; the reordering window must keep retransmissions to a small fraction.
+  FlowConfig cfg = smallConfig();
+  Endpoint a{Flow(cfg), pattern(2 << 20, 5), 0, {}};
+  Endpoint b{Flow(cfg), {}, 0, {}};
+  Link ab({0, 0, 100'000, 500'000, false}, 21), ba({0, 0, 100'000, 500'000, false}, 22);
+  Result r = run(a, b, ab, ba, 600'000 * kMs);
+  ASSERT_TRUE(r.completed) << a.flow.failure();
+  EXPECT_EQ(b.in, a.out);
+  FlowStats s = a.flow.stats(), rs = b.flow.stats();
+  EXPECT_GT(rs.outOfOrder, 100u);  // the link did reorder
+  EXPECT_LT(s.retransmits * 20, s.packetsSent)
+      << "retransmits " << s.retransmits << " of " << s.packetsSent;
+}
+
+TEST(RudpFlow, SmallWindowBackPressure) {
+  FlowConfig cfg = smallConfig();
+  cfg.windowBytes = 16 * 1024;
+  Endpoint a{Flow(cfg), pattern(1 << 20, 8), 0, {}};
+  Endpoint b{Flow(cfg), {}, 0, {}};
+  EXPECT_EQ(a.flow.write(a.out.data(), a.out.size()), cfg.windowBytes);  // the rest waits
+  a.written = cfg.windowBytes;
+  EXPECT_EQ(a.flow.write(a.out.data(), 1), 0u);
+  Link ab({0.05, 0, 100'000, 0, false}, 31), ba({0.05, 0, 100'000, 0, false}, 32);
+  Result r = run(a, b, ab, ba, 600'000 * kMs);
+  ASSERT_TRUE(r.completed) << a.flow.failure() << b.flow.failure();
+  EXPECT_EQ(b.in, a.out);
+}
+
+// Sum of the backed-off intervals a flow may wait before declaring its peer dead, plus slack.
+uint64_t deathBound(const FlowConfig& c) {
+  uint64_t total = 0, rto = c.rtoInitNs;
+  for (uint32_t i = 0; i <= c.maxRetries + 1; ++i) {
+    total += std::min(rto, c.rtoMaxNs);
+    rto = std::min(rto * 2, c.rtoMaxNs);
+  }
+  return total + c.rtoMaxNs;
+}
+
+TEST(RudpFlow, SilentPeerFailsTheSenderWithinTheBound) {
+  FlowConfig cfg = smallConfig();
+  cfg.maxRetries = 6;
+  Endpoint a{Flow(cfg), pattern(1 << 20, 9), 0, {}};
+  Endpoint b{Flow(cfg), {}, 0, {}};
+  Link ab({0, 0, 100'000, 0, false}, 41), ba({0, 0, 100'000, 0, false}, 42);
+  // Let some data through, then the peer goes silent (its packets and ours vanish).
+  Result first = run(a, b, ab, ba, kMs / 2);
+  ASSERT_FALSE(first.completed);
+  ASSERT_FALSE(b.in.empty());
+  // From now on nothing comes back: the sender alone runs its timers.
+  uint64_t now = first.elapsedNs;
+  std::vector<Outgoing> out;
+  while (!a.flow.failed() && now < first.elapsedNs + 3 * deathBound(cfg)) {
+    out.clear();
+    a.flow.collect(now, out, 64);
+    if (a.flow.failed()) break;
+    now = std::max(a.flow.nextTimer(), now + 1);
+  }
+  ASSERT_TRUE(a.flow.failed());
+  EXPECT_NE(a.flow.failure().find("unreachable"), std::string::npos) << a.flow.failure();
+  EXPECT_LE(now - first.elapsedNs, deathBound(cfg));
+  EXPECT_GT(a.flow.stats().timeouts, 0u);
+}
+
+TEST(RudpFlow, SilentPeerFailsAWaitingReceiver) {
+  FlowConfig cfg = smallConfig();
+  cfg.maxRetries = 5;
+  Flow receiver(cfg);
+  receiver.setReceiveWaiting(true);
+  std::vector<Outgoing> out;
+  uint64_t now = 1;
+  int probes = 0;
+  while (!receiver.failed() && now < 100'000 * kMs) {
+    out.clear();
+    receiver.collect(now, out, 64);
+    for (const Outgoing& o : out) probes += o.h.type == PacketType::kProbe;  // never answered
+    if (receiver.failed()) break;
+    now = std::max(receiver.nextTimer(), now + 1);
+  }
+  ASSERT_TRUE(receiver.failed());
+  EXPECT_EQ(probes, 5);
+  EXPECT_LE(now, deathBound(cfg));
+}
+
+TEST(RudpFlow, SackBitmapMeansWhatItSays) {
+  FlowConfig cfg = smallConfig();
+  cfg.mss = 8;
+  Flow sender(cfg), receiver(cfg);
+  std::vector<char> data = pattern(40, 3);
+  ASSERT_EQ(sender.write(data.data(), 40), 40u);
+  std::vector<Outgoing> out;
+  sender.collect(1000, out, 64);
+  ASSERT_EQ(out.size(), 5u);  // packets 1..5, 8 bytes each
+  // Packets 1, 3 and 4 arrive; 2 and 5 do not.
+  for (int i : {0, 2, 3}) {
+    Header h = out[i].h;
+    receiver.onPacket(h, out[i].payload, 2000);
+  }
+  std::vector<Outgoing> acks;
+  receiver.collect(3000, acks, 64);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].h.type, PacketType::kAck);
+  EXPECT_EQ(acks[0].h.seq, 2u);  // next expected
+  ASSERT_EQ(acks[0].payload.size(), 8u);
+  uint64_t bits;
+  std::memcpy(&bits, acks[0].payload.data(), 8);
+  EXPECT_EQ(bits, 0b11u);  // bit 0 = packet 3, bit 1 = packet 4
+  sender.onPacket(acks[0].h, acks[0].payload, 4000);
+  // A timeout later, only 2 and 5 go again.
+  std::vector<Outgoing> again;
+  sender.collect(4000 + 2 * cfg.rtoMaxNs, again, 64);
+  std::vector<uint64_t> seqs;
+  for (const Outgoing& o : again)
+    if (o.h.type == PacketType::kData) seqs.push_back(o.h.seq);
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{2, 5}));
+}
+
+TEST(RudpFlow, RttComesFromTheEchoedTimestamp) {
+  FlowConfig cfg = smallConfig();
+  Endpoint a{Flow(cfg), pattern(256 * 1024, 4), 0, {}};
+  Endpoint b{Flow(cfg), {}, 0, {}};
+  // 1 ms each way: every sample is between 2 ms and 2 ms plus the sender's batching.
+  Link ab({0, 0, kMs, 0, false}, 51), ba({0, 0, kMs, 0, false}, 52);
+  Result r = run(a, b, ab, ba, 60'000 * kMs);
+  ASSERT_TRUE(r.completed);
+  FlowStats s = a.flow.stats();
+  EXPECT_GE(s.srttNs, 2 * kMs);
+  EXPECT_LE(s.srttNs, 2 * kMs + kMs / 2);
+  EXPECT_GE(s.rtoNs, s.srttNs);
+}
+
+TEST(RudpFlow, ReplayedDataIsADuplicateNotNewData) {
+  FlowConfig cfg = smallConfig();
+  Flow sender(cfg), receiver(cfg);
+  std::vector<char> data = pattern(3000, 6);
+  sender.write(data.data(), data.size());
+  std::vector<Outgoing> out;
+  sender.collect(1, out, 64);
+  ASSERT_GE(out.size(), 2u);
+  for (const Outgoing& o : out) receiver.onPacket(o.h, o.payload, 2);
+  std::span<const char> r = receiver.readable(1 << 20);
+  ASSERT_EQ(r.size(), data.size());
+  receiver.consume(r.size());
+  for (const Outgoing& o : out) receiver.onPacket(o.h, o.payload, 3);  // the replay
+  EXPECT_TRUE(receiver.readable(1 << 20).empty());
+  EXPECT_EQ(receiver.stats().duplicates, out.size());
+}
+
+TEST(RudpFlow, ResetFailsTheFlow) {
+  Flow f(smallConfig());
+  Header h;
+  h.type = PacketType::kReset;
+  f.onPacket(h, {}, 1);
+  EXPECT_TRUE(f.failed());
+}
+
+}  // namespace
+}  // namespace loom::rudp
