@@ -1,4 +1,6 @@
-"""One rank of the graph pass tests: python graph_pass_worker.py CASE WORLD RANK PORT BACKEND.
+"""One rank of the graph pass tests:
+python graph_pass_worker.py CASE WORLD RANK PORT[,PORT...] BACKEND[,BACKEND...]
+runs CASE over each backend in turn, each with its own rendezvous port.
 
 fuse: on a 2x2 (4 ranks) or 2x3 (6 ranks) CPU mesh, graphs traced with make_fx from a DTensor
 S(0)S(0) -> RR redistribution and from functional collectives with views between the gathers hold
@@ -10,14 +12,16 @@ and without the pass gives the same losses, and the pass removed a gather.
 import os
 import sys
 
-import torch
-import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor, Replicate, Shard
-from torch.fx.experimental.proxy_tensor import make_fx
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # ranks share a few cores
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
+from torch.distributed.tensor import DTensor, Replicate, Shard  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-import loom  # noqa: F401  (registers "loom")
-from loom.torch import passes
+import loom  # noqa: F401,E402  (registers "loom")
+from loom.torch import passes  # noqa: E402
 
 AG = torch.ops._c10d_functional.all_gather_into_tensor.default
 
@@ -43,16 +47,22 @@ def shard(rank, dtype):
 
 
 def check(name, fn, x, mesh, want):
+    """Traces `fn` twice, fuses one copy; returns a function running the checks (the pass must
+    run after every trace: once a mesh has a flattened dimension, DTensor gathers over it)."""
     gm = make_fx(fn, tracing_mode="fake")(x)
     fused = make_fx(fn, tracing_mode="fake")(x)
-    removed = passes.fuse_chained_allgathers(fused, mesh)
-    if gathers(gm) != 2 or gathers(fused) != 1 or removed != 1:
-        fail(f"{name}: {gathers(gm)} gathers before, {gathers(fused)} after, removed {removed}\n"
-             f"{fused.graph}")
-    got_orig, got_fused = gm(x), fused(x)
-    if not torch.equal(got_fused, got_orig) or not torch.equal(got_fused, want):
-        fail(f"{name}: fused {got_fused.flatten()[:8].tolist()} original "
-             f"{got_orig.flatten()[:8].tolist()} expected {want.flatten()[:8].tolist()}")
+
+    def run():
+        removed = passes.fuse_chained_allgathers(fused, mesh)
+        if gathers(gm) != 2 or gathers(fused) != 1 or removed != 1:
+            fail(f"{name}: {gathers(gm)} gathers before, {gathers(fused)} after, removed "
+                 f"{removed}\n{fused.graph}")
+        got_orig, got_fused = gm(x), fused(x)
+        if not torch.equal(got_fused, got_orig) or not torch.equal(got_fused, want):
+            fail(f"{name}: fused {got_fused.flatten()[:8].tolist()} original "
+                 f"{got_orig.flatten()[:8].tolist()} expected {want.flatten()[:8].tolist()}")
+
+    return run
 
 
 def fuse(rank, world):
@@ -60,26 +70,27 @@ def fuse(rank, world):
     named = init_device_mesh("cpu", shape, mesh_dim_names=("outer", "inner"))
     # No dimension names: the pass makes the flattened group with new_group (no _flatten).
     unnamed = DeviceMesh("cpu", torch.arange(world).reshape(shape))
-    for dtype in (torch.float32, torch.bfloat16, torch.int64):
-        x = shard(rank, dtype)
+
+    def redistribute(local):
+        d = DTensor.from_local(local, named, [Shard(0), Shard(0)], run_check=False)
+        return d.redistribute(named, [Replicate(), Replicate()]).to_local() + 0
+
+    def with_views(local):
+        y = gather(local, unnamed.get_group(1))
+        y = y.t().unsqueeze(0).squeeze(0).t().view(-1, 4)
+        return gather(y, unnamed.get_group(0)) + 0
+
+    checks = []
+    for name, fn, mesh, dtype in (("dtensor", redistribute, named, torch.float32),
+                                  ("views", with_views, unnamed, torch.bfloat16),
+                                  ("views", with_views, unnamed, torch.int64)):
         want = torch.cat([shard(r, dtype) for r in range(world)])
-
-        def redistribute(local):
-            d = DTensor.from_local(local, named, [Shard(0), Shard(0)], run_check=False)
-            return d.redistribute(named, [Replicate(), Replicate()]).to_local() + 0
-
-        check(f"dtensor {dtype}", redistribute, x, named, want)
-
-        def with_views(local):
-            y = gather(local, unnamed.get_group(1))
-            y = y.t().unsqueeze(0).squeeze(0).t().view(-1, 4)
-            return gather(y, unnamed.get_group(0)) + 0
-
-        check(f"views {dtype}", with_views, x, unnamed, want)
+        checks.append(check(f"{name} {dtype}", fn, shard(rank, dtype), mesh, want))
+    for run in checks:
+        run()
 
 
 def train(rank, world):
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("outer", "inner"))
 
     def run(with_pass):
@@ -101,7 +112,7 @@ def train(rank, world):
         handle = passes.enable_fuse_chained_allgathers(mesh) if with_pass else None
         losses = []
         try:
-            for _ in range(3):
+            for _ in range(2):
                 x, y = torch.randn(4, 6, generator=gen), torch.randn(4, 8, generator=gen)
                 opt.zero_grad()
                 losses.append(step(x, y).item())
@@ -120,13 +131,14 @@ def train(rank, world):
 
 
 def main():
-    case, world, rank, port, backend = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
-        int(sys.argv[4]), sys.argv[5]
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
-    {"fuse": fuse, "train": train}[case](rank, world)
-    dist.barrier()
-    dist.destroy_process_group()
+    case, world, rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    # One process per rank runs the case over each backend in turn (torch imports once).
+    for port, backend in zip(sys.argv[4].split(","), sys.argv[5].split(",")):
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world)
+        {"fuse": fuse, "train": train}[case](rank, world)
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
