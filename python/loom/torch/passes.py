@@ -16,8 +16,9 @@ instead of two. The pass rewrites a chain only when all of these hold (otherwise
 as it is):
 
 - every node between the first gather's wait and the second gather is a pure view op (permute,
-  transpose, t, view, reshape without a copy, unsqueeze, squeeze, expand, alias) with a single
-  user, and the views compose to the identity: same shape, strides, storage offset and dtype on
+  transpose, t, view, reshape without a copy, unsqueeze, squeeze, expand, alias; a slice only where
+  it keeps its whole input, as DTensor's redistribution emits at some sizes, never one that drops
+  anything) with a single user, and the views compose to the identity: same shape, strides, storage offset and dtype on
   the nodes' ``meta["val"]`` (FakeTensor) values, and replaying them on a ``meta`` tensor proves
   no step copies;
 - each all-gather and its wait have one user each (a gathered intermediate used elsewhere is
@@ -89,6 +90,8 @@ _VIEW_OPS = {
                _op("aten", "alias", "default")) if op is not None
 }
 
+_SLICE = _op("aten", "slice", "Tensor")
+
 # Flattened groups made with new_group (torch without DeviceMesh._flatten), per mesh: group
 # creation is collective, so it happens once per mesh and dimensions, never per graph.
 _FLAT_GROUPS = weakref.WeakKeyDictionary()
@@ -138,6 +141,14 @@ def _no_nodes(args):
     return not found
 
 
+def _is_whole_slice(node):
+    """A slice that keeps all of its input (DTensor emits `x[0:n]` on n rows at some sizes)."""
+    if node.target is not _SLICE:
+        return False
+    before, after = _val(node.args[0]), _val(node)
+    return before is not None and after is not None and _geometry(before) == _geometry(after)
+
+
 def _views_are_identity(start, views):
     """Whether `views` (a chain from `start`) give back `start` itself: each a view, the composition
     with `start`'s geometry. Checked on the nodes' meta values and by replaying the ops."""
@@ -176,7 +187,8 @@ def _link(gather):
         following = _gather_at(user)
         if following is not None:
             return (following, views), None
-        if user.op != "call_function" or user.target not in _VIEW_OPS:
+        if user.op != "call_function" or (user.target not in _VIEW_OPS and
+                                          not _is_whole_slice(user)):
             return None, f"{user.name} ({user.target}) is not a pure view"
         views.append(user)
         node = user
