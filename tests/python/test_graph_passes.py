@@ -21,6 +21,8 @@ WORKER = os.path.join(os.path.dirname(__file__), "graph_pass_worker.py")
 
 
 def passes_module():
+    pytest.importorskip("torch.distributed.tensor")  # public DTensor
+    pytest.importorskip("torch.fx.experimental.proxy_tensor")
     from loom.torch import passes
     if not passes.is_supported():
         pytest.skip("this torch lacks functional collectives or DeviceMesh")
