@@ -21,7 +21,7 @@ try:  # torch >= 2.8
 except ImportError:  # pragma: no cover - older torch: plain classes with the same protocol
     _AllGatherBase = _ReduceScatterBase = object
 
-from . import _loom_torch
+from .. import _loom_torch
 
 __all__ = ["AllGather", "ReduceScatter", "is_loom_group"]
 
