@@ -50,4 +50,17 @@ class Channel {
 
 constexpr size_t roundUp8(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
 
+// For transports that move bytes in pieces of any size: how much of a transfer of `bytes`
+// (`padded` to 8) to report after moving `done` of it. All of it once done, else whole 8-byte
+// groups only; the part of a group moved already is kept in `ahead`.
+inline size_t wholeGroups(size_t done, size_t bytes, size_t padded, size_t& ahead) {
+  if (done == padded) {
+    ahead = 0;
+    return bytes;
+  }
+  size_t reported = done & ~size_t{7};
+  ahead = done - reported;
+  return reported;
+}
+
 }  // namespace loom

@@ -14,17 +14,6 @@ namespace {
 // Bytes copied per lock hold: the progress thread must not wait long for the flow.
 constexpr size_t kCopySlice = 1 << 20;
 
-// As the TCP channel: report all of a transfer once done, else whole 8-byte groups only.
-size_t wholeGroups(size_t done, size_t bytes, size_t padded, size_t& ahead) {
-  if (done == padded) {
-    ahead = 0;
-    return bytes;
-  }
-  size_t reported = done & ~size_t{7};
-  ahead = done - reported;
-  return reported;
-}
-
 }  // namespace
 
 void RudpChannel::throwFailed() const {

@@ -22,18 +22,6 @@ constexpr char kZeros[8] = {};
   LOOM_THROW(loomSystemError, what, " ", s.peer(), ": ", std::strerror(err));
 }
 
-// How much of a transfer to report after moving `done` of its `padded` bytes: all of it once
-// done, else whole 8-byte groups only; the part of a group moved already is kept in `ahead`.
-size_t wholeGroups(size_t done, size_t bytes, size_t padded, size_t& ahead) {
-  if (done == padded) {
-    ahead = 0;
-    return bytes;
-  }
-  size_t reported = done & ~size_t{7};
-  ahead = done - reported;
-  return reported;
-}
-
 }  // namespace
 
 TcpChannel::TcpChannel(int peer, std::vector<Socket> streams, size_t stagingBytes)
