@@ -32,19 +32,18 @@ void Device::reduceAsync(void*, const void* const*, int, size_t, loomDataType_t,
   LOOM_THROW(loomInternalError, "device ", identity().kind, " has no reduction (caps().reduces)");
 }
 
-CopyKind copyKindFor(const Device& device, void* dst, const void* src) {
-  const bool fromDevice = device.isDeviceMemory(src), toDevice = device.isDeviceMemory(dst);
-  if (fromDevice && toDevice) return CopyKind::kDeviceToDevice;
-  return fromDevice ? CopyKind::kDeviceToHost : CopyKind::kHostToDevice;
-}
-
 void Device::copy(void* dst, const void* src, size_t bytes) {
   if (dst == src || bytes == 0) return;
-  if (!isDeviceMemory(dst) && !isDeviceMemory(src)) {
+  // Each pointer is classified once: for a plug-in that is a call into it.
+  const bool fromDevice = isDeviceMemory(src), toDevice = isDeviceMemory(dst);
+  if (!fromDevice && !toDevice) {
     std::memcpy(dst, src, bytes);
     return;
   }
-  copyAsync(dst, src, bytes, copyKindFor(*this, dst, src), workStream());
+  const CopyKind kind = fromDevice && toDevice ? CopyKind::kDeviceToDevice
+                        : fromDevice           ? CopyKind::kDeviceToHost
+                                               : CopyKind::kHostToDevice;
+  copyAsync(dst, src, bytes, kind, workStream());
   synchronize(workStream());
 }
 

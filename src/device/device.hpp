@@ -103,7 +103,4 @@ class Device {
   virtual loomStream_t workStream() { return nullptr; }
 };
 
-// The copy direction between two pointers as `device` sees them; host to host is the caller's.
-CopyKind copyKindFor(const Device& device, void* dst, const void* src);
-
 }  // namespace loom
