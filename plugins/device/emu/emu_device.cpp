@@ -171,6 +171,10 @@ struct State {
 // Created when the library loads, never destroyed: worker threads may outlive static destructors.
 State* gState = nullptr;
 
+loomResult_t noDevice(int dev) {
+  return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+}
+
 Device* deviceOf(int dev) {
   if (gState == nullptr || !gState->initialized || dev < 0 ||
       dev >= static_cast<int>(gState->devices.size()))
@@ -224,8 +228,7 @@ loomResult_t emuGetDeviceCount(int* count) {
 }
 
 loomResult_t emuGetDeviceInfo(int dev, loomDevicePluginDeviceInfo_v1* info) {
-  if (deviceOf(dev) == nullptr)
-    return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (deviceOf(dev) == nullptr) return noDevice(dev);
   std::snprintf(info->model, sizeof(info->model), "Loom emulated accelerator");
   std::snprintf(info->busId, sizeof(info->busId), "emu:%d", dev);
   return loomSuccess;
@@ -233,7 +236,7 @@ loomResult_t emuGetDeviceInfo(int dev, loomDevicePluginDeviceInfo_v1* info) {
 
 loomResult_t emuMemAlloc(int dev, size_t bytes, void** ptr) {
   Device* d = deviceOf(dev);
-  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (d == nullptr) return noDevice(dev);
   size_t need = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
   std::lock_guard<std::mutex> lock(d->mutex);
   size_t offset = SIZE_MAX;
@@ -257,7 +260,7 @@ loomResult_t emuMemAlloc(int dev, size_t bytes, void** ptr) {
 
 loomResult_t emuMemFree(int dev, void* ptr) {
   Device* d = deviceOf(dev);
-  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (d == nullptr) return noDevice(dev);
   if (ptr == nullptr) return loomSuccess;
   if (!d->contains(ptr)) return fail(loomInvalidArgument, "memFree of a pointer not of the device");
   size_t offset = static_cast<size_t>(static_cast<char*>(ptr) - d->addresses);
@@ -273,14 +276,13 @@ loomResult_t emuMemFree(int dev, void* ptr) {
 
 loomResult_t emuMemIsDevice(int dev, const void* ptr, size_t bytes, int* isDevice) {
   Device* d = deviceOf(dev);
-  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (d == nullptr) return noDevice(dev);
   *isDevice = d->inAllocation(ptr, std::max<size_t>(bytes, 1)) ? 1 : 0;
   return loomSuccess;
 }
 
 loomResult_t emuStreamCreate(int dev, loomStream_t* stream) {
-  if (deviceOf(dev) == nullptr)
-    return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (deviceOf(dev) == nullptr) return noDevice(dev);
   *stream = reinterpret_cast<loomStream_t>(new Stream(gState->options.delayUs));
   return loomSuccess;
 }
@@ -292,7 +294,7 @@ loomResult_t emuStreamDestroy(int, loomStream_t stream) {
 
 loomResult_t emuStreamSynchronize(int dev, loomStream_t stream) {
   Device* d = deviceOf(dev);
-  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (d == nullptr) return noDevice(dev);
   streamOf(*d, stream)->synchronize();
   return loomSuccess;
 }
@@ -300,7 +302,7 @@ loomResult_t emuStreamSynchronize(int dev, loomStream_t stream) {
 loomResult_t emuMemcpyAsync(int dev, void* dst, const void* src, size_t bytes,
                             loomMemcpyKind_t kind, loomStream_t stream) {
   Device* d = deviceOf(dev);
-  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (d == nullptr) return noDevice(dev);
   long n = ++gState->copies;
   if (gState->options.failCopyAt > 0 && n >= gState->options.failCopyAt)
     return fail(loomSystemError, "copy " + std::to_string(n) + " failed (LOOM_EMU_FAIL=copy:" +
@@ -334,7 +336,7 @@ loomResult_t emuReduceAsync(int dev, void* dst, const void* const* srcs, int nsr
                             loomDataType_t dtype, loomRedOp_t op, int accumType, int divisor,
                             loomStream_t stream) {
   Device* d = deviceOf(dev);
-  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (d == nullptr) return noDevice(dev);
   if (nsrc < 1) return fail(loomInvalidArgument, "reduce of no source");
   const size_t bytes = count * loom::dtypeSize(dtype);
   std::vector<const void*> real(nsrc);
@@ -374,7 +376,7 @@ loomResult_t emuEventDestroy(int, loomDevEvent_t event) {
 
 loomResult_t emuEventRecord(int dev, loomDevEvent_t event, loomStream_t stream) {
   Device* d = deviceOf(dev);
-  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (d == nullptr) return noDevice(dev);
   Event* e = reinterpret_cast<Event*>(event);
   uint64_t generation;
   {
@@ -391,7 +393,7 @@ loomResult_t emuEventRecord(int dev, loomDevEvent_t event, loomStream_t stream) 
 
 loomResult_t emuStreamWaitEvent(int dev, loomStream_t stream, loomDevEvent_t event) {
   Device* d = deviceOf(dev);
-  if (d == nullptr) return fail(loomInvalidArgument, "no device " + std::to_string(dev));
+  if (d == nullptr) return noDevice(dev);
   Event* e = reinterpret_cast<Event*>(event);
   uint64_t target;
   {
