@@ -55,6 +55,8 @@ std::string socketIfname() { return getString("LOOM_SOCKET_IFNAME", ""); }
 int64_t socketStreams() { return getInt("LOOM_SOCKET_STREAMS", 2); }
 std::string nodeId() { return getString("LOOM_NODE_ID", ""); }
 std::string device() { return getString("LOOM_DEVICE", "cpu"); }
+std::string clusterSplit() { return getString("LOOM_CLUSTER_SPLIT", ""); }
+int64_t heteroChunkBytes() { return getInt("LOOM_HETERO_CHUNK_BYTES", 0); }
 std::string devicePlugins() { return getString("LOOM_DEVICE_PLUGIN", ""); }
 std::string transport() { return getString("LOOM_TRANSPORT", "tcp"); }
 int64_t rudpPaths() { return getInt("LOOM_RUDP_PATHS", 2); }

@@ -31,6 +31,9 @@ int64_t socketStreams();      // LOOM_SOCKET_STREAMS: TCP connections per peer a
 std::string nodeId();         // LOOM_NODE_ID: test-only suffix of the host identity
 std::string device();         // LOOM_DEVICE: the device of communicators whose config names none
 std::string devicePlugins();  // LOOM_DEVICE_PLUGIN: device plug-ins to load, comma-separated
+// Heterogeneous communicators (comm/hetero.*).
+std::string clusterSplit();  // LOOM_CLUSTER_SPLIT: split one device kind into several clusters
+int64_t heteroChunkBytes();  // LOOM_HETERO_CHUNK_BYTES: pipeline chunk between clusters
 // A backend's own parameters are declared beside it (device/cuda/cuda_env.hpp).
 // The network transport between nodes and the reliable-datagram transport's parameters.
 std::string transport();    // LOOM_TRANSPORT: tcp (default) or rudp

@@ -98,7 +98,6 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
                                            RankInfo::local(rank, *device_).serialize(), options);
   for (const std::string& bytes : bootstrap_->rankInfos())
     ranks_.push_back(RankInfo::deserialize(bytes));
-  refuseMixedDevices();
   nodes_ = NodeMap::compute(ranks_);
   crossCheckLauncher();
   // Every node has an arena of its own ranks (abort word, channels inside the node); the flat
@@ -110,7 +109,8 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   setUpSharedMemory();
   if (!sharedMemory_) setUpTcp();
   checkCollectives_ = env::checkCollectives();
-  setUpNative();
+  setUpClusters();
+  if (!hetero_) setUpNative();
 
   SelectorInputs inputs;
   inputs.nranks = nranks_;
@@ -119,7 +119,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   int64_t directMax = env::directMaxBytes();
   inputs.directMaxBytes =
       directMax >= 0 ? static_cast<size_t>(directMax) : defaultDirectMax(nranks);
-  inputs.device = device_->identity().kind;
+  inputs.device = hetero_ ? "heterogeneous" : device_->identity().kind;
   if (native_) {
     nativeAlgorithms_ = nativeAlgorithms(*native_);
     inputs.native = &nativeAlgorithms_;
@@ -147,10 +147,14 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   hostCtx_.device = hostDevice_.get();
   if (!sharedMemory_ && !native_) setUpHierarchy();
   if (onDevice() && !native_) staging_ = std::make_unique<HostStaging>(*device_);
+  if (hetero_ && staging_) stagingEvents_ = std::make_unique<StagingEvents>(*device_);
   const DeviceIdentity& identity = device_->identity();
   deviceDescription_ =
       device_->spec() + " (" + identity.vendor + " " + identity.model + "; " +
       (native_       ? "native collectives: " + native_->describe()
+       : hetero_     ? std::string(onDevice() ? "heterogeneous: host algorithms, this rank's data "
+                                                    "pipelined through pinned host memory"
+                                              : "heterogeneous: host algorithms on its own memory")
        : !onDevice() ? std::string("host algorithms")
        : device_->caps().mapsHostMemory && device_->caps().reduces
            ? std::string("host algorithms with the device's copies and reductions on one node, "
@@ -162,6 +166,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
             sharedMemory_ ? "shared memory" : "several hosts", ", timeout ", config_.timeoutMs,
             " ms");
   if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, selector_->explain());
+  if (hetero_ && rank_ == 0) LOOM_INFO(kSubsysInit, rank_, describeHeterogeneous());
 }
 
 void Comm::crossCheckLauncher() const {
@@ -352,14 +357,43 @@ void Comm::setUpHierarchy() {
   hostCtx_.hierarchy = &hierarchy_;
 }
 
-void Comm::refuseMixedDevices() const {
-  // Every rank sees the same rank infos, so every rank refuses together (none is left waiting
-  // in a device exchange the others never join).
+void Comm::setUpClusters() {
+  // Every rank sees the same rank infos, so every rank decides the same (none is left waiting in
+  // an exchange the others skip, such as a backend's native setup).
   for (const RankInfo& r : ranks_)
-    if (r.deviceKind != ranks_[0].deviceKind)
-      LOOM_THROW(loomInvalidUsage, "rank 0 uses a ", ranks_[0].deviceKind, " device but rank ",
-                 r.rank, " a ", r.deviceKind,
-                 " device: communicators that mix device kinds are not supported yet");
+    LOOM_CHECK_ARG(r.clusterSplit == ranks_[0].clusterSplit,
+                   "LOOM_CLUSTER_SPLIT differs between "
+                   "ranks: '",
+                   ranks_[0].clusterSplit, "' on rank 0, '", r.clusterSplit, "' on rank ", r.rank);
+  clusters_ = ClusterMap::compute(ranks_, ranks_[0].clusterSplit);
+  hetero_ = clusters_.heterogeneous();
+  if (!hetero_) return;
+  // Chunk boundaries must be the same everywhere, or the ranks' chunk calls would not meet.
+  int64_t configured = env::heteroChunkBytes();
+  LOOM_CHECK_ARG(configured >= 0, "LOOM_HETERO_CHUNK_BYTES=", configured, " must be >= 0");
+  std::vector<std::string> all =
+      withBootstrap([&](Bootstrap& b) { return b.allGather(std::to_string(configured)); });
+  for (int r = 0; r < nranks_; ++r)
+    LOOM_CHECK_ARG(all[r] == all[0], "LOOM_HETERO_CHUNK_BYTES differs between ranks: ", all[0],
+                   " on rank 0, ", all[r], " on rank ", r);
+  heteroChunkBytes_ = static_cast<size_t>(configured);
+  LOOM_INFO(kSubsysInit, rank_, "heterogeneous communicator: ", clusters_.describe(),
+            "; this rank is in cluster ", clusters_.clusterOf(rank_));
+}
+
+std::string Comm::describeHeterogeneous() const {
+  if (!hetero_) return std::string();
+  std::ostringstream out;
+  out << "heterogeneous communicator, " << clusters_.describe() << "\n"
+      << "  allreduce, reduce, broadcast: in chunks of "
+      << (heteroChunkBytes_ > 0 ? std::to_string(heteroChunkBytes_) + " B"
+                                : std::string("1/8 of the call (64 KiB to 4 MiB)"))
+      << ", each chunk by the host algorithm below; device ranks copy chunks to and from pinned "
+         "host memory, pipelined with the exchange\n"
+      << "  other collectives and send/recv: the host algorithm below; device ranks stage the "
+         "whole call through pinned host memory\n"
+      << selector_->explain();
+  return out.str();
 }
 
 void Comm::setUpNative() {
@@ -522,9 +556,20 @@ void Comm::checkBuffers(const CollArgs& args) const {
 }
 
 void Comm::execute(const Algorithm& algo, const CollArgs& args) {
+  if (hetero_ && elementwise(args.func)) return executeChunked(args);
   if (algo.native >= 0 || !onDevice()) return runAlgorithm(algo, ctx_, args);
   if (sharedMemory_ && runsMapped(algo, device_->caps())) return runMapped(algo, ctx_, args);
   runStaged(algo, hostCtx_, *device_, *staging_, args);
+}
+
+void Comm::executeChunked(const CollArgs& args) {
+  size_t bytes = args.count * dtypeSize(args.dtype);
+  size_t chunk = heteroChunkBytes(bytes, dtypeSize(args.dtype), heteroChunkBytes_);
+  auto select = [&](size_t chunkBytes) -> const Algorithm& {
+    return selector_->select(args.func, chunkBytes);
+  };
+  if (!onDevice()) return runChunked(select, ctx_, args, chunk);
+  runPipelinedStaged(select, hostCtx_, *device_, *staging_, *stagingEvents_, args, chunk);
 }
 
 void Comm::collective(const CollArgs& args) {
@@ -537,7 +582,8 @@ void Comm::collective(const CollArgs& args) {
     size_t bytes = args.count * dtypeSize(args.dtype);
     const Algorithm& algo = selector_->select(args.func, bytes);
     LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " #", collectiveCount_, " count ",
-              args.count, " ", dtypeName(args.dtype), " -> ", algo.name);
+              args.count, " ", dtypeName(args.dtype), " -> ", algo.name,
+              hetero_ && elementwise(args.func) ? " (heterogeneous: in chunks)" : "");
     CollArgs a = args;
     if (a.accum < 0) a.accum = config_.accum;
     execute(algo, a);

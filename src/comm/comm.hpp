@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/chunked.hpp"
 #include "algorithms/context.hpp"
 #include "algorithms/p2p.hpp"
 #include "algorithms/ring_engine.hpp"
@@ -17,6 +18,7 @@
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "plan/selector.hpp"
+#include "topology/cluster_map.hpp"
 #include "topology/node_map.hpp"
 #include "topology/rank_info.hpp"
 #include "transport/shm/shm_arena.hpp"
@@ -56,6 +58,10 @@ class Comm {
   const Selector& selector() const { return *selector_; }
   const std::vector<RankInfo>& ranks() const { return ranks_; }
   const NodeMap& nodes() const { return nodes_; }
+  // Ranks grouped by device kind (and LOOM_CLUSTER_SPLIT); more than one cluster: heterogeneous.
+  const ClusterMap& clusters() const { return clusters_; }
+  // How a heterogeneous communicator runs each collective; empty for one cluster.
+  std::string describeHeterogeneous() const;
   // "shm", "tcp" or "rudp": how this rank reaches `peer`.
   const char* transportTo(int peer) const {
     return nodes_.sameNode(peer, rank_) ? "shm" : rudp_ ? "rudp" : "tcp";
@@ -92,11 +98,12 @@ class Comm {
   void crossCheckLauncher() const;
   void setUpSharedMemory();
   void setUpTcp();
-  void refuseMixedDevices() const;
+  void setUpClusters();
   void setUpRudp();
   void setUpNative();
   void checkBuffers(const CollArgs& args) const;
   void execute(const Algorithm& algo, const CollArgs& args);
+  void executeChunked(const CollArgs& args);
   void stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
   void setUpHierarchy();
   std::optional<Error> peerFailure();
@@ -117,8 +124,14 @@ class Comm {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<RankInfo> ranks_;
   NodeMap nodes_;
-  bool sharedMemory_ = false;  // a single node: the flat arena algorithms apply
-  std::string tcpInterface_;   // "eth0 10.0.0.2" when some peers are on other nodes
+  ClusterMap clusters_;
+  // Several clusters: no backend's native collectives (they serve one kind); every rank runs the
+  // host algorithms, device ranks through host memory, elementwise calls in chunks of
+  // heteroChunkBytes_ (algorithms/chunked.hpp).
+  bool hetero_ = false;
+  size_t heteroChunkBytes_ = 0;  // LOOM_HETERO_CHUNK_BYTES, the same on every rank (0: by size)
+  bool sharedMemory_ = false;    // a single node: the flat arena algorithms apply
+  std::string tcpInterface_;     // "eth0 10.0.0.2" when some peers are on other nodes
   ShmArena arena_;
   // Declared before the channels: they point into it, and it outlives them (and lingers).
   std::unique_ptr<RudpEngine> rudp_;
@@ -142,6 +155,7 @@ class Comm {
   // Devices the host cannot address, without native collectives: host staging of their data.
   std::unique_ptr<HostStaging> staging_;
   std::vector<P2POp> stagedP2P_;
+  std::unique_ptr<StagingEvents> stagingEvents_;  // heterogeneous device ranks: pipelined staging
   uint64_t step_ = 0;
   uint64_t collectiveCount_ = 0;
   uint64_t splitCount_ = 0;

@@ -69,18 +69,20 @@ RankInfo RankInfo::local(int rank, const Device& device) {
   info.deviceName = id.model;
   info.deviceIndex = id.index;
   info.busId = id.busId;
+  info.clusterSplit = env::clusterSplit();
   return info;
 }
 
 std::string RankInfo::serialize() const {
   std::ostringstream out;
-  out << "loomrank3 " << rank << ' ' << pid << ' ' << pidNamespace << ' ' << deviceIndex << ' ';
+  out << "loomrank4 " << rank << ' ' << pid << ' ' << pidNamespace << ' ' << deviceIndex << ' ';
   putString(out, deviceKind);
   putString(out, hostname);
   putString(out, hostId);
   putString(out, vendor);
   putString(out, deviceName);
   putString(out, busId);
+  putString(out, clusterSplit);
   return out.str();
 }
 
@@ -89,7 +91,7 @@ RankInfo RankInfo::deserialize(const std::string& bytes) {
   std::string tag;
   RankInfo info;
   char space = 0;
-  if (!(in >> tag) || tag != "loomrank3" ||
+  if (!(in >> tag) || tag != "loomrank4" ||
       !(in >> info.rank >> info.pid >> info.pidNamespace >> info.deviceIndex) || !in.get(space))
     LOOM_THROW(loomInternalError, "malformed rank info (different Loom versions across ranks?)");
   info.deviceKind = getString(in);
@@ -98,6 +100,7 @@ RankInfo RankInfo::deserialize(const std::string& bytes) {
   info.vendor = getString(in);
   info.deviceName = getString(in);
   info.busId = getString(in);
+  info.clusterSplit = getString(in);
   return info;
 }
 

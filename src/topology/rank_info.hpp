@@ -22,6 +22,9 @@ struct RankInfo {
   std::string deviceName;
   int deviceIndex = -1;
   std::string busId;  // PCI bus id of a GPU ("0000:19:00.0"); empty for the host CPU
+  // LOOM_CLUSTER_SPLIT as this rank read it: every rank must have read the same
+  // (topology/cluster_map.hpp), and this way none waits in an exchange the others skip.
+  std::string clusterSplit;
 
   static RankInfo local(int rank, const Device& device);
   std::string serialize() const;

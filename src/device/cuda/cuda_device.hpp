@@ -16,7 +16,9 @@ class CudaDevice final : public Device {
  public:
   explicit CudaDevice(int ordinal);
   const DeviceIdentity& identity() const override { return identity_; }
-  DeviceCaps caps() const override { return {false, true, true, true}; }
+  // Not mapsHostMemory: its kernels cannot read pageable host memory (the shared arena), so host
+  // algorithms reach it through pinned staging.
+  DeviceCaps caps() const override { return {false, true, false, true}; }
   std::string spec() const override { return "cuda:" + std::to_string(ordinal()); }
 
   void* allocate(size_t bytes) override;

@@ -1,0 +1,104 @@
+#include "algorithms/chunked.hpp"
+
+#include <algorithm>
+
+#include "base/dtype.hpp"
+
+namespace loom {
+
+namespace {
+
+struct Chunk {
+  size_t offset;  // bytes from the buffers' start
+  size_t bytes;
+};
+
+// Chunk `index` of a call of `total` bytes cut into `chunkBytes`.
+Chunk chunkAt(size_t index, size_t total, size_t chunkBytes) {
+  size_t offset = index * chunkBytes;
+  return {offset, std::min(chunkBytes, total - offset)};
+}
+
+size_t chunkCount(size_t total, size_t chunkBytes) {
+  return total == 0 ? 1 : (total + chunkBytes - 1) / chunkBytes;
+}
+
+CollArgs chunkArgs(const CollArgs& args, const Chunk& chunk, size_t elementBytes) {
+  CollArgs c = args;
+  c.count = chunk.bytes / elementBytes;
+  if (c.send != nullptr) c.send = static_cast<const char*>(args.send) + chunk.offset;
+  if (c.recv != nullptr) c.recv = static_cast<char*>(args.recv) + chunk.offset;
+  return c;
+}
+
+}  // namespace
+
+bool elementwise(loomFunc_t func) {
+  return func == loomFuncAllReduce || func == loomFuncReduce || func == loomFuncBroadcast;
+}
+
+size_t heteroChunkBytes(size_t bytes, size_t elementBytes, size_t configured) {
+  // Enough chunks to overlap copies with the exchange, each large enough that the per-chunk
+  // synchronization of the host algorithm stays small against its bytes.
+  constexpr size_t kMinChunk = 64 << 10, kMaxChunk = 4 << 20;
+  size_t chunk = configured > 0 ? configured : std::clamp(bytes / 8, kMinChunk, kMaxChunk);
+  chunk -= chunk % elementBytes;
+  return std::max(chunk, elementBytes);
+}
+
+void runChunked(const ChunkAlgorithm& select, const AlgoContext& ctx, const CollArgs& args,
+                size_t chunkBytes) {
+  const size_t elementBytes = dtypeSize(args.dtype), total = args.count * elementBytes;
+  for (size_t i = 0, n = chunkCount(total, chunkBytes); i < n; ++i) {
+    Chunk chunk = chunkAt(i, total, chunkBytes);
+    runAlgorithm(select(chunk.bytes), ctx, chunkArgs(args, chunk, elementBytes));
+  }
+}
+
+StagingEvents::StagingEvents(Device& device) {
+  for (int i = 0; i <= kLookahead; ++i) events_.push_back(device.createEvent());
+}
+
+void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx, Device& device,
+                        HostStaging& staging, StagingEvents& events, const CollArgs& args,
+                        size_t chunkBytes) {
+  const size_t elementBytes = dtypeSize(args.dtype), total = args.count * elementBytes;
+  const bool isRoot = hostCtx.rank == args.root;
+  // Who brings input and who takes output: reduce's result is the root's only, broadcast's
+  // input too.
+  const bool hasInput = args.func != loomFuncBroadcast || isRoot;
+  const bool takesOutput = args.func != loomFuncReduce ? !(args.func == loomFuncBroadcast &&
+                                                           isRoot && args.send == args.recv)
+                                                       : isRoot;
+  char* host = staging.recv(total);
+  const char* send = static_cast<const char*>(args.send);
+  char* recv = static_cast<char*>(args.recv);
+  const size_t n = chunkCount(total, chunkBytes);
+  auto copyIn = [&](size_t i) {
+    Chunk chunk = chunkAt(i, total, chunkBytes);
+    if (hasInput && chunk.bytes > 0)
+      device.copyAsync(host + chunk.offset, send + chunk.offset, chunk.bytes,
+                       CopyKind::kDeviceToHost, args.stream);
+    device.recordEvent(events[i], args.stream);
+  };
+  for (size_t i = 0; i < std::min<size_t>(n, StagingEvents::kLookahead); ++i) copyIn(i);
+  for (size_t i = 0; i < n; ++i) {
+    DeviceEvent& ready = events[i];
+    hostCtx.wait([&] { return device.eventDone(ready); }, -1);
+    Chunk chunk = chunkAt(i, total, chunkBytes);
+    CollArgs onHost = args;
+    onHost.stream = nullptr;
+    onHost.count = chunk.bytes / elementBytes;
+    onHost.send = host + chunk.offset;  // in place on the host
+    onHost.recv = host + chunk.offset;
+    runAlgorithm(select(chunk.bytes), hostCtx, onHost);
+    if (takesOutput && chunk.bytes > 0)
+      device.copyAsync(recv + chunk.offset, host + chunk.offset, chunk.bytes,
+                       CopyKind::kHostToDevice, args.stream);
+    if (i + StagingEvents::kLookahead < n) copyIn(i + StagingEvents::kLookahead);
+  }
+  // The staging memory is reused by the next call: its copies must be done with it.
+  device.synchronize(args.stream);
+}
+
+}  // namespace loom

@@ -1,0 +1,56 @@
+// Elementwise collectives (allreduce, reduce, broadcast) as a sequence of chunk calls, for
+// heterogeneous communicators: every rank cuts a call at the same element boundaries and runs the
+// host algorithm on each chunk, so a rank whose data is on a device can overlap its device-host
+// copies with the exchange of the neighbouring chunks.
+//
+// Roles of one rank, chunk after chunk:
+//   host-addressable rank: runs the chunk's algorithm on its own buffers.
+//   device rank (staged, pipelined): device->host copies run `lookahead` chunks ahead on the
+//     caller's stream, each marked by an event; the host algorithm runs on chunk c in pinned host
+//     memory as soon as its copy is done; chunk c's host->device copy is enqueued behind it.
+//     The call returns when the last copy is done (the staging memory is reused by the next call).
+// Nothing is allocated per call: the staging and its events grow once and are reused.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "algorithms/staged.hpp"
+
+namespace loom {
+
+// True for the collectives whose every output element depends only on the same element of the
+// inputs, so that cutting them into chunks changes nothing of the result.
+bool elementwise(loomFunc_t func);
+
+// The chunk size, in bytes, a heterogeneous communicator uses for a call of `bytes` of elements of
+// `elementBytes`: whole elements, the same on every rank (it depends only on the call and on
+// `configured`, LOOM_HETERO_CHUNK_BYTES, which must agree; 0: chosen from the size).
+size_t heteroChunkBytes(size_t bytes, size_t elementBytes, size_t configured);
+
+// The algorithm to run on a chunk of `bytes` (the selector's choice for that size).
+using ChunkAlgorithm = std::function<const Algorithm&(size_t bytes)>;
+
+// Runs `args` chunk by chunk on host-addressable buffers with ctx (a CPU rank's part).
+void runChunked(const ChunkAlgorithm& select, const AlgoContext& ctx, const CollArgs& args,
+                size_t chunkBytes);
+
+// Events a device rank's pipelined staging marks its copies with, created once.
+class StagingEvents {
+ public:
+  static constexpr int kLookahead = 2;  // chunks copied to the host ahead of the exchange
+  explicit StagingEvents(Device& device);
+  DeviceEvent& operator[](size_t chunk) { return *events_[chunk % events_.size()]; }
+
+ private:
+  std::vector<std::unique_ptr<DeviceEvent>> events_;
+};
+
+// Runs `args` (buffers of `device`) chunk by chunk through pinned host memory, pipelined as above;
+// hostCtx is the communicator's context with the host CPU as its device.
+void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx, Device& device,
+                        HostStaging& staging, StagingEvents& events, const CollArgs& args,
+                        size_t chunkBytes);
+
+}  // namespace loom
