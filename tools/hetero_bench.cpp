@@ -59,6 +59,11 @@ class Memory {
   virtual void toDevice(void* dev, const void* host, size_t bytes) {
     std::memcpy(dev, host, bytes);
   }
+  // The same, only enqueued on stream() (the host does not wait): the check's upload, so that
+  // the allreduce must order itself after user work still running on the stream.
+  virtual void toDeviceQueued(void* dev, const void* host, size_t bytes) {
+    toDevice(dev, host, bytes);
+  }
   virtual void synchronize() {}
   virtual loomStream_t stream() { return nullptr; }
   virtual const char* device() const = 0;
@@ -130,6 +135,9 @@ class CudaMemory : public Memory {
   void toDevice(void* dev, const void* host, size_t bytes) override {
     cudaOk(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_), "copy");
     synchronize();
+  }
+  void toDeviceQueued(void* dev, const void* host, size_t bytes) override {
+    cudaOk(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_), "copy");
   }
   void synchronize() override { cudaOk(cudaStreamSynchronize(stream_), "sync"); }
   loomStream_t stream() override { return stream_; }
@@ -227,10 +235,13 @@ int main(int argc, char** argv) {
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= factor) {
     const size_t count = bytes / sizeof(float);
     // Check first: rank r holds r + 1 everywhere; the sum is exact in float32.
+    // On a CUDA rank the upload is still queued on the stream when the allreduce is called, and
+    // the download is queued behind it: both orders are the stream's.
     std::vector<float> host(count, static_cast<float>(rank + 1));
-    mem->toDevice(data, host.data(), count * sizeof(float));
+    float* pinned = staged;
+    std::copy(host.begin(), host.end(), pinned);
+    mem->toDeviceQueued(data, pinned, count * sizeof(float));
     ok(loomAllReduce(data, data, count, loomFloat32, loomSum, hetero, mem->stream()), "allreduce");
-    mem->synchronize();
     mem->toHost(host.data(), data, count * sizeof(float));
     const float want = static_cast<float>(nranks) * (nranks + 1) / 2;
     long bad = std::count_if(host.begin(), host.end(), [&](float v) { return v != want; });

@@ -65,11 +65,11 @@ void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx
   const size_t elementBytes = dtypeSize(args.dtype), total = args.count * elementBytes;
   const bool isRoot = hostCtx.rank == args.root;
   // Who brings input and who takes output: reduce's result is the root's only, broadcast's
-  // input too.
+  // input too (an in-place root has its output already).
   const bool hasInput = args.func != loomFuncBroadcast || isRoot;
-  const bool takesOutput = args.func != loomFuncReduce ? !(args.func == loomFuncBroadcast &&
-                                                           isRoot && args.send == args.recv)
-                                                       : isRoot;
+  const bool takesOutput = args.func == loomFuncReduce      ? isRoot
+                           : args.func == loomFuncBroadcast ? !(isRoot && args.send == args.recv)
+                                                            : true;
   char* host = staging.recv(total);
   const char* send = static_cast<const char*>(args.send);
   char* recv = static_cast<char*>(args.recv);
@@ -81,21 +81,32 @@ void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx
                        CopyKind::kDeviceToHost, args.stream);
     device.recordEvent(events[i], args.stream);
   };
-  for (size_t i = 0; i < std::min<size_t>(n, StagingEvents::kLookahead); ++i) copyIn(i);
-  for (size_t i = 0; i < n; ++i) {
-    DeviceEvent& ready = events[i];
-    hostCtx.wait([&] { return device.eventDone(ready); }, -1);
-    Chunk chunk = chunkAt(i, total, chunkBytes);
-    CollArgs onHost = args;
-    onHost.stream = nullptr;
-    onHost.count = chunk.bytes / elementBytes;
-    onHost.send = host + chunk.offset;  // in place on the host
-    onHost.recv = host + chunk.offset;
-    runAlgorithm(select(chunk.bytes), hostCtx, onHost);
-    if (takesOutput && chunk.bytes > 0)
-      device.copyAsync(recv + chunk.offset, host + chunk.offset, chunk.bytes,
-                       CopyKind::kHostToDevice, args.stream);
-    if (i + StagingEvents::kLookahead < n) copyIn(i + StagingEvents::kLookahead);
+  try {
+    for (size_t i = 0; i < std::min<size_t>(n, StagingEvents::kLookahead); ++i) copyIn(i);
+    for (size_t i = 0; i < n; ++i) {
+      DeviceEvent& ready = events[i];
+      hostCtx.wait([&] { return device.eventDone(ready); }, -1);
+      Chunk chunk = chunkAt(i, total, chunkBytes);
+      CollArgs onHost = args;
+      onHost.stream = nullptr;
+      onHost.count = chunk.bytes / elementBytes;
+      onHost.send = host + chunk.offset;  // in place on the host
+      onHost.recv = host + chunk.offset;
+      runAlgorithm(select(chunk.bytes), hostCtx, onHost);
+      if (takesOutput && chunk.bytes > 0)
+        device.copyAsync(recv + chunk.offset, host + chunk.offset, chunk.bytes,
+                         CopyKind::kHostToDevice, args.stream);
+      if (i + StagingEvents::kLookahead < n) copyIn(i + StagingEvents::kLookahead);
+    }
+  } catch (...) {
+    // A failure (a peer's, the device's) must not leave copies in flight into the staging
+    // memory, which the abort or destroy that follows may release: drain the stream first.
+    try {
+      device.synchronize(args.stream);
+    } catch (...) {
+      // The device's own failure: the error being reported already says it.
+    }
+    throw;
   }
   // The staging memory is reused by the next call: its copies must be done with it.
   device.synchronize(args.stream);

@@ -42,7 +42,7 @@ void runStaged(const Algorithm& algo, const AlgoContext& hostCtx, Device& device
     device.copyAsync(const_cast<void*>(host.send), args.send, extents.sendBytes,
                      CopyKind::kDeviceToHost, args.stream);
   device.synchronize(args.stream);
-  algo.run(hostCtx, host);
+  algo.run(hostCtx, host);  // nothing in flight while it runs: a failure here leaves no copy
   if (extents.recvBytes > 0)
     device.copyAsync(args.recv, host.recv, extents.recvBytes, CopyKind::kHostToDevice, args.stream);
   // The staging buffers are reused by the next call: the copy must be done with them.

@@ -6,6 +6,9 @@
 // plug-in's optional entries on (shared-memory algorithms with the device's own copies and
 // reductions) and off (LOOM_EMU_DISABLE: staged through host memory, reduced on the host), and on
 // fake nodes (staged over TCP).
+// LOOM_TEST_PLACEMENT makes the communicator heterogeneous: one letter per rank, E for an
+// emulated-device rank, C for a CPU rank (host buffers) and, in a build with CUDA, G for a CUDA
+// rank (device memory of the current GPU), e.g. "ECECC" or "GCEC".
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +20,9 @@
 #include "../api/test_values.hpp"
 #include "loom/loom.h"
 #include "loom/loom_device_plugin.h"
+#ifdef LOOM_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace loom::test {
 namespace {
@@ -29,19 +35,51 @@ namespace {
 loomComm_t gWorld = nullptr;
 int gRank = 0, gRanks = 1;
 const loomDevicePlugin_v1* gPlugin = nullptr;  // the same library Loom loaded
+std::string gPlacement;                        // LOOM_TEST_PLACEMENT: E, C or G per rank
 
-// One allocation of emulated device memory, with host-side fill and read through the plug-in.
+bool onEmu() { return gPlacement[gRank] == 'E'; }
+bool onGpu() { return gPlacement[gRank] == 'G'; }
+bool allEmu() { return gPlacement.find_first_not_of('E') == std::string::npos; }
+
+// One allocation of this rank's memory (emulated device memory on E ranks, host memory on C
+// ranks), with host-side fill and read through the plug-in's copies.
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) {
+      EXPECT_EQ(cudaMalloc(&ptr_, bytes + 1), cudaSuccess);
+      return;
+    }
+#endif
+    if (!onEmu()) {
+      host_.resize(bytes + 1);
+      ptr_ = host_.data();
+      return;
+    }
     EXPECT_EQ(gPlugin->memAlloc(0, bytes + 1, &ptr_), loomSuccess);
   }
-  ~DeviceBuffer() { gPlugin->memFree(0, ptr_); }
+  ~DeviceBuffer() {
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) cudaFree(ptr_);
+#endif
+    if (onEmu()) gPlugin->memFree(0, ptr_);
+  }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   char* get() const { return static_cast<char*>(ptr_); }
   // Waits for the copy: `host` may be gone before the device's stream would get to it.
   void upload(const std::vector<char>& host) {
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) {
+      EXPECT_EQ(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      return;
+    }
+#endif
+    if (!onEmu()) {
+      std::copy(host.begin(), host.end(), host_.begin());
+      return;
+    }
     EXPECT_EQ(
         gPlugin->memcpyAsync(0, ptr_, host.data(), host.size(), loomMemcpyHostToDevice, nullptr),
         loomSuccess);
@@ -49,6 +87,13 @@ class DeviceBuffer {
   }
   std::vector<char> download() const {
     std::vector<char> host(bytes_ + 1);
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) {
+      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      return host;
+    }
+#endif
+    if (!onEmu()) return host_;
     EXPECT_EQ(
         gPlugin->memcpyAsync(0, host.data(), ptr_, host.size(), loomMemcpyDeviceToHost, nullptr),
         loomSuccess);
@@ -59,6 +104,7 @@ class DeviceBuffer {
  private:
   size_t bytes_;
   void* ptr_ = nullptr;
+  std::vector<char> host_;  // C ranks
 };
 
 struct Config {
@@ -89,7 +135,7 @@ struct EmuComm {
   explicit EmuComm(const Config& c) {
     setenv("LOOM_ALGO", c.algo, 1);
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-    config.device = "loom-emu:0";
+    config.device = onEmu() ? "loom-emu:0" : onGpu() ? "cuda" : "cpu";
     loomResult_t r = loomCommSplit(gWorld, 0, gRank, &comm, &config);
     unsetenv("LOOM_ALGO");
     if (r != loomSuccess) ADD_FAILURE() << c.name << ": " << loomGetLastError(nullptr);
@@ -251,6 +297,7 @@ TEST(EmuCollectives, SendRecvRingInAGroup) {
 TEST(EmuCollectives, HostPointersAreRefused) {
   // A host buffer passed to an emulated-device communicator is the caller's mistake: refused
   // with loomInvalidArgument before anything moves, and the communicator stays usable.
+  if (!allEmu()) GTEST_SKIP() << "only the E ranks would call the refused collective";
   EmuComm ec(configs()[0]);
   ASSERT_NE(ec.comm, nullptr);
   std::vector<float> host(16, 1.0f);
@@ -282,6 +329,15 @@ int main(int argc, char** argv) {
   }
   loomCommUserRank(loom::test::gWorld, &loom::test::gRank);
   loomCommCount(loom::test::gWorld, &loom::test::gRanks);
+  const char* placement = std::getenv("LOOM_TEST_PLACEMENT");
+  loom::test::gPlacement = placement != nullptr ? placement : "";
+  if (loom::test::gPlacement.empty()) loom::test::gPlacement.assign(loom::test::gRanks, 'E');
+  if (static_cast<int>(loom::test::gPlacement.size()) != loom::test::gRanks ||
+      loom::test::gPlacement.find_first_not_of("ECG") != std::string::npos) {
+    fprintf(stderr, "LOOM_TEST_PLACEMENT='%s' must have one letter E, C or G per rank (%d)\n",
+            placement, loom::test::gRanks);
+    return 2;
+  }
   int result = RUN_ALL_TESTS();
   loomCommDestroy(loom::test::gWorld);
   return result;

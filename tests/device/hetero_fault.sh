@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# A rank of a heterogeneous communicator killed in the middle of an allreduce: every survivor, of
+# either kind, must return an error (emu_fault_test's kill mode) well within the timeout, never
+# hang. The ranks are started here, not by loomrun (which would stop the survivors itself).
+#
+# Usage: hetero_fault.sh EMU_FAULT_TEST PLUGIN PLACEMENT VICTIM   e.g. ... ECCE 0
+set -uo pipefail
+(($# == 4)) || { sed -n '2,6p' "$0"; exit 2; }
+test=$1 plugin=$2 placement=$3 victim=$4
+n=${#placement}
+port=$((20000 + RANDOM % 20000))
+export LOOM_WORLD_SIZE=$n LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=${LOOM_TIMEOUT:-30}
+export LOOM_TEST_PLACEMENT=$placement LOOM_JOB_SECRET
+LOOM_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+pids=()
+for ((r = 0; r < n; ++r)); do
+  LOOM_RANK=$r timeout $((LOOM_TIMEOUT * 3)) "$test" "$plugin" kill "$victim" &
+  pids+=($!)
+done
+failed=0
+for ((r = 0; r < n; ++r)); do
+  wait "${pids[$r]}"
+  rc=$?
+  if ((r == victim)); then
+    ((rc == 137)) || { echo "FAIL: victim rank $r exited $rc, not SIGKILL"; failed=1; }
+  elif ((rc != 0)); then
+    echo "FAIL: survivor rank $r (${placement:$r:1}) exited $rc"
+    failed=1
+  fi
+done
+((failed == 0)) && echo "all $((n - 1)) survivors of $placement (rank $victim killed) got an error"
+exit $failed
