@@ -39,8 +39,10 @@ bool elementwise(loomFunc_t func) {
 
 size_t heteroChunkBytes(size_t bytes, size_t elementBytes, size_t configured) {
   // Enough chunks to overlap copies with the exchange, each large enough that the per-chunk
-  // synchronization of the host algorithm stays small against its bytes.
-  constexpr size_t kMinChunk = 64 << 10, kMaxChunk = 4 << 20;
+  // costs (a host algorithm's synchronization, a device operation's launch: ~10 us on CUDA,
+  // ~100 us on the emulated device) stay small against its bytes. Measured on one H100 with 3 and
+  // 7 CPU ranks (docs/benchmarks.md): below 1 MiB chunks gained nothing.
+  constexpr size_t kMinChunk = 1 << 20, kMaxChunk = 4 << 20;
   size_t chunk = configured > 0 ? configured : std::clamp(bytes / 8, kMinChunk, kMaxChunk);
   chunk -= chunk % elementBytes;
   return std::max(chunk, elementBytes);

@@ -337,7 +337,9 @@ loomResult_t loomCommDescribeTopology(const loomComm_t comm, char* text, size_t 
     LOOM_CHECK_ARG(text != nullptr || size == 0, "text is NULL but size is ", size);
     HandleUse use(comm);
     const Comm& c = use.comm();
-    std::string out = c.nodes().describe() + "\ndevice: " + c.deviceDescription() + "\n";
+    std::string out = c.nodes().describe() + "\n" + c.clusters().describe() +
+                      "\ndevice: " + c.deviceDescription() + "\n";
+    if (c.clusters().heterogeneous()) out += c.describeHeterogeneous() + "\n";
     if (!c.tcpInterface().empty()) out += "tcp interface: " + c.tcpInterface() + "\n";
     out += "transport from rank " + std::to_string(c.rank()) + ":";
     for (int peer = 0; peer < c.nranks(); ++peer)

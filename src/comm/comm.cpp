@@ -387,7 +387,7 @@ std::string Comm::describeHeterogeneous() const {
   out << "heterogeneous communicator, " << clusters_.describe() << "\n"
       << "  allreduce, reduce, broadcast: in chunks of "
       << (heteroChunkBytes_ > 0 ? std::to_string(heteroChunkBytes_) + " B"
-                                : std::string("1/8 of the call (64 KiB to 4 MiB)"))
+                                : std::string("1/8 of the call (1 to 4 MiB)"))
       << ", each chunk by the host algorithm below; device ranks copy chunks to and from pinned "
          "host memory, pipelined with the exchange\n"
       << "  other collectives and send/recv: the host algorithm below; device ranks stage the "
