@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Heterogeneous communicators on a GPU host: correctness of every collective with a CUDA rank
 # beside CPU and emulated-device ranks, then loom-hetero-bench (1 GPU rank + 3 and 7 CPU ranks,
-# and CI's shape, 1 emulated-device rank + 3 CPU ranks), 8 B to 256 MiB.
+# and CI's shape, 1 emulated-device rank + 3 CPU ranks), 8 B to 256 MiB. Then, under CUDA MPS,
+# two CUDA ranks sharing the GPU beside two CPU ranks (GGCC): every collective with the composed
+# allreduce (the CUDA cluster's own kernels inside it), and the bench composed against flat.
 #
 #   bench/run_hetero.sh BUILD OUTDIR [MAXBYTES]
 set -uo pipefail
@@ -28,13 +30,26 @@ tests GCCC
 tests CEGC
 tests GGCE "0;1;2;3"
 bench() {
-  local placement=$1
-  echo "=== loom-hetero-bench --placement $placement"
+  local placement=$1 tag=${2:-}
+  echo "=== loom-hetero-bench --placement $placement $tag"
   "${run[@]}" "${#placement}" -- "$build/tools/loom-hetero-bench" --placement "$placement" \
     -b 8 -e "$max" -f 4 -n 20 -w 5 2>&1 | grep -v '^\[[1-9]' | sed 's/^\[0\] //' |
-    tee "$out/bench_$placement.txt" || status=1
+    tee "$out/bench_$placement$tag.txt" || status=1
 }
 bench GCCC
 bench GCCCCCCC
 bench ECCC
+export CUDA_MPS_PIPE_DIRECTORY=$out/mps/pipe CUDA_MPS_LOG_DIRECTORY=$out/mps/log
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+if nvidia-cuda-mps-control -d; then
+  trap 'echo quit | nvidia-cuda-mps-control; sleep 1' EXIT
+  LOOM_DEBUG=INFO LOOM_TEST_PLACEMENT=GGCC "${run[@]}" 4 -- "$build/tests/emu_collectives_test" \
+    --gtest_filter=*Reductions 2>&1 | grep -m2 "heterogeneous allreduce"
+  tests GGCC
+  tests GGCE
+  LOOM_HETERO_ALGO=flat bench GGCC _flat
+  bench GGCC _composed
+else
+  echo "no CUDA MPS here: GGCC skipped"
+fi
 exit $status

@@ -59,6 +59,7 @@ CommConfig resolveConfig(const loomConfig_t* c) {
     cfg.accum = *type;
   }
   cfg.transport = env::transport();
+  cfg.clusterSplit = env::clusterSplit();
   LOOM_CHECK_ARG(cfg.transport == "tcp" || cfg.transport == "rudp", "LOOM_TRANSPORT='",
                  cfg.transport, "' is not tcp or rudp");
   if (c == nullptr) return cfg;
@@ -94,8 +95,8 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   Bootstrap::Options options;
   options.timeoutMs = config_.timeoutMs;
   options.abortFlag = aborted_;
-  bootstrap_ = std::make_unique<Bootstrap>(id, rank, nranks,
-                                           RankInfo::local(rank, *device_).serialize(), options);
+  bootstrap_ = std::make_unique<Bootstrap>(
+      id, rank, nranks, RankInfo::local(rank, *device_, config_.clusterSplit).serialize(), options);
   for (const std::string& bytes : bootstrap_->rankInfos())
     ranks_.push_back(RankInfo::deserialize(bytes));
   nodes_ = NodeMap::compute(ranks_);
@@ -180,6 +181,8 @@ void Comm::crossCheckLauncher() const {
 }
 
 Comm::~Comm() {
+  leaderComm_.reset();
+  clusterComm_.reset();
   native_.reset();  // first: its watchdog uses the peers' pidfds and the bootstrap
   staging_.reset();
   for (int fd : peerPidfds_)
@@ -357,45 +360,6 @@ void Comm::setUpHierarchy() {
   hostCtx_.hierarchy = &hierarchy_;
 }
 
-void Comm::setUpClusters() {
-  // Every rank sees the same rank infos, so every rank decides the same (none is left waiting in
-  // an exchange the others skip, such as a backend's native setup).
-  for (const RankInfo& r : ranks_)
-    LOOM_CHECK_ARG(r.clusterSplit == ranks_[0].clusterSplit,
-                   "LOOM_CLUSTER_SPLIT differs between "
-                   "ranks: '",
-                   ranks_[0].clusterSplit, "' on rank 0, '", r.clusterSplit, "' on rank ", r.rank);
-  clusters_ = ClusterMap::compute(ranks_, ranks_[0].clusterSplit);
-  hetero_ = clusters_.heterogeneous();
-  if (!hetero_) return;
-  // Chunk boundaries must be the same everywhere, or the ranks' chunk calls would not meet.
-  int64_t configured = env::heteroChunkBytes();
-  LOOM_CHECK_ARG(configured >= 0, "LOOM_HETERO_CHUNK_BYTES=", configured, " must be >= 0");
-  std::vector<std::string> all =
-      withBootstrap([&](Bootstrap& b) { return b.allGather(std::to_string(configured)); });
-  for (int r = 0; r < nranks_; ++r)
-    LOOM_CHECK_ARG(all[r] == all[0], "LOOM_HETERO_CHUNK_BYTES differs between ranks: ", all[0],
-                   " on rank 0, ", all[r], " on rank ", r);
-  heteroChunkBytes_ = static_cast<size_t>(configured);
-  LOOM_INFO(kSubsysInit, rank_, "heterogeneous communicator: ", clusters_.describe(),
-            "; this rank is in cluster ", clusters_.clusterOf(rank_));
-}
-
-std::string Comm::describeHeterogeneous() const {
-  if (!hetero_) return std::string();
-  std::ostringstream out;
-  out << "heterogeneous communicator, " << clusters_.describe() << "\n"
-      << "  allreduce, reduce, broadcast: in chunks of "
-      << (heteroChunkBytes_ > 0 ? std::to_string(heteroChunkBytes_) + " B"
-                                : std::string("1/8 of the call (1 to 4 MiB)"))
-      << ", each chunk by the host algorithm below; device ranks copy chunks to and from pinned "
-         "host memory, pipelined with the exchange\n"
-      << "  other collectives and send/recv: the host algorithm below; device ranks stage the "
-         "whole call through pinned host memory\n"
-      << selector_->explain();
-  return out.str();
-}
-
 void Comm::setUpNative() {
   NativeSetup setup;
   setup.rank = rank_;
@@ -506,6 +470,9 @@ void Comm::fail(const Error& error) {
   }
   aborted_->store(true);
   if (native_) native_->stop();
+  // A heterogeneous communicator's peers may be waiting inside its sub-communicators.
+  if (clusterComm_) clusterComm_->abort(reason);
+  if (leaderComm_) leaderComm_->abort(reason);
   // Once: this rank's reason slot in the arena has one writer (two threads failing together, a
   // collective and loomCommAbort, would race on it while peers read it).
   if (first) arena_.raiseAbort(error.code(), nodes_.localIndex(rank_), reason);
@@ -556,20 +523,11 @@ void Comm::checkBuffers(const CollArgs& args) const {
 }
 
 void Comm::execute(const Algorithm& algo, const CollArgs& args) {
+  if (hetero_ && composes(args)) return executeComposed(args);
   if (hetero_ && elementwise(args.func)) return executeChunked(args);
   if (algo.native >= 0 || !onDevice()) return runAlgorithm(algo, ctx_, args);
   if (sharedMemory_ && runsMapped(algo, device_->caps())) return runMapped(algo, ctx_, args);
   runStaged(algo, hostCtx_, *device_, *staging_, args);
-}
-
-void Comm::executeChunked(const CollArgs& args) {
-  size_t bytes = args.count * dtypeSize(args.dtype);
-  size_t chunk = heteroChunkBytes(bytes, dtypeSize(args.dtype), heteroChunkBytes_);
-  auto select = [&](size_t chunkBytes) -> const Algorithm& {
-    return selector_->select(args.func, chunkBytes);
-  };
-  if (!onDevice()) return runChunked(select, ctx_, args, chunk);
-  runPipelinedStaged(select, hostCtx_, *device_, *staging_, *stagingEvents_, args, chunk);
 }
 
 void Comm::collective(const CollArgs& args) {

@@ -36,6 +36,8 @@ struct CommConfig {
   int accum = -1;
   std::string transport = "tcp";  // between nodes: "tcp" or "rudp" (LOOM_TRANSPORT)
   bool splitChild = false;        // created by split: the launcher's node sizes do not describe it
+  // LOOM_CLUSTER_SPLIT; the sub-communicators of a heterogeneous one have none.
+  std::string clusterSplit;
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
   std::atomic<bool>* abortFlag = nullptr;
@@ -87,6 +89,11 @@ class Comm {
   const std::string& deviceDescription() const { return deviceDescription_; }
 
   std::unique_ptr<Comm> split(int color, int key, const CommConfig& config);
+  // A heterogeneous communicator's leaders' exchange: runs `args` (an elementwise collective of
+  // this host communicator) in chunks; with `device`, its buffers are that device's memory,
+  // pipelined through `staging`.
+  void collectiveInChunks(const CollArgs& args, Device* device, HostStaging* staging,
+                          StagingEvents* events);
 
   // Marks the communicator aborted: waits in progress fail promptly (any thread), peers learn it.
   void abort(const std::string& reason);
@@ -104,6 +111,9 @@ class Comm {
   void checkBuffers(const CollArgs& args) const;
   void execute(const Algorithm& algo, const CollArgs& args);
   void executeChunked(const CollArgs& args);
+  bool composes(const CollArgs& args);
+  void setUpComposition();
+  void executeComposed(const CollArgs& args);
   void stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
   void setUpHierarchy();
   std::optional<Error> peerFailure();
@@ -130,8 +140,16 @@ class Comm {
   // heteroChunkBytes_ (algorithms/chunked.hpp).
   bool hetero_ = false;
   size_t heteroChunkBytes_ = 0;  // LOOM_HETERO_CHUNK_BYTES, the same on every rank (0: by size)
-  bool sharedMemory_ = false;    // a single node: the flat arena algorithms apply
-  std::string tcpInterface_;     // "eth0 10.0.0.2" when some peers are on other nodes
+  // Allreduce composed of each cluster's own collectives (comm/hetero_compose.cpp): reduce to the
+  // cluster's leader, the leaders' allreduce through host memory, broadcast from the leader.
+  // Set up at the first allreduce (collective: every rank gets there).
+  std::string heteroAlgo_ = "auto";  // LOOM_HETERO_ALGO: auto, flat, composed (agreed at init)
+  bool compositionReady_ = false;
+  bool composed_ = false;
+  std::unique_ptr<Comm> clusterComm_;  // this rank's cluster, if it has more than one rank
+  std::unique_ptr<Comm> leaderComm_;   // the clusters' leaders, on the host CPU (leaders only)
+  bool sharedMemory_ = false;          // a single node: the flat arena algorithms apply
+  std::string tcpInterface_;           // "eth0 10.0.0.2" when some peers are on other nodes
   ShmArena arena_;
   // Declared before the channels: they point into it, and it outlives them (and lingers).
   std::unique_ptr<RudpEngine> rudp_;

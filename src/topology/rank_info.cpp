@@ -53,7 +53,7 @@ std::string getString(std::istringstream& in) {
 
 }  // namespace
 
-RankInfo RankInfo::local(int rank, const Device& device) {
+RankInfo RankInfo::local(int rank, const Device& device, const std::string& clusterSplit) {
   RankInfo info;
   info.rank = rank;
   info.pid = getpid();
@@ -69,7 +69,7 @@ RankInfo RankInfo::local(int rank, const Device& device) {
   info.deviceName = id.model;
   info.deviceIndex = id.index;
   info.busId = id.busId;
-  info.clusterSplit = env::clusterSplit();
+  info.clusterSplit = clusterSplit;
   return info;
 }
 

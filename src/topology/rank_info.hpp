@@ -26,7 +26,7 @@ struct RankInfo {
   // (topology/cluster_map.hpp), and this way none waits in an exchange the others skip.
   std::string clusterSplit;
 
-  static RankInfo local(int rank, const Device& device);
+  static RankInfo local(int rank, const Device& device, const std::string& clusterSplit = "");
   std::string serialize() const;
   static RankInfo deserialize(const std::string& bytes);  // throws loomInternalError if malformed
 };

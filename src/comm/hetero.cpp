@@ -1,0 +1,170 @@
+// The heterogeneous side of the communicator: its clusters (topology/cluster_map), and how it runs
+// a collective across them. Flat: every rank in the host algorithm, elementwise calls in chunks
+// with device ranks pipelined through host memory (algorithms/chunked). Composed (allreduce):
+//   1. reduce inside each cluster to its leader, with the cluster's own collectives (a CUDA
+//      cluster's kernels, a CPU cluster's shared memory);
+//   2. the leaders' allreduce on a host communicator, device leaders pipelined through host
+//      memory: each byte crosses the device-host boundary once each way, on one rank per cluster;
+//   3. broadcast from the leader inside each cluster.
+// Every rank of every kind ends with the leaders' result: the same bits.
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "base/dtype.hpp"
+#include "base/env.hpp"
+#include "base/log.hpp"
+#include "comm/comm.hpp"
+
+namespace loom {
+
+void Comm::setUpClusters() {
+  // Every rank sees the same rank infos, so every rank decides the same (none is left waiting in
+  // an exchange the others skip, such as a backend's native setup).
+  for (const RankInfo& r : ranks_)
+    LOOM_CHECK_ARG(r.clusterSplit == ranks_[0].clusterSplit,
+                   "LOOM_CLUSTER_SPLIT differs between "
+                   "ranks: '",
+                   ranks_[0].clusterSplit, "' on rank 0, '", r.clusterSplit, "' on rank ", r.rank);
+  clusters_ = ClusterMap::compute(ranks_, ranks_[0].clusterSplit);
+  hetero_ = clusters_.heterogeneous();
+  if (!hetero_) return;
+  // Chunk boundaries must be the same everywhere, or the ranks' chunk calls would not meet.
+  int64_t configured = env::heteroChunkBytes();
+  LOOM_CHECK_ARG(configured >= 0, "LOOM_HETERO_CHUNK_BYTES=", configured, " must be >= 0");
+  heteroAlgo_ = env::heteroAlgo();
+  LOOM_CHECK_ARG(heteroAlgo_ == "auto" || heteroAlgo_ == "flat" || heteroAlgo_ == "composed",
+                 "LOOM_HETERO_ALGO='", heteroAlgo_, "' is not auto, flat or composed");
+  std::string mine =
+      "LOOM_HETERO_CHUNK_BYTES=" + std::to_string(configured) + " LOOM_HETERO_ALGO=" + heteroAlgo_;
+  std::vector<std::string> all = withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
+  for (int r = 0; r < nranks_; ++r)
+    LOOM_CHECK_ARG(all[r] == all[0], "heterogeneous settings differ between ranks: ", all[0],
+                   " on rank 0, ", all[r], " on rank ", r);
+  heteroChunkBytes_ = static_cast<size_t>(configured);
+  LOOM_INFO(kSubsysInit, rank_, "heterogeneous communicator: ", clusters_.describe(),
+            "; this rank is in cluster ", clusters_.clusterOf(rank_));
+}
+
+std::string Comm::describeHeterogeneous() const {
+  if (!hetero_) return std::string();
+  std::ostringstream out;
+  out << "heterogeneous communicator, " << clusters_.describe() << "\n"
+      << "  allreduce, reduce, broadcast: in chunks of "
+      << (heteroChunkBytes_ > 0 ? std::to_string(heteroChunkBytes_) + " B"
+                                : std::string("1/8 of the call (1 to 4 MiB)"))
+      << ", each chunk by the host algorithm below; device ranks copy chunks to and from pinned "
+         "host memory, pipelined with the exchange\n"
+      << "  other collectives and send/recv: the host algorithm below; device ranks stage the "
+         "whole call through pinned host memory\n"
+      << selector_->explain();
+  return out.str();
+}
+
+void Comm::executeChunked(const CollArgs& args) {
+  size_t bytes = args.count * dtypeSize(args.dtype);
+  size_t chunk = heteroChunkBytes(bytes, dtypeSize(args.dtype), heteroChunkBytes_);
+  auto select = [&](size_t chunkBytes) -> const Algorithm& {
+    return selector_->select(args.func, chunkBytes);
+  };
+  if (!onDevice()) return runChunked(select, ctx_, args, chunk);
+  runPipelinedStaged(select, hostCtx_, *device_, *staging_, *stagingEvents_, args, chunk);
+}
+
+bool Comm::composes(const CollArgs& args) {
+  // Average divides once by the whole communicator's size: its phases would each divide.
+  if (args.func != loomFuncAllReduce || args.op == loomAvg || heteroAlgo_ == "flat") return false;
+  if (!compositionReady_) setUpComposition();
+  return composed_;
+}
+
+void Comm::setUpComposition() {
+  compositionReady_ = true;
+  const int cluster = clusters_.clusterOf(rank_);
+  const bool several = clusters_.size(cluster) > 1;
+  CommConfig sub = config_;
+  sub.clusterSplit.clear();  // one kind each: the sub-communicators are homogeneous
+  sub.abortFlag = nullptr;
+  sub.name = config_.name + (config_.name.empty() ? "" : "/") + "cluster";
+  clusterComm_ = split(several ? cluster : -1, rank_, sub);
+  // Composed pays where a cluster has collectives of its own kind (native) and several ranks;
+  // every rank learns whether any does.
+  const bool native = clusterComm_ && clusterComm_->native_;
+  std::vector<std::string> all =
+      withBootstrap([&](Bootstrap& b) { return b.allGather(native ? "1" : "0"); });
+  composed_ = heteroAlgo_ == "composed" || std::find(all.begin(), all.end(), "1") != all.end();
+  if (composed_) {
+    CommConfig leaders = sub;
+    leaders.device = "cpu";
+    leaders.name = config_.name + (config_.name.empty() ? "" : "/") + "leaders";
+    const bool leader = clusters_.leader(cluster) == rank_;
+    leaderComm_ = split(leader ? 0 : -1, rank_, leaders);
+  }
+  LOOM_INFO(kSubsysInit, rank_, "heterogeneous allreduce: ",
+            composed_ ? "composed (reduce in each cluster, leaders' allreduce, broadcast)"
+                      : "flat (no cluster has native collectives and several ranks)",
+            clusterComm_ ? "; this rank's cluster: " + clusterComm_->deviceDescription() : "");
+}
+
+void Comm::executeComposed(const CollArgs& args) {
+  const size_t bytes = args.count * dtypeSize(args.dtype);
+  // 1. Into the leader's output buffer.
+  if (clusterComm_) {
+    CollArgs reduce = args;
+    reduce.func = loomFuncReduce;
+    reduce.root = 0;
+    clusterComm_->collective(reduce);
+  } else if (args.send != args.recv && bytes > 0) {
+    if (onDevice())
+      device_->copyAsync(args.recv, args.send, bytes, CopyKind::kDeviceToDevice, args.stream);
+    else
+      std::memcpy(args.recv, args.send, bytes);
+  }
+  // 2. The leaders, in place on their output.
+  if (leaderComm_) {
+    CollArgs exchange = args;
+    exchange.send = args.recv;
+    // In chunks on every leader (the same boundaries), pipelined on device leaders.
+    if (onDevice())
+      leaderComm_->collectiveInChunks(exchange, device_.get(), staging_.get(),
+                                      stagingEvents_.get());
+    else
+      leaderComm_->collectiveInChunks(exchange, nullptr, nullptr, nullptr);
+  }
+  // 3. From the leader to the rest of its cluster.
+  if (clusterComm_) {
+    CollArgs broadcast = args;
+    broadcast.func = loomFuncBroadcast;
+    broadcast.root = 0;
+    broadcast.send = args.recv;
+    clusterComm_->collective(broadcast);
+  }
+}
+
+void Comm::collectiveInChunks(const CollArgs& args, Device* device, HostStaging* staging,
+                              StagingEvents* events) {
+  beginOperation();
+  try {
+    ++collectiveCount_;
+    CollArgs a = args;
+    if (a.accum < 0) a.accum = config_.accum;
+    const size_t elementBytes = dtypeSize(a.dtype);
+    const size_t chunk = heteroChunkBytes(a.count * elementBytes, elementBytes, 0);
+    auto select = [&](size_t chunkBytes) -> const Algorithm& {
+      return selector_->select(a.func, chunkBytes);
+    };
+    if (device == nullptr)
+      runChunked(select, ctx_, a, chunk);
+    else
+      runPipelinedStaged(select, hostCtx_, *device, *staging, *events, a, chunk);
+  } catch (const Error& e) {
+    fail(e);
+    throw;
+  } catch (const std::exception& e) {
+    Error wrapped(loomInternalError, e.what());
+    fail(wrapped);
+    throw wrapped;
+  }
+}
+
+}  // namespace loom
