@@ -140,14 +140,14 @@ class Comm {
   // heteroChunkBytes_ (algorithms/chunked.hpp).
   bool hetero_ = false;
   size_t heteroChunkBytes_ = 0;  // LOOM_HETERO_CHUNK_BYTES, the same on every rank (0: by size)
-  // Allreduce composed of each cluster's own collectives (comm/hetero_compose.cpp): reduce to the
-  // cluster's leader, the leaders' allreduce through host memory, broadcast from the leader.
+  // Allreduce composed of each cluster's own collectives (comm/hetero.cpp): reduce to the
+  // cluster's leader, the exchange through host memory, broadcast from the leader.
   // Set up at the first allreduce (collective: every rank gets there).
   std::string heteroAlgo_ = "auto";  // LOOM_HETERO_ALGO: auto, flat, composed (agreed at init)
   bool compositionReady_ = false;
   bool composed_ = false;
-  std::unique_ptr<Comm> clusterComm_;  // this rank's cluster, if it has more than one rank
-  std::unique_ptr<Comm> leaderComm_;   // the clusters' leaders, on the host CPU (leaders only)
+  std::unique_ptr<Comm> clusterComm_;  // this rank's cluster, where it collapses to its leader
+  std::unique_ptr<Comm> leaderComm_;   // the exchange, on the host CPU (its members only)
   bool sharedMemory_ = false;          // a single node: the flat arena algorithms apply
   std::string tcpInterface_;           // "eth0 10.0.0.2" when some peers are on other nodes
   ShmArena arena_;

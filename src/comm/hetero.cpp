@@ -1,11 +1,12 @@
 // The heterogeneous side of the communicator: its clusters (topology/cluster_map), and how it runs
 // a collective across them. Flat: every rank in the host algorithm, elementwise calls in chunks
 // with device ranks pipelined through host memory (algorithms/chunked). Composed (allreduce):
-//   1. reduce inside each cluster to its leader, with the cluster's own collectives (a CUDA
-//      cluster's kernels, a CPU cluster's shared memory);
-//   2. the leaders' allreduce on a host communicator, device leaders pipelined through host
-//      memory: each byte crosses the device-host boundary once each way, on one rank per cluster;
-//   3. broadcast from the leader inside each cluster.
+//   1. reduce inside each collapsing cluster (native collectives, several ranks) to its leader,
+//      with the cluster's own collectives (a CUDA cluster's kernels);
+//   2. the exchange: an allreduce on a host communicator of those leaders and every rank of the
+//      other clusters, device ranks pipelined through host memory: a collapsed cluster's bytes
+//      cross the device-host boundary once each way, on one rank;
+//   3. broadcast from the leader inside each collapsing cluster.
 // Every rank of every kind ends with the leaders' result: the same bits.
 #include <algorithm>
 #include <cstring>
@@ -81,29 +82,39 @@ bool Comm::composes(const CollArgs& args) {
 void Comm::setUpComposition() {
   compositionReady_ = true;
   const int cluster = clusters_.clusterOf(rank_);
-  const bool several = clusters_.size(cluster) > 1;
   CommConfig sub = config_;
   sub.clusterSplit.clear();  // one kind each: the sub-communicators are homogeneous
   sub.abortFlag = nullptr;
   sub.name = config_.name + (config_.name.empty() ? "" : "/") + "cluster";
-  clusterComm_ = split(several ? cluster : -1, rank_, sub);
-  // Composed pays where a cluster has collectives of its own kind (native) and several ranks;
-  // every rank learns whether any does.
+  clusterComm_ = split(clusters_.size(cluster) > 1 ? cluster : -1, rank_, sub);
+  // A cluster collapses to its leader where its own collectives beat taking part rank by rank:
+  // it has native ones (CUDA) and several ranks (forced: every cluster of several ranks). The
+  // others' ranks join the exchange themselves: a CPU cluster reducing to its leader and
+  // broadcasting again would move its bytes through memory three times instead of once.
   const bool native = clusterComm_ && clusterComm_->native_;
   std::vector<std::string> all =
       withBootstrap([&](Bootstrap& b) { return b.allGather(native ? "1" : "0"); });
-  composed_ = heteroAlgo_ == "composed" || std::find(all.begin(), all.end(), "1") != all.end();
+  auto collapses = [&](int c) {
+    return clusters_.size(c) > 1 && (heteroAlgo_ == "composed" || all[clusters_.leader(c)] == "1");
+  };
+  composed_ = false;
+  for (int c = 0; c < clusters_.count(); ++c) composed_ |= collapses(c);
+  if (!collapses(cluster)) clusterComm_.reset();
   if (composed_) {
-    CommConfig leaders = sub;
-    leaders.device = "cpu";
-    leaders.name = config_.name + (config_.name.empty() ? "" : "/") + "leaders";
-    const bool leader = clusters_.leader(cluster) == rank_;
-    leaderComm_ = split(leader ? 0 : -1, rank_, leaders);
+    CommConfig exchange = sub;
+    exchange.device = "cpu";
+    exchange.name = config_.name + (config_.name.empty() ? "" : "/") + "exchange";
+    const bool member = !clusterComm_ || clusters_.leader(cluster) == rank_;
+    leaderComm_ = split(member ? 0 : -1, rank_, exchange);
+  } else {
+    clusterComm_.reset();
   }
   LOOM_INFO(kSubsysInit, rank_, "heterogeneous allreduce: ",
-            composed_ ? "composed (reduce in each cluster, leaders' allreduce, broadcast)"
+            composed_ ? "composed (reduce in each collapsed cluster, the exchange of its leaders "
+                        "and the other ranks, broadcast)"
                       : "flat (no cluster has native collectives and several ranks)",
-            clusterComm_ ? "; this rank's cluster: " + clusterComm_->deviceDescription() : "");
+            clusterComm_ ? "; this rank's cluster collapses: " + clusterComm_->deviceDescription()
+                         : std::string());
 }
 
 void Comm::executeComposed(const CollArgs& args) {
