@@ -339,9 +339,13 @@ loomResult_t loomCommDescribeTopology(const loomComm_t comm, char* text, size_t 
     const Comm& c = use.comm();
     std::string out = c.nodes().describe() + "\ndevice: " + c.deviceDescription() + "\n";
     if (!c.tcpInterface().empty()) out += "tcp interface: " + c.tcpInterface() + "\n";
-    out += "transport from rank " + std::to_string(c.rank()) + ":";
-    for (int peer = 0; peer < c.nranks(); ++peer)
-      if (peer != c.rank()) out += " " + std::to_string(peer) + "=" + c.transportTo(peer);
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on
+    // `"literal" + std::string&&` here.
+    out.append("transport from rank ").append(std::to_string(c.rank())).append(":");
+    for (int peer = 0; peer < c.nranks(); ++peer) {
+      if (peer == c.rank()) continue;
+      out.append(" ").append(std::to_string(peer)).append("=").append(c.transportTo(peer));
+    }
     std::string counters = c.transportCounters();
     if (!counters.empty()) out += "\n" + counters;
     if (needed != nullptr) *needed = out.size() + 1;
