@@ -119,6 +119,9 @@ class Launcher {
   void message(const std::string& text);
 
   LaunchOptions options_;
+  // A copy of our stdout that ranks inherit (LOOMRUN_STDOUT_FD) while their lines are prefixed:
+  // a rank writing machine-readable output (loom-bench --csv) writes it there unprefixed.
+  int rawStdout_ = -1;
   OutputSink stdout_;
   OutputSink stderr_;
   std::vector<Rank> ranks_;
@@ -218,6 +221,8 @@ void Launcher::startRanks(const JobInfo& job) {
 bool Launcher::startRank(Rank& rank, const JobInfo& job, int stdinFd) {
   // Everything the child needs is built before fork; after it only async-signal-safe calls run.
   std::vector<std::string> envStrings = rankEnvironment(options_, job, rank.localRank);
+  if (options_.prefix && rawStdout_ < 0) rawStdout_ = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (rawStdout_ >= 0) envStrings.push_back("LOOMRUN_STDOUT_FD=" + std::to_string(rawStdout_));
   std::vector<char*> envp;
   for (std::string& entry : envStrings) envp.push_back(entry.data());
   envp.push_back(nullptr);
@@ -252,6 +257,7 @@ bool Launcher::startRank(Rank& rank, const JobInfo& job, int stdinFd) {
     if (stdinFd >= 0 && stdinFd != STDIN_FILENO) ::dup2(stdinFd, STDIN_FILENO);
     ::dup2(outPipe[1], STDOUT_FILENO);
     ::dup2(errPipe[1], STDERR_FILENO);
+    if (rawStdout_ >= 0) ::fcntl(rawStdout_, F_SETFD, 0);  // inherited across exec
     ::execvpe(argv[0], argv.data(), envp.data());
     // One write, so the message arrives whole even if a sibling's failure stops us right away.
     int code = (errno == ENOENT || errno == ENOTDIR) ? 127 : 126;
