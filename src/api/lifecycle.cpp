@@ -97,6 +97,20 @@ std::pair<std::string, uint16_t> parseAddress(const std::string& text, const cha
   return {host, static_cast<uint16_t>(port)};
 }
 
+// Before a communicator exists: a bad LOOM_DEBUG fails init with its reason (log.cpp only warns),
+// and rank 0 says which Loom this is, as NCCL does at NCCL_DEBUG=VERSION or INFO.
+void announce(int rank) {
+  parseLogLevel(env::debugLevel());
+  if (rank != 0) return;
+#if LOOM_HAVE_CUDA
+  constexpr const char* kCuda = "with CUDA";
+#else
+  constexpr const char* kCuda = "without CUDA";
+#endif
+  LOOM_LOG(kVersion, kSubsysInit, rank, "Loom version ", LOOM_MAJOR, ".", LOOM_MINOR, ".", LOOM_PATCH,
+           " (", kCuda, ")");
+}
+
 int envRank(const char* const* names, const char* what) {
   for (const char* const* n = names; *n != nullptr; ++n)
     if (env::get(*n)) return static_cast<int>(env::getInt(*n, -1));
@@ -161,6 +175,7 @@ loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId c
   return guarded("loomCommInitRankConfig", [&] {
     checkRankArgs(comm, nranks, rank);
     *comm = nullptr;
+    announce(rank);
     CommConfig cfg = resolveConfig(config);
     UniqueId id = unpackUniqueId(commId);
     return initHandle(comm, nranks, rank, cfg, [=](const CommConfig& c) {
@@ -184,6 +199,7 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
     int nranks = envRank(sizeNames, "world size");
     checkRankArgs(comm, nranks, rank);
     *comm = nullptr;
+    announce(rank);
     CommConfig cfg = resolveConfig(config);
     UniqueId id;
     std::string commIdText = env::commId();
