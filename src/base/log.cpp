@@ -19,8 +19,8 @@ LogLevel parseLogLevel(const std::string& text) {
   static const struct {
     const char* name;
     LogLevel level;
-  } levels[] = {{"NONE", LogLevel::kNone}, {"VERSION", LogLevel::kVersion},
-                {"WARN", LogLevel::kWarn}, {"INFO", LogLevel::kInfo},
+  } levels[] = {{"NONE", LogLevel::kNone},   {"VERSION", LogLevel::kVersion},
+                {"WARN", LogLevel::kWarn},   {"INFO", LogLevel::kInfo},
                 {"ABORT", LogLevel::kAbort}, {"TRACE", LogLevel::kTrace}};
   for (const auto& l : levels)
     if (upper == l.name) return l.level;
@@ -98,7 +98,8 @@ const char* levelName(LogLevel level) {
 bool logEnabled(LogLevel level, unsigned subsys) {
   const LogConfig& c = config();
   // The version line shows at VERSION and from INFO up, not at the default WARN.
-  if (level == LogLevel::kVersion) return c.level == LogLevel::kVersion || c.level >= LogLevel::kInfo;
+  if (level == LogLevel::kVersion)
+    return c.level == LogLevel::kVersion || c.level >= LogLevel::kInfo;
   return level <= c.level && (subsys & c.subsys) != 0;
 }
 

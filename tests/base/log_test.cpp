@@ -1,9 +1,9 @@
 // LOOM_DEBUG's levels: NCCL's names in any case, and a clear error for anything else.
+#include "base/log.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
-
-#include "base/log.hpp"
 
 namespace loom {
 namespace {
