@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/loom.h"
 #include "loomrun_job.hpp"
 #include "loomrun_nodes.hpp"
 #include "loomrun_options.hpp"
@@ -76,7 +78,23 @@ void ensureStandardFds() {
 struct Stream {
   int fd = -1;
   std::optional<LineForwarder> forwarder;
+  // stderr only: the first line that reads like an error, for the failure summary.
+  bool watch = false;
+  std::string firstError;
+  std::string firstLine;  // when no line reads like an error
+  std::string partialLine;
 };
+
+// Whether a line of a rank's stderr reads like the reason it failed.
+bool looksLikeError(const std::string& line) {
+  std::string lower = line;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* word : {"error", "fail", "exception", "traceback", "abort", "terminate"}) {
+    if (lower.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
 
 struct Rank {
   int localRank = 0;
@@ -85,6 +103,7 @@ struct Rank {
   bool reaped = true;  // until it is started
   Stream out;
   Stream err;
+  std::string outcome;  // "exited with status 3", "killed by signal 9 (Killed)"
 
   bool hasOpenPipes() const { return out.fd >= 0 || err.fd >= 0; }
 };
@@ -117,6 +136,8 @@ class Launcher {
   void onNodeEvent(const NodeEvent& event);
   void signalRanks(int sig);
   void message(const std::string& text);
+  // torchrun's "Root Cause": which rank failed first, where, how, and its first error line.
+  void failureSummary();
 
   LaunchOptions options_;
   // A copy of our stdout that ranks inherit (LOOMRUN_STDOUT_FD) while their lines are prefixed:
@@ -134,6 +155,7 @@ class Launcher {
   std::optional<Clock::time_point> jobDeadline_;
   std::optional<Clock::time_point> killDeadline_;
   std::optional<Clock::time_point> drainDeadline_;
+  int firstFailed_ = -1;  // index into ranks_ of the rank whose failure stopped the job
 };
 
 void Launcher::message(const std::string& text) { stderr_.write("loomrun: " + text + "\n"); }
@@ -195,7 +217,24 @@ int Launcher::run() {
     closeStream(rank.out);
     closeStream(rank.err);
   }
+  if (firstFailed_ >= 0) failureSummary();
   return phase_ == Phase::kRunning ? 0 : exitCode_;
+}
+
+void Launcher::failureSummary() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  const Rank& rank = ranks_[static_cast<size_t>(firstFailed_)];
+  std::string text = "job failed. Root cause (first rank to fail):\n";
+  text += "  rank      : " + std::to_string(rank.globalRank) + " (local rank " +
+          std::to_string(rank.localRank) + ")\n";
+  text += "  host      : " + std::string(host) + "\n";
+  text += "  pid       : " + std::to_string(rank.pid) + "\n";
+  text += "  exit      : " + rank.outcome + "\n";
+  const std::string& first =
+      !rank.err.firstError.empty() ? rank.err.firstError : rank.err.firstLine;
+  text += "  first error: " + (first.empty() ? std::string("(its stderr was empty)") : first);
+  message(text);
 }
 
 void Launcher::startRanks(const JobInfo& job) {
@@ -293,6 +332,7 @@ bool Launcher::startRank(Rank& rank, const JobInfo& job, int stdinFd) {
   rank.out.forwarder.emplace(&stdout_, prefix);
   rank.err.fd = errPipe[0];
   rank.err.forwarder.emplace(&stderr_, prefix);
+  rank.err.watch = true;
   for (int fd : {outPipe[0], errPipe[0]}) {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
@@ -446,10 +486,14 @@ void Launcher::onRankExit(Rank& rank, int status) {
     int sig = WTERMSIG(status);
     std::string what =
         who + " killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+    rank.outcome = what.substr(who.size() + 1);
+    firstFailed_ = static_cast<int>(&rank - ranks_.data());
     message(what + "; stopping the other ranks");
     stop(128 + sig, what);
   } else {
     std::string what = who + " exited with status " + std::to_string(WEXITSTATUS(status));
+    rank.outcome = what.substr(who.size() + 1);
+    firstFailed_ = static_cast<int>(&rank - ranks_.data());
     message(what + "; stopping the other ranks");
     stop(WEXITSTATUS(status), what);
   }
@@ -461,6 +505,23 @@ bool Launcher::readStream(Stream& stream) {
   ssize_t n = ::read(stream.fd, buffer, sizeof(buffer));
   if (n > 0) {
     stream.forwarder->feed(buffer, static_cast<size_t>(n));
+    if (stream.watch && stream.firstError.empty()) {
+      stream.partialLine.append(buffer, static_cast<size_t>(n));
+      size_t start = 0;
+      for (size_t nl; (nl = stream.partialLine.find('\n', start)) != std::string::npos;
+           start = nl + 1) {
+        std::string line = stream.partialLine.substr(start, nl - start);
+        if (stream.firstLine.empty()) stream.firstLine = line;
+        if (looksLikeError(line)) {
+          stream.firstError = line;
+          break;
+        }
+      }
+      stream.partialLine.erase(0, start);
+      // Only the first error line matters; a line without an end is not kept without bound.
+      if (!stream.firstError.empty() || stream.partialLine.size() > 4096)
+        stream.partialLine.clear();
+    }
     return true;
   }
   if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) closeStream(stream);
@@ -502,6 +563,10 @@ int main(int argc, char** argv) {
       loom::launcher::parseCommandLine(argc, argv, std::getenv("LOOMRUN_TIMEOUT"));
   if (parsed.outcome == ParseOutcome::kHelp) {
     std::fputs(loom::launcher::usageText().c_str(), stdout);
+    return 0;
+  }
+  if (parsed.outcome == ParseOutcome::kVersion) {
+    std::printf("loomrun (Loom) %d.%d.%d\n", LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH);
     return 0;
   }
   if (parsed.outcome == ParseOutcome::kUsageError) {
