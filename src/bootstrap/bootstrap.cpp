@@ -465,10 +465,12 @@ Bootstrap::Bootstrap(const UniqueId& id, int rank, int nranks, const std::string
   s.nranks = nranks;
   s.timeoutMs = options.timeoutMs > 0 ? options.timeoutMs : kDefaultTimeoutMs;
   s.abortFlag = options.abortFlag;
-  if (!id.secret.present)
+  // Said once per job (rank 0), not once per rank: every rank has the same secret or none.
+  if (!id.secret.present && rank == 0)
     LOOM_WARN(kSubsysBootstrap, rank,
-              "the rendezvous is unauthenticated: no job secret, so any "
-              "process that reaches the port can join (set LOOM_JOB_SECRET; loomrun does it)");
+              "the rendezvous is unauthenticated: no job secret, so any process that reaches the "
+              "port can join. Give every rank the same LOOM_JOB_SECRET (32 hex digits), e.g. "
+              "LOOM_JOB_SECRET=$(openssl rand -hex 16) torchrun ...; loomrun sets it itself");
   Deadline deadline = deadlineAfterMs(s.timeoutMs);
 
   Socket root;

@@ -55,5 +55,18 @@ SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_JOB_ID=$$ SLURM_STEP_ID=1 \
   SLURM_STEP_NODELIST="localhos[t-u],other" "$INFO" --algos >"$TMP/out" 2>&1 ||
   fail "loom-info under a bracketed node list: $(cat "$TMP/out")"
 
+# Without LOOM_JOB_SECRET (torchrun sets none) the unauthenticated rendezvous is reported once per
+# job, by rank 0, saying how to set the secret under torchrun.
+port=$((30000 + $$ % 20000))
+for r in 0 1 2; do
+  LOOM_RANK=$r LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=60 \
+    "$INFO" --algos >/dev/null 2>"$TMP/unauth.$r" &
+done
+wait
+warnings=$(cat "$TMP"/unauth.* | grep -c "rendezvous is unauthenticated")
+[[ $warnings -eq 1 ]] || fail "unauthenticated warning printed $warnings times: $(cat "$TMP"/unauth.*)"
+grep -q "LOOM_JOB_SECRET=\$(openssl rand -hex 16) torchrun" "$TMP"/unauth.0 ||
+  fail "the warning does not say how to set the secret under torchrun"
+
 ((failures == 0)) && echo "tools_cli_test: all cases passed"
 exit $((failures > 0))
