@@ -68,5 +68,20 @@ warnings=$(cat "$TMP"/unauth.* | grep -c "rendezvous is unauthenticated")
 grep -q "LOOM_JOB_SECRET=\$(openssl rand -hex 16) torchrun" "$TMP"/unauth.0 ||
   fail "the warning does not say how to set the secret under torchrun"
 
+# A rank whose peers never come says every few seconds (a quarter of a short timeout) which ranks
+# have not arrived, and every rank's timeout error names them.
+port=$((30000 + ($$ + 7) % 20000))
+for r in 0 1; do
+  LOOM_RANK=$r LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=2 \
+    "$INFO" --algos >/dev/null 2>"$TMP/missing.$r" &
+done
+wait
+reports=$(grep -c "2 of 3 ranks arrived; waiting for ranks 2 (timeout in" "$TMP/missing.0")
+[[ $reports -ge 2 ]] || fail "$reports progress reports: $(cat "$TMP/missing.0")"
+for r in 0 1; do
+  grep -q "loomCommInitFromEnv failed: timed out .*missing ranks: 2)" "$TMP/missing.$r" ||
+    fail "rank $r's timeout does not name rank 2: $(cat "$TMP/missing.$r")"
+done
+
 ((failures == 0)) && echo "tools_cli_test: all cases passed"
 exit $((failures > 0))
