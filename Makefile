@@ -29,8 +29,10 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 1800
 	scripts/python_test.sh
 
-# Loom vs Open MPI (and Gloo where torch is installed) and the memcpy bound, side by side.
-bench: build
+# Loom vs Open MPI (and Gloo where torch is installed) and the memcpy bound, side by side: tables
+# and one plot per collective (bench/plot.py) beside the CSV in bench/results/.
+bench:
+	@BUILD=$(BUILD) JOBS=$(JOBS) scripts/run.sh --build-only
 	@scripts/install_deps.sh bench
 	bench/run_cpu.sh $(shell n=$$(nproc); [ $$n -lt 2 ] && n=2; echo $$n) $(or $(MAXBYTES),256M)
 

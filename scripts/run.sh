@@ -5,16 +5,19 @@
 # machine (RANKS processes copying at once: no shared-memory collective can move bytes faster).
 # Says what each step does and how long it took.
 #
-# Usage: scripts/run.sh   (environment: BUILD, RANKS, JOBS, MAXBYTES, LOOM_CUDA)
+# Usage: scripts/run.sh [--build-only]   (environment: BUILD, RANKS, JOBS, MAXBYTES, LOOM_CUDA)
+#   --build-only: the first three steps (make bench uses them), no benchmark.
 # CUDA kernels take minutes per file to compile: a new build directory compiles them only when
-# `nvidia-smi -L` lists a GPU that could run them (LOOM_CUDA=ON|OFF|AUTO overrides). An existing
-# build directory keeps its settings.
+# `nvidia-smi -L` lists a GPU that could run them (LOOM_CUDA=GPU; LOOM_CUDA=ON|OFF|AUTO
+# overrides). An existing build directory keeps its settings.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${BUILD:-build}
 RANKS=${RANKS:-4}
 JOBS=${JOBS:-$(nproc)}
 MAXBYTES=${MAXBYTES:-64M}
+BUILD_ONLY=0
+[[ "${1:-}" == --build-only ]] && BUILD_ONLY=1
 
 total_start=$(date +%s.%N)
 step_start=0
@@ -31,21 +34,14 @@ scripts/install_deps.sh
 done_step
 
 if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
-  cuda=${LOOM_CUDA:-}
-  if [[ -z "$cuda" ]]; then
-    if have nvidia-smi && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-      cuda=AUTO
-    else
-      cuda=OFF
-    fi
-  fi
+  # GPU: CUDA kernels only where nvidia-smi -L lists a GPU to run them (CMakeLists.txt).
+  cuda=${LOOM_CUDA:-GPU}
   generator=()
   have ninja && generator=(-G Ninja)
-  step "configuring $BUILD (LOOM_CUDA=$cuda$([[ $cuda == OFF && -z ${LOOM_CUDA:-} ]] &&
-    echo ': no GPU listed by nvidia-smi -L, so no CUDA kernels are compiled'))"
+  step "configuring $BUILD (LOOM_CUDA=$cuda)"
   cmake -S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CUDA="$cuda" \
     >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log" >&2; exit 1; }
-  grep -E 'Loom: CUDA support' "$BUILD.configure.log" | sed 's/^-- //'
+  grep -E 'Loom: (CUDA support|no GPU)' "$BUILD.configure.log" | sed 's/^-- //'
   done_step
 fi
 
@@ -56,6 +52,7 @@ if [[ ! -x "$BUILD/bench/memcpy_bound" || bench/peers/memcpy_bound.c -nt "$BUILD
   ${CC:-cc} -O2 -std=c11 -Wall -o "$BUILD/bench/memcpy_bound" bench/peers/memcpy_bound.c
 fi
 done_step
+((BUILD_ONLY)) && exit 0
 
 results="$BUILD/run"
 mkdir -p "$results"
