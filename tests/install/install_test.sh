@@ -25,6 +25,14 @@ for exe in "$prefix/consumer/consumer_cmake" "$prefix/consumer/consumer_static" 
   "$prefix/consumer_pc_static"; do
   "$prefix/bin/loomrun" -n 2 --timeout 60 -- "$exe"
 done
+# The README's C example, as printed there, through pkg-config: every rank prints the sum.
+sed -n '/^```c$/,/^```$/p' "$source/README.md" | sed '1d;$d' >"$prefix/readme_example.c"
+cc -o "$prefix/readme_example" "$prefix/readme_example.c" \
+  $(PKG_CONFIG_PATH="$pc_path" pkg-config --cflags --libs loom)
+out=$("$prefix/bin/loomrun" -n 2 --timeout 60 -- "$prefix/readme_example")
+echo "$out"
+grep -q '^\[0\] rank 0: 2 4 6 8$' <<<"$out"
+grep -q '^\[1\] rank 1: 2 4 6 8$' <<<"$out"
 moved=$(mktemp -d)
 trap 'rm -rf "$prefix" "$moved"' EXIT
 cp -a "$prefix/bin" "$prefix/lib"* "$moved/"
