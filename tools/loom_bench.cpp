@@ -420,11 +420,13 @@ int benchMain(int argc, char** argv) {
     if (speaks) std::printf("loom-bench (Loom) %d.%d.%d\n", LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH);
     return 0;
   }
+  // Every rank has the same command line: rank 0 says what is wrong and fails the job; the
+  // others leave quietly and successfully, since a launcher that saw them fail first could stop
+  // rank 0 before it said why.
   if (parsed.outcome == ParseOutcome::kUsageError) {
-    if (speaks) {
-      std::fprintf(stderr, "loom-bench: %s\nRun 'loom-bench --help' for the options.\n",
-                   parsed.error.c_str());
-    }
+    if (!speaks) return 0;
+    std::fprintf(stderr, "loom-bench: %s\nRun 'loom-bench --help' for the options.\n",
+                 parsed.error.c_str());
     return 2;
   }
   BenchOptions& opts = parsed.options;
@@ -450,7 +452,10 @@ int benchMain(int argc, char** argv) {
     const std::string shortfall =
         available == 0 ? "" : memoryShortfall(opts, available, localRankCount(), "host memory");
     if (!shortfall.empty()) {
-      if (speaks) std::fprintf(stderr, "loom-bench: %s\n", shortfall.c_str());
+      // Each host's first rank says so and fails the job (as above, its neighbours leave quietly).
+      const char* local = std::getenv("LOCAL_RANK");
+      if (local != nullptr && std::atoi(local) != 0) return 0;
+      std::fprintf(stderr, "loom-bench: %s\n", shortfall.c_str());
       return 1;
     }
   }

@@ -27,7 +27,8 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOOM_RANK LOOM_WORLD_SIZE LOOM
 "$LOOMRUN" -n 3 -- "$BENCH" allreduce -q 1 >"$TMP/out" 2>"$TMP/err"
 status=$?
 [[ $status -eq 2 ]] || fail "usage error exits $status, expected 2"
-count=$(grep -c "unknown flag '-q'" "$TMP/err")
+# (Lines of the ranks themselves; loomrun's failure summary quotes the first one again.)
+count=$(grep -c "^\[[0-9]\] loom-bench: unknown flag '-q'" "$TMP/err")
 [[ $count -eq 1 ]] || fail "usage error printed $count times: $(cat "$TMP/err")"
 
 # One process without a launcher: a job of one rank, and the header says who ran where.
@@ -73,12 +74,17 @@ assert all(r["out_of_place"]["wrong"] == 0 for r in run["results"])
 assert len(run["ranks"]) == 2 and "running on CPUs" in run["runs_on"], run
 EOF
 
-# A size that cannot fit is refused before allocating, saying what it needs.
+# A size that cannot fit is refused before allocating, saying what it needs, once per host.
 "$BENCH" allreduce -b 8 -e 100000G >/dev/null 2>"$TMP/mem"
 status=$?
 [[ $status -eq 1 ]] || fail "-e 100000G exits $status"
 grep -q "needs .* of host memory per rank .* only .* is available" "$TMP/mem" ||
   fail "memory message: $(cat "$TMP/mem")"
+"$LOOMRUN" -n 3 -- "$BENCH" allreduce -b 8 -e 100000G >/dev/null 2>"$TMP/mem"
+status=$?
+[[ $status -eq 1 ]] || fail "-e 100000G under loomrun exits $status"
+count=$(grep -c "^\[[0-9]\] loom-bench: .*for the 3 ranks on this host" "$TMP/mem")
+[[ $count -eq 1 ]] || fail "memory message printed $count times: $(cat "$TMP/mem")"
 
 # --plot draws busbw against size where matplotlib is; says how to get it where not.
 if python3 -c "import matplotlib" 2>/dev/null; then
