@@ -1,5 +1,6 @@
 #include "bench_report.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -45,9 +46,15 @@ Reporter::~Reporter() {
 bool Reporter::open() {
   if (opts_.csv) {
     csv_ = stdout;
-    // Under loomrun, whose prefix ("[0] ") would break the CSV, write to loomrun's own stdout.
-    if (const char* fd = std::getenv("LOOMRUN_STDOUT_FD")) {
-      int copy = ::dup(std::atoi(fd));
+    // Under loomrun, whose prefix ("[0] ") would break the CSV, write to loomrun's own stdout:
+    // "FD:INODE", used only while our stdout is still the pipe INODE loomrun reads.
+    const char* raw = std::getenv("LOOMRUN_STDOUT_FD");
+    struct stat out {};
+    unsigned long long inode = 0;
+    int fd = -1;
+    if (raw != nullptr && std::sscanf(raw, "%d:%llu", &fd, &inode) == 2 &&
+        ::fstat(STDOUT_FILENO, &out) == 0 && S_ISFIFO(out.st_mode) && out.st_ino == inode) {
+      int copy = ::dup(fd);
       FILE* raw = copy >= 0 ? ::fdopen(copy, "w") : nullptr;
       if (raw != nullptr) {
         csv_ = raw;

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -259,17 +260,6 @@ void Launcher::startRanks(const JobInfo& job) {
 
 bool Launcher::startRank(Rank& rank, const JobInfo& job, int stdinFd) {
   // Everything the child needs is built before fork; after it only async-signal-safe calls run.
-  std::vector<std::string> envStrings = rankEnvironment(options_, job, rank.localRank);
-  if (options_.prefix && rawStdout_ < 0) rawStdout_ = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
-  if (rawStdout_ >= 0) envStrings.push_back("LOOMRUN_STDOUT_FD=" + std::to_string(rawStdout_));
-  std::vector<char*> envp;
-  for (std::string& entry : envStrings) envp.push_back(entry.data());
-  envp.push_back(nullptr);
-  std::vector<char*> argv;
-  for (std::string& word : options_.command) argv.push_back(word.data());
-  argv.push_back(nullptr);
-  std::string execError = "loomrun: cannot execute '" + options_.command[0] + "': ";
-
   int outPipe[2];
   int errPipe[2];
   if (::pipe2(outPipe, O_CLOEXEC) != 0) {
@@ -284,6 +274,23 @@ bool Launcher::startRank(Rank& rank, const JobInfo& job, int stdinFd) {
     ::close(outPipe[1]);
     return false;
   }
+
+  std::vector<std::string> envStrings = rankEnvironment(options_, job, rank.localRank);
+  if (options_.prefix && rawStdout_ < 0) rawStdout_ = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  struct stat pipeStat {};
+  if (rawStdout_ >= 0 && ::fstat(outPipe[1], &pipeStat) == 0) {
+    // With the pipe's identity, so that only a program whose stdout is still this very pipe
+    // (not one further down a shell pipeline) bypasses it.
+    envStrings.push_back("LOOMRUN_STDOUT_FD=" + std::to_string(rawStdout_) + ":" +
+                         std::to_string(pipeStat.st_ino));
+  }
+  std::vector<char*> envp;
+  for (std::string& entry : envStrings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  for (std::string& word : options_.command) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  std::string execError = "loomrun: cannot execute '" + options_.command[0] + "': ";
 
   pid_t parent = ::getpid();
   pid_t pid = ::fork();

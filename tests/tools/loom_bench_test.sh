@@ -58,6 +58,9 @@ head -n 1 "$TMP/out.csv" | grep -q '^op,nranks,bytes,' || fail "CSV header: $(he
 if grep -vqE '^(op,nranks,|allgather,2,)' "$TMP/out.csv"; then
   fail "CSV has foreign lines: $(cat "$TMP/out.csv")"
 fi
+# Further down a shell pipeline inside the rank, the CSV goes through that pipeline.
+"$LOOMRUN" -n 1 -- sh -c "'$BENCH' allgather ${SMALL[*]} --csv | sed 's/^/piped:/'" >"$TMP/piped" 2>/dev/null
+[[ $(grep -c '^\[0\] piped:allgather,1,' "$TMP/piped") -eq 5 ]] || fail "piped CSV: $(cat "$TMP/piped")"
 # ... while with --no-prefix it is the same file.
 "$LOOMRUN" -n 2 --no-prefix -- "$BENCH" allgather "${SMALL[@]}" --csv >"$TMP/np.csv" 2>/dev/null
 [[ $(wc -l <"$TMP/np.csv") -eq $(wc -l <"$TMP/out.csv") ]] || fail "--no-prefix CSV differs"
