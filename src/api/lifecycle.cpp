@@ -102,13 +102,8 @@ std::pair<std::string, uint16_t> parseAddress(const std::string& text, const cha
 void announce(int rank) {
   parseLogLevel(env::debugLevel());
   if (rank != 0) return;
-#if LOOM_HAVE_CUDA
-  constexpr const char* kCuda = "with CUDA";
-#else
-  constexpr const char* kCuda = "without CUDA";
-#endif
   LOOM_LOG(kVersion, kSubsysInit, rank, "Loom version ", LOOM_MAJOR, ".", LOOM_MINOR, ".",
-           LOOM_PATCH, " (", kCuda, ")");
+           LOOM_PATCH);
 }
 
 // The first host of a Slurm node list: "node[03-05,9],gpu1" -> "node03".

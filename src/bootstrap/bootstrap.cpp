@@ -497,10 +497,12 @@ Bootstrap::Bootstrap(const UniqueId& id, int rank, int nranks, const std::string
   wire::sendFrame(root, wire::FrameType::kHello, rank, static_cast<uint64_t>(nranks),
                   encodeBlob(mine), deadline, s.abortFlag);
   uint64_t maxTable = static_cast<uint64_t>(nranks) * (wire::kMaxRendezvousPayload + 8);
-  // A second more than our own timeout: a root that gives up at about the same moment sends
-  // why (which ranks never came), and that beats "timed out waiting for a message".
+  // A little past our own timeout (a quarter of it, at most a second): a root that gives up at
+  // about the same moment sends why (which ranks never came), and that beats "timed out waiting
+  // for a message".
+  const auto grace = std::min<int64_t>(1000, s.timeoutMs / 4);
   std::string table = wire::recvReply(root, std::max(maxTable, kMaxErrorReply),
-                                      deadline + std::chrono::seconds(1), s.abortFlag);
+                                      deadline + std::chrono::milliseconds(grace), s.abortFlag);
   root.close();
   std::vector<std::string> entries = decodeTable(table, nranks, "rendezvous table");
   RankBlob rank0;
