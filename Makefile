@@ -1,9 +1,13 @@
-# Quick start: `make run` (installs, builds, runs a 4-rank collective benchmark) and `make test`.
+# Quick start: `make run` (installs what is missing, builds only the library and the tools it runs,
+# runs a 4-rank collective benchmark against the memcpy bound) and `make test` (everything).
 BUILD ?= build
 BUILD_ASAN ?= build-asan
 JOBS ?= $(shell nproc)
 RANKS ?= 4
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+# make test compiles the CUDA kernels whenever nvcc is there (CI checks them without a GPU);
+# `make test CUDA=OFF` skips them. make run decides for itself (scripts/run.sh).
+CUDA ?= AUTO
 
 .PHONY: all deps build run test bench bench-multinode test-asan format clean
 
@@ -12,23 +16,23 @@ all: build
 deps:
 	@scripts/install_deps.sh
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo
-
-build: deps $(BUILD)/CMakeCache.txt
+build: deps
+	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CUDA=$(CUDA)
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: allreduce and allgather across $(RANKS) local ranks, results checked.
-run: build
-	$(BUILD)/tools/loomrun -n $(RANKS) --timeout 600 -- $(BUILD)/tools/loom-bench allreduce -b 8 -e 64M -f 4 -c 1
-	$(BUILD)/tools/loomrun -n $(RANKS) --timeout 600 -- $(BUILD)/tools/loom-bench allgather -b 8 -e 64M -f 4 -c 1
+# The main job: allreduce and allgather across $(RANKS) local ranks, results checked, against the
+# memcpy bound. Builds only the library, loomrun and loom-bench; CUDA only where a GPU is.
+run:
+	@BUILD=$(BUILD) RANKS=$(RANKS) JOBS=$(JOBS) scripts/run.sh
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 1800
 	scripts/python_test.sh
 
-# Loom vs Open MPI (and Gloo where torch is installed) and the memcpy bound, side by side.
-bench: build
+# Loom vs Open MPI (and Gloo where torch is installed) and the memcpy bound, side by side: tables
+# and one plot per collective (bench/plot.py) beside the CSV in bench/results/.
+bench:
+	@BUILD=$(BUILD) JOBS=$(JOBS) scripts/run.sh --build-only
 	@scripts/install_deps.sh bench
 	bench/run_cpu.sh $(shell n=$$(nproc); [ $$n -lt 2 ] && n=2; echo $$n) $(or $(MAXBYTES),256M)
 

@@ -143,4 +143,10 @@ if ! "$PYTHON" "$ROOT/bench/tables.py" "$OUT"; then
   note "tables.py failed"
   failed=1
 fi
+# One PNG per op beside the CSV: busbw against size for Loom, its peers and the memcpy bound.
+if "$PYTHON" -c "import matplotlib" 2>/dev/null; then
+  "$PYTHON" "$ROOT/bench/plot.py" "$OUT" >&2 || { note "plot.py failed"; failed=1; }
+else
+  note "no matplotlib for $PYTHON: no plots (scripts/install_deps.sh plot)"
+fi
 exit "$failed"

@@ -7,7 +7,8 @@ Usage: python3 bench/tables.py [--peak GBPS] [RESULTS.csv ...]
 
 Per op, one row per size:
   size | loom us | mpi us | gloo us | loom/mpi | loom busbw GB/s | mpi busbw
-    | loom busbw / memcpy bound
+    | memcpy bound GB/s | loom busbw / memcpy bound
+(a peer absent from the file gets no columns).
 loom/mpi is the time ratio (below 1: Loom is faster). Loom's out-of-place numbers are used,
 since the peers measure out-of-place only. The memcpy bound is the per-process copy bandwidth
 of NRANKS processes copying at once, at the same size (or the nearest size measured).
@@ -148,25 +149,38 @@ def render(path, out):
         sample = next(iter(loom.values() or mpi.values() or gloo.values()))
         out.write(f"### {op} ({sample['dtype']}, {sample['redop']}, "
                   f"{'/'.join(map(str, ranks))} ranks)\n\n")
-        out.write("| size | loom us | mpi us | gloo us | loom/mpi | loom busbw GB/s | mpi busbw "
-                  "| loom busbw / memcpy bound |\n")
-        out.write("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+        # Peers that did not run (make run measures Loom and the bound only) get no column.
+        cols = [("size", lambda b, l, m, g, bound: human_bytes(b)),
+                ("loom us", lambda b, l, m, g, bound: fmt(l[0]))]
+        if mpi:
+            cols.append(("mpi us", lambda b, l, m, g, bound: fmt(m[0])))
+        if gloo:
+            cols.append(("gloo us", lambda b, l, m, g, bound: fmt(g[0])))
+        if mpi:
+            cols.append(("loom/mpi", lambda b, l, m, g, bound:
+                         fmt(l[0] / m[0] if l[0] and m[0] else None)))
+        cols.append(("loom busbw GB/s", lambda b, l, m, g, bound: fmt(l[1])))
+        if mpi:
+            cols.append(("mpi busbw", lambda b, l, m, g, bound: fmt(m[1])))
+        if memcpy:
+            cols.append(("memcpy bound GB/s", lambda b, l, m, g, bound: fmt(bound)))
+        cols.append(("loom busbw / memcpy bound", lambda b, l, m, g, bound:
+                     fmt(l[1] / bound if l[1] is not None and bound else None)))
+        out.write("| " + " | ".join(c[0] for c in cols) + " |\n")
+        out.write("|" + "---:|" * len(cols) + "\n")
         wrong = 0
+
+        def times(r):
+            return (number(r["oop_us"]), number(r["oop_busbw"])) if r else (None, None)
+
         for nbytes in sizes:
             lr, mr, gr = loom.get(nbytes), mpi.get(nbytes), gloo.get(nbytes)
-            l_us = number(lr["oop_us"]) if lr else None
-            m_us = number(mr["oop_us"]) if mr else None
-            g_us = number(gr["oop_us"]) if gr else None
-            l_bus = number(lr["oop_busbw"]) if lr else None
-            m_bus = number(mr["oop_busbw"]) if mr else None
             bound_row = nearest(memcpy, nbytes)
             bound = number(bound_row["oop_busbw"]) if bound_row else None
-            ratio = l_us / m_us if l_us and m_us else None
-            of_bound = l_bus / bound if l_bus is not None and bound else None
             if lr:
                 wrong += sum(int(number(lr[c]) or 0) for c in ("oop_wrong", "ip_wrong"))
-            out.write(f"| {human_bytes(nbytes)} | {fmt(l_us)} | {fmt(m_us)} | {fmt(g_us)} "
-                      f"| {fmt(ratio)} | {fmt(l_bus)} | {fmt(m_bus)} | {fmt(of_bound)} |\n")
+            cells = [c[1](nbytes, times(lr), times(mr), times(gr), bound) for c in cols]
+            out.write("| " + " | ".join(cells) + " |\n")
         algos = sorted({r["algo"] for r in loom.values()})
         notes = []
         if algos:

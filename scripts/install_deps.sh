@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Loom needs, from Debian packages, only where missing.
-# Usage: scripts/install_deps.sh [bench]   (bench: also Open MPI's compiler for the peer benchmark)
+# Usage: scripts/install_deps.sh [bench|plot]   (bench: also Open MPI's compiler for the peer
+# benchmark and matplotlib for its plots; plot: matplotlib only, for loom-bench --plot)
 set -euo pipefail
 
 need=()
@@ -24,6 +25,9 @@ have nft || need+=(nftables)
 have mpirun || need+=(openmpi-bin)
 if [[ "${1:-}" == bench ]]; then
   have mpicc || need+=(libopenmpi-dev)
+fi
+if [[ "${1:-}" == bench || "${1:-}" == plot ]]; then
+  python3 -c "import matplotlib" 2>/dev/null || need+=(python3-matplotlib)
 fi
 ((${#need[@]} == 0)) && exit 0
 

@@ -70,8 +70,8 @@ std::string selectCudaDevice() {
     std::exit(1);
   }
   // The launcher's local rank; without one, the global rank (one host, one rank per device).
-  int localRank = firstIntFromEnv(
-      {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "LOOM_RANK", "RANK", "OMPI_COMM_WORLD_RANK"});
+  int localRank = firstIntFromEnv({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                   "LOOM_RANK", "RANK", "OMPI_COMM_WORLD_RANK"});
   if (localRank < 0) localRank = 0;
   const int device = localRank % count;
   checkCuda(cudaSetDevice(device), "cudaSetDevice");

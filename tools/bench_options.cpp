@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string_view>
@@ -152,6 +153,8 @@ std::vector<size_t> sizeSteps(const BenchOptions& options) {
     if (steps.empty() || steps.back() != bytes) steps.push_back(bytes);
     if (s == 0) break;
   }
+  // -e is inclusive (the size asked for is measured) even where the factor steps over it.
+  if (!steps.empty() && steps.back() < options.maxBytes) steps.push_back(options.maxBytes);
   return steps;
 }
 
@@ -185,19 +188,54 @@ CallShape callShape(BenchOp op, size_t bytes, size_t elemSize, int nranks) {
   return s;
 }
 
+std::string humanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), unit == 0 || bytes == std::floor(bytes) ? "%.0f %s" : "%.1f %s",
+                bytes, units[unit]);
+  return text;
+}
+
+std::string memoryShortfall(const BenchOptions& options, size_t availableBytes, int localRanks,
+                            const char* where) {
+  // A send and a receive buffer of -e bytes each per rank (bench_host.cpp, bench_gpu.cpp).
+  const double perRank = 2.0 * static_cast<double>(options.maxBytes);
+  const double needed = perRank * localRanks;
+  if (needed <= static_cast<double>(availableBytes)) return "";
+  std::string text = "-e " + humanBytes(static_cast<double>(options.maxBytes)) + " needs " +
+                     humanBytes(perRank) + " of " + where +
+                     " per rank (a send and a receive buffer)";
+  if (localRanks > 1) {
+    text += ", " + humanBytes(needed) + " for the " + std::to_string(localRanks) +
+            " ranks on this host";
+  }
+  return text + ", but only " + humanBytes(static_cast<double>(availableBytes)) +
+         " is available: lower -e or run fewer ranks per host";
+}
+
 std::string usageText() {
   return "Usage: loom-bench OP [options]\n"
          "\n"
          "OP: allreduce allgather reducescatter broadcast reduce alltoall gather scatter\n"
          "    sendrecv\n"
-         "Run one process per rank under a launcher (loomrun, torchrun, mpirun); rank 0 prints.\n"
+         "Run one process per rank under a launcher (loomrun, torchrun, mpirun, srun), or alone\n"
+         "as a single rank; rank 0 prints.\n"
          "\n"
          "Options (as nccl-tests):\n"
          "  -b BYTES    smallest size (default 8; K/M/G suffixes)\n"
-         "  -e BYTES    largest size (default 256M)\n"
+         "  -e BYTES    largest size, measured even where -f steps over it (default 256M)\n"
          "  -f FACTOR   size multiplier between steps (default 2)\n"
          "  -n ITERS    timed iterations per size (default 20)\n"
          "  -w ITERS    warm-up iterations per size (default 5)\n"
+         "  -m N        calls per timed step, issued in one group (default 1)\n"
+         "  -a 0..3     time reported: 0 rank 0, 1 mean, 2 fastest, 3 slowest rank (default 3;\n"
+         "              nccl-tests' default is 1)\n"
+         "  -z 0|1      wait for each call to complete before the next (default 0)\n"
          "  -c 0|1      check results in a separate, untimed pass (default 1)\n"
          "  -d TYPE     int8 uint8 int32 uint32 int64 uint64 half float double bfloat16\n"
          "              fp8e4m3 fp8e5m2 fp8e4m3b15, or all (default float)\n"
@@ -205,14 +243,18 @@ std::string usageText() {
          "  -r ROOT     root rank of broadcast, reduce, gather, scatter (default 0)\n"
          "  --csv       one comma-separated line per size instead of the table\n"
          "  --csv FILE  the table on stdout, and the comma-separated lines into FILE\n"
-         "  -h          show this help\n"
+         "  -J FILE     the run as JSON into FILE (nccl-tests' -J; FILE.csv: as --csv FILE)\n"
+         "  --plot FILE.png  busbw against size (and the --vs peer's) drawn by bench/plot.py\n"
+         "              (needs python3 with matplotlib: scripts/install_deps.sh plot)\n"
+         "  -g 1, -t 1  one device and one thread per process: run more ranks instead\n"
+         "  -h, --version  show this help, the version\n"
          "\n"
          "GPU options:\n"
          "  --device D  cpu, cuda or auto (default auto: cuda when built with CUDA and\n"
          "              there is a GPU for every local rank, else cpu); each rank uses\n"
          "              device LOCAL_RANK % device count\n"
          "  --graph 0|1 capture the -n calls of each size into one CUDA graph and time its\n"
-         "              launch (default 0)\n"
+         "              launch (default 0); -G N is the same with N > 0\n"
          "  --vs nccl   also time NCCL on the same buffers and print its time, its busbw and\n"
          "              the loom/nccl time ratio; NCCL is loaded at run time: libnccl.so.2,\n"
          "              or the file $LOOM_BENCH_NCCL names\n"
@@ -230,6 +272,10 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
     result.outcome = ParseOutcome::kHelp;
     return result;
   }
+  if (opName == "--version" || opName == "-V") {
+    result.outcome = ParseOutcome::kVersion;
+    return result;
+  }
   bool found = false;
   for (const OpInfo& i : kOps) {
     if (opName == i.name) {
@@ -243,6 +289,10 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
     std::string flag = argv[i];
     if (flag == "-h" || flag == "--help") {
       result.outcome = ParseOutcome::kHelp;
+      return result;
+    }
+    if (flag == "--version") {
+      result.outcome = ParseOutcome::kVersion;
       return result;
     }
     if (flag == "--csv") {
@@ -259,7 +309,48 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
       if (opts.csvPath.empty()) return usageError("--csv= needs a file name");
       continue;
     }
-    if (i + 1 >= argc) return usageError("flag " + flag + " needs a value");
+    if (i + 1 >= argc) {
+      static const char* const kValued[] = {"-b",
+                                            "-e",
+                                            "-f",
+                                            "-n",
+                                            "-w",
+                                            "-m",
+                                            "-a",
+                                            "-z",
+                                            "-g",
+                                            "-t",
+                                            "-G",
+                                            "-J",
+                                            "-c",
+                                            "-r",
+                                            "-d",
+                                            "-o",
+                                            "--minbytes",
+                                            "--maxbytes",
+                                            "--stepfactor",
+                                            "--iters",
+                                            "--warmup_iters",
+                                            "--agg_iters",
+                                            "--average",
+                                            "--blocking",
+                                            "--ngpus",
+                                            "--nthreads",
+                                            "--cudagraph",
+                                            "--output_file",
+                                            "--plot",
+                                            "--check",
+                                            "--root",
+                                            "--datatype",
+                                            "--op",
+                                            "--device",
+                                            "--graph",
+                                            "--vs"};
+      for (const char* known : kValued) {
+        if (flag == known) return usageError("flag " + flag + " needs a value");
+      }
+      return usageError("unknown flag '" + flag + "'");
+    }
     std::string value = argv[++i];
     auto bad = [&]() { return usageError("invalid value '" + value + "' for " + flag); };
     if (flag == "-b" || flag == "--minbytes") {
@@ -278,6 +369,41 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
       auto v = parseInt(value, 0, 1 << 30);
       if (!v) return bad();
       opts.warmupIters = static_cast<int>(*v);
+    } else if (flag == "-m" || flag == "--agg_iters") {
+      auto v = parseInt(value, 1, 1 << 20);
+      if (!v) return bad();
+      opts.aggIters = static_cast<int>(*v);
+    } else if (flag == "-a" || flag == "--average") {
+      auto v = parseInt(value, 0, 3);
+      if (!v) return bad();
+      opts.average = static_cast<int>(*v);
+    } else if (flag == "-z" || flag == "--blocking") {
+      auto v = parseInt(value, 0, 1);
+      if (!v) return bad();
+      opts.blocking = *v == 1;
+    } else if (flag == "-g" || flag == "--ngpus" || flag == "-t" || flag == "--nthreads") {
+      auto v = parseInt(value, 1, 1 << 20);
+      if (!v) return bad();
+      const bool gpus = flag == "-g" || flag == "--ngpus";
+      if (*v != 1) {
+        opts.notes.push_back(flag + " " + value + " ignored: a Loom rank is one process with " +
+                             (gpus ? "one device" : "one thread") + "; run " + value +
+                             " times as many ranks instead (loomrun -n)");
+      }
+    } else if (flag == "-G" || flag == "--cudagraph") {
+      auto v = parseInt(value, 0, 1 << 20);
+      if (!v) return bad();
+      opts.graph = *v > 0;
+      if (*v > 1) {
+        opts.notes.push_back("-G " + value + ": the -n calls are captured into one graph and " +
+                             "launched once per size, not " + value + " times");
+      }
+    } else if (flag == "-J" || flag == "--output_file") {
+      // As nccl-tests: the suffix says the format.
+      const bool csv = value.size() > 4 && value.compare(value.size() - 4, 4, ".csv") == 0;
+      (csv ? opts.csvPath : opts.jsonPath) = value;
+    } else if (flag == "--plot") {
+      opts.plotPath = value;
     } else if (flag == "-c" || flag == "--check") {
       auto v = parseInt(value, 0, 1);
       if (!v) return bad();

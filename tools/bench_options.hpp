@@ -41,18 +41,25 @@ struct BenchOptions {
   double stepFactor = 2;
   int iters = 20;
   int warmupIters = 5;
+  int aggIters = 1;       // -m: calls per timed step, issued in one group
+  int average = 3;        // -a: time reported 0 rank 0, 1 mean, 2 fastest, 3 slowest rank
+  bool blocking = false;  // -z 1: wait for each call's completion before issuing the next
   bool check = true;
   std::vector<loomDataType_t> dtypes{loomFloat};
   std::vector<loomRedOp_t> redops{loomSum};
   int root = 0;
-  bool csv = false;     // --csv alone: CSV on stdout instead of the table
-  std::string csvPath;  // --csv FILE: the table on stdout, CSV into FILE
+  bool csv = false;      // --csv alone: CSV on stdout instead of the table
+  std::string csvPath;   // --csv FILE: the table on stdout, CSV into FILE
+  std::string jsonPath;  // -J FILE: the run as JSON (nccl-tests' -J)
+  std::string plotPath;  // --plot FILE.png: busbw against size, drawn by bench/plot.py
+  // One line each for nccl-tests flags that mean nothing to Loom (-g 2: one device per process).
+  std::vector<std::string> notes;
   DeviceChoice device = DeviceChoice::kAuto;
   bool graph = false;   // CUDA only: time the -n calls as one captured CUDA graph
   bool vsNccl = false;  // CUDA only: time NCCL on the same buffers too
 };
 
-enum class ParseOutcome { kRun, kHelp, kUsageError };
+enum class ParseOutcome { kRun, kHelp, kVersion, kUsageError };
 
 struct ParseResult {
   ParseOutcome outcome = ParseOutcome::kUsageError;
@@ -61,6 +68,12 @@ struct ParseResult {
 };
 
 ParseResult parseCommandLine(int argc, const char* const* argv);
+// "-e 64M needs 128 MiB per rank ..." when the buffers of `localRanks` ranks would not fit in
+// `availableBytes` of memory; "" when they fit.
+std::string memoryShortfall(const BenchOptions& options, size_t availableBytes, int localRanks,
+                            const char* where);
+// "1.5 GiB", "64 MiB", "8 B".
+std::string humanBytes(double bytes);
 // nccl-tests' spellings, as the table and the CSV print them.
 const char* typeName(loomDataType_t type);
 const char* redOpName(loomRedOp_t op);
@@ -69,7 +82,8 @@ std::string usageText();
 // "8", "64K", "1.5M", "2G" (binary multiples); nothing else.
 bool parseSize(const std::string& text, size_t* bytes);
 
-// The sizes a run visits: minBytes, then times stepFactor while <= maxBytes.
+// The sizes a run visits: minBytes, then times stepFactor while <= maxBytes, and maxBytes itself
+// where the factor steps over it (-b 8 -e 64M -f 4 ends at 64 MiB, not 32 MiB).
 std::vector<size_t> sizeSteps(const BenchOptions& options);
 
 // One call's shape. `count` is the count argument of the Loom call; the buffers hold sendElems

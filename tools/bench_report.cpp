@@ -1,6 +1,11 @@
 #include "bench_report.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace loom::bench {
@@ -41,6 +46,23 @@ Reporter::~Reporter() {
 bool Reporter::open() {
   if (opts_.csv) {
     csv_ = stdout;
+    // Under loomrun, whose prefix ("[0] ") would break the CSV, write to loomrun's own stdout:
+    // "FD:INODE", used only while our stdout is still the pipe INODE loomrun reads.
+    const char* raw = std::getenv("LOOMRUN_STDOUT_FD");
+    struct stat out {};
+    unsigned long long inode = 0;
+    int fd = -1;
+    if (raw != nullptr && std::sscanf(raw, "%d:%llu", &fd, &inode) == 2 &&
+        ::fstat(STDOUT_FILENO, &out) == 0 && S_ISFIFO(out.st_mode) && out.st_ino == inode) {
+      int copy = ::dup(fd);
+      FILE* raw = copy >= 0 ? ::fdopen(copy, "w") : nullptr;
+      if (raw != nullptr) {
+        csv_ = raw;
+        ownsCsv_ = true;
+      } else if (copy >= 0) {
+        ::close(copy);
+      }
+    }
     return true;
   }
   if (opts_.csvPath.empty()) return true;
@@ -80,6 +102,16 @@ void Reporter::tableHeader() const {
       "validation: %d\n",
       opts_.minBytes, opts_.maxBytes, opts_.stepFactor, opts_.warmupIters, opts_.iters,
       opts_.check ? 1 : 0);
+  if (opts_.aggIters > 1 || opts_.blocking || opts_.average != 3) {
+    static const char* const kAverage[] = {"rank 0", "mean", "fastest rank", "slowest rank"};
+    std::printf("# agg iters: %d blocking: %d time: %s\n", opts_.aggIters, opts_.blocking ? 1 : 0,
+                kAverage[opts_.average]);
+  }
+  if (!layout_.rankLines.empty()) {
+    std::printf("#\n# Using devices\n");
+    for (const std::string& line : layout_.rankLines) std::printf("#  %s\n", line.c_str());
+  }
+  if (!layout_.runsOn.empty()) std::printf("# %s\n", layout_.runsOn.c_str());
   if (!layout_.deviceLine.empty()) std::printf("%s\n", layout_.deviceLine.c_str());
   std::printf("#\n");
   if (layout_.peer) {
@@ -122,6 +154,7 @@ void Reporter::row(const Row& row) {
   }
   if (csv_ != nullptr) csvRow(row);
   if (table_) tableRow(row);
+  rows_.push_back(row);
 }
 
 void Reporter::csvRow(const Row& row) const {
@@ -177,17 +210,114 @@ void Reporter::tableRow(const Row& row) const {
   std::fflush(stdout);
 }
 
-void Reporter::footer(int64_t totalWrong) {
-  if (!table_) return;
-  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(totalWrong),
-              totalWrong == 0 ? "OK" : "FAILED");
-  std::printf("# Avg bus bandwidth    : %g\n", busbwCount_ ? busbwSum_ / busbwCount_ : 0.0);
-  if (layout_.peer) {
-    std::printf("# Avg NCCL bus bandwidth: %g\n",
-                peerBusbwCount_ ? peerBusbwSum_ / peerBusbwCount_ : 0.0);
+bool Reporter::footer(int64_t totalWrong) {
+  if (table_) {
+    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(totalWrong),
+                totalWrong == 0 ? "OK" : "FAILED");
+    std::printf("# Avg bus bandwidth    : %g GB/s\n", busbwCount_ ? busbwSum_ / busbwCount_ : 0.0);
+    if (layout_.peer) {
+      std::printf("# Avg NCCL bus bandwidth: %g GB/s\n",
+                  peerBusbwCount_ ? peerBusbwSum_ / peerBusbwCount_ : 0.0);
+    }
+    std::printf("#\n");
+    std::fflush(stdout);
   }
-  std::printf("#\n");
-  std::fflush(stdout);
+  bool ok = true;
+  if (!opts_.jsonPath.empty()) ok = writeJson(opts_.jsonPath, totalWrong) && ok;
+  written_ = ok;
+  return ok;
+}
+
+namespace {
+std::string jsonString(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escape[8];
+      std::snprintf(escape, sizeof(escape), "\\u%04x", c);
+      out += escape;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// JSON has no NaN: a pass that did not run is null.
+std::string jsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.6g", v);
+  return text;
+}
+
+std::string jsonPass(const PassResult& p, bool peer, const std::string& peerName) {
+  if (!p.ran) return "null";
+  std::string out = "{\"time_us\": " + jsonNumber(p.seconds * 1e6) +
+                    ", \"algbw_gbs\": " + jsonNumber(p.algbw) +
+                    ", \"busbw_gbs\": " + jsonNumber(p.busbw) +
+                    ", \"wrong\": " + (p.checked ? std::to_string(p.wrong) : std::string("null"));
+  if (peer && p.peer.ran) {
+    out += ", " + jsonString(peerName) + ": {\"time_us\": " + jsonNumber(p.peer.seconds * 1e6) +
+           ", \"algbw_gbs\": " + jsonNumber(p.peer.algbw) +
+           ", \"busbw_gbs\": " + jsonNumber(p.peer.busbw) + "}";
+  }
+  return out + "}";
+}
+}  // namespace
+
+// The shape of nccl-tests' -J output: the run's parameters, then one object per size.
+bool Reporter::writeJson(const std::string& path, int64_t totalWrong) const {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "loom-bench: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+    return false;
+  }
+  int version = 0;
+  loomGetVersion(&version);
+  std::fprintf(f, "{\n  \"tool\": \"loom-bench\",\n  \"version\": \"%d.%d.%d\",\n", version / 10000,
+               version / 100 % 100, version % 100);
+  std::fprintf(f,
+               "  \"config\": {\"op\": %s, \"nranks\": %d, \"minbytes\": %zu, "
+               "\"maxbytes\": %zu, \"stepfactor\": %g, \"iters\": %d, \"warmup_iters\": %d, "
+               "\"agg_iters\": %d, \"blocking\": %d, \"average\": %d, \"check\": %d, "
+               "\"device\": %s, \"graph\": %d, \"peer\": %s},\n",
+               jsonString(benchOpName(opts_.op)).c_str(), nranks_, opts_.minBytes, opts_.maxBytes,
+               opts_.stepFactor, opts_.iters, opts_.warmupIters, opts_.aggIters,
+               opts_.blocking ? 1 : 0, opts_.average, opts_.check ? 1 : 0,
+               jsonString(layout_.deviceName).c_str(), layout_.graph ? 1 : 0,
+               layout_.peer ? jsonString(layout_.peerName).c_str() : "null");
+  std::fprintf(f, "  \"runs_on\": %s,\n  \"ranks\": [", jsonString(layout_.runsOn).c_str());
+  for (size_t i = 0; i < layout_.rankLines.size(); ++i) {
+    std::fprintf(f, "%s%s", i ? ", " : "", jsonString(layout_.rankLines[i]).c_str());
+  }
+  std::fprintf(f, "],\n  \"results\": [\n");
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const Row& r = rows_[i];
+    std::fprintf(f,
+                 "    {\"size\": %zu, \"count\": %zu, \"type\": %s, \"redop\": %s, "
+                 "\"root\": %d, \"algo\": %s, \"out_of_place\": %s, \"in_place\": %s}%s\n",
+                 r.bytes, r.elems, jsonString(typeName(r.dtype)).c_str(),
+                 jsonString(benchOpReduces(opts_.op) ? redOpName(r.redop) : "none").c_str(),
+                 benchOpHasRoot(opts_.op) ? opts_.root : -1, jsonString(r.algo).c_str(),
+                 jsonPass(r.oop, layout_.peer, layout_.peerName).c_str(),
+                 jsonPass(r.ip, layout_.peer, layout_.peerName).c_str(),
+                 i + 1 < rows_.size() ? "," : "");
+  }
+  std::fprintf(f, "  ],\n  \"wrong\": %lld,\n  \"avg_busbw_gbs\": %s",
+               static_cast<long long>(totalWrong),
+               jsonNumber(busbwCount_ ? busbwSum_ / busbwCount_ : 0.0).c_str());
+  if (layout_.peer) {
+    std::fprintf(f, ",\n  \"avg_peer_busbw_gbs\": %s",
+                 jsonNumber(peerBusbwCount_ ? peerBusbwSum_ / peerBusbwCount_ : 0.0).c_str());
+  }
+  std::fprintf(f, "\n}\n");
+  const bool ok = std::fclose(f) == 0;
+  if (!ok) std::fprintf(stderr, "loom-bench: cannot write %s\n", path.c_str());
+  return ok;
 }
 
 }  // namespace loom::bench

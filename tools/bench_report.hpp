@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "bench_options.hpp"
 #include "loom/loom.h"
@@ -47,6 +48,10 @@ struct ReportLayout {
   bool graph = false;
   bool peer = false;       // the table shows the peer's time, busbw and the time ratio
   std::string deviceLine;  // one more header line of the table, "" for none
+  // nccl-tests' "# Using devices" block (one line per rank) and where the run went (CPU/GPU).
+  std::vector<std::string> rankLines;
+  std::string runsOn;
+  std::string peerName = "nccl";  // the --vs library, in the JSON and the plot
 };
 
 // Prints on rank 0 only: the caller makes no calls on other ranks.
@@ -61,12 +66,16 @@ class Reporter {
   bool open();
   void header();
   void row(const Row& row);
-  void footer(int64_t totalWrong);
+  // False when the -J or --plot file could not be written (the reason is on stderr).
+  bool footer(int64_t totalWrong);
+  // Whether the footer wrote its files (-J, --plot's data).
+  bool written() const { return written_; }
 
  private:
   void tableHeader() const;
   void tableRow(const Row& row) const;
   void csvRow(const Row& row) const;
+  bool writeJson(const std::string& path, int64_t totalWrong) const;
 
   const BenchOptions& opts_;
   int nranks_;
@@ -74,6 +83,8 @@ class Reporter {
   bool table_;
   FILE* csv_ = nullptr;  // stdout, the --csv file, or none
   bool ownsCsv_ = false;
+  std::vector<Row> rows_;  // for -J and --plot
+  bool written_ = false;
   double busbwSum_ = 0;
   int busbwCount_ = 0;
   double peerBusbwSum_ = 0;

@@ -18,7 +18,8 @@ void die(const char* call, loomResult_t r) {
 
 loomComm_t joinOrAlone() {
   loomComm_t comm = nullptr;
-  if (std::getenv("LOOM_RANK") || std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK")) {
+  if (std::getenv("LOOM_RANK") || std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK") ||
+      std::getenv("SLURM_PROCID")) {
     loomResult_t r = loomCommInitFromEnv(&comm, nullptr);
     if (r != loomSuccess) die("loomCommInitFromEnv", r);
     return comm;
@@ -44,12 +45,18 @@ int main(int argc, char** argv) {
       algos = true;
     } else if (std::strcmp(argv[i], "--topology") == 0) {
       topology = true;
+    } else if (std::strcmp(argv[i], "--version") == 0) {
+      std::printf("loom-info (Loom) %d.%d.%d\n", LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH);
+      return 0;
     } else {
-      std::printf(
+      const bool help = std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0;
+      std::fprintf(
+          help ? stdout : stderr,
           "usage: loom-info [--algos] [--topology]\n  run under loomrun -n N to see the table for "
           "N "
-          "ranks; --topology: nodes, leaders, and each rank's transport to every peer\n");
-      return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
+          "ranks; --topology: nodes, leaders, and each rank's transport to every peer; "
+          "--version\n");
+      return help ? 0 : 2;
     }
   }
   int version = 0;

@@ -6,10 +6,12 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -21,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/loom.h"
 #include "loomrun_job.hpp"
 #include "loomrun_nodes.hpp"
 #include "loomrun_options.hpp"
@@ -76,7 +79,23 @@ void ensureStandardFds() {
 struct Stream {
   int fd = -1;
   std::optional<LineForwarder> forwarder;
+  // stderr only: the first line that reads like an error, for the failure summary.
+  bool watch = false;
+  std::string firstError;
+  std::string firstLine;  // when no line reads like an error
+  std::string partialLine;
 };
+
+// Whether a line of a rank's stderr reads like the reason it failed.
+bool looksLikeError(const std::string& line) {
+  std::string lower = line;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* word : {"error", "fail", "exception", "traceback", "abort", "terminate"}) {
+    if (lower.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
 
 struct Rank {
   int localRank = 0;
@@ -85,6 +104,7 @@ struct Rank {
   bool reaped = true;  // until it is started
   Stream out;
   Stream err;
+  std::string outcome;  // "exited with status 3", "killed by signal 9 (Killed)"
 
   bool hasOpenPipes() const { return out.fd >= 0 || err.fd >= 0; }
 };
@@ -117,8 +137,13 @@ class Launcher {
   void onNodeEvent(const NodeEvent& event);
   void signalRanks(int sig);
   void message(const std::string& text);
+  // torchrun's "Root Cause": which rank failed first, where, how, and its first error line.
+  void failureSummary();
 
   LaunchOptions options_;
+  // A copy of our stdout that ranks inherit (LOOMRUN_STDOUT_FD) while their lines are prefixed:
+  // a rank writing machine-readable output (loom-bench --csv) writes it there unprefixed.
+  int rawStdout_ = -1;
   OutputSink stdout_;
   OutputSink stderr_;
   std::vector<Rank> ranks_;
@@ -131,6 +156,7 @@ class Launcher {
   std::optional<Clock::time_point> jobDeadline_;
   std::optional<Clock::time_point> killDeadline_;
   std::optional<Clock::time_point> drainDeadline_;
+  int firstFailed_ = -1;  // index into ranks_ of the rank whose failure stopped the job
 };
 
 void Launcher::message(const std::string& text) { stderr_.write("loomrun: " + text + "\n"); }
@@ -192,7 +218,24 @@ int Launcher::run() {
     closeStream(rank.out);
     closeStream(rank.err);
   }
+  if (firstFailed_ >= 0) failureSummary();
   return phase_ == Phase::kRunning ? 0 : exitCode_;
+}
+
+void Launcher::failureSummary() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  const Rank& rank = ranks_[static_cast<size_t>(firstFailed_)];
+  std::string text = "job failed. Root cause (first rank to fail):\n";
+  text += "  rank      : " + std::to_string(rank.globalRank) + " (local rank " +
+          std::to_string(rank.localRank) + ")\n";
+  text += "  host      : " + std::string(host) + "\n";
+  text += "  pid       : " + std::to_string(rank.pid) + "\n";
+  text += "  exit      : " + rank.outcome + "\n";
+  const std::string& first =
+      !rank.err.firstError.empty() ? rank.err.firstError : rank.err.firstLine;
+  text += "  first error: " + (first.empty() ? std::string("(its stderr was empty)") : first);
+  message(text);
 }
 
 void Launcher::startRanks(const JobInfo& job) {
@@ -217,15 +260,6 @@ void Launcher::startRanks(const JobInfo& job) {
 
 bool Launcher::startRank(Rank& rank, const JobInfo& job, int stdinFd) {
   // Everything the child needs is built before fork; after it only async-signal-safe calls run.
-  std::vector<std::string> envStrings = rankEnvironment(options_, job, rank.localRank);
-  std::vector<char*> envp;
-  for (std::string& entry : envStrings) envp.push_back(entry.data());
-  envp.push_back(nullptr);
-  std::vector<char*> argv;
-  for (std::string& word : options_.command) argv.push_back(word.data());
-  argv.push_back(nullptr);
-  std::string execError = "loomrun: cannot execute '" + options_.command[0] + "': ";
-
   int outPipe[2];
   int errPipe[2];
   if (::pipe2(outPipe, O_CLOEXEC) != 0) {
@@ -241,6 +275,23 @@ bool Launcher::startRank(Rank& rank, const JobInfo& job, int stdinFd) {
     return false;
   }
 
+  std::vector<std::string> envStrings = rankEnvironment(options_, job, rank.localRank);
+  if (options_.prefix && rawStdout_ < 0) rawStdout_ = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  struct stat pipeStat {};
+  if (rawStdout_ >= 0 && ::fstat(outPipe[1], &pipeStat) == 0) {
+    // With the pipe's identity, so that only a program whose stdout is still this very pipe
+    // (not one further down a shell pipeline) bypasses it.
+    envStrings.push_back("LOOMRUN_STDOUT_FD=" + std::to_string(rawStdout_) + ":" +
+                         std::to_string(pipeStat.st_ino));
+  }
+  std::vector<char*> envp;
+  for (std::string& entry : envStrings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  for (std::string& word : options_.command) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  std::string execError = "loomrun: cannot execute '" + options_.command[0] + "': ";
+
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -252,6 +303,7 @@ bool Launcher::startRank(Rank& rank, const JobInfo& job, int stdinFd) {
     if (stdinFd >= 0 && stdinFd != STDIN_FILENO) ::dup2(stdinFd, STDIN_FILENO);
     ::dup2(outPipe[1], STDOUT_FILENO);
     ::dup2(errPipe[1], STDERR_FILENO);
+    if (rawStdout_ >= 0) ::fcntl(rawStdout_, F_SETFD, 0);  // inherited across exec
     ::execvpe(argv[0], argv.data(), envp.data());
     // One write, so the message arrives whole even if a sibling's failure stops us right away.
     int code = (errno == ENOENT || errno == ENOTDIR) ? 127 : 126;
@@ -287,6 +339,7 @@ bool Launcher::startRank(Rank& rank, const JobInfo& job, int stdinFd) {
   rank.out.forwarder.emplace(&stdout_, prefix);
   rank.err.fd = errPipe[0];
   rank.err.forwarder.emplace(&stderr_, prefix);
+  rank.err.watch = true;
   for (int fd : {outPipe[0], errPipe[0]}) {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
@@ -440,10 +493,14 @@ void Launcher::onRankExit(Rank& rank, int status) {
     int sig = WTERMSIG(status);
     std::string what =
         who + " killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+    rank.outcome = what.substr(who.size() + 1);
+    firstFailed_ = static_cast<int>(&rank - ranks_.data());
     message(what + "; stopping the other ranks");
     stop(128 + sig, what);
   } else {
     std::string what = who + " exited with status " + std::to_string(WEXITSTATUS(status));
+    rank.outcome = what.substr(who.size() + 1);
+    firstFailed_ = static_cast<int>(&rank - ranks_.data());
     message(what + "; stopping the other ranks");
     stop(WEXITSTATUS(status), what);
   }
@@ -455,6 +512,23 @@ bool Launcher::readStream(Stream& stream) {
   ssize_t n = ::read(stream.fd, buffer, sizeof(buffer));
   if (n > 0) {
     stream.forwarder->feed(buffer, static_cast<size_t>(n));
+    if (stream.watch && stream.firstError.empty()) {
+      stream.partialLine.append(buffer, static_cast<size_t>(n));
+      size_t start = 0;
+      for (size_t nl; (nl = stream.partialLine.find('\n', start)) != std::string::npos;
+           start = nl + 1) {
+        std::string line = stream.partialLine.substr(start, nl - start);
+        if (stream.firstLine.empty()) stream.firstLine = line;
+        if (looksLikeError(line)) {
+          stream.firstError = line;
+          break;
+        }
+      }
+      stream.partialLine.erase(0, start);
+      // Only the first error line matters; a line without an end is not kept without bound.
+      if (!stream.firstError.empty() || stream.partialLine.size() > 4096)
+        stream.partialLine.clear();
+    }
     return true;
   }
   if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) closeStream(stream);
@@ -496,6 +570,10 @@ int main(int argc, char** argv) {
       loom::launcher::parseCommandLine(argc, argv, std::getenv("LOOMRUN_TIMEOUT"));
   if (parsed.outcome == ParseOutcome::kHelp) {
     std::fputs(loom::launcher::usageText().c_str(), stdout);
+    return 0;
+  }
+  if (parsed.outcome == ParseOutcome::kVersion) {
+    std::printf("loomrun (Loom) %d.%d.%d\n", LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH);
     return 0;
   }
   if (parsed.outcome == ParseOutcome::kUsageError) {

@@ -136,12 +136,16 @@ std::string usageText() {
          "MASTER_PORT) and Loom's LOOM_COMM_ID and LOOM_JOB_SECRET.\n"
          "\n"
          "Options:\n"
-         "  -n N, -N N, --np N     number of ranks (also --nproc-per-node N)\n"
+         "  -n N, -np N, --np N    number of ranks (also -N N, --nproc-per-node N)\n"
          "  --timeout SEC          stop all ranks after SEC seconds and exit 124\n"
          "                         (default: $LOOMRUN_TIMEOUT, or no timeout)\n"
          "  --grace SEC            delay between SIGTERM and SIGKILL when stopping (default 3)\n"
-         "  --no-prefix            do not prefix output lines with \"[RANK] \"\n"
+         "  --no-prefix            do not prefix output lines with \"[RANK] \"; while they\n"
+         "                         are prefixed, a rank whose stdout is loomrun's pipe (inode\n"
+         "                         INO) finds loomrun's own stdout, for unprefixed data, in\n"
+         "                         LOOMRUN_STDOUT_FD=FD:INO\n"
          "  -h, --help             show this help\n"
+         "  --version              show loomrun's and Loom's version\n"
          "\n"
          "Several nodes (one loomrun per node, as with torchrun):\n"
          "  --nnodes K             number of nodes (loomruns) in the job\n"
@@ -194,6 +198,8 @@ ParseResult parseCommandLine(int argc, const char* const* argv, const char* envT
         name = arg.substr(0, eq);
         inlineValue = arg.substr(eq + 1);
       }
+    } else if (arg == "-np") {
+      name = arg;  // Open MPI's spelling, not -n with the value "p"
     } else if (arg.size() > 2) {
       name = arg.substr(0, 2);
       inlineValue = arg.substr(2);
@@ -210,8 +216,12 @@ ParseResult parseCommandLine(int argc, const char* const* argv, const char* envT
       if (!needsNoValue()) return usageError("option " + name + " takes no value");
       result.outcome = ParseOutcome::kHelp;
       return result;
-    } else if (name == "-n" || name == "-N" || name == "--np" || name == "--nproc-per-node" ||
-               name == "--nproc_per_node") {
+    } else if (name == "--version") {
+      if (!needsNoValue()) return usageError("option " + name + " takes no value");
+      result.outcome = ParseOutcome::kVersion;
+      return result;
+    } else if (name == "-n" || name == "-N" || name == "--np" || name == "-np" ||
+               name == "--nproc-per-node" || name == "--nproc_per_node") {
       std::optional<std::string> value = takeValue();
       if (!value) return usageError("option " + name + " needs a value");
       std::optional<int> count = parseCount(*value);

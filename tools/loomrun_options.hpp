@@ -34,7 +34,7 @@ struct LaunchOptions {
   }
 };
 
-enum class ParseOutcome { kRun, kHelp, kUsageError };
+enum class ParseOutcome { kRun, kHelp, kVersion, kUsageError };
 
 struct ParseResult {
   ParseOutcome outcome = ParseOutcome::kUsageError;

@@ -239,7 +239,10 @@ int main(int argc, char** argv) {
   } else {
     printf("# memcpy_bound: %d concurrent processes, each copying a private buffer\n", procs);
   }
-  for (double s = (double)minBytes; s <= (double)maxBytes * 1.0000001; s *= factor) {
+  /* -e is inclusive, as in loom-bench: the last step is maxBytes where the factor steps over it. */
+  for (double s = (double)minBytes; s <= (double)maxBytes * 1.0000001;
+       s = (s < (double)maxBytes && s * factor > (double)maxBytes * 1.0000001) ? (double)maxBytes
+                                                                               : s * factor) {
     size_t bytes = (size_t)s;
     long iters = minIters;
     /* A single size (-s) honors -n exactly; a sweep scales iterations per size. */
@@ -257,7 +260,7 @@ int main(int argc, char** argv) {
           bytes, aggregate, 2 * aggregate, perProc, 2 * perProc);
     }
     fflush(stdout);
-    if (minBytes == maxBytes) break;
+    if (minBytes == maxBytes || bytes >= maxBytes) break;
   }
   return 0;
 }

@@ -18,36 +18,111 @@ cause; a bad argument raises :class:`ValueError` and leaves the communicator usa
 from ._loom import LoomError, ReduceOp, get_unique_id, version
 from ._loom import Comm as _NativeComm
 
-__all__ = ["Comm", "LoomError", "ReduceOp", "get_unique_id", "version"]
+__all__ = ["Comm", "LoomError", "ReduceOp", "get_unique_id", "register_torch_backend", "version"]
+
+
+# The torch backend is registered without importing torch here (that takes seconds): at once when
+# torch is already imported, else by torch itself when it is imported (the "torch.backends" entry
+# point, loom._autoload), or at the first look at loom.torch_backend_registered.
+_torch_state = None  # None: not tried yet; else (registered, cuda)
+
+
+def _backend_missing_reason():
+    """Why loom._loom_torch cannot be used, with the command that fixes it; None if it can."""
+    import importlib.util
+    rebuild = ("pip install --force-reinstall --no-deps . (in Loom's source tree, with torch "
+               "installed)")
+    if importlib.util.find_spec("loom._loom_torch") is None:
+        return ("this loom package was built without its torch backend: torch was not installed "
+                "(or not visible) when it was built. Rebuild it: " + rebuild)
+    try:
+        from . import _loom_torch  # noqa: F401
+    except ImportError as e:
+        return (f"loom's torch backend does not load with this torch ({e}); it was built against "
+                f"another torch version. Rebuild it: {rebuild}")
+    return None
 
 
 def _register_torch_backend():
-    """Registers "loom" with torch.distributed when torch and the backend module are present."""
-    import importlib.util
-    if importlib.util.find_spec("torch") is None:
-        return False
-    import torch  # noqa: F401  (loads the libraries the backend module links)
-    try:
-        from . import _loom_torch
-    except ImportError:  # built without torch, or against another torch
-        return False
+    """Registers "loom" with torch.distributed; returns (registered, serves CUDA tensors)."""
+    global _torch_state
+    if _torch_state is not None:
+        return _torch_state
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None:
+        import importlib.util
+        if importlib.util.find_spec("torch") is None:
+            _torch_state = (False, False)
+            return _torch_state
+        import torch  # noqa: F811
     import torch.distributed as dist
-    if not dist.is_available() or "loom" in dist.Backend.backend_list:
-        return "loom" in getattr(dist.Backend, "backend_list", [])
+    if not dist.is_available():
+        _torch_state = (False, False)
+        return _torch_state
+    reason = _backend_missing_reason()
+    if reason is None:
+        from . import _loom_torch
+        cuda = bool(_loom_torch.has_cuda)
 
-    def create(store, rank, size, timeout):
-        return _loom_torch.ProcessGroupLoom(store, rank, size, timeout)
+        def create(store, rank, size, timeout):
+            return _loom_torch.ProcessGroupLoom(store, rank, size, timeout)
+    else:
+        cuda = False
 
-    # CUDA tensors where this build has Loom's CUDA kernels and torch has CUDA.
-    devices = ["cpu", "cuda"] if _loom_torch.has_cuda else ["cpu"]
-    dist.Backend.register_backend("loom", create, devices=devices)
-    return True
+        # init_process_group("loom") then says why, instead of torch's "Unknown backend".
+        def create(store, rank, size, timeout):
+            raise RuntimeError("the torch.distributed backend 'loom' is not available: " + reason)
+    if "loom" not in dist.Backend.backend_list:
+        # CUDA tensors where this build has Loom's CUDA kernels and torch has CUDA.
+        dist.Backend.register_backend("loom", create, devices=["cpu", "cuda"] if cuda else ["cpu"])
+    _torch_state = (reason is None, cuda)
+    return _torch_state
 
 
-torch_backend_registered = _register_torch_backend()
-# Whether the "loom" torch backend serves CUDA tensors too (built with nvcc, against a CUDA torch).
-torch_cuda = bool(torch_backend_registered) and __import__(
-    "loom._loom_torch", fromlist=["has_cuda"]).has_cuda
+def register_torch_backend():
+    """Registers the "loom" torch.distributed backend (imports torch). ``import torch`` does it
+    already, unless TORCH_DEVICE_BACKEND_AUTOLOAD=0; True when the backend is usable."""
+    return _register_torch_backend()[0]
+
+
+def __getattr__(name):
+    # torch_backend_registered: whether "loom" works with torch.distributed; torch_cuda: whether
+    # it serves CUDA tensors too (built with nvcc, against a CUDA torch). Both import torch.
+    if name == "torch_backend_registered":
+        return _register_torch_backend()[0]
+    if name == "torch_cuda":
+        return _register_torch_backend()[1]
+    raise AttributeError(f"module 'loom' has no attribute {name!r}")
+
+
+if "torch" in __import__("sys").modules:
+    _register_torch_backend()
+
+
+_DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32",
+           "float64")
+
+
+def _check(name, a, writes):
+    """A clear ValueError for an array Loom cannot use, before the binding's generic TypeError."""
+    if a is None:
+        return
+    dtype = getattr(a, "dtype", None)
+    if dtype is not None and str(dtype).replace("torch.", "") not in _DTYPES:
+        raise ValueError(f"{name} has dtype {dtype}, which Loom does not reduce or move: use one "
+                         f"of {', '.join(_DTYPES)} (e.g. x.astype(numpy.float32))")
+    try:
+        view = memoryview(a)
+    except TypeError:
+        return  # DLPack only (torch tensors): the binding checks those itself
+    if writes and view.readonly:
+        raise ValueError(f"{name} is read-only, but Loom writes the result into it: pass a "
+                         f"writable array (numpy.array(x) copies it; x.setflags(write=True) "
+                         f"where x owns its memory)")
+    if not view.c_contiguous:
+        raise ValueError(f"{name} is not C-contiguous (a strided view or a transposed array): "
+                         f"pass numpy.ascontiguousarray(x) and copy the result back")
 
 
 def _op(op):
@@ -102,50 +177,68 @@ class Comm:
 
     def allreduce(self, send, recv=None, op="sum"):
         recv = send if recv is None else recv
+        _check("send", send, recv is send)
+        _check("recv", recv, True)
         self._native.allreduce(send, recv, _op(op))
         return recv
 
     def broadcast(self, buffer, root=0, recv=None):
         """Root's ``buffer`` into every rank's ``recv`` (default: ``buffer`` itself)."""
         recv = buffer if recv is None else recv
+        _check("buffer", buffer, recv is buffer)
+        _check("recv", recv, True)
         self._native.broadcast(buffer, recv, root)
         return recv
 
     def reduce(self, send, recv=None, op="sum", root=0):
         recv = send if recv is None else recv
+        _check("send", send, recv is send)
+        _check("recv", recv, True)
         self._native.reduce(send, recv, _op(op), root)
         return recv
 
     def allgather(self, send, recv):
         """``recv`` holds size x len(send) elements, rank r's block at r x len(send)."""
+        _check("send", send, False)
+        _check("recv", recv, True)
         self._native.allgather(send, recv)
         return recv
 
     def reduce_scatter(self, send, recv, op="sum"):
         """``send`` holds size x len(recv) elements; rank r receives the reduction of block r."""
+        _check("send", send, False)
+        _check("recv", recv, True)
         self._native.reduce_scatter(send, recv, _op(op))
         return recv
 
     def alltoall(self, send, recv):
+        _check("send", send, False)
+        _check("recv", recv, True)
         self._native.alltoall(send, recv)
         return recv
 
     def gather(self, send, recv=None, root=0):
         """``recv`` (size x len(send) elements) is needed on the root only."""
+        _check("send", send, False)
+        _check("recv", recv, True)
         self._native.gather(send, send if recv is None else recv, root)
         return recv
 
     def scatter(self, send, recv, root=0):
         """The root's ``send`` holds size x len(recv) elements; other ranks may pass None."""
+        _check("send", send, False)
+        _check("recv", recv, True)
         self._native.scatter(recv if send is None else send, recv, root)
         return recv
 
     def send(self, buffer, peer, tag=0):
         """Blocks until the message is handed to the transport (small ones are buffered)."""
+        _check("buffer", buffer, False)
         self._native.send(buffer, peer, tag)
 
     def recv(self, buffer, peer, tag=0):
         """Takes the oldest message from ``peer`` with ``tag``; others wait for their receive."""
+        _check("buffer", buffer, True)
         self._native.recv(buffer, peer, tag)
         return buffer
 

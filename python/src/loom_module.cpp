@@ -14,7 +14,11 @@ namespace nb = nanobind;
 
 namespace {
 
+// Inputs may be read-only (a numpy view of constants); outputs must be writable. The Python layer
+// (loom/__init__.py) says which rule an array broke before nanobind would only say "incompatible
+// function arguments".
 using Array = nb::ndarray<nb::device::cpu>;
+using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
 
 struct LoomError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -27,7 +31,8 @@ void check(loomResult_t result, const char* call) {
                   (detail != nullptr && *detail != '\0' ? std::string(": ") + detail : ""));
 }
 
-loomDataType_t loomType(const Array& a) {
+template <typename A>
+loomDataType_t loomType(const A& a) {
   const nb::dlpack::dtype t = a.dtype();
   if (t.lanes == 1) {
     switch (static_cast<nb::dlpack::dtype_code>(t.code)) {
@@ -59,7 +64,8 @@ loomDataType_t loomType(const Array& a) {
 }
 
 // Checks that an array is one contiguous block and returns its element count.
-size_t elements(const Array& a, const char* name) {
+template <typename A>
+size_t elements(const A& a, const char* name) {
   size_t count = 1;
   int64_t expected = 1;
   for (size_t d = a.ndim(); d-- > 0;) {
@@ -71,12 +77,14 @@ size_t elements(const Array& a, const char* name) {
   return count;
 }
 
-void sameType(const Array& a, const Array& b) {
+template <typename A, typename B>
+void sameType(const A& a, const B& b) {
   if (loomType(a) != loomType(b))
     throw nb::value_error("send and receive arrays must have the same dtype");
 }
 
-void expectCount(const Array& a, size_t count, const char* name, const char* rule) {
+template <typename A>
+void expectCount(const A& a, size_t count, const char* name, const char* rule) {
   size_t n = elements(a, name);
   if (n != count)
     throw nb::value_error((std::string(name) + " has " + std::to_string(n) + " elements; " + rule +
@@ -203,7 +211,7 @@ NB_MODULE(_loom, m) {
       .def("async_error", &Comm::asyncError)
       .def(
           "allreduce",
-          [](Comm& c, Array send, Array recv, loomRedOp_t op) {
+          [](Comm& c, InArray send, Array recv, loomRedOp_t op) {
             sameType(send, recv);
             size_t count = elements(send, "send");
             expectCount(recv, count, "recv", "allreduce");
@@ -215,7 +223,7 @@ NB_MODULE(_loom, m) {
           nb::arg("send"), nb::arg("recv"), nb::arg("op"))
       .def(
           "broadcast",
-          [](Comm& c, Array send, Array recv, int root) {
+          [](Comm& c, InArray send, Array recv, int root) {
             sameType(send, recv);
             size_t count = elements(recv, "recv");
             if (c.rank() == root) expectCount(send, count, "send", "broadcast");
@@ -227,7 +235,7 @@ NB_MODULE(_loom, m) {
           nb::arg("send"), nb::arg("recv"), nb::arg("root"))
       .def(
           "reduce",
-          [](Comm& c, Array send, Array recv, loomRedOp_t op, int root) {
+          [](Comm& c, InArray send, Array recv, loomRedOp_t op, int root) {
             sameType(send, recv);
             size_t count = elements(send, "send");
             if (c.rank() == root) expectCount(recv, count, "recv", "reduce");
@@ -239,7 +247,7 @@ NB_MODULE(_loom, m) {
           nb::arg("send"), nb::arg("recv"), nb::arg("op"), nb::arg("root"))
       .def(
           "allgather",
-          [](Comm& c, Array send, Array recv) {
+          [](Comm& c, InArray send, Array recv) {
             sameType(send, recv);
             size_t count = elements(send, "send");
             expectCount(recv, count * c.size(), "recv", "allgather (size x send)");
@@ -250,7 +258,7 @@ NB_MODULE(_loom, m) {
           nb::arg("send"), nb::arg("recv"))
       .def(
           "reduce_scatter",
-          [](Comm& c, Array send, Array recv, loomRedOp_t op) {
+          [](Comm& c, InArray send, Array recv, loomRedOp_t op) {
             sameType(send, recv);
             size_t count = elements(recv, "recv");
             expectCount(send, count * c.size(), "send", "reduce_scatter (size x recv)");
@@ -262,7 +270,7 @@ NB_MODULE(_loom, m) {
           nb::arg("send"), nb::arg("recv"), nb::arg("op"))
       .def(
           "alltoall",
-          [](Comm& c, Array send, Array recv) {
+          [](Comm& c, InArray send, Array recv) {
             sameType(send, recv);
             size_t total = elements(send, "send");
             size_t n = static_cast<size_t>(c.size());
@@ -277,7 +285,7 @@ NB_MODULE(_loom, m) {
           nb::arg("send"), nb::arg("recv"))
       .def(
           "gather",
-          [](Comm& c, Array send, Array recv, int root) {
+          [](Comm& c, InArray send, Array recv, int root) {
             sameType(send, recv);
             size_t count = elements(send, "send");
             if (c.rank() == root) expectCount(recv, count * c.size(), "recv", "gather");
@@ -289,7 +297,7 @@ NB_MODULE(_loom, m) {
           nb::arg("send"), nb::arg("recv"), nb::arg("root"))
       .def(
           "scatter",
-          [](Comm& c, Array send, Array recv, int root) {
+          [](Comm& c, InArray send, Array recv, int root) {
             sameType(send, recv);
             size_t count = elements(recv, "recv");
             if (c.rank() == root) expectCount(send, count * c.size(), "send", "scatter");
@@ -301,7 +309,7 @@ NB_MODULE(_loom, m) {
           nb::arg("send"), nb::arg("recv"), nb::arg("root"))
       .def(
           "send",
-          [](Comm& c, Array buf, int peer, int tag) {
+          [](Comm& c, InArray buf, int peer, int tag) {
             size_t count = elements(buf, "buffer");
             c.run("loomSendTag", [&](loomComm_t comm) {
               return loomSendTag(buf.data(), count, loomType(buf), peer, tag, comm, nullptr);

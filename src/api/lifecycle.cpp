@@ -97,12 +97,43 @@ std::pair<std::string, uint16_t> parseAddress(const std::string& text, const cha
   return {host, static_cast<uint16_t>(port)};
 }
 
+// Before a communicator exists: a bad LOOM_DEBUG fails init with its reason (log.cpp only warns),
+// and rank 0 says which Loom this is, as NCCL does at NCCL_DEBUG=VERSION or INFO.
+void announce(int rank) {
+  parseLogLevel(env::debugLevel());
+  if (rank != 0) return;
+  LOOM_LOG(kVersion, kSubsysInit, rank, "Loom version ", LOOM_MAJOR, ".", LOOM_MINOR, ".",
+           LOOM_PATCH);
+}
+
+// The first host of a Slurm node list: "node[03-05,9],gpu1" -> "node03".
+std::string firstSlurmHost(const std::string& list) {
+  size_t end = list.find_first_of(",[");
+  if (end == std::string::npos || list[end] == ',') return list.substr(0, end);
+  size_t stop = list.find_first_of(",-]", end + 1);
+  LOOM_CHECK_ARG(stop != std::string::npos, "SLURM node list '", list, "' has no closing ]");
+  return list.substr(0, end) + list.substr(end + 1, stop - end - 1);
+}
+
+// Under srun without MASTER_ADDR: rank 0 runs on the step's first node (Slurm's block
+// distribution), and every rank derives the same port from the job and step ids.
+bool slurmRendezvous(std::string* host, uint16_t* port) {
+  auto nodes = env::get("SLURM_STEP_NODELIST");
+  if (!nodes) nodes = env::get("SLURM_JOB_NODELIST");
+  auto job = env::get("SLURM_JOB_ID");
+  if (!nodes || !job || !env::get("SLURM_PROCID")) return false;
+  *host = firstSlurmHost(*nodes);
+  const int64_t step = env::getInt("SLURM_STEP_ID", 0);
+  *port = static_cast<uint16_t>(20000 + (env::getInt("SLURM_JOB_ID", 0) * 16 + step) % 20000);
+  return true;
+}
+
 int envRank(const char* const* names, const char* what) {
   for (const char* const* n = names; *n != nullptr; ++n)
     if (env::get(*n)) return static_cast<int>(env::getInt(*n, -1));
   LOOM_THROW(loomInvalidArgument, "no ", what,
-             " in the environment (run under loomrun, torchrun or mpirun, or set LOOM_RANK and "
-             "LOOM_WORLD_SIZE)");
+             " in the environment (run under loomrun, torchrun, mpirun or srun, or set LOOM_RANK "
+             "and LOOM_WORLD_SIZE)");
 }
 
 }  // namespace
@@ -161,6 +192,7 @@ loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId c
   return guarded("loomCommInitRankConfig", [&] {
     checkRankArgs(comm, nranks, rank);
     *comm = nullptr;
+    announce(rank);
     CommConfig cfg = resolveConfig(config);
     UniqueId id = unpackUniqueId(commId);
     return initHandle(comm, nranks, rank, cfg, [=](const CommConfig& c) {
@@ -175,26 +207,32 @@ loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId,
 
 loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
   return guarded("loomCommInitFromEnv", [&] {
-    static const char* const rankNames[] = {"LOOM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
-                                            nullptr};
-    static const char* const sizeNames[] = {"LOOM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
-                                            "PMI_SIZE", nullptr};
+    // Launchers in order: Loom's own, torchrun/loomrun, Open MPI, MPICH/Hydra, Slurm's srun.
+    static const char* const rankNames[] = {"LOOM_RANK", "RANK",         "OMPI_COMM_WORLD_RANK",
+                                            "PMI_RANK",  "SLURM_PROCID", nullptr};
+    static const char* const sizeNames[] = {"LOOM_WORLD_SIZE",      "WORLD_SIZE",
+                                            "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                            "SLURM_NTASKS",         nullptr};
     if (comm != nullptr) *comm = nullptr;
     int rank = envRank(rankNames, "rank");
     int nranks = envRank(sizeNames, "world size");
     checkRankArgs(comm, nranks, rank);
     *comm = nullptr;
+    announce(rank);
     CommConfig cfg = resolveConfig(config);
     UniqueId id;
     std::string commIdText = env::commId();
     if (!commIdText.empty()) {
       std::tie(id.host, id.port) = parseAddress(commIdText, "LOOM_COMM_ID");
+    } else if (!env::get("MASTER_ADDR") && slurmRendezvous(&id.host, &id.port)) {
+      // srun sets no address: the step's first node, a port derived from the job and step ids.
     } else {
       auto addr = env::get("MASTER_ADDR");
       auto port = env::get("MASTER_PORT");
       LOOM_CHECK_ARG(addr && port,
                      "no rendezvous address: set LOOM_COMM_ID=host:port (loomrun "
-                     "does) or MASTER_ADDR and MASTER_PORT (torchrun does)");
+                     "does) or MASTER_ADDR and MASTER_PORT (torchrun does; under srun, "
+                     "SLURM_STEP_NODELIST and SLURM_JOB_ID suffice)");
       // MASTER_PORT itself belongs to torch's store; Loom's rendezvous uses the next port.
       std::tie(id.host, id.port) = parseAddress(
           *addr + ":" + std::to_string(env::getInt("MASTER_PORT", 0) + 1), "MASTER_PORT");
@@ -341,9 +379,13 @@ loomResult_t loomCommDescribeTopology(const loomComm_t comm, char* text, size_t 
                       "\ndevice: " + c.deviceDescription() + "\n";
     if (c.clusters().heterogeneous()) out += c.describeHeterogeneous() + "\n";
     if (!c.tcpInterface().empty()) out += "tcp interface: " + c.tcpInterface() + "\n";
-    out += "transport from rank " + std::to_string(c.rank()) + ":";
-    for (int peer = 0; peer < c.nranks(); ++peer)
-      if (peer != c.rank()) out += " " + std::to_string(peer) + "=" + c.transportTo(peer);
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on
+    // `"literal" + std::string&&` here.
+    out.append("transport from rank ").append(std::to_string(c.rank())).append(":");
+    for (int peer = 0; peer < c.nranks(); ++peer) {
+      if (peer == c.rank()) continue;
+      out.append(" ").append(std::to_string(peer)).append("=").append(c.transportTo(peer));
+    }
     std::string counters = c.transportCounters();
     if (!counters.empty()) out += "\n" + counters;
     if (needed != nullptr) *needed = out.size() + 1;

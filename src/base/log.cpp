@@ -3,13 +3,30 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "base/env.hpp"
 
 namespace loom {
+
+LogLevel parseLogLevel(const std::string& text) {
+  std::string upper = text;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  static const struct {
+    const char* name;
+    LogLevel level;
+  } levels[] = {{"NONE", LogLevel::kNone},   {"VERSION", LogLevel::kVersion},
+                {"WARN", LogLevel::kWarn},   {"INFO", LogLevel::kInfo},
+                {"ABORT", LogLevel::kAbort}, {"TRACE", LogLevel::kTrace}};
+  for (const auto& l : levels)
+    if (upper == l.name) return l.level;
+  LOOM_THROW(loomInvalidArgument, "LOOM_DEBUG='", text,
+             "' is not a level: use NONE, VERSION, WARN, INFO, ABORT or TRACE (any case)");
+}
 
 namespace {
 
@@ -18,13 +35,6 @@ struct LogConfig {
   unsigned subsys = kSubsysAll;
   std::string host;
 };
-
-LogLevel parseLevel(const std::string& text) {
-  if (text == "NONE") return LogLevel::kNone;
-  if (text == "INFO") return LogLevel::kInfo;
-  if (text == "TRACE") return LogLevel::kTrace;
-  return LogLevel::kWarn;
-}
 
 unsigned parseSubsys(const std::string& text) {
   if (text.empty() || text == "ALL") return kSubsysAll;
@@ -52,7 +62,13 @@ unsigned parseSubsys(const std::string& text) {
 const LogConfig& config() {
   static const LogConfig cfg = [] {
     LogConfig c;
-    c.level = parseLevel(env::debugLevel());
+    try {
+      c.level = parseLogLevel(env::debugLevel());
+    } catch (const Error& e) {
+      // Logging goes on at the default; communicator init fails with this message (api layer).
+      std::string line = std::string("LOOM WARN ") + e.what() + "\n";
+      fwrite(line.data(), 1, line.size(), stderr);
+    }
     c.subsys = parseSubsys(env::debugSubsys());
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
@@ -64,6 +80,8 @@ const LogConfig& config() {
 
 const char* levelName(LogLevel level) {
   switch (level) {
+    case LogLevel::kVersion:
+      return "VERSION";
     case LogLevel::kWarn:
       return "WARN";
     case LogLevel::kInfo:
@@ -79,6 +97,9 @@ const char* levelName(LogLevel level) {
 
 bool logEnabled(LogLevel level, unsigned subsys) {
   const LogConfig& c = config();
+  // The version line shows at VERSION and from INFO up, not at the default WARN.
+  if (level == LogLevel::kVersion)
+    return c.level == LogLevel::kVersion || c.level >= LogLevel::kInfo;
   return level <= c.level && (subsys & c.subsys) != 0;
 }
 
@@ -92,6 +113,8 @@ void logLine(LogLevel level, unsigned subsys, int rank, const std::string& messa
   // One write per line so that lines of concurrent ranks and threads do not interleave.
   fwrite(line.data(), 1, line.size(), stderr);
   fflush(stderr);
+  // NCCL_DEBUG=ABORT's meaning: stop at the first warning, with a core to look at.
+  if (level == LogLevel::kWarn && c.level == LogLevel::kAbort) abort();
 }
 
 }  // namespace loom

@@ -1,6 +1,7 @@
 // One line per event: "host:pid:tid [rank] LOOM LEVEL SUBSYS message". Controlled by
-// LOOM_DEBUG=NONE|WARN|INFO|TRACE (default WARN) and LOOM_DEBUG_SUBSYS=INIT,COLL,NET,... (default
-// all).
+// LOOM_DEBUG with NCCL's levels, any case: NONE, VERSION (the version line only), WARN (default),
+// INFO, ABORT (INFO, and abort() at the first warning), TRACE; and LOOM_DEBUG_SUBSYS=INIT,COLL,...
+// (default all).
 #pragma once
 
 #include <string>
@@ -9,7 +10,10 @@
 
 namespace loom {
 
-enum class LogLevel { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
+enum class LogLevel { kNone = 0, kVersion = 1, kWarn = 2, kInfo = 3, kAbort = 4, kTrace = 5 };
+
+// LOOM_DEBUG's level; throws loomInvalidArgument naming the levels for anything else.
+LogLevel parseLogLevel(const std::string& text);
 
 enum LogSubsys : unsigned {
   kSubsysInit = 1u << 0,

@@ -465,10 +465,12 @@ Bootstrap::Bootstrap(const UniqueId& id, int rank, int nranks, const std::string
   s.nranks = nranks;
   s.timeoutMs = options.timeoutMs > 0 ? options.timeoutMs : kDefaultTimeoutMs;
   s.abortFlag = options.abortFlag;
-  if (!id.secret.present)
+  // Said once per job (rank 0), not once per rank: every rank has the same secret or none.
+  if (!id.secret.present && rank == 0)
     LOOM_WARN(kSubsysBootstrap, rank,
-              "the rendezvous is unauthenticated: no job secret, so any "
-              "process that reaches the port can join (set LOOM_JOB_SECRET; loomrun does it)");
+              "the rendezvous is unauthenticated: no job secret, so any process that reaches the "
+              "port can join. Give every rank the same LOOM_JOB_SECRET (32 hex digits), e.g. "
+              "LOOM_JOB_SECRET=$(openssl rand -hex 16) torchrun ...; loomrun sets it itself");
   Deadline deadline = deadlineAfterMs(s.timeoutMs);
 
   Socket root;
@@ -495,8 +497,12 @@ Bootstrap::Bootstrap(const UniqueId& id, int rank, int nranks, const std::string
   wire::sendFrame(root, wire::FrameType::kHello, rank, static_cast<uint64_t>(nranks),
                   encodeBlob(mine), deadline, s.abortFlag);
   uint64_t maxTable = static_cast<uint64_t>(nranks) * (wire::kMaxRendezvousPayload + 8);
-  std::string table =
-      wire::recvReply(root, std::max(maxTable, kMaxErrorReply), deadline, s.abortFlag);
+  // A little past our own timeout (a quarter of it, at most a second): a root that gives up at
+  // about the same moment sends why (which ranks never came), and that beats "timed out waiting
+  // for a message".
+  const auto grace = std::min<int64_t>(1000, s.timeoutMs / 4);
+  std::string table = wire::recvReply(root, std::max(maxTable, kMaxErrorReply),
+                                      deadline + std::chrono::milliseconds(grace), s.abortFlag);
   root.close();
   std::vector<std::string> entries = decodeTable(table, nranks, "rendezvous table");
   RankBlob rank0;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -63,11 +64,43 @@ class Gatherer {
   void refuse(PendingConn& conn, const std::string& why);
   void watchRegistered(int rank);
 
+  // Every few seconds while waiting: which ranks have not arrived, so that a job whose peers
+  // never come is not silent until its timeout.
+  void reportProgress(Deadline now);
+
   int listenFd_;
   const GatherSpec& spec_;
   GatherResult result_;
   std::vector<PendingConn> pending_;
+  Deadline started_ = Clock::now();
+  Deadline nextReport_ = started_ + progressInterval();
+
+  // 5 s, or a quarter of a shorter timeout, so that a report comes before the timeout does.
+  std::chrono::milliseconds progressInterval() const {
+    auto total = std::chrono::duration_cast<std::chrono::milliseconds>(spec_.deadline - started_);
+    return std::clamp(total / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(5000));
+  }
 };
+
+void Gatherer::reportProgress(Deadline now) {
+  if (now < nextReport_) return;
+  nextReport_ = now + progressInterval();
+  const auto seconds = [](Deadline::duration d) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.1f", std::chrono::duration<double>(d).count());
+    return std::string(text);
+  };
+  const std::string waited = seconds(now - started_);
+  const std::string left = seconds(spec_.deadline - now);
+  if (result_.nranks == 0) {
+    LOOM_WARN(kSubsysBootstrap, spec_.logRank, spec_.what, ": waited ", waited,
+              " s, no rank has arrived yet (timeout in ", left, " s)");
+    return;
+  }
+  LOOM_WARN(kSubsysBootstrap, spec_.logRank, spec_.what, ": waited ", waited, " s, ",
+            result_.arrived, " of ", expected(), " ranks arrived; waiting for ranks ",
+            result_.missingRanks(spec_.localRank), " (timeout in ", left, " s)");
+}
 
 GatherResult Gatherer::run() {
   while (!(result_.nranks > 0 && result_.arrived == expected())) {
@@ -75,8 +108,9 @@ GatherResult Gatherer::run() {
     Deadline now = Clock::now();
     if (now >= spec_.deadline) return std::move(result_);
 
+    reportProgress(now);
     std::vector<pollfd> fds{{listenFd_, POLLIN, 0}};
-    Deadline wake = spec_.deadline;
+    Deadline wake = std::min(spec_.deadline, nextReport_);
     for (const PendingConn& c : pending_) {
       fds.push_back({c.sock.fd(), POLLIN, 0});
       wake = std::min(wake, c.deadline);

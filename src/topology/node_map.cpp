@@ -68,7 +68,8 @@ std::string NodeMap::describe() const {
 }
 
 std::optional<int> launcherLocalSize() {
-  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+  for (const char* name :
+       {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
     // A launcher's variable that does not parse is no reason to fail init: it is only a hint.
     auto value = env::get(name);
     if (!value) continue;

@@ -82,8 +82,13 @@ TEST(Loomrun, InheritedSecretPassesThroughAndOwnVariablesWin) {
 }
 
 TEST(Loomrun, AcceptsAllRankCountSpellings) {
-  for (std::vector<std::string> flag : std::vector<std::vector<std::string>>{
-           {"-n3"}, {"-n", "3"}, {"-N", "3"}, {"--np", "3"}, {"--np=3"}, {"--nproc-per-node=3"}}) {
+  for (std::vector<std::string> flag : std::vector<std::vector<std::string>>{{"-n3"},
+                                                                             {"-n", "3"},
+                                                                             {"-N", "3"},
+                                                                             {"--np", "3"},
+                                                                             {"--np=3"},
+                                                                             {"--nproc-per-node=3"},
+                                                                             {"-np", "3"}}) {
     std::vector<std::string> args = flag;
     args.insert(args.end(), {"--", "/bin/sh", "-c", "echo $WORLD_SIZE"});
     Result r = runLoomrun(args);
@@ -134,6 +139,37 @@ TEST(Loomrun, FailingRankStatusPropagatesAndOthersAreStopped) {
   EXPECT_NE(r.err.find("[2] bye\nloomrun: rank 2 exited with status 3; stopping the other ranks\n"),
             std::string::npos)
       << r.err;
+}
+
+// torchrun's "Root Cause": which rank failed, where, how, and the first line that reads like an
+// error (not merely the first line of its stderr).
+TEST(Loomrun, FailedJobEndsWithSummaryOfTheFirstFailure) {
+  Result r =
+      runLoomrun(shJob(3,
+                       "if [ $RANK = 1 ]; then echo starting >&2; echo 'oops: it failed' >&2;"
+                       " echo $$; exit 5; fi; exec sleep 100"));
+  EXPECT_EQ(r.status, 5);
+  const std::string& e = r.err;
+  size_t summary = e.find("loomrun: job failed. Root cause (first rank to fail):\n");
+  ASSERT_NE(summary, std::string::npos) << e;
+  EXPECT_NE(e.find("  rank      : 1 (local rank 1)\n", summary), std::string::npos) << e;
+  EXPECT_NE(e.find("  host      : ", summary), std::string::npos) << e;
+  std::vector<pid_t> pids = pidsFromOutput(r.out);
+  ASSERT_EQ(pids.size(), 1u) << r.out;
+  EXPECT_NE(e.find("  pid       : " + std::to_string(pids[0]) + "\n", summary), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("  exit      : exited with status 5\n", summary), std::string::npos) << e;
+  EXPECT_NE(e.find("  first error: oops: it failed", summary), std::string::npos) << e;
+
+  Result killed = runLoomrun(shJob(2, "if [ $RANK = 0 ]; then kill -9 $$; fi; exec sleep 100"));
+  EXPECT_EQ(killed.status, 128 + 9);
+  EXPECT_NE(killed.err.find("  exit      : killed by signal 9"), std::string::npos) << killed.err;
+}
+
+TEST(Loomrun, PrintsVersion) {
+  Result r = runLoomrun({"--version"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.rfind("loomrun (Loom) ", 0), 0u) << r.out;
 }
 
 TEST(Loomrun, ProcessesStartedByRanksAreStopped) {

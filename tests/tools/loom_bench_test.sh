@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# loom-bench as nccl-tests users call it: their flags, one usage error per job, clean CSV under
+# loomrun, JSON (-J), an inclusive -e, the rank/host/pid/device header, units, one process
+# without a launcher, a clear error instead of the OOM killer, --plot. A few seconds.
+# Usage: loom_bench_test.sh LOOMRUN LOOM_BENCH
+set -uo pipefail
+LOOMRUN=$1
+BENCH=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+# Small and quick: every case measures a few tiny sizes.
+SMALL=(-b 8 -e 1K -f 4 -n 2 -w 1)
+# No launcher variables from whatever runs this test (ctest under loomrun would set them).
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOOM_RANK LOOM_WORLD_SIZE LOOM_COMM_ID \
+  OMPI_COMM_WORLD_RANK PMI_RANK SLURM_PROCID MASTER_ADDR MASTER_PORT LOOMRUN_STDOUT_FD
+
+# --version and -h exit 0.
+"$BENCH" --version | grep -qE '^loom-bench \(Loom\) [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version"
+"$BENCH" -h >/dev/null || fail "-h exits $?"
+
+# A usage error is printed once per job (rank 0), not once per rank, and exits 2.
+"$LOOMRUN" -n 3 -- "$BENCH" allreduce -q 1 >"$TMP/out" 2>"$TMP/err"
+status=$?
+[[ $status -eq 2 ]] || fail "usage error exits $status, expected 2"
+# (Lines of the ranks themselves; loomrun's failure summary quotes the first one again.)
+count=$(grep -c "^\[[0-9]\] loom-bench: unknown flag '-q'" "$TMP/err")
+[[ $count -eq 1 ]] || fail "usage error printed $count times: $(cat "$TMP/err")"
+
+# One process without a launcher: a job of one rank, and the header says who ran where.
+"$BENCH" allreduce "${SMALL[@]}" >"$TMP/single" 2>"$TMP/single.err" || fail "single process exits $?"
+grep -q "nranks 1" "$TMP/single" || fail "single process: no 'nranks 1': $(cat "$TMP/single")"
+grep -q "running as a single rank" "$TMP/single.err" || fail "single process: no note"
+grep -qE "^#  Rank  0 Pid +[0-9]+ on +[^ ]+ device cpu" "$TMP/single" ||
+  fail "no rank line: $(cat "$TMP/single")"
+grep -q "# running on CPUs" "$TMP/single" || fail "no CPU/GPU line"
+grep -qE "^# Avg bus bandwidth +: [0-9.e+-]+ GB/s$" "$TMP/single" || fail "no unit on avg busbw"
+
+# -e is inclusive: -b 8 -e 96 -f 4 measures 8, 32 and 96 bytes.
+sizes=$("$BENCH" allreduce -b 8 -e 96 -f 4 -n 1 -w 0 2>/dev/null | awk '!/^#/ {print $1}' | xargs)
+[[ "$sizes" == "8 32 96" ]] || fail "-b 8 -e 96 -f 4 measured '$sizes'"
+
+# nccl-tests' flags are accepted; those Loom cannot honor say so in one line.
+"$BENCH" allreduce "${SMALL[@]}" -g 1 -t 1 -a 1 -z 1 -m 2 -G 0 >"$TMP/flags" 2>&1 ||
+  fail "nccl-tests flags: $(cat "$TMP/flags")"
+grep -q "agg iters: 2 blocking: 1 time: mean" "$TMP/flags" || fail "-m -z -a not in the header"
+"$BENCH" allreduce "${SMALL[@]}" -g 2 >/dev/null 2>"$TMP/note" || fail "-g 2 exits $?"
+[[ $(grep -c "note: -g 2 ignored" "$TMP/note") -eq 1 ]] || fail "-g 2 note: $(cat "$TMP/note")"
+
+# CSV on stdout under loomrun has no "[0] " prefix: redirecting it gives a clean file.
+"$LOOMRUN" -n 2 -- "$BENCH" allgather "${SMALL[@]}" --csv >"$TMP/out.csv" 2>"$TMP/err" ||
+  fail "--csv under loomrun: $(cat "$TMP/err")"
+head -n 1 "$TMP/out.csv" | grep -q '^op,nranks,bytes,' || fail "CSV header: $(head -n 2 "$TMP/out.csv")"
+if grep -vqE '^(op,nranks,|allgather,2,)' "$TMP/out.csv"; then
+  fail "CSV has foreign lines: $(cat "$TMP/out.csv")"
+fi
+# Further down a shell pipeline inside the rank, the CSV goes through that pipeline.
+"$LOOMRUN" -n 1 -- sh -c "'$BENCH' allgather ${SMALL[*]} --csv | sed 's/^/piped:/'" >"$TMP/piped" 2>/dev/null
+[[ $(grep -c '^\[0\] piped:allgather,1,' "$TMP/piped") -eq 5 ]] || fail "piped CSV: $(cat "$TMP/piped")"
+# ... while with --no-prefix it is the same file.
+"$LOOMRUN" -n 2 --no-prefix -- "$BENCH" allgather "${SMALL[@]}" --csv >"$TMP/np.csv" 2>/dev/null
+[[ $(wc -l <"$TMP/np.csv") -eq $(wc -l <"$TMP/out.csv") ]] || fail "--no-prefix CSV differs"
+
+# -J FILE: JSON with the run's config and one result per size, the largest being -e.
+"$LOOMRUN" -n 2 -- "$BENCH" allreduce "${SMALL[@]}" -J "$TMP/run.json" >/dev/null 2>&1 || fail "-J exits $?"
+python3 - "$TMP/run.json" <<'EOF' || fail "-J output"
+import json, sys
+run = json.load(open(sys.argv[1]))
+assert run["config"]["op"] == "allreduce" and run["config"]["nranks"] == 2, run["config"]
+sizes = [r["size"] for r in run["results"]]
+assert sizes == [8, 32, 128, 512, 1024], sizes
+assert all(r["out_of_place"]["wrong"] == 0 for r in run["results"])
+assert len(run["ranks"]) == 2 and "running on CPUs" in run["runs_on"], run
+EOF
+
+# A size that cannot fit is refused before allocating, saying what it needs, once per host.
+"$BENCH" allreduce -b 8 -e 100000G >/dev/null 2>"$TMP/mem"
+status=$?
+[[ $status -eq 1 ]] || fail "-e 100000G exits $status"
+grep -q "needs .* of host memory per rank .* only .* is available" "$TMP/mem" ||
+  fail "memory message: $(cat "$TMP/mem")"
+"$LOOMRUN" -n 3 -- "$BENCH" allreduce -b 8 -e 100000G >/dev/null 2>"$TMP/mem"
+status=$?
+[[ $status -eq 1 ]] || fail "-e 100000G under loomrun exits $status"
+count=$(grep -c "^\[[0-9]\] loom-bench: .*for the 3 ranks on this host" "$TMP/mem")
+[[ $count -eq 1 ]] || fail "memory message printed $count times: $(cat "$TMP/mem")"
+
+# --plot draws busbw against size where matplotlib is; says how to get it where not.
+if python3 -c "import matplotlib" 2>/dev/null; then
+  "$BENCH" allreduce "${SMALL[@]}" --plot "$TMP/p.png" >/dev/null 2>&1 || fail "--plot exits $?"
+  [[ -s "$TMP/p.png" ]] || fail "--plot wrote no PNG"
+else
+  "$BENCH" allreduce "${SMALL[@]}" --plot "$TMP/p.png" >/dev/null 2>"$TMP/plot"
+  grep -q "pip install matplotlib" "$TMP/plot" || fail "--plot without matplotlib: $(cat "$TMP/plot")"
+fi
+
+((failures == 0)) && echo "loom_bench_test: all cases passed"
+exit $((failures > 0))

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# What a newcomer types first: --version and -h on every tool, LOOM_DEBUG in NCCL's spellings
+# (a version line at VERSION and INFO, a clear error for a bad level), srun's variables.
+# Usage: tools_cli_test.sh LOOMRUN LOOM_BENCH LOOM_INFO   (about a second)
+set -uo pipefail
+LOOMRUN=$1
+BENCH=$2
+INFO=$3
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOOM_RANK LOOM_WORLD_SIZE LOOM_COMM_ID \
+  OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE SLURM_PROCID SLURM_NTASKS \
+  MASTER_ADDR MASTER_PORT LOOM_DEBUG
+
+for tool in "$LOOMRUN" "$BENCH" "$INFO"; do
+  name=$(basename "$tool")
+  "$tool" --version >"$TMP/v" 2>&1 || fail "$name --version exits $?"
+  grep -qE "^$name \(Loom\) [0-9]+\.[0-9]+\.[0-9]+$" "$TMP/v" || fail "$name --version: $(cat "$TMP/v")"
+  "$tool" -h >/dev/null 2>&1 || fail "$name -h exits $?"
+done
+"$INFO" --bogus >/dev/null 2>&1
+[[ $? -eq 2 ]] || fail "loom-info --bogus does not exit 2"
+
+# LOOM_DEBUG in any case; the version line at INFO and VERSION, not at the default WARN.
+SMALL=(allreduce -b 8 -e 8 -n 1 -w 0)
+for level in info INFO Info version; do
+  LOOM_DEBUG=$level "$BENCH" "${SMALL[@]}" >/dev/null 2>"$TMP/err" || fail "LOOM_DEBUG=$level exits $?"
+  grep -qE "LOOM (VERSION|INFO)? ?Loom version [0-9]+\.[0-9]+\.[0-9]+" "$TMP/err" ||
+    fail "LOOM_DEBUG=$level: no version line: $(head -c 600 "$TMP/err")"
+done
+LOOM_DEBUG=version "$BENCH" "${SMALL[@]}" >/dev/null 2>"$TMP/err"
+grep -q "LOOM INFO" "$TMP/err" && fail "LOOM_DEBUG=version prints INFO lines"
+"$BENCH" "${SMALL[@]}" >/dev/null 2>"$TMP/err"
+grep -q "Loom version" "$TMP/err" && fail "the default level prints the version line"
+# A level Loom does not know fails init with a message that names the valid ones.
+LOOM_DEBUG=VERBOSE "$BENCH" "${SMALL[@]}" >/dev/null 2>"$TMP/err"
+[[ $? -ne 0 ]] || fail "LOOM_DEBUG=VERBOSE accepted"
+grep -q "LOOM_DEBUG='VERBOSE' is not a level: use NONE, VERSION, WARN, INFO, ABORT or TRACE" \
+  "$TMP/err" || fail "LOOM_DEBUG=VERBOSE: $(cat "$TMP/err")"
+
+# srun's variables: rank and size from SLURM_PROCID/SLURM_NTASKS, the rendezvous on the step's
+# first node (here the local host) with a port from the job and step ids.
+host=$(hostname)
+SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0 SLURM_JOB_ID=$$ SLURM_STEP_ID=0 \
+  SLURM_STEP_NODELIST="$host" "$INFO" --algos >"$TMP/out" 2>&1 ||
+  fail "loom-info under srun variables: $(cat "$TMP/out")"
+grep -q "1 rank(s)" "$TMP/out" || fail "srun: $(cat "$TMP/out")"
+# Slurm's compressed node lists: "localhos[t-u],other" starts with localhost.
+SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_JOB_ID=$$ SLURM_STEP_ID=1 \
+  SLURM_STEP_NODELIST="localhos[t-u],other" "$INFO" --algos >"$TMP/out" 2>&1 ||
+  fail "loom-info under a bracketed node list: $(cat "$TMP/out")"
+
+# Without LOOM_JOB_SECRET (torchrun sets none) the unauthenticated rendezvous is reported once per
+# job, by rank 0, saying how to set the secret under torchrun.
+port=$((30000 + $$ % 20000))
+for r in 0 1 2; do
+  LOOM_RANK=$r LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=60 \
+    "$INFO" --algos >/dev/null 2>"$TMP/unauth.$r" &
+done
+wait
+warnings=$(cat "$TMP"/unauth.* | grep -c "rendezvous is unauthenticated")
+[[ $warnings -eq 1 ]] || fail "unauthenticated warning printed $warnings times: $(cat "$TMP"/unauth.*)"
+grep -q "LOOM_JOB_SECRET=\$(openssl rand -hex 16) torchrun" "$TMP"/unauth.0 ||
+  fail "the warning does not say how to set the secret under torchrun"
+
+# A rank whose peers never come says every few seconds (a quarter of a short timeout) which ranks
+# have not arrived, and every rank's timeout error names them.
+port=$((30000 + ($$ + 7) % 20000))
+for r in 0 1; do
+  LOOM_RANK=$r LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=2 \
+    "$INFO" --algos >/dev/null 2>"$TMP/missing.$r" &
+done
+wait
+reports=$(grep -c "2 of 3 ranks arrived; waiting for ranks 2 (timeout in" "$TMP/missing.0")
+[[ $reports -ge 2 ]] || fail "$reports progress reports: $(cat "$TMP/missing.0")"
+for r in 0 1; do
+  grep -q "loomCommInitFromEnv failed: timed out .*missing ranks: 2)" "$TMP/missing.$r" ||
+    fail "rank $r's timeout does not name rank 2: $(cat "$TMP/missing.$r")"
+done
+
+((failures == 0)) && echo "tools_cli_test: all cases passed"
+exit $((failures > 0))
