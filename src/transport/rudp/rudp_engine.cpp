@@ -132,7 +132,8 @@ RudpEngine::RudpEngine(const RudpSetup& s)
     getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &boundLen);
     int port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                         : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    mine += " " + std::to_string(port);
+    // Appended in pieces: GCC 12 warns (-Wrestrict, a false positive) on " " + std::string&&.
+    mine.append(" ").append(std::to_string(port));
     sockets_.push_back(std::move(fd));
   }
   std::vector<std::string> endpoints = s.allGather(mine);
