@@ -27,34 +27,6 @@ int timeoutMs(std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-LoomWork::LoomWork(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs)
-    : Work(rank, type), name_(name), outputs_(std::move(outputs)) {
-  future_ = c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-}
-
-void LoomWork::complete(std::exception_ptr error) {
-  finish(error);
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
-  }
-}
-
-bool LoomWork::wait(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (timeout.count() <= 0) {  // kNoTimeout (-1) or unset: wait for completion
-    cv_.wait(lock, [&] { return completed_; });
-  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-    TORCH_CHECK(false, "ProcessGroupLoom ", name_, ": wait timed out after ", timeout.count(),
-                " ms");
-  }
-  if (exception_) std::rethrow_exception(exception_);
-  return true;
-}
-
-c10::intrusive_ptr<c10::ivalue::Future> LoomWork::getFuture() { return future_; }
-
 ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout)
     : Backend(rank, size), store_(store), timeout_(timeout) {
@@ -237,10 +209,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::launch(c10d::OpType type, const
   ++sequence_;
   at::Device device = commonDevice(tensors, name);
   if (device.is_cpu()) {
-    return enqueue(type, name, std::move(outputs),
-                   [this, body = std::move(body)] { body(comm_, nullptr); });
+    return coalesced(enqueue(type, name, std::move(outputs),
+                             [this, body = std::move(body)] { body(comm_, nullptr); }));
   }
 #ifdef LOOM_TORCH_CUDA
+  {
+    std::lock_guard<std::mutex> lock(coalesceMutex_);
+    if (coalescing_) {
+      // Enqueued at endCoalescing, together in one Loom group on the stream; the batch's Work is
+      // endCoalescing's (this one is complete at once, as a placeholder).
+      TORCH_CHECK(coalescedCuda_.empty() || coalescedCudaDevice_ == device,
+                  "ProcessGroupLoom: a coalesced batch uses one device, got ", coalescedCudaDevice_,
+                  " and ", device);
+      coalescedCudaDevice_ = device;
+      coalescedCuda_.push_back({tensors, outputs, std::move(body)});
+      auto placeholder = c10::make_intrusive<LoomWork>(rank_, type, name, std::move(outputs));
+      placeholder->complete(nullptr);
+      return placeholder;
+    }
+  }
   return launchOnCuda(cudaComm(device), rank_, type, name, getGroupDesc(), tensors,
                       std::move(outputs), timeout_, body);
 #else
@@ -273,7 +260,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tenso
   int root = static_cast<int>(opts.rootRank);
   return launch(c10d::OpType::BROADCAST, "broadcast", tensors, tensors,
                 [this, t, root](loomComm_t comm, void* stream) {
-                  call(loomBroadcast(t.data_ptr(), t.data_ptr(), t.numel(),
+                  call(loomBroadcast(t.data_ptr(), t.data_ptr(), loomCount(t),
                                      loomType(t.scalar_type()), root, comm, stream),
                        "broadcast", comm, getGroupDesc());
                 });
@@ -281,7 +268,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
-  for (const at::Tensor& t : tensors) checkTensor(t, "allreduce");
+  if (!tensors.empty() && tensors[0].is_sparse()) return allreduce_sparse(tensors, opts);
+  for (const at::Tensor& t : tensors) {
+    checkTensor(t, "allreduce");
+    checkComplexOp(t, opts.reduceOp, "allreduce");
+  }
   loomRedOp_t op = loomOp(opts.reduceOp);
   c10d::ReduceOp reduceOp = opts.reduceOp;
   std::vector<at::Tensor> ts = tensors;
@@ -289,7 +280,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tenso
                 [this, ts, op, reduceOp](loomComm_t comm, void* stream) mutable {
                   for (at::Tensor& t : ts) {
                     premultiply(t, reduceOp);
-                    call(loomAllReduce(t.data_ptr(), t.data_ptr(), t.numel(),
+                    call(loomAllReduce(t.data_ptr(), t.data_ptr(), loomCount(t),
                                        loomType(t.scalar_type()), op, comm, stream),
                          "allreduce", comm, getGroupDesc());
                   }
@@ -304,6 +295,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::ReduceOptions& opts) {
   checkOne(tensors, "reduce");
+  checkComplexOp(tensors[0], opts.reduceOp, "reduce");
   at::Tensor t = tensors[0];
   loomRedOp_t op = loomOp(opts.reduceOp);
   c10d::ReduceOp reduceOp = opts.reduceOp;
@@ -311,8 +303,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>&
   return launch(c10d::OpType::REDUCE, "reduce", tensors, tensors,
                 [this, t, op, reduceOp, root](loomComm_t comm, void* stream) mutable {
                   premultiply(t, reduceOp);
-                  call(loomReduce(t.data_ptr(), t.data_ptr(), t.numel(), loomType(t.scalar_type()),
-                                  op, root, comm, stream),
+                  call(loomReduce(t.data_ptr(), t.data_ptr(), loomCount(t),
+                                  loomType(t.scalar_type()), op, root, comm, stream),
                        "reduce", comm, getGroupDesc());
                 });
 }
@@ -328,7 +320,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& out
   at::Tensor in = input, out = output;
   return launch(c10d::OpType::_ALLGATHER_BASE, "allgather", {input, output}, {output},
                 [this, in, out](loomComm_t comm, void* stream) {
-                  call(loomAllGather(in.data_ptr(), out.data_ptr(), in.numel(),
+                  call(loomAllGather(in.data_ptr(), out.data_ptr(), loomCount(in),
                                      loomType(in.scalar_type()), comm, stream),
                        "allgather", comm, getGroupDesc());
                 });
@@ -352,8 +344,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(
       c10d::OpType::ALLGATHER, "allgather", all, outs,
       [this, in, outs](loomComm_t comm, void* stream) mutable {
         at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options());
-        call(loomAllGather(in.data_ptr(), flat.data_ptr(), in.numel(), loomType(in.scalar_type()),
-                           comm, stream),
+        call(loomAllGather(in.data_ptr(), flat.data_ptr(), loomCount(in),
+                           loomType(in.scalar_type()), comm, stream),
              "allgather", comm, getGroupDesc());
         for (size_t r = 0; r < outs.size(); ++r)
           outs[r].copy_(
@@ -390,7 +382,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(
       c10d::OpType::GATHER, "gather", all, outs,
       [this, in, outs, root](loomComm_t comm, void* stream) mutable {
         at::Tensor flat = rank_ == root ? at::empty({size_ * in.numel()}, in.options()) : in;
-        call(loomGather(in.data_ptr(), flat.data_ptr(), in.numel(), loomType(in.scalar_type()),
+        call(loomGather(in.data_ptr(), flat.data_ptr(), loomCount(in), loomType(in.scalar_type()),
                         root, comm, stream),
              "gather", comm, getGroupDesc());
         for (size_t r = 0; r < outs.size(); ++r)
@@ -421,7 +413,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(
                     for (const at::Tensor& t : ins) rows.push_back(t.reshape({-1}));
                     flat = at::cat(rows);
                   }
-                  call(loomScatter(flat.data_ptr(), out.data_ptr(), out.numel(),
+                  call(loomScatter(flat.data_ptr(), out.data_ptr(), loomCount(out),
                                    loomType(out.scalar_type()), root, comm, stream),
                        "scatter", comm, getGroupDesc());
                 });
@@ -431,6 +423,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   checkTensor(input, "reduce_scatter input");
   checkTensor(output, "reduce_scatter output");
+  checkComplexOp(input, opts.reduceOp, "reduce_scatter");
   TORCH_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: input must hold ", size_,
               " x output's ", output.numel(), " elements, has ", input.numel());
   loomRedOp_t op = loomOp(opts.reduceOp);
@@ -443,7 +436,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(
                     source = in.clone();  // the caller's input stays unscaled
                     premultiply(source, reduceOp);
                   }
-                  call(loomReduceScatter(source.data_ptr(), out.data_ptr(), out.numel(),
+                  call(loomReduceScatter(source.data_ptr(), out.data_ptr(), loomCount(out),
                                          loomType(out.scalar_type()), op, comm, stream),
                        "reduce_scatter", comm, getGroupDesc());
                 });
@@ -483,7 +476,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
   // Splits count rows (dim 0); Loom counts elements.
   auto counts = [n](const at::Tensor& t, const std::vector<int64_t>& splits, const char* what) {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-    const size_t rowElems = rows == 0 ? 0 : static_cast<size_t>(t.numel() / rows);
+    const size_t rowElems = rows == 0 ? 0 : static_cast<size_t>(loomCount(t) / rows);
     std::vector<size_t> c(n);
     if (splits.empty()) {
       TORCH_CHECK(rows % static_cast<int64_t>(n) == 0, "alltoall: ", what, "'s ", rows,
@@ -517,7 +510,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor
                                                           const c10d::AllToAllOptions&) {
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
               "alltoall: expected ", size_, " input and output tensors");
-  for (const at::Tensor& t : inputs) checkTensor(t, "alltoall input");
+  for (const at::Tensor& t : inputs) {
+    checkTensor(t, "alltoall input");
+    TORCH_CHECK(!t.is_complex(), "Backend loom does not support complex tensors in alltoall lists");
+  }
   for (const at::Tensor& t : outputs) checkTensor(t, "alltoall output");
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   std::vector<at::Tensor> all = inputs;
@@ -544,30 +540,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor
           outs[i].copy_(recv.narrow(0, static_cast<int64_t>(rd[i]), static_cast<int64_t>(rc[i]))
                             .view_as(outs[i]));
       });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::send(std::vector<at::Tensor>& tensors, int dstRank,
-                                                      int tag) {
-  checkOne(tensors, "send");
-  at::Tensor t = tensors[0];
-  return launch(c10d::OpType::SEND, "send", tensors, tensors,
-                [this, t, dstRank, tag](loomComm_t comm, void* stream) {
-                  call(loomSendTag(t.data_ptr(), t.numel(), loomType(t.scalar_type()), dstRank, tag,
-                                   comm, stream),
-                       "send", comm, getGroupDesc());
-                });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recv(std::vector<at::Tensor>& tensors, int srcRank,
-                                                      int tag) {
-  checkOne(tensors, "recv");
-  at::Tensor t = tensors[0];
-  return launch(c10d::OpType::RECV, "recv", tensors, tensors,
-                [this, t, srcRank, tag](loomComm_t comm, void* stream) {
-                  call(loomRecvTag(t.data_ptr(), t.numel(), loomType(t.scalar_type()), srcRank, tag,
-                                   comm, stream),
-                       "recv", comm, getGroupDesc());
-                });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::barrier(const c10d::BarrierOptions&) {
