@@ -10,8 +10,48 @@
 
 namespace loom::torchbackend {
 
-LoomWork::LoomWork(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs)
-    : Work(rank, type), name_(name), outputs_(std::move(outputs)) {
+const char* profilingName(c10d::OpType type) {
+  switch (type) {
+    case c10d::OpType::BROADCAST:
+      return "broadcast";
+    case c10d::OpType::ALLREDUCE:
+    case c10d::OpType::ALLREDUCE_COALESCED:
+      return "all_reduce";
+    case c10d::OpType::REDUCE:
+      return "reduce";
+    case c10d::OpType::ALLGATHER:
+      return "all_gather";
+    case c10d::OpType::_ALLGATHER_BASE:
+      return "all_gather_into_tensor";
+    case c10d::OpType::ALLGATHER_COALESCED:
+      return "all_gather_coalesced";
+    case c10d::OpType::GATHER:
+      return "gather";
+    case c10d::OpType::SCATTER:
+      return "scatter";
+    case c10d::OpType::REDUCE_SCATTER:
+      return "reduce_scatter";
+    case c10d::OpType::_REDUCE_SCATTER_BASE:
+      return "reduce_scatter_tensor";
+    case c10d::OpType::ALLTOALL_BASE:
+    case c10d::OpType::ALLTOALL:
+      return "all_to_all";
+    case c10d::OpType::SEND:
+      return "send";
+    case c10d::OpType::RECV:
+      return "recv";
+    case c10d::OpType::RECVANYSOURCE:
+      return "recvAnySource";
+    case c10d::OpType::BARRIER:
+      return "barrier";
+    default:
+      return nullptr;
+  }
+}
+
+LoomWork::LoomWork(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                   const char* profilingTitle, const std::optional<std::vector<at::Tensor>>& inputs)
+    : Work(rank, type, profilingTitle, inputs), name_(name), outputs_(std::move(outputs)) {
   future_ = c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
 }
 

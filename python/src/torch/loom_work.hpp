@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <string>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
@@ -20,7 +21,11 @@ namespace loom::torchbackend {
 
 class LoomWork : public c10d::Work {
  public:
-  LoomWork(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs);
+  // profilingTitle ("loom:all_reduce", may be null): the op's event in torch's profiler, with the
+  // shapes of `inputs`, as torch's own backends record theirs.
+  LoomWork(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+           const char* profilingTitle = nullptr,
+           const std::optional<std::vector<at::Tensor>>& inputs = std::nullopt);
   ~LoomWork() override;
   bool wait(std::chrono::milliseconds timeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
@@ -42,6 +47,9 @@ class LoomWork : public c10d::Work {
   loomRequest_t request_ = nullptr;
   std::atomic<int> source_{-1};
 };
+
+// The profiler's name of an op of type (null: not recorded), as torch's backends name theirs.
+const char* profilingName(c10d::OpType type);
 
 // The Work of a coalesced batch (startCoalescing .. endCoalescing) on CPU tensors: its ops were
 // posted as they came (sends and receives progress together, collectives run in issue order);

@@ -96,7 +96,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::pointToPoint(c10d::OpType type,
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(!stopping_, "ProcessGroupLoom ", name, ": the process group was shut down");
   }
-  auto work = c10::make_intrusive<LoomWork>(rank_, type, name, tensors);
+  const std::string title = profilingTitle(type);
+  auto work = c10::make_intrusive<LoomWork>(rank_, type, name, tensors,
+                                            title.empty() ? nullptr : title.c_str(), tensors);
   loomRequest_t request = nullptr;
   call(isSend ? loomIsend(t.data_ptr(), loomCount(t), loomType(t.scalar_type()), peer, tag, comm_,
                           &request)

@@ -28,8 +28,11 @@ int timeoutMs(std::chrono::milliseconds timeout) {
 }  // namespace
 
 ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                   std::chrono::milliseconds timeout)
-    : Backend(rank, size), store_(store), timeout_(timeout) {
+                                   std::chrono::milliseconds timeout, std::string profilingPrefix)
+    : Backend(rank, size),
+      store_(store),
+      profilingPrefix_(std::move(profilingPrefix)),
+      timeout_(timeout) {
   // The store torch hands us is already prefixed per group (and per device type).
   loomUniqueId id = sharedId(kUniqueIdKey);
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
@@ -41,7 +44,11 @@ ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store,
 
 ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout, const SplitChild& child)
-    : Backend(rank, size), store_(store), timeout_(timeout), comm_(child.hostComm) {
+    : Backend(rank, size),
+      store_(store),
+      profilingPrefix_(child.profilingPrefix),
+      timeout_(timeout),
+      comm_(child.hostComm) {
 #ifdef LOOM_TORCH_CUDA
   if (child.cudaComm != nullptr) {
     cuda_ = std::make_unique<CudaComm>(
@@ -123,6 +130,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::split(
   config.name = configName.c_str();
 
   SplitChild child;
+  child.profilingPrefix = profilingPrefix_;
   // The host communicator is the worker's: the split runs there, in order with queued ops.
   enqueue(c10d::OpType::UNKNOWN, "split", {}, [&] {
     call(loomCommSplit(comm_, color, rank_, &child.hostComm, &config), "split", comm_,
@@ -202,15 +210,16 @@ void ProcessGroupLoom::work() {
   }
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::launch(c10d::OpType type, const char* name,
-                                                        const std::vector<at::Tensor>& tensors,
-                                                        std::vector<at::Tensor> outputs,
-                                                        Body body) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::launch(
+    c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
+    std::vector<at::Tensor> outputs, Body body,
+    const std::optional<std::vector<at::Tensor>>& inputs) {
   ++sequence_;
   at::Device device = commonDevice(tensors, name);
   if (device.is_cpu()) {
-    return coalesced(enqueue(type, name, std::move(outputs),
-                             [this, body = std::move(body)] { body(comm_, nullptr); }));
+    return coalesced(enqueue(
+        type, name, std::move(outputs), [this, body = std::move(body)] { body(comm_, nullptr); },
+        inputs ? inputs : std::optional<std::vector<at::Tensor>>(tensors)));
   }
 #ifdef LOOM_TORCH_CUDA
   {
@@ -235,10 +244,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::launch(c10d::OpType type, const
 #endif
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(c10d::OpType type, const char* name,
-                                                         std::vector<at::Tensor> outputs,
-                                                         std::function<void()> body) {
-  auto work = c10::make_intrusive<LoomWork>(rank_, type, name, std::move(outputs));
+std::string ProcessGroupLoom::profilingTitle(c10d::OpType type) const {
+  const char* op = profilingName(type);
+  return op == nullptr ? std::string() : profilingPrefix_ + ":" + op;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(
+    c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+    std::function<void()> body, const std::optional<std::vector<at::Tensor>>& inputs) {
+  const std::string title = profilingTitle(type);
+  std::optional<std::vector<at::Tensor>> recorded = inputs;
+  if (recorded) {  // complex tensors travel, and are recorded, as pairs of reals (as Gloo's)
+    for (at::Tensor& t : *recorded)
+      if (t.defined() && t.is_complex()) t = at::view_as_real(t);
+  }
+  auto work = c10::make_intrusive<LoomWork>(rank_, type, name, std::move(outputs),
+                                            title.empty() ? nullptr : title.c_str(), recorded);
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(!stopping_, "ProcessGroupLoom ", name, ": the process group was shut down");
   queue_.push_back([work, body = std::move(body)] {
@@ -318,12 +339,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& out
   TORCH_CHECK(output.numel() == input.numel() * size_, "allgather: output must hold ", size_,
               " x input's ", input.numel(), " elements, has ", output.numel());
   at::Tensor in = input, out = output;
-  return launch(c10d::OpType::_ALLGATHER_BASE, "allgather", {input, output}, {output},
-                [this, in, out](loomComm_t comm, void* stream) {
-                  call(loomAllGather(in.data_ptr(), out.data_ptr(), loomCount(in),
-                                     loomType(in.scalar_type()), comm, stream),
-                       "allgather", comm, getGroupDesc());
-                });
+  return launch(
+      c10d::OpType::_ALLGATHER_BASE, "allgather", {input, output}, {output},
+      [this, in, out](loomComm_t comm, void* stream) {
+        call(loomAllGather(in.data_ptr(), out.data_ptr(), loomCount(in), loomType(in.scalar_type()),
+                           comm, stream),
+             "allgather", comm, getGroupDesc());
+      },
+      std::vector<at::Tensor>{input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(
@@ -350,7 +373,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(
         for (size_t r = 0; r < outs.size(); ++r)
           outs[r].copy_(
               flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view_as(outs[r]));
-      });
+      },
+      inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_into_tensor_coalesced(
@@ -388,7 +412,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(
         for (size_t r = 0; r < outs.size(); ++r)
           outs[r].copy_(
               flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view_as(outs[r]));
-      });
+      },
+      inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(
@@ -405,18 +430,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(
   }
   std::vector<at::Tensor> all = ins;
   all.push_back(out);
-  return launch(c10d::OpType::SCATTER, "scatter", all, outputs,
-                [this, out, ins, root](loomComm_t comm, void* stream) {
-                  at::Tensor flat = out;
-                  if (rank_ == root) {
-                    std::vector<at::Tensor> rows;
-                    for (const at::Tensor& t : ins) rows.push_back(t.reshape({-1}));
-                    flat = at::cat(rows);
-                  }
-                  call(loomScatter(flat.data_ptr(), out.data_ptr(), loomCount(out),
-                                   loomType(out.scalar_type()), root, comm, stream),
-                       "scatter", comm, getGroupDesc());
-                });
+  return launch(
+      c10d::OpType::SCATTER, "scatter", all, outputs,
+      [this, out, ins, root](loomComm_t comm, void* stream) {
+        at::Tensor flat = out;
+        if (rank_ == root) {
+          std::vector<at::Tensor> rows;
+          for (const at::Tensor& t : ins) rows.push_back(t.reshape({-1}));
+          flat = at::cat(rows);
+        }
+        call(loomScatter(flat.data_ptr(), out.data_ptr(), loomCount(out),
+                         loomType(out.scalar_type()), root, comm, stream),
+             "scatter", comm, getGroupDesc());
+      },
+      ins);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(
@@ -429,17 +456,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(
   loomRedOp_t op = loomOp(opts.reduceOp);
   c10d::ReduceOp reduceOp = opts.reduceOp;
   at::Tensor in = input, out = output;
-  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {input, output}, {output},
-                [this, in, out, op, reduceOp](loomComm_t comm, void* stream) mutable {
-                  at::Tensor source = in;
-                  if (reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM) {
-                    source = in.clone();  // the caller's input stays unscaled
-                    premultiply(source, reduceOp);
-                  }
-                  call(loomReduceScatter(source.data_ptr(), out.data_ptr(), loomCount(out),
-                                         loomType(out.scalar_type()), op, comm, stream),
-                       "reduce_scatter", comm, getGroupDesc());
-                });
+  return launch(
+      c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {input, output}, {output},
+      [this, in, out, op, reduceOp](loomComm_t comm, void* stream) mutable {
+        at::Tensor source = in;
+        if (reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM) {
+          source = in.clone();  // the caller's input stays unscaled
+          premultiply(source, reduceOp);
+        }
+        call(loomReduceScatter(source.data_ptr(), out.data_ptr(), loomCount(out),
+                               loomType(out.scalar_type()), op, comm, stream),
+             "reduce_scatter", comm, getGroupDesc());
+      },
+      std::vector<at::Tensor>{input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter(
@@ -502,7 +531,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
         call(loomAllToAllv(in.data_ptr(), sendCounts.data(), sd.data(), out.data_ptr(),
                            recvCounts.data(), rd.data(), loomType(in.scalar_type()), comm, stream),
              "alltoall", comm, getGroupDesc());
-      });
+      },
+      std::vector<at::Tensor>{input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor>& outputs,
@@ -539,7 +569,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor
         for (size_t i = 0; i < n; ++i)
           outs[i].copy_(recv.narrow(0, static_cast<int64_t>(rd[i]), static_cast<int64_t>(rc[i]))
                             .view_as(outs[i]));
-      });
+      },
+      inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::barrier(const c10d::BarrierOptions&) {

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -41,13 +42,15 @@ struct LoomOptions : c10d::Backend::Options {
 
 class ProcessGroupLoom : public c10d::Backend {
  public:
+  // profilingPrefix: the name of the backend in torch's profiler events ("loom:all_reduce").
   ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   std::chrono::milliseconds timeout);
+                   std::chrono::milliseconds timeout, std::string profilingPrefix = "loom");
   // A split's child: adopts the communicators loomCommSplit made (cudaComm may be null).
   struct SplitChild {
     loomComm_t hostComm = nullptr;
     loomComm_t cudaComm = nullptr;
     at::Device cudaDevice{at::kCPU};
+    std::string profilingPrefix = "loom";
   };
   ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    std::chrono::milliseconds timeout, const SplitChild& child);
@@ -130,9 +133,11 @@ class ProcessGroupLoom : public c10d::Backend {
   // A Loom call (or several) of one op, given the communicator and stream (null: host) to use.
   using Body = std::function<void(loomComm_t comm, void* stream)>;
   // Runs body for the device of `tensors`: CPU on the worker, CUDA on Loom's stream.
-  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name,
-                                        const std::vector<at::Tensor>& tensors,
-                                        std::vector<at::Tensor> outputs, Body body);
+  // inputs: what the profiler records (default: tensors).
+  c10::intrusive_ptr<c10d::Work> launch(
+      c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
+      std::vector<at::Tensor> outputs, Body body,
+      const std::optional<std::vector<at::Tensor>>& inputs = std::nullopt);
   // CPU sends and receives (peer LOOM_ANY_SOURCE: a receive from any rank).
   c10::intrusive_ptr<c10d::Work> pointToPoint(c10d::OpType type, const char* name,
                                               std::vector<at::Tensor>& tensors, int peer, int tag);
@@ -140,9 +145,12 @@ class ProcessGroupLoom : public c10d::Backend {
                                                  const c10d::ReduceOp& op);
   // A Work of an op issued while coalescing on CPU: kept for endCoalescing.
   c10::intrusive_ptr<c10d::Work> coalesced(c10::intrusive_ptr<c10d::Work> work);
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
-                                         std::vector<at::Tensor> outputs,
-                                         std::function<void()> body);
+  c10::intrusive_ptr<c10d::Work> enqueue(
+      c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+      std::function<void()> body,
+      const std::optional<std::vector<at::Tensor>>& inputs = std::nullopt);
+  // "loom:all_reduce" for type (empty: not recorded).
+  std::string profilingTitle(c10d::OpType type) const;
   void work();
   // A unique id shared through the store under key (made by the group's rank 0).
   loomUniqueId sharedId(const std::string& key);
@@ -153,6 +161,7 @@ class ProcessGroupLoom : public c10d::Backend {
 #endif
 
   c10::intrusive_ptr<c10d::Store> store_;
+  std::string profilingPrefix_ = "loom";
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> sequence_{0};
   std::mutex splitMutex_;
