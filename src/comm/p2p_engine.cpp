@@ -128,6 +128,10 @@ void P2PEngine::drive(Until until) {
       std::lock_guard<std::mutex> lock(mutex_);
       active_.insert(active_.end(), incoming_.begin(), incoming_.end());
       incoming_.clear();
+      // Sized by what is outstanding, not by how a pass happens to go: once warm, nothing grows.
+      ops_.reserve(active_.size());
+      done_.reserve(active_.size());
+      passState_.busy.reserve(active_.size());
       seen = posted_.load();
       if (until()) return;
     }
