@@ -20,11 +20,10 @@ const char* profilingName(c10d::OpType type) {
     case c10d::OpType::REDUCE:
       return "reduce";
     case c10d::OpType::ALLGATHER:
+    case c10d::OpType::ALLGATHER_COALESCED:  // Gloo names it all_gather too
       return "all_gather";
     case c10d::OpType::_ALLGATHER_BASE:
       return "all_gather_into_tensor";
-    case c10d::OpType::ALLGATHER_COALESCED:
-      return "all_gather_coalesced";
     case c10d::OpType::GATHER:
       return "gather";
     case c10d::OpType::SCATTER:
