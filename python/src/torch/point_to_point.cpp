@@ -157,7 +157,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_coalesced(
           for (int r = 0; r < size_; ++r)
             lists[r][i].copy_(flat.narrow(0, r * in.numel(), in.numel()).view_as(lists[r][i]));
         }
-      });
+      },
+      // The profiler records the inputs only, as Gloo's does (torch's tests compare the event's
+      // input shapes with the input tensors').
+      std::optional<std::vector<at::Tensor>>(inputs));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_sparse(
