@@ -27,7 +27,7 @@ def test_any_order_of_posting_and_the_ops_built_on_p2p(world):
 
 
 # Iterations per world size, bounded for a 2-core CI machine (LOOM_P2P_STRESS_ITERS overrides).
-STRESS = {2: 60, 3: 30, 5: 12}
+STRESS = {2: 60, 3: 30, 4: 16, 5: 12}
 
 
 @pytest.mark.parametrize("world", sorted(STRESS))
