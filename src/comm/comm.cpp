@@ -177,7 +177,7 @@ void Comm::crossCheckLauncher() const {
 
 Comm::~Comm() {
   p2pEngine_.reset();  // its thread checks the peers' pidfds and drives the channels
-  native_.reset();     // first: its watchdog uses the peers' pidfds and the bootstrap
+  native_.reset();     // before the pidfds close: its watchdog uses them and the bootstrap
   staging_.reset();
   for (int fd : peerPidfds_)
     if (fd >= 0) close(fd);
