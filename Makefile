@@ -9,7 +9,7 @@ GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 # `make test CUDA=OFF` skips them. make run decides for itself (scripts/run.sh).
 CUDA ?= AUTO
 
-.PHONY: all deps build run test bench bench-multinode test-asan format clean
+.PHONY: all deps build run test test-torch-full bench bench-multinode test-asan format clean
 
 all: build
 
@@ -28,6 +28,14 @@ run:
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 1800
 	scripts/python_test.sh
+
+# Opt-in, not in `make test` (an hour or more on 2 cores): PyTorch's whole _DistTestBase on Gloo
+# and on Loom at 2, 3 and 4 ranks (WORLDS=...), ranks spawned as PyTorch does, and the torch
+# point-to-point stress at 1000 iterations per world size.
+test-torch-full:
+	LOOM_DIST_SUITE_SELECT= LOOM_DIST_SUITE_WORLDS=$(or $(WORLDS),2,3,4) \
+	  scripts/python_test.sh tests/python/test_torch_dist_suite.py -s
+	LOOM_P2P_STRESS_ITERS=1000 scripts/python_test.sh tests/python/test_torch_p2p.py -k stress -s
 
 # Loom vs Open MPI (and Gloo where torch is installed) and the memcpy bound, side by side: tables
 # and one plot per collective (bench/plot.py) beside the CSV in bench/results/.

@@ -10,9 +10,10 @@ fi
 py="$venv/bin/python"
 # Build and test requirements, once (a later run finds them and skips the network). torch is
 # large (PyPI's Linux wheels bring CUDA libraries even for CPU use), hence the reused environment.
-if ! "$py" -c "import pytest, numpy, scikit_build_core, nanobind, torch" 2>/dev/null; then
+# expecttest: torch.testing._internal (PyTorch's own distributed suite) imports it.
+if ! "$py" -c "import pytest, numpy, scikit_build_core, nanobind, torch, expecttest" 2>/dev/null; then
   "$py" -m pip install -q --upgrade pip
-  "$py" -m pip install -q pytest numpy "scikit-build-core>=0.10" "nanobind>=2.0" torch
+  "$py" -m pip install -q pytest numpy "scikit-build-core>=0.10" "nanobind>=2.0" torch expecttest
 fi
 # No build isolation: the requirements above are the build's, and the persistent build directory
 # (pyproject.toml) makes a rebuild incremental.

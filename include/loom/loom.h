@@ -192,6 +192,36 @@ loomResult_t loomSendTag(const void* sendbuff, size_t count, loomDataType_t data
 loomResult_t loomRecvTag(void* recvbuff, size_t count, loomDataType_t datatype, int peer, int tag,
                          loomComm_t comm, loomStream_t stream);
 
+/* Non-blocking point to point (host communicators). loomIsend/loomIrecv post the operation and
+ * return at once with a request; every posted send and receive of a communicator progresses
+ * together on its own thread, in any order of posting (a receive posted before its matching send on
+ * both ranks completes), matched per (peer, tag) in posting order like loomSendTag/loomRecvTag, and
+ * with them. The buffer must stay valid until the request has finished. A request that fails (a
+ * timeout, a dead peer, a size mismatch) leaves the communicator aborted, like a blocking call.
+ * loomIrecv takes peer LOOM_ANY_SOURCE: the first message with its tag from any rank
+ * (loomRequestGetSource tells which). */
+#define LOOM_ANY_SOURCE (-1)
+typedef struct loomRequest* loomRequest_t;
+loomResult_t loomIsend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                       int tag, loomComm_t comm, loomRequest_t* request);
+loomResult_t loomIrecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer, int tag,
+                       loomComm_t comm, loomRequest_t* request);
+/* *done = 1 once the operation finished; then returns its result (loomInProgress before). */
+loomResult_t loomTest(loomRequest_t request, int* done);
+/* Blocks until the operation finished (bounded by the communicator's timeout); returns its result.
+ */
+loomResult_t loomWait(loomRequest_t request);
+/* The rank a finished receive came from. */
+loomResult_t loomRequestGetSource(loomRequest_t request, int* source);
+/* callback(result, arg) runs once when the operation finishes, on Loom's progress thread (or at
+ * once on the calling thread if it already has). It must not block on other Loom operations. */
+typedef void (*loomRequestCallback_t)(loomResult_t result, void* arg);
+loomResult_t loomRequestSetCallback(loomRequest_t request, loomRequestCallback_t callback,
+                                    void* arg);
+/* Releases the request; an operation still in flight goes on (its buffer must stay valid). Valid
+ * after the communicator was destroyed. */
+loomResult_t loomRequestFree(loomRequest_t request);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -123,41 +123,80 @@ bool progressRecv(P2POp& op) {
   return moved;
 }
 
+// Binds an any-source receive to the first peer with a message of its tag: one set aside earlier
+// (lowest peer first), else the next header on a channel no older receive is reading. Headers of
+// other tags met on the way are set aside for their own receives. True if bytes moved.
+bool matchAnySource(P2POp& op, const std::vector<std::pair<Channel*, bool>>& busy,
+                    bool olderAnyPending) {
+  const P2PPeers& peers = *op.peers;
+  auto bind = [&](int peer) {
+    op.peer = peer;
+    op.channel = peers.channels[peer];
+    op.inbox = &(*peers.inboxes)[peer];
+  };
+  for (size_t peer = 0; peer < peers.channels.size(); ++peer) {
+    if (peers.channels[peer] == nullptr) continue;
+    bind(static_cast<int>(peer));
+    if (takeEarly(op)) return true;
+  }
+  bool moved = false;
+  if (!olderAnyPending) {
+    for (size_t peer = 0; peer < peers.channels.size(); ++peer) {
+      Channel* channel = peers.channels[peer];
+      if (channel == nullptr) continue;
+      if (std::find(busy.begin(), busy.end(), std::make_pair(channel, false)) != busy.end())
+        continue;
+      bind(static_cast<int>(peer));
+      if (matchHeader(op, moved)) {
+        op.headerDone = true;
+        return true;
+      }
+      if (op.done) return true;  // completed from a message just set aside
+    }
+  }
+  op.peer = kAnySource;
+  op.channel = nullptr;
+  op.inbox = nullptr;
+  return moved;
+}
+
 }  // namespace
 
-void runPointToPoint(std::vector<P2POp>& ops) {
-  // Only the oldest unfinished op per (channel, direction) may move: stream order is issue order.
-  thread_local std::vector<std::pair<Channel*, bool>> busy;  // reused: no allocation per call
-  busy.reserve(ops.size());  // grows once to the largest batch, not while progressing
-  auto pass = [&]() -> bool {
-    bool moved = false;
-    busy.clear();
-    for (P2POp& op : ops) {
-      if (op.done) continue;
-      std::pair<Channel*, bool> key{op.channel, op.isSend};
-      if (std::find(busy.begin(), busy.end(), key) != busy.end()) {
-        if (!op.isSend) moved |= takeEarly(op);
+bool progressPointToPoint(const std::vector<P2POp*>& ops, P2PPassState& state) {
+  std::vector<std::pair<Channel*, bool>>& busy = state.busy;
+  busy.clear();
+  bool moved = false;
+  bool anyPending = false;  // an older any-source receive is still looking: it reads first
+  for (P2POp* p : ops) {
+    P2POp& op = *p;
+    if (op.done) continue;
+    if (!op.isSend && op.peer == kAnySource) {
+      moved |= matchAnySource(op, busy, anyPending);
+      if (op.peer == kAnySource) {
+        anyPending = true;
         continue;
       }
-      moved |= op.isSend ? progressSend(op) : progressRecv(op);
-      if (!op.done) busy.push_back(key);
     }
-    return moved;
-  };
-  auto allDone = [&] {
-    return std::all_of(ops.begin(), ops.end(), [](const P2POp& op) { return op.done; });
-  };
-  auto checkAll = [&] {
-    for (const P2POp& op : ops)
-      if (!op.done) op.ctx->check(op.peer);
-  };
-  auto gather = [&](PollSet& set) {
-    for (const P2POp& op : ops)
-      if (!op.done) set.add(op.channel->pollFd(op.isSend), op.isSend ? POLLOUT : POLLIN);
-  };
-  thread_local PollSet pollSet;
-  while (!allDone()) {
-    if (!pass()) waitUntil(pass, checkAll, gather, pollSet);
+    std::pair<Channel*, bool> key{op.channel, op.isSend};
+    if ((!op.isSend && anyPending) || std::find(busy.begin(), busy.end(), key) != busy.end()) {
+      if (!op.isSend) moved |= takeEarly(op);
+      continue;
+    }
+    moved |= op.isSend ? progressSend(op) : progressRecv(op);
+    if (!op.done) busy.push_back(key);
+  }
+  return moved;
+}
+
+void gatherPointToPoint(const std::vector<P2POp*>& ops, PollSet& set) {
+  for (const P2POp* op : ops) {
+    if (op->done) continue;
+    if (op->peer == kAnySource) {
+      for (Channel* c : op->peers->channels)
+        if (c != nullptr) set.add(c->pollFd(false), POLLIN);
+      continue;
+    }
+    set.add(op->channel->pollFd(op->isSend), op->isSend ? POLLOUT : POLLIN);
   }
 }
 

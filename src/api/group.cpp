@@ -1,5 +1,6 @@
 #include "api/group.hpp"
 
+#include <algorithm>
 #include <memory>
 
 namespace loom {
@@ -40,17 +41,21 @@ size_t executeDevicePointToPoint(const std::vector<GroupOp>& ops, size_t first) 
   for (; i < ops.size() && !ops[i].isCollective && ops[i].handle == ops[first].handle; ++i) {
     LOOM_CHECK_ARG(ops[i].stream == ops[first].stream,
                    "the sends and receives of one group on a GPU communicator must use one stream");
-    batch.push_back(DeviceP2POp{ops[i].isSend, ops[i].peer, ops[i].buffer, ops[i].bytes});
+    batch.push_back(
+        DeviceP2POp{ops[i].isSend, ops[i].peer, ops[i].buffer, ops[i].bytes, ops[i].tag});
   }
   ops[first].handle->comm->devicePointToPoint(batch, ops[first].stream);
   return i;
 }
 
-void executeOps(const std::vector<GroupOp>& ops) {
-  thread_local std::vector<P2POp> batch;
-  thread_local std::vector<Comm*> comms;
+// Posts the group's host sends and receives to their communicators' engines where they stand and
+// runs its collectives and device operations in order.
+void postAndRun(const std::vector<GroupOp>& ops, std::vector<P2PTicket*>& tickets,
+                std::vector<P2PEngine*>& engines, size_t& posted, bool collectiveAfterP2P) {
   for (size_t i = 0; i < ops.size();) {
     if (ops[i].isCollective) {
+      // Sends and receives posted so far move on the engines' threads meanwhile.
+      for (P2PEngine* engine : engines) engine->startThread();
       ops[i].handle->comm->collective(ops[i].args);
       ++i;
       continue;
@@ -59,18 +64,61 @@ void executeOps(const std::vector<GroupOp>& ops) {
       i = executeDevicePointToPoint(ops, i);
       continue;
     }
-    batch.clear();
-    comms.clear();
-    for (; i < ops.size() && !ops[i].isCollective && !ops[i].handle->comm->onDevice(); ++i) {
-      Comm* comm = ops[i].handle->comm.get();
-      batch.push_back(
-          comm->pointToPoint(ops[i].isSend, ops[i].peer, ops[i].buffer, ops[i].bytes, ops[i].tag));
-      bool known = false;
-      for (Comm* c : comms) known |= c == comm;
-      if (!known) comms.push_back(comm);
+    Comm& comm = *ops[i].handle->comm;
+    P2PTicket& ticket = *tickets[posted];
+    ticket.reset();
+    ticket.op =
+        comm.pointToPoint(ops[i].isSend, ops[i].peer, ops[i].buffer, ops[i].bytes, ops[i].tag);
+    P2PEngine* engine = &comm.p2pEngine();
+    if (std::find(engines.begin(), engines.end(), engine) == engines.end()) {
+      engines.push_back(engine);
+      // A waiter drives one engine; the others (and all, while collectives run) need threads.
+      if (engines.size() > 1 || collectiveAfterP2P)
+        for (P2PEngine* e : engines) e->startThread();
     }
-    Comm::runPointToPointBatch(batch, comms);
+    engine->postOwned(ticket);
+    ++posted;
+    ++i;
   }
+}
+
+// Host sends and receives progress together, in any order, also while the group's collectives
+// run, and are all waited for at the end: no order of operations inside a group can deadlock on
+// point-to-point.
+void executeOps(const std::vector<GroupOp>& ops) {
+  // Reused: a group allocates nothing once warm. Tickets hold a mutex: a pool, by pointer.
+  thread_local std::vector<std::unique_ptr<P2PTicket>> pool;
+  thread_local std::vector<P2PTicket*> tickets;
+  thread_local std::vector<P2PEngine*> engines;
+  size_t hostP2P = 0;
+  bool collectiveAfterP2P = false;
+  for (const GroupOp& op : ops) {
+    if (op.isCollective) {
+      collectiveAfterP2P |= hostP2P > 0;
+    } else if (!op.handle->comm->onDevice()) {
+      ++hostP2P;
+    }
+  }
+  while (pool.size() < hostP2P) pool.push_back(std::make_unique<P2PTicket>());
+  tickets.clear();
+  for (size_t i = 0; i < hostP2P; ++i) tickets.push_back(pool[i].get());
+  engines.clear();
+  size_t posted = 0;
+  try {
+    postAndRun(ops, tickets, engines, posted, collectiveAfterP2P);
+  } catch (...) {
+    // Posted tickets point into `tickets`: they must finish (they fail at once on an aborted
+    // communicator) before the next group reuses it.
+    tickets.resize(posted);
+    if (!engines.empty()) {
+      try {
+        engines.front()->finish(tickets);
+      } catch (...) {  // the first error is the one to report
+      }
+    }
+    throw;
+  }
+  if (!engines.empty()) engines.front()->finish(tickets);
 }
 
 }  // namespace

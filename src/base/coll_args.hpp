@@ -32,6 +32,7 @@ struct DeviceP2POp {
   int peer = 0;
   void* buffer = nullptr;
   size_t bytes = 0;
+  int64_t tag = 0;  // matched like a host send's tag (staged devices; native engines may ignore)
 };
 
 // The bytes a call reads from `send` and writes to `recv` on rank `rank` of `nranks`, each from

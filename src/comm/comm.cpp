@@ -149,6 +149,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   if (!sharedMemory_ && !native_) setUpHierarchy();
   if (onDevice() && !native_) staging_ = std::make_unique<HostStaging>(*device_);
   if (hetero_ && staging_) stagingEvents_ = std::make_unique<StagingEvents>(*device_);
+  if (!native_) setUpP2PEngine();
   const DeviceIdentity& identity = device_->identity();
   deviceDescription_ =
       device_->spec() + " (" + identity.vendor + " " + identity.model + "; " +
@@ -181,9 +182,10 @@ void Comm::crossCheckLauncher() const {
 }
 
 Comm::~Comm() {
+  p2pEngine_.reset();  // its thread checks the peers' pidfds and drives the channels
   leaderComm_.reset();
   clusterComm_.reset();
-  native_.reset();  // first: its watchdog uses the peers' pidfds and the bootstrap
+  native_.reset();  // its watchdog uses the peers' pidfds and the bootstrap
   staging_.reset();
   for (int fd : peerPidfds_)
     if (fd >= 0) close(fd);
@@ -422,6 +424,13 @@ void Comm::check(int peer) {
                " s waiting for peers (LOOM_TIMEOUT / config timeoutMs)");
 }
 
+void Comm::checkAlive(int peer) {
+  if (aborted_->load(std::memory_order_relaxed))
+    LOOM_THROW(loomRemoteError, "communicator aborted: ", asyncMessage());
+  if (arena_.aborted()) throwArenaAbort();
+  checkPeer(peer);
+}
+
 void Comm::throwArenaAbort() const {
   ArenaAbort info = arena_.abortInfo();
   // The arena holds one node's ranks: its slots are local indices.
@@ -562,24 +571,13 @@ P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int6
   op.buffer = static_cast<char*>(buffer);
   op.bytes = bytes;
   op.tag = tag;
-  op.channel = p2pChannels_[peer].get();
-  op.inbox = &inboxes_[peer];
+  if (peer != kAnySource) {
+    op.channel = p2pChannels_[peer].get();
+    op.inbox = &inboxes_[peer];
+  }
+  op.peers = &p2pPeers_;
   op.ctx = &ctx_;
   return op;
-}
-
-void Comm::runPointToPointBatch(std::vector<P2POp>& ops, const std::vector<Comm*>& comms) {
-  for (Comm* c : comms) c->beginOperation();
-  try {
-    runPointToPoint(ops);
-  } catch (const Error& e) {
-    for (Comm* c : comms) c->fail(e);
-    throw;
-  } catch (const std::exception& e) {
-    Error wrapped(loomInternalError, e.what());
-    for (Comm* c : comms) c->fail(wrapped);
-    throw wrapped;
-  }
 }
 
 void Comm::devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) {
@@ -603,20 +601,42 @@ void Comm::devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
 
 void Comm::stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) {
   // Every op gets its own stretch of one host buffer: sends staged after the caller's stream,
-  // the host transfers run as one batch, receives copied back before the call returns.
+  // the host transfers posted to the P2PEngine together (any order of sends and receives
+  // completes), receives copied back before the call returns.
   size_t total = 0;
   for (const DeviceP2POp& op : ops) total += op.bytes;
   char* host = staging_->send(total);
-  stagedP2P_.clear();
   size_t offset = 0;
   for (const DeviceP2POp& op : ops) {
     if (op.isSend)
       device_->copyAsync(host + offset, op.buffer, op.bytes, CopyKind::kDeviceToHost, stream);
-    stagedP2P_.push_back(pointToPoint(op.isSend, op.peer, host + offset, op.bytes, 0));
     offset += op.bytes;
   }
   device_->synchronize(stream);
-  runPointToPoint(stagedP2P_);
+  while (stagedTickets_.size() < ops.size())
+    stagedTickets_.push_back(std::make_unique<P2PTicket>());
+  stagedPosted_.clear();
+  offset = 0;
+  try {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const DeviceP2POp& op = ops[i];
+      P2PTicket& ticket = *stagedTickets_[i];
+      ticket.reset();
+      ticket.op = pointToPoint(op.isSend, op.peer, host + offset, op.bytes, op.tag);
+      p2pEngine_->postOwned(ticket);
+      stagedPosted_.push_back(&ticket);
+      offset += op.bytes;
+    }
+  } catch (...) {
+    // A post fails only on an aborted communicator; tickets posted before it point into the pool
+    // and the staging buffer, and end (at once, with the abort) before either is reused.
+    try {
+      p2pEngine_->finish(stagedPosted_);
+    } catch (...) {  // the first error is the one to report
+    }
+    throw;
+  }
+  p2pEngine_->finish(stagedPosted_);
   offset = 0;
   for (const DeviceP2POp& op : ops) {
     if (!op.isSend)
@@ -624,6 +644,16 @@ void Comm::stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
     offset += op.bytes;
   }
   device_->synchronize(stream);
+}
+
+void Comm::setUpP2PEngine() {
+  for (auto& channel : p2pChannels_) p2pPeers_.channels.push_back(channel.get());
+  p2pPeers_.inboxes = &inboxes_;
+  P2PEngineHooks hooks;
+  hooks.timeoutMs = config_.timeoutMs;
+  hooks.checkPeer = [this](int peer) { checkAlive(peer); };
+  hooks.fail = [this](const Error& e) { fail(e); };
+  p2pEngine_ = std::make_unique<P2PEngine>(std::move(hooks));
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) {

@@ -17,6 +17,7 @@
 #include "algorithms/staged.hpp"
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
+#include "comm/p2p_engine.hpp"
 #include "plan/selector.hpp"
 #include "topology/cluster_map.hpp"
 #include "topology/node_map.hpp"
@@ -75,12 +76,13 @@ class Comm {
   // Runs one collective (arguments already validated). Failures other than bad arguments abort the
   // communicator and are reported to the peers.
   void collective(const CollArgs& args);
-  // Builds the point-to-point operation for a send or receive (run by runPointToPoint).
+  // Builds the point-to-point operation for a send or receive (peer kAnySource: a receive from
+  // any rank), to be run by p2pEngine().
   P2POp pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int64_t tag);
-  // Runs a batch of point-to-point ops of this communicator (and possibly others') with the same
-  // failure handling as collectives.
-  static void runPointToPointBatch(std::vector<P2POp>& ops, const std::vector<Comm*>& comms);
-  // Communicators on a device: a group's sends and receives, ordered on `stream`.
+  // Host communicators: progresses every send and receive, blocking or not (p2p_engine.hpp).
+  P2PEngine& p2pEngine() { return *p2pEngine_; }
+  // Communicators on a device: a group's sends and receives, ordered on `stream` (native
+  // collectives, or staged through host memory and the P2PEngine).
   void devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
   // True when this communicator's buffers live on a device the host cannot address (calls take
   // a stream).
@@ -115,6 +117,7 @@ class Comm {
   void setUpComposition();
   void executeComposed(const CollArgs& args);
   void stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
+  void setUpP2PEngine();
   void setUpHierarchy();
   std::optional<Error> peerFailure();
   void beginOperation();
@@ -122,6 +125,8 @@ class Comm {
   void check(int peer);
   [[noreturn]] void throwArenaAbort() const;
   void checkPeer(int peer);
+  // check() without the shared deadline and timers: for the point-to-point engine's thread.
+  void checkAlive(int peer);
   void verifyFingerprint(const CollArgs& args);
 
   CommConfig config_;
@@ -172,7 +177,8 @@ class Comm {
   std::vector<Algorithm> nativeAlgorithms_;
   // Devices the host cannot address, without native collectives: host staging of their data.
   std::unique_ptr<HostStaging> staging_;
-  std::vector<P2POp> stagedP2P_;
+  std::vector<std::unique_ptr<P2PTicket>> stagedTickets_;  // a pool: tickets hold a mutex
+  std::vector<P2PTicket*> stagedPosted_;
   std::unique_ptr<StagingEvents> stagingEvents_;  // heterogeneous device ranks: pipelined staging
   uint64_t step_ = 0;
   uint64_t collectiveCount_ = 0;
@@ -197,6 +203,11 @@ class Comm {
   std::atomic<loomResult_t> asyncError_{loomSuccess};
   mutable std::mutex errorMutex_;
   std::string asyncMessage_;
+
+  P2PPeers p2pPeers_;
+  // Last: its thread stops before the channels and inboxes it drives go away. Every communicator
+  // without native collectives has one (host buffers, and device buffers staged through host).
+  std::unique_ptr<P2PEngine> p2pEngine_;
 };
 
 }  // namespace loom

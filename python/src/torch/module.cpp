@@ -23,12 +23,13 @@ PYBIND11_MODULE(_loom_torch, m) {
       });
   py::class_<loom::torchbackend::ProcessGroupLoom, c10d::Backend,
              c10::intrusive_ptr<loom::torchbackend::ProcessGroupLoom>>(m, "ProcessGroupLoom")
+      // profiling_name: the backend's name in profiler events (the name torch knows it by).
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout) {
-             return c10::make_intrusive<loom::torchbackend::ProcessGroupLoom>(store, rank, size,
-                                                                              timeout);
+                       std::chrono::milliseconds timeout, const std::string& profilingName) {
+             return c10::make_intrusive<loom::torchbackend::ProcessGroupLoom>(
+                 store, rank, size, timeout, profilingName);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("profiling_name") = "loom", py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("options", &loom::torchbackend::ProcessGroupLoom::getBackendOptions);
 }

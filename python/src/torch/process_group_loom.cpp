@@ -27,37 +27,12 @@ int timeoutMs(std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-LoomWork::LoomWork(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs)
-    : Work(rank, type), name_(name), outputs_(std::move(outputs)) {
-  future_ = c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-}
-
-void LoomWork::complete(std::exception_ptr error) {
-  finish(error);
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
-  }
-}
-
-bool LoomWork::wait(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (timeout.count() <= 0) {  // kNoTimeout (-1) or unset: wait for completion
-    cv_.wait(lock, [&] { return completed_; });
-  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-    TORCH_CHECK(false, "ProcessGroupLoom ", name_, ": wait timed out after ", timeout.count(),
-                " ms");
-  }
-  if (exception_) std::rethrow_exception(exception_);
-  return true;
-}
-
-c10::intrusive_ptr<c10::ivalue::Future> LoomWork::getFuture() { return future_; }
-
 ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                   std::chrono::milliseconds timeout)
-    : Backend(rank, size), store_(store), timeout_(timeout) {
+                                   std::chrono::milliseconds timeout, std::string profilingPrefix)
+    : Backend(rank, size),
+      store_(store),
+      profilingPrefix_(std::move(profilingPrefix)),
+      timeout_(timeout) {
   // The store torch hands us is already prefixed per group (and per device type).
   loomUniqueId id = sharedId(kUniqueIdKey);
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
@@ -69,7 +44,11 @@ ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store,
 
 ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout, const SplitChild& child)
-    : Backend(rank, size), store_(store), timeout_(timeout), comm_(child.hostComm) {
+    : Backend(rank, size),
+      store_(store),
+      profilingPrefix_(child.profilingPrefix),
+      timeout_(timeout),
+      comm_(child.hostComm) {
 #ifdef LOOM_TORCH_CUDA
   if (child.cudaComm != nullptr) {
     cuda_ = std::make_unique<CudaComm>(
@@ -151,6 +130,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::split(
   config.name = configName.c_str();
 
   SplitChild child;
+  child.profilingPrefix = profilingPrefix_;
   // The host communicator is the worker's: the split runs there, in order with queued ops.
   enqueue(c10d::OpType::UNKNOWN, "split", {}, [&] {
     call(loomCommSplit(comm_, color, rank_, &child.hostComm, &config), "split", comm_,
@@ -230,17 +210,33 @@ void ProcessGroupLoom::work() {
   }
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::launch(c10d::OpType type, const char* name,
-                                                        const std::vector<at::Tensor>& tensors,
-                                                        std::vector<at::Tensor> outputs,
-                                                        Body body) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::launch(
+    c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
+    std::vector<at::Tensor> outputs, Body body,
+    const std::optional<std::vector<at::Tensor>>& inputs) {
   ++sequence_;
   at::Device device = commonDevice(tensors, name);
   if (device.is_cpu()) {
-    return enqueue(type, name, std::move(outputs),
-                   [this, body = std::move(body)] { body(comm_, nullptr); });
+    return coalesced(enqueue(
+        type, name, std::move(outputs), [this, body = std::move(body)] { body(comm_, nullptr); },
+        inputs ? inputs : std::optional<std::vector<at::Tensor>>(tensors)));
   }
 #ifdef LOOM_TORCH_CUDA
+  {
+    std::lock_guard<std::mutex> lock(coalesceMutex_);
+    if (coalescing_) {
+      // Enqueued at endCoalescing, together in one Loom group on the stream; the batch's Work is
+      // endCoalescing's (this one is complete at once, as a placeholder).
+      TORCH_CHECK(coalescedCuda_.empty() || coalescedCudaDevice_ == device,
+                  "ProcessGroupLoom: a coalesced batch uses one device, got ", coalescedCudaDevice_,
+                  " and ", device);
+      coalescedCudaDevice_ = device;
+      coalescedCuda_.push_back({tensors, outputs, std::move(body)});
+      auto placeholder = c10::make_intrusive<LoomWork>(rank_, type, name, std::move(outputs));
+      placeholder->complete(nullptr);
+      return placeholder;
+    }
+  }
   return launchOnCuda(cudaComm(device), rank_, type, name, getGroupDesc(), tensors,
                       std::move(outputs), timeout_, body);
 #else
@@ -248,10 +244,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::launch(c10d::OpType type, const
 #endif
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(c10d::OpType type, const char* name,
-                                                         std::vector<at::Tensor> outputs,
-                                                         std::function<void()> body) {
-  auto work = c10::make_intrusive<LoomWork>(rank_, type, name, std::move(outputs));
+std::string ProcessGroupLoom::profilingTitle(c10d::OpType type) const {
+  const char* op = profilingName(type);
+  return op == nullptr ? std::string() : profilingPrefix_ + ":" + op;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(
+    c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+    std::function<void()> body, const std::optional<std::vector<at::Tensor>>& inputs) {
+  const std::string title = profilingTitle(type);
+  std::optional<std::vector<at::Tensor>> recorded = inputs;
+  if (recorded) {  // complex tensors travel, and are recorded, as pairs of reals (as Gloo's)
+    for (at::Tensor& t : *recorded)
+      if (t.defined() && t.is_complex()) t = at::view_as_real(t);
+  }
+  auto work = c10::make_intrusive<LoomWork>(rank_, type, name, std::move(outputs),
+                                            title.empty() ? nullptr : title.c_str(), recorded);
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(!stopping_, "ProcessGroupLoom ", name, ": the process group was shut down");
   queue_.push_back([work, body = std::move(body)] {
@@ -273,7 +281,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tenso
   int root = static_cast<int>(opts.rootRank);
   return launch(c10d::OpType::BROADCAST, "broadcast", tensors, tensors,
                 [this, t, root](loomComm_t comm, void* stream) {
-                  call(loomBroadcast(t.data_ptr(), t.data_ptr(), t.numel(),
+                  call(loomBroadcast(t.data_ptr(), t.data_ptr(), loomCount(t),
                                      loomType(t.scalar_type()), root, comm, stream),
                        "broadcast", comm, getGroupDesc());
                 });
@@ -281,7 +289,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
-  for (const at::Tensor& t : tensors) checkTensor(t, "allreduce");
+  if (!tensors.empty() && tensors[0].is_sparse()) return allreduce_sparse(tensors, opts);
+  for (const at::Tensor& t : tensors) {
+    checkTensor(t, "allreduce");
+    checkComplexOp(t, opts.reduceOp, "allreduce");
+  }
   loomRedOp_t op = loomOp(opts.reduceOp);
   c10d::ReduceOp reduceOp = opts.reduceOp;
   std::vector<at::Tensor> ts = tensors;
@@ -289,7 +301,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tenso
                 [this, ts, op, reduceOp](loomComm_t comm, void* stream) mutable {
                   for (at::Tensor& t : ts) {
                     premultiply(t, reduceOp);
-                    call(loomAllReduce(t.data_ptr(), t.data_ptr(), t.numel(),
+                    call(loomAllReduce(t.data_ptr(), t.data_ptr(), loomCount(t),
                                        loomType(t.scalar_type()), op, comm, stream),
                          "allreduce", comm, getGroupDesc());
                   }
@@ -304,6 +316,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::ReduceOptions& opts) {
   checkOne(tensors, "reduce");
+  checkComplexOp(tensors[0], opts.reduceOp, "reduce");
   at::Tensor t = tensors[0];
   loomRedOp_t op = loomOp(opts.reduceOp);
   c10d::ReduceOp reduceOp = opts.reduceOp;
@@ -311,8 +324,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>&
   return launch(c10d::OpType::REDUCE, "reduce", tensors, tensors,
                 [this, t, op, reduceOp, root](loomComm_t comm, void* stream) mutable {
                   premultiply(t, reduceOp);
-                  call(loomReduce(t.data_ptr(), t.data_ptr(), t.numel(), loomType(t.scalar_type()),
-                                  op, root, comm, stream),
+                  call(loomReduce(t.data_ptr(), t.data_ptr(), loomCount(t),
+                                  loomType(t.scalar_type()), op, root, comm, stream),
                        "reduce", comm, getGroupDesc());
                 });
 }
@@ -326,12 +339,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& out
   TORCH_CHECK(output.numel() == input.numel() * size_, "allgather: output must hold ", size_,
               " x input's ", input.numel(), " elements, has ", output.numel());
   at::Tensor in = input, out = output;
-  return launch(c10d::OpType::_ALLGATHER_BASE, "allgather", {input, output}, {output},
-                [this, in, out](loomComm_t comm, void* stream) {
-                  call(loomAllGather(in.data_ptr(), out.data_ptr(), in.numel(),
-                                     loomType(in.scalar_type()), comm, stream),
-                       "allgather", comm, getGroupDesc());
-                });
+  return launch(
+      c10d::OpType::_ALLGATHER_BASE, "allgather", {input, output}, {output},
+      [this, in, out](loomComm_t comm, void* stream) {
+        call(loomAllGather(in.data_ptr(), out.data_ptr(), loomCount(in), loomType(in.scalar_type()),
+                           comm, stream),
+             "allgather", comm, getGroupDesc());
+      },
+      std::vector<at::Tensor>{input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(
@@ -352,13 +367,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(
       c10d::OpType::ALLGATHER, "allgather", all, outs,
       [this, in, outs](loomComm_t comm, void* stream) mutable {
         at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options());
-        call(loomAllGather(in.data_ptr(), flat.data_ptr(), in.numel(), loomType(in.scalar_type()),
-                           comm, stream),
+        call(loomAllGather(in.data_ptr(), flat.data_ptr(), loomCount(in),
+                           loomType(in.scalar_type()), comm, stream),
              "allgather", comm, getGroupDesc());
         for (size_t r = 0; r < outs.size(); ++r)
           outs[r].copy_(
               flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view_as(outs[r]));
-      });
+      },
+      inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_into_tensor_coalesced(
@@ -390,13 +406,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(
       c10d::OpType::GATHER, "gather", all, outs,
       [this, in, outs, root](loomComm_t comm, void* stream) mutable {
         at::Tensor flat = rank_ == root ? at::empty({size_ * in.numel()}, in.options()) : in;
-        call(loomGather(in.data_ptr(), flat.data_ptr(), in.numel(), loomType(in.scalar_type()),
+        call(loomGather(in.data_ptr(), flat.data_ptr(), loomCount(in), loomType(in.scalar_type()),
                         root, comm, stream),
              "gather", comm, getGroupDesc());
         for (size_t r = 0; r < outs.size(); ++r)
           outs[r].copy_(
               flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view_as(outs[r]));
-      });
+      },
+      inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(
@@ -413,40 +430,45 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(
   }
   std::vector<at::Tensor> all = ins;
   all.push_back(out);
-  return launch(c10d::OpType::SCATTER, "scatter", all, outputs,
-                [this, out, ins, root](loomComm_t comm, void* stream) {
-                  at::Tensor flat = out;
-                  if (rank_ == root) {
-                    std::vector<at::Tensor> rows;
-                    for (const at::Tensor& t : ins) rows.push_back(t.reshape({-1}));
-                    flat = at::cat(rows);
-                  }
-                  call(loomScatter(flat.data_ptr(), out.data_ptr(), out.numel(),
-                                   loomType(out.scalar_type()), root, comm, stream),
-                       "scatter", comm, getGroupDesc());
-                });
+  return launch(
+      c10d::OpType::SCATTER, "scatter", all, outputs,
+      [this, out, ins, root](loomComm_t comm, void* stream) {
+        at::Tensor flat = out;
+        if (rank_ == root) {
+          std::vector<at::Tensor> rows;
+          for (const at::Tensor& t : ins) rows.push_back(t.reshape({-1}));
+          flat = at::cat(rows);
+        }
+        call(loomScatter(flat.data_ptr(), out.data_ptr(), loomCount(out),
+                         loomType(out.scalar_type()), root, comm, stream),
+             "scatter", comm, getGroupDesc());
+      },
+      ins);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   checkTensor(input, "reduce_scatter input");
   checkTensor(output, "reduce_scatter output");
+  checkComplexOp(input, opts.reduceOp, "reduce_scatter");
   TORCH_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: input must hold ", size_,
               " x output's ", output.numel(), " elements, has ", input.numel());
   loomRedOp_t op = loomOp(opts.reduceOp);
   c10d::ReduceOp reduceOp = opts.reduceOp;
   at::Tensor in = input, out = output;
-  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {input, output}, {output},
-                [this, in, out, op, reduceOp](loomComm_t comm, void* stream) mutable {
-                  at::Tensor source = in;
-                  if (reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM) {
-                    source = in.clone();  // the caller's input stays unscaled
-                    premultiply(source, reduceOp);
-                  }
-                  call(loomReduceScatter(source.data_ptr(), out.data_ptr(), out.numel(),
-                                         loomType(out.scalar_type()), op, comm, stream),
-                       "reduce_scatter", comm, getGroupDesc());
-                });
+  return launch(
+      c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {input, output}, {output},
+      [this, in, out, op, reduceOp](loomComm_t comm, void* stream) mutable {
+        at::Tensor source = in;
+        if (reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM) {
+          source = in.clone();  // the caller's input stays unscaled
+          premultiply(source, reduceOp);
+        }
+        call(loomReduceScatter(source.data_ptr(), out.data_ptr(), loomCount(out),
+                               loomType(out.scalar_type()), op, comm, stream),
+             "reduce_scatter", comm, getGroupDesc());
+      },
+      std::vector<at::Tensor>{input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter(
@@ -483,7 +505,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
   // Splits count rows (dim 0); Loom counts elements.
   auto counts = [n](const at::Tensor& t, const std::vector<int64_t>& splits, const char* what) {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-    const size_t rowElems = rows == 0 ? 0 : static_cast<size_t>(t.numel() / rows);
+    const size_t rowElems = rows == 0 ? 0 : static_cast<size_t>(loomCount(t) / rows);
     std::vector<size_t> c(n);
     if (splits.empty()) {
       TORCH_CHECK(rows % static_cast<int64_t>(n) == 0, "alltoall: ", what, "'s ", rows,
@@ -509,7 +531,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
         call(loomAllToAllv(in.data_ptr(), sendCounts.data(), sd.data(), out.data_ptr(),
                            recvCounts.data(), rd.data(), loomType(in.scalar_type()), comm, stream),
              "alltoall", comm, getGroupDesc());
-      });
+      },
+      std::vector<at::Tensor>{input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor>& outputs,
@@ -517,7 +540,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor
                                                           const c10d::AllToAllOptions&) {
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
               "alltoall: expected ", size_, " input and output tensors");
-  for (const at::Tensor& t : inputs) checkTensor(t, "alltoall input");
+  for (const at::Tensor& t : inputs) {
+    checkTensor(t, "alltoall input");
+    TORCH_CHECK(!t.is_complex(), "Backend loom does not support complex tensors in alltoall lists");
+  }
   for (const at::Tensor& t : outputs) checkTensor(t, "alltoall output");
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   std::vector<at::Tensor> all = inputs;
@@ -543,31 +569,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor
         for (size_t i = 0; i < n; ++i)
           outs[i].copy_(recv.narrow(0, static_cast<int64_t>(rd[i]), static_cast<int64_t>(rc[i]))
                             .view_as(outs[i]));
-      });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::send(std::vector<at::Tensor>& tensors, int dstRank,
-                                                      int tag) {
-  checkOne(tensors, "send");
-  at::Tensor t = tensors[0];
-  return launch(c10d::OpType::SEND, "send", tensors, tensors,
-                [this, t, dstRank, tag](loomComm_t comm, void* stream) {
-                  call(loomSendTag(t.data_ptr(), t.numel(), loomType(t.scalar_type()), dstRank, tag,
-                                   comm, stream),
-                       "send", comm, getGroupDesc());
-                });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recv(std::vector<at::Tensor>& tensors, int srcRank,
-                                                      int tag) {
-  checkOne(tensors, "recv");
-  at::Tensor t = tensors[0];
-  return launch(c10d::OpType::RECV, "recv", tensors, tensors,
-                [this, t, srcRank, tag](loomComm_t comm, void* stream) {
-                  call(loomRecvTag(t.data_ptr(), t.numel(), loomType(t.scalar_type()), srcRank, tag,
-                                   comm, stream),
-                       "recv", comm, getGroupDesc());
-                });
+      },
+      inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::barrier(const c10d::BarrierOptions&) {

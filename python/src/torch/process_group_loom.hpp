@@ -1,13 +1,17 @@
 // ProcessGroupLoom: Loom as a torch.distributed backend (c10d::Backend), CPU and CUDA tensors.
 //
 // Communicators bootstrap through the c10d store torch gives the backend (the lowest rank puts a
-// Loom unique id). CPU tensors: the group's host communicator, made at construction; every op is
-// queued to one worker thread and runs there in issue order, Gloo style; its Work completes (with
-// a completed future holding the outputs) when the op has run. CUDA tensors: a communicator on the
-// rank's device, made at the first CUDA op (or eagerly when torch binds the group to a device);
-// ops are enqueued on its stream from the calling thread, NCCL style (cuda_work.hpp). A failed op
-// raises from wait() naming the op, the group and the cause, and leaves the communicator aborted:
-// later ops fail at once instead of hanging.
+// Loom unique id). CPU tensors: the group's host communicator, made at construction; every
+// collective is queued to one worker thread and runs there in issue order, Gloo style; sends and
+// receives are posted to Loom at once (loomIsend/loomIrecv) and progress together on Loom's
+// point-to-point thread in any order of posting, beside the collectives. A Work completes (with a
+// completed future holding the outputs) when its op has run (loom_work.hpp). Coalescing
+// (startCoalescing .. endCoalescing): on CPU the ops run as they come and one Work covers them; on
+// CUDA they are enqueued at the end as one Loom group on the stream. CUDA tensors: a communicator
+// on the rank's device, made at the first CUDA op (or eagerly when torch binds the group to a
+// device); ops are enqueued on its stream from the calling thread, NCCL style (cuda_work.hpp). A
+// failed op raises from wait() naming the op, the group and the cause, and leaves the communicator
+// aborted: later ops fail at once instead of hanging.
 #pragma once
 
 #include <atomic>
@@ -17,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -25,22 +30,9 @@
 
 #include "cuda_work.hpp"
 #include "loom/loom.h"
+#include "loom_work.hpp"
 
 namespace loom::torchbackend {
-
-class LoomWork : public c10d::Work {
- public:
-  LoomWork(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs);
-  bool wait(std::chrono::milliseconds timeout) override;
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-  // Called by the worker once the op ran (error: null on success).
-  void complete(std::exception_ptr error);
-
- private:
-  std::string name_;
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
 
 // The group's options. Copyable from Python (__deepcopy__): torch 2.11's split_group deep-copies
 // the parent's options, which the base Options binding cannot do.
@@ -50,13 +42,15 @@ struct LoomOptions : c10d::Backend::Options {
 
 class ProcessGroupLoom : public c10d::Backend {
  public:
+  // profilingPrefix: the name of the backend in torch's profiler events ("loom:all_reduce").
   ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   std::chrono::milliseconds timeout);
+                   std::chrono::milliseconds timeout, std::string profilingPrefix = "loom");
   // A split's child: adopts the communicators loomCommSplit made (cudaComm may be null).
   struct SplitChild {
     loomComm_t hostComm = nullptr;
     loomComm_t cudaComm = nullptr;
     at::Device cudaDevice{at::kCPU};
+    std::string profilingPrefix = "loom";
   };
   ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    std::chrono::milliseconds timeout, const SplitChild& child);
@@ -70,6 +64,12 @@ class ProcessGroupLoom : public c10d::Backend {
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
   void eagerConnectSingleDevice(at::Device device) override;
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  // Not marked override: older torch versions lack the hook (it then is never called). Applies to
+  // Work.wait() and to groups split off later; a communicator's own deadline is fixed at its init.
+  void setTimeout(std::chrono::milliseconds timeout);
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return sequence_.load(); }
 
@@ -79,6 +79,9 @@ class ProcessGroupLoom : public c10d::Backend {
                                            const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  // Sparse COO tensors, CPU, sum: indices and values of every rank gathered and summed, as Gloo.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -86,6 +89,10 @@ class ProcessGroupLoom : public c10d::Backend {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
+  // outputTensorLists[r][i] receives rank r's inputs[i].
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputTensorLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override;
@@ -114,6 +121,8 @@ class ProcessGroupLoom : public c10d::Backend {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
                                       int tag) override;
+  // CPU tensors: the first message with the tag from any rank (Work.source_rank() tells which).
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   void shutdown() override;
@@ -124,12 +133,24 @@ class ProcessGroupLoom : public c10d::Backend {
   // A Loom call (or several) of one op, given the communicator and stream (null: host) to use.
   using Body = std::function<void(loomComm_t comm, void* stream)>;
   // Runs body for the device of `tensors`: CPU on the worker, CUDA on Loom's stream.
-  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name,
-                                        const std::vector<at::Tensor>& tensors,
-                                        std::vector<at::Tensor> outputs, Body body);
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
-                                         std::vector<at::Tensor> outputs,
-                                         std::function<void()> body);
+  // inputs: what the profiler records (default: tensors).
+  c10::intrusive_ptr<c10d::Work> launch(
+      c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
+      std::vector<at::Tensor> outputs, Body body,
+      const std::optional<std::vector<at::Tensor>>& inputs = std::nullopt);
+  // CPU sends and receives (peer LOOM_ANY_SOURCE: a receive from any rank).
+  c10::intrusive_ptr<c10d::Work> pointToPoint(c10d::OpType type, const char* name,
+                                              std::vector<at::Tensor>& tensors, int peer, int tag);
+  c10::intrusive_ptr<c10d::Work> sparseAllreduce(const at::Tensor& tensor,
+                                                 const c10d::ReduceOp& op);
+  // A Work of an op issued while coalescing on CPU: kept for endCoalescing.
+  c10::intrusive_ptr<c10d::Work> coalesced(c10::intrusive_ptr<c10d::Work> work);
+  c10::intrusive_ptr<c10d::Work> enqueue(
+      c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+      std::function<void()> body,
+      const std::optional<std::vector<at::Tensor>>& inputs = std::nullopt);
+  // "loom:all_reduce" for type (empty: not recorded).
+  std::string profilingTitle(c10d::OpType type) const;
   void work();
   // A unique id shared through the store under key (made by the group's rank 0).
   loomUniqueId sharedId(const std::string& key);
@@ -140,6 +161,7 @@ class ProcessGroupLoom : public c10d::Backend {
 #endif
 
   c10::intrusive_ptr<c10d::Store> store_;
+  std::string profilingPrefix_ = "loom";
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> sequence_{0};
   std::mutex splitMutex_;
@@ -152,6 +174,17 @@ class ProcessGroupLoom : public c10d::Backend {
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
   std::thread worker_;
+  // Coalescing (one thread issues a coalesced batch, as torch does).
+  std::mutex coalesceMutex_;
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalescedWorks_;  // CPU ops
+  struct PendingCuda {
+    std::vector<at::Tensor> tensors;
+    std::vector<at::Tensor> outputs;
+    Body body;
+  };
+  std::vector<PendingCuda> coalescedCuda_;  // CUDA ops, enqueued together at the end
+  at::Device coalescedCudaDevice_{at::kCPU};
 };
 
 }  // namespace loom::torchbackend

@@ -5,7 +5,19 @@
 namespace loom::torchbackend {
 
 void unsupported(const std::string& what) {
-  TORCH_CHECK(false, "ProcessGroupLoom does not support ", what);
+  TORCH_CHECK(false, "Backend loom does not support ", what);
+}
+
+size_t loomCount(const at::Tensor& t) {
+  return static_cast<size_t>(t.numel()) * (t.is_complex() ? 2 : 1);
+}
+
+void checkComplexOp(const at::Tensor& t, const c10d::ReduceOp& op, const char* what) {
+  if (!t.is_complex()) return;
+  if (op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG ||
+      op.op_ == c10d::ReduceOp::PREMUL_SUM)
+    return;
+  unsupported(std::string(what) + " of complex tensors with a reduction other than SUM or AVG");
 }
 
 loomDataType_t loomType(at::ScalarType type) {
@@ -34,6 +46,12 @@ loomDataType_t loomType(at::ScalarType type) {
       return loomFloat8e4m3;
     case at::kFloat8_e5m2:
       return loomFloat8e5m2;
+    case at::kComplexHalf:
+      return loomFloat16;
+    case at::kComplexFloat:
+      return loomFloat32;
+    case at::kComplexDouble:
+      return loomFloat64;
     default:
       unsupported(std::string("dtype ") + c10::toString(type));
   }
@@ -76,8 +94,8 @@ void checkTensor(const at::Tensor& t, const char* what) {
               " is a CUDA tensor, and this build of loom has no CUDA support (built without nvcc "
               "or against a CPU-only torch)");
 #endif
+  if (t.is_sparse()) unsupported(std::string("sparse tensors in ") + what);
   TORCH_CHECK(t.is_contiguous(), "ProcessGroupLoom: ", what, " must be contiguous");
-  TORCH_CHECK(!t.is_sparse(), "ProcessGroupLoom does not support sparse tensors");
   loomType(t.scalar_type());
 }
 
@@ -98,9 +116,11 @@ at::Device commonDevice(const std::vector<at::Tensor>& tensors, const char* op) 
 
 void call(loomResult_t result, const char* op, loomComm_t comm, const std::string& group) {
   if (result == loomSuccess) return;
-  throw std::runtime_error(std::string("ProcessGroupLoom ") + op +
-                           (group.empty() ? "" : " on group '" + group + "'") + " failed (" +
-                           loomGetErrorString(result) + "): " + loomGetLastError(comm));
+  // torch's backends word a timeout "Timed out ..." (its tests and tools match on it).
+  const std::string timedOut = result == loomTimeout ? " Timed out (timeout):" : "";
+  throw std::runtime_error(
+      std::string("ProcessGroupLoom ") + op + (group.empty() ? "" : " on group '" + group + "'") +
+      " failed (" + loomGetErrorString(result) + "):" + timedOut + " " + loomGetLastError(comm));
 }
 
 }  // namespace loom::torchbackend

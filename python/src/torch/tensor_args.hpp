@@ -12,8 +12,13 @@
 
 namespace loom::torchbackend {
 
+// Raises "Backend loom does not support <what>" (torch's wording for a missing feature).
 [[noreturn]] void unsupported(const std::string& what);
+// Complex tensors travel as their real and imaginary parts (twice the elements of the part's type).
 loomDataType_t loomType(at::ScalarType type);
+size_t loomCount(const at::Tensor& t);
+// Complex tensors reduce with SUM/AVG (element-wise on both parts) only, as Gloo.
+void checkComplexOp(const at::Tensor& t, const c10d::ReduceOp& op, const char* what);
 // PREMUL_SUM maps to a sum of inputs scaled first (premultiply).
 loomRedOp_t loomOp(const c10d::ReduceOp& op);
 void premultiply(at::Tensor& t, const c10d::ReduceOp& op);

@@ -1,0 +1,113 @@
+// The point-to-point progress engine of a host communicator: every send and receive, blocking or
+// not, is a ticket here, and all posted tickets progress together whatever the order they were
+// posted in (an irecv before its isend on both ranks, rings, many peers and tags).
+//
+// Roles:
+//  - One thread at a time drives (holds the token): it takes new tickets in posting order, runs
+//    progress passes (algorithms/p2p), waits between them with the usual spin/poll/sleep and
+//    health checks, finishes tickets and calls their callbacks.
+//  - A blocking caller (loomSend/loomRecv, a group) posts its tickets and drives itself when no one
+//    else does, so blocking point-to-point costs no thread hand-off and allocates nothing.
+//  - Non-blocking requests (loomIsend/loomIrecv) start the engine's own thread, which drives
+//    whenever tickets are outstanding and no caller does.
+// A failure (timeout, dead peer, size mismatch, abort) finishes every outstanding ticket with the
+// error and aborts the communicator.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/p2p.hpp"
+#include "base/error.hpp"
+#include "base/wait.hpp"
+
+namespace loom {
+
+struct P2PTicket {
+  P2POp op;
+  Deadline deadline;
+  // result and message are written before finished is set, and read after.
+  std::atomic<bool> finished{false};
+  loomResult_t result = loomSuccess;
+  std::string message;
+  // Requests only: called once, on the driving thread, when the ticket finished (under mutex, so
+  // that a callback set late runs exactly once, on the setter's thread).
+  std::mutex mutex;
+  std::function<void(loomResult_t)> callback;
+  void reset() {
+    op = P2POp();
+    finished.store(false, std::memory_order_relaxed);
+    result = loomSuccess;
+    message.clear();
+  }
+};
+
+// Runs callback when the ticket finishes (at once, on this thread, if it already has). Safe
+// after the engine is gone: the ticket is all it touches.
+void setTicketCallback(P2PTicket& ticket, std::function<void(loomResult_t)> callback);
+
+struct P2PEngineHooks {
+  int64_t timeoutMs = 600000;
+  // Throws if the communicator was aborted or `peer` is gone (safe from any thread).
+  std::function<void(int peer)> checkPeer;
+  // Aborts the communicator with `error` (tells the peers).
+  std::function<void(const Error& error)> fail;
+};
+
+class P2PEngine {
+ public:
+  explicit P2PEngine(P2PEngineHooks hooks) : hooks_(std::move(hooks)) {}
+  ~P2PEngine();
+  P2PEngine(const P2PEngine&) = delete;
+  P2PEngine& operator=(const P2PEngine&) = delete;
+
+  // Non-blocking: the ticket progresses on the engine's thread (started on first use).
+  std::shared_ptr<P2PTicket> post(const P2POp& op);
+  // Posts a ticket owned by the caller (kept alive until it finished) without waiting for it.
+  void postOwned(P2PTicket& ticket);
+  // Waits until every ticket of `tickets` finished, driving when no one else does; throws the
+  // first failure among them.
+  void finish(const std::vector<P2PTicket*>& tickets);
+  // Starts the engine's thread (a group that runs collectives while its sends are in flight).
+  void startThread();
+
+ private:
+  void enqueueLocked(P2PTicket* ticket);
+  template <typename Until>
+  void drive(Until until);
+  bool pass();
+  void healthCheck();
+  void finishDone();
+  void failAll(const Error& error);
+  // Finishes every outstanding ticket with code (caller holds mutex_); returns their callbacks.
+  void finishAllLocked(loomResult_t code, const std::string& message);
+  void runCallbacks();
+  void threadLoop();
+
+  P2PEngineHooks hooks_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<P2PTicket*> incoming_;                  // posted, not yet seen by a driver
+  std::vector<std::shared_ptr<P2PTicket>> requests_;  // keeps requests alive until finished
+  std::atomic<uint64_t> posted_{0};
+  bool driving_ = false;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+  // The driver's own (touched only while holding the token):
+  std::vector<P2PTicket*> active_;
+  std::vector<P2POp*> ops_;
+  std::vector<P2PTicket*> done_;
+  // Callbacks of finished tickets, run outside the mutex (by whoever finished them).
+  std::vector<std::pair<std::function<void(loomResult_t)>, loomResult_t>> callbacks_;
+  P2PPassState passState_;
+  PollSet pollSet_;
+  Clock::time_point nextPeerCheck_{};
+};
+
+}  // namespace loom

@@ -1,0 +1,43 @@
+"""torch.distributed point-to-point and pipeline parallelism on the "loom" backend (CPU tensors):
+sends and receives complete in any order of posting, and torch.distributed.pipelining trains like
+it does on Gloo. See torch_p2p_worker.py for the cases."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import loom  # noqa: E402
+from ranks import free_port, run_ranks  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not loom.torch_backend_registered,
+                                reason="loom was built without torch")
+
+WORKER = os.path.join(os.path.dirname(__file__), "torch_p2p_worker.py")
+
+
+def run(case, world, timeout=600):
+    codes, outputs = run_ranks(WORKER, case, world, [str(free_port())], timeout)
+    assert codes == [0] * world, "\n".join(outputs)
+    return outputs
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_any_order_of_posting_and_the_ops_built_on_p2p(world):
+    run("orders", world)
+
+
+# Iterations per world size, bounded for a 2-core CI machine (LOOM_P2P_STRESS_ITERS overrides).
+STRESS = {2: 60, 3: 30, 4: 16, 5: 12}
+
+
+@pytest.mark.parametrize("world", sorted(STRESS))
+def test_random_orders_sizes_and_tags_bit_exact(world, monkeypatch):
+    if "LOOM_P2P_STRESS_ITERS" not in os.environ:
+        monkeypatch.setenv("LOOM_P2P_STRESS_ITERS", str(STRESS[world]))
+    run("stress", world)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_pipeline_schedules_train_like_gloo(world):
+    outputs = run("pipeline", world)
+    assert "ScheduleGPipe" in outputs[-1] and "Schedule1F1B" in outputs[-1], outputs[-1]
