@@ -543,7 +543,7 @@ void Comm::collective(const CollArgs& args) {
   // Before anything that could abort the communicator: a bad pointer is the caller's mistake.
   checkBuffers(args);
   beginOperation();
-  try {
+  failOnError([&] {
     ++collectiveCount_;
     if (checkCollectives_) verifyFingerprint(args);
     size_t bytes = args.count * dtypeSize(args.dtype);
@@ -554,14 +554,7 @@ void Comm::collective(const CollArgs& args) {
     CollArgs a = args;
     if (a.accum < 0) a.accum = config_.accum;
     execute(algo, a);
-  } catch (const Error& e) {
-    fail(e);
-    throw;
-  } catch (const std::exception& e) {
-    Error wrapped(loomInternalError, e.what());
-    fail(wrapped);
-    throw wrapped;
-  }
+  });
 }
 
 P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int64_t tag) {

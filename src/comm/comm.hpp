@@ -94,8 +94,8 @@ class Comm {
   // A heterogeneous communicator's leaders' exchange: runs `args` (an elementwise collective of
   // this host communicator) in chunks; with `device`, its buffers are that device's memory,
   // pipelined through `staging`.
-  void collectiveInChunks(const CollArgs& args, Device* device, HostStaging* staging,
-                          StagingEvents* events);
+  void collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
+                          HostStaging* staging, StagingEvents* events);
 
   // Marks the communicator aborted: waits in progress fail promptly (any thread), peers learn it.
   void abort(const std::string& reason);
@@ -113,6 +113,22 @@ class Comm {
   void checkBuffers(const CollArgs& args) const;
   void execute(const Algorithm& algo, const CollArgs& args);
   void executeChunked(const CollArgs& args);
+  void runInChunks(const CollArgs& args, size_t chunkSetting, Device* device, HostStaging* staging,
+                   StagingEvents* events);
+  // Runs body; an error it throws aborts the communicator (peers learn it) and is rethrown.
+  template <typename Body>
+  void failOnError(Body&& body) {
+    try {
+      body();
+    } catch (const Error& e) {
+      fail(e);
+      throw;
+    } catch (const std::exception& e) {
+      Error wrapped(loomInternalError, e.what());
+      fail(wrapped);
+      throw wrapped;
+    }
+  }
   bool composes(const CollArgs& args);
   void setUpComposition();
   void executeComposed(const CollArgs& args);

@@ -63,13 +63,23 @@ std::string Comm::describeHeterogeneous() const {
 }
 
 void Comm::executeChunked(const CollArgs& args) {
-  size_t bytes = args.count * dtypeSize(args.dtype);
-  size_t chunk = heteroChunkBytes(bytes, dtypeSize(args.dtype), heteroChunkBytes_);
+  if (onDevice())
+    runInChunks(args, heteroChunkBytes_, device_.get(), staging_.get(), stagingEvents_.get());
+  else
+    runInChunks(args, heteroChunkBytes_, nullptr, nullptr, nullptr);
+}
+
+void Comm::runInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
+                       HostStaging* staging, StagingEvents* events) {
+  const size_t elementBytes = dtypeSize(args.dtype);
+  const size_t chunk = heteroChunkBytes(args.count * elementBytes, elementBytes, chunkSetting);
   auto select = [&](size_t chunkBytes) -> const Algorithm& {
     return selector_->select(args.func, chunkBytes);
   };
-  if (!onDevice()) return runChunked(select, ctx_, args, chunk);
-  runPipelinedStaged(select, hostCtx_, *device_, *staging_, *stagingEvents_, args, chunk);
+  if (device == nullptr)
+    runChunked(select, ctx_, args, chunk);
+  else
+    runPipelinedStaged(select, hostCtx_, *device, *staging, *events, args, chunk);
 }
 
 bool Comm::composes(const CollArgs& args) {
@@ -78,8 +88,7 @@ bool Comm::composes(const CollArgs& args) {
   // Three phases cost three latencies: under 1 MiB (measured on one H100 with two CUDA ranks
   // sharing it beside two CPU ranks: 48 us composed against 18 us flat at 8 B) flat is faster.
   constexpr size_t kComposedMinBytes = 1 << 20;
-  if (heteroAlgo_ == "auto" && args.count * dtypeSize(args.dtype) < kComposedMinBytes)
-    return false;
+  if (heteroAlgo_ == "auto" && args.count * dtypeSize(args.dtype) < kComposedMinBytes) return false;
   if (!compositionReady_) setUpComposition();
   return composed_;
 }
@@ -142,10 +151,10 @@ void Comm::executeComposed(const CollArgs& args) {
     exchange.send = args.recv;
     // In chunks on every leader (the same boundaries), pipelined on device leaders.
     if (onDevice())
-      leaderComm_->collectiveInChunks(exchange, device_.get(), staging_.get(),
+      leaderComm_->collectiveInChunks(exchange, heteroChunkBytes_, device_.get(), staging_.get(),
                                       stagingEvents_.get());
     else
-      leaderComm_->collectiveInChunks(exchange, nullptr, nullptr, nullptr);
+      leaderComm_->collectiveInChunks(exchange, heteroChunkBytes_, nullptr, nullptr, nullptr);
   }
   // 3. From the leader to the rest of its cluster.
   if (clusterComm_) {
@@ -157,30 +166,15 @@ void Comm::executeComposed(const CollArgs& args) {
   }
 }
 
-void Comm::collectiveInChunks(const CollArgs& args, Device* device, HostStaging* staging,
-                              StagingEvents* events) {
+void Comm::collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
+                              HostStaging* staging, StagingEvents* events) {
   beginOperation();
-  try {
+  failOnError([&] {
     ++collectiveCount_;
     CollArgs a = args;
     if (a.accum < 0) a.accum = config_.accum;
-    const size_t elementBytes = dtypeSize(a.dtype);
-    const size_t chunk = heteroChunkBytes(a.count * elementBytes, elementBytes, 0);
-    auto select = [&](size_t chunkBytes) -> const Algorithm& {
-      return selector_->select(a.func, chunkBytes);
-    };
-    if (device == nullptr)
-      runChunked(select, ctx_, a, chunk);
-    else
-      runPipelinedStaged(select, hostCtx_, *device, *staging, *events, a, chunk);
-  } catch (const Error& e) {
-    fail(e);
-    throw;
-  } catch (const std::exception& e) {
-    Error wrapped(loomInternalError, e.what());
-    fail(wrapped);
-    throw wrapped;
-  }
+    runInChunks(a, chunkSetting, device, staging, events);
+  });
 }
 
 }  // namespace loom
