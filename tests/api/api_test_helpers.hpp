@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "expect_loom.hpp"
 #include "loom/loom.h"
 
 namespace loom::test {
@@ -22,9 +23,6 @@ inline double secondsSince(Clock::time_point start) {
 }
 
 inline std::string lastError() { return loomGetLastError(nullptr); }
-
-#define EXPECT_LOOM(call) EXPECT_EQ((call), loomSuccess) << #call << ": " << lastError()
-#define ASSERT_LOOM(call) ASSERT_EQ((call), loomSuccess) << #call << ": " << lastError()
 
 // Sets an environment variable for one scope (Loom reads its variables at init).
 class ScopedEnv {

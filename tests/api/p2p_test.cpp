@@ -12,14 +12,10 @@
 #include <random>
 #include <vector>
 
+#include "expect_loom.hpp"
 #include "loom/loom.h"
 
 namespace {
-
-#define EXPECT_LOOM(call) \
-  EXPECT_EQ((call), loomSuccess) << #call << ": " << loomGetLastError(nullptr)
-#define ASSERT_LOOM(call) \
-  ASSERT_EQ((call), loomSuccess) << #call << ": " << loomGetLastError(nullptr)
 
 loomComm_t gWorld = nullptr;
 int gRank = 0, gRanks = 1;

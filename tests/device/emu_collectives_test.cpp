@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../api/expect_loom.hpp"
 #include "../api/test_values.hpp"
 #include "loom/loom.h"
 #include "loom/loom_device_plugin.h"
@@ -26,11 +27,6 @@
 
 namespace loom::test {
 namespace {
-
-#define EXPECT_LOOM(call) \
-  EXPECT_EQ((call), loomSuccess) << #call << ": " << loomGetLastError(nullptr)
-#define ASSERT_LOOM(call) \
-  ASSERT_EQ((call), loomSuccess) << #call << ": " << loomGetLastError(nullptr)
 
 loomComm_t gWorld = nullptr;
 int gRank = 0, gRanks = 1;

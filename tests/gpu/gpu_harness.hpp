@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "../api/expect_loom.hpp"
 #include "gpu_env.hpp"
 #include "loom/loom.h"
 
@@ -23,10 +24,6 @@ extern loomComm_t gWorld;
 extern int gRank;
 extern int gRanks;
 
-#define EXPECT_LOOM(call) \
-  EXPECT_EQ((call), loomSuccess) << #call << ": " << loomGetLastError(nullptr)
-#define ASSERT_LOOM(call) \
-  ASSERT_EQ((call), loomSuccess) << #call << ": " << loomGetLastError(nullptr)
 #define EXPECT_CUDA(call) EXPECT_EQ((call), cudaSuccess) << #call
 #define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess) << #call
 
