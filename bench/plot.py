@@ -8,9 +8,10 @@ Needs matplotlib (scripts/install_deps.sh plot, or python3 -m pip install matplo
 """
 
 import csv
-import math
 import os
 import sys
+
+from tables import number  # bench/tables.py: a CSV cell as a float, None if empty
 
 try:
     import matplotlib
@@ -23,14 +24,6 @@ except ImportError:
 
 STYLE = {"loom": "o-", "nccl": "s--", "mpi": "s--", "gloo": "^--", "memcpy": "k:"}
 LABEL = {"memcpy": "memcpy bound (per process)"}
-
-
-def number(text):
-    try:
-        v = float(text)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
 
 
 def series(path):
