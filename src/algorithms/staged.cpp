@@ -16,6 +16,20 @@ char* HostStaging::grow(Buffer& buffer, size_t bytes) {
   return buffer.data;
 }
 
+DeviceScratch::~DeviceScratch() {
+  if (data_ != nullptr) device_.release(data_);
+}
+
+char* DeviceScratch::get(size_t bytes) {
+  if (bytes_ < bytes) {
+    char* bigger = static_cast<char*>(device_.allocate(bytes));
+    if (data_ != nullptr) device_.release(data_);
+    data_ = bigger;
+    bytes_ = bytes;
+  }
+  return data_;
+}
+
 bool runsMapped(const Algorithm& algo, const DeviceCaps& caps) {
   return algo.dataThroughDevice && caps.mapsHostMemory && caps.reduces;
 }

@@ -33,6 +33,22 @@ class HostStaging {
   Buffer send_, recv_;
 };
 
+// Memory of one device, grown to the largest call and then reused: where a device rank of a
+// heterogeneous communicator passes host buffers, its call runs on this (comm/hetero.cpp).
+class DeviceScratch {
+ public:
+  explicit DeviceScratch(Device& device) : device_(device) {}
+  ~DeviceScratch();
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  char* get(size_t bytes);
+
+ private:
+  Device& device_;
+  char* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // True when `algo` can run mapped on `caps`'s device (see above).
 bool runsMapped(const Algorithm& algo, const DeviceCaps& caps);
 

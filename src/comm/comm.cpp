@@ -540,6 +540,7 @@ void Comm::execute(const Algorithm& algo, const CollArgs& args) {
 }
 
 void Comm::collective(const CollArgs& args) {
+  if (passesHostBuffers(args)) return collectiveThroughDevice(args);
   // Before anything that could abort the communicator: a bad pointer is the caller's mistake.
   checkBuffers(args);
   beginOperation();
@@ -575,7 +576,8 @@ P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int6
 
 void Comm::devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) {
   for (const DeviceP2POp& op : ops)
-    device_->checkBuffer(op.buffer, op.bytes, op.isSend ? "sendbuff" : "recvbuff");
+    if (!hostBufferOfHetero(op))
+      device_->checkBuffer(op.buffer, op.bytes, op.isSend ? "sendbuff" : "recvbuff");
   beginOperation();
   try {
     if (native_)
@@ -595,12 +597,15 @@ void Comm::devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
 void Comm::stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) {
   // Every op gets its own stretch of one host buffer: sends staged after the caller's stream,
   // the host transfers posted to the P2PEngine together (any order of sends and receives
-  // completes), receives copied back before the call returns.
+  // completes), receives copied back before the call returns. Host buffers of a heterogeneous
+  // communicator's device rank need no stretch: the engine uses them as they are.
   size_t total = 0;
-  for (const DeviceP2POp& op : ops) total += op.bytes;
+  for (const DeviceP2POp& op : ops)
+    if (!hostBufferOfHetero(op)) total += op.bytes;
   char* host = staging_->send(total);
   size_t offset = 0;
   for (const DeviceP2POp& op : ops) {
+    if (hostBufferOfHetero(op)) continue;
     if (op.isSend)
       device_->copyAsync(host + offset, op.buffer, op.bytes, CopyKind::kDeviceToHost, stream);
     offset += op.bytes;
@@ -615,10 +620,12 @@ void Comm::stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
       const DeviceP2POp& op = ops[i];
       P2PTicket& ticket = *stagedTickets_[i];
       ticket.reset();
-      ticket.op = pointToPoint(op.isSend, op.peer, host + offset, op.bytes, op.tag);
+      const bool direct = hostBufferOfHetero(op);
+      ticket.op = pointToPoint(op.isSend, op.peer, direct ? op.buffer : host + offset, op.bytes,
+                               op.tag);
       p2pEngine_->postOwned(ticket);
       stagedPosted_.push_back(&ticket);
-      offset += op.bytes;
+      if (!direct) offset += op.bytes;
     }
   } catch (...) {
     // A post fails only on an aborted communicator; tickets posted before it point into the pool
@@ -632,6 +639,7 @@ void Comm::stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
   p2pEngine_->finish(stagedPosted_);
   offset = 0;
   for (const DeviceP2POp& op : ops) {
+    if (hostBufferOfHetero(op)) continue;
     if (!op.isSend)
       device_->copyAsync(op.buffer, host + offset, op.bytes, CopyKind::kHostToDevice, stream);
     offset += op.bytes;

@@ -113,6 +113,12 @@ class Comm {
   void checkBuffers(const CollArgs& args) const;
   void execute(const Algorithm& algo, const CollArgs& args);
   void executeChunked(const CollArgs& args);
+  // A device rank of a heterogeneous communicator may pass host buffers (a torch rank's CPU
+  // tensors beside its CUDA ones): the call runs on device scratch, so that every rank still runs
+  // the same algorithm, and returns when the output is back in host memory.
+  bool passesHostBuffers(const CollArgs& args) const;
+  void collectiveThroughDevice(const CollArgs& args);
+  bool hostBufferOfHetero(const DeviceP2POp& op) const;  // ... and their sends and receives
   void runInChunks(const CollArgs& args, size_t chunkSetting, Device* device, HostStaging* staging,
                    StagingEvents* events);
   // Runs body; an error it throws aborts the communicator (peers learn it) and is rethrown.
@@ -196,6 +202,7 @@ class Comm {
   std::vector<std::unique_ptr<P2PTicket>> stagedTickets_;  // a pool: tickets hold a mutex
   std::vector<P2PTicket*> stagedPosted_;
   std::unique_ptr<StagingEvents> stagingEvents_;  // heterogeneous device ranks: pipelined staging
+  std::unique_ptr<DeviceScratch> hostCallScratch_;  // ... and their calls on host buffers
   uint64_t step_ = 0;
   uint64_t collectiveCount_ = 0;
   uint64_t splitCount_ = 0;

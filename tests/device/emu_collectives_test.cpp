@@ -7,8 +7,9 @@
 // reductions) and off (LOOM_EMU_DISABLE: staged through host memory, reduced on the host), and on
 // fake nodes (staged over TCP).
 // LOOM_TEST_PLACEMENT makes the communicator heterogeneous: one letter per rank, E for an
-// emulated-device rank, C for a CPU rank (host buffers) and, in a build with CUDA, G for a CUDA
-// rank (device memory of the current GPU), e.g. "ECECC" or "GCEC".
+// emulated-device rank, C for a CPU rank (host buffers), H for an emulated-device rank that passes
+// host buffers (its calls run on device scratch) and, in a build with CUDA, G for a CUDA rank
+// (device memory of the current GPU), e.g. "ECECC", "HCEH" or "GCEC".
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -31,9 +32,10 @@ namespace {
 loomComm_t gWorld = nullptr;
 int gRank = 0, gRanks = 1;
 const loomDevicePlugin_v1* gPlugin = nullptr;  // the same library Loom loaded
-std::string gPlacement;                        // LOOM_TEST_PLACEMENT: E, C or G per rank
+std::string gPlacement;                        // LOOM_TEST_PLACEMENT: E, C, H or G per rank
 
-bool onEmu() { return gPlacement[gRank] == 'E'; }
+bool onEmu() { return gPlacement[gRank] == 'E'; }  // the buffers are emulated-device memory
+bool emuRank() { return gPlacement[gRank] == 'E' || gPlacement[gRank] == 'H'; }
 bool onGpu() { return gPlacement[gRank] == 'G'; }
 bool allEmu() { return gPlacement.find_first_not_of('E') == std::string::npos; }
 
@@ -131,7 +133,7 @@ struct EmuComm {
   explicit EmuComm(const Config& c) {
     setenv("LOOM_ALGO", c.algo, 1);
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-    config.device = onEmu() ? "loom-emu:0" : onGpu() ? "cuda" : "cpu";
+    config.device = emuRank() ? "loom-emu:0" : onGpu() ? "cuda" : "cpu";
     loomResult_t r = loomCommSplit(gWorld, 0, gRank, &comm, &config);
     unsetenv("LOOM_ALGO");
     if (r != loomSuccess) ADD_FAILURE() << c.name << ": " << loomGetLastError(nullptr);
@@ -356,8 +358,8 @@ int main(int argc, char** argv) {
   loom::test::gPlacement = placement != nullptr ? placement : "";
   if (loom::test::gPlacement.empty()) loom::test::gPlacement.assign(loom::test::gRanks, 'E');
   if (static_cast<int>(loom::test::gPlacement.size()) != loom::test::gRanks ||
-      loom::test::gPlacement.find_first_not_of("ECG") != std::string::npos) {
-    fprintf(stderr, "LOOM_TEST_PLACEMENT='%s' must have one letter E, C or G per rank (%d)\n",
+      loom::test::gPlacement.find_first_not_of("ECHG") != std::string::npos) {
+    fprintf(stderr, "LOOM_TEST_PLACEMENT='%s' must have one letter E, C, H or G per rank (%d)\n",
             placement, loom::test::gRanks);
     return 2;
   }
