@@ -27,9 +27,10 @@ loomResult_t post(const char* function, bool isSend, void* buffer, size_t count,
     HandleUse use(handle);
     Comm& comm = use.comm();
     LOOM_CHECK_ARG(
-        !comm.onDevice(),
-        "non-blocking point-to-point is for host communicators; on a device communicator "
-        "put loomSend/loomRecv in a group on the stream");
+        !comm.onDevice() || comm.heteroHostBuffer(buffer),
+        "non-blocking point-to-point is for host communicators and host buffers of a "
+        "heterogeneous communicator; on a device communicator put loomSend/loomRecv in a group "
+        "on the stream");
     int type = static_cast<int>(datatype);
     LOOM_CHECK_ARG(dtypeValid(type), "unknown data type ", type);
     const bool anySource = !isSend && peer == LOOM_ANY_SOURCE;

@@ -87,6 +87,9 @@ class Comm {
   // True when this communicator's buffers live on a device the host cannot address (calls take
   // a stream).
   bool onDevice() const { return !device_->caps().hostAddressable; }
+  // A device rank of a heterogeneous communicator given host memory: it runs as a host rank for
+  // that buffer (collectives on device scratch, sends and receives as they are).
+  bool heteroHostBuffer(const void* buffer) const;
   // "loom-emu:0 (loom Loom emulated accelerator; host algorithms staged through host memory)"
   const std::string& deviceDescription() const { return deviceDescription_; }
 

@@ -9,7 +9,7 @@
 //   2. the collective on the scratch, as any call with device buffers;
 //   3. the output copied back; the call returns when it is in host memory.
 // Sends and receives on host buffers go to the point-to-point engine as they are
-// (Comm::stagedPointToPoint).
+// (Comm::stagedPointToPoint), non-blocking ones too (loomIsend/loomIrecv).
 #include <algorithm>
 
 #include "base/coll_args.hpp"
@@ -20,18 +20,19 @@ namespace loom {
 bool Comm::passesHostBuffers(const CollArgs& args) const {
   if (!hetero_ || !onDevice()) return false;
   const CallExtents extents = callExtents(args, rank_, nranks_);
-  const bool sendHost = extents.sendBytes > 0 && args.send != nullptr &&
-                        !device_->isDeviceMemory(args.send);
-  const bool recvHost = extents.recvBytes > 0 && args.recv != nullptr &&
-                        !device_->isDeviceMemory(args.recv);
+  const bool sendHost = extents.sendBytes > 0 && heteroHostBuffer(args.send);
+  const bool recvHost = extents.recvBytes > 0 && heteroHostBuffer(args.recv);
   // One buffer of each kind is the caller's mistake: checkBuffers names it.
   if (extents.sendBytes > 0 && extents.recvBytes > 0) return sendHost && recvHost;
   return sendHost || recvHost;
 }
 
+bool Comm::heteroHostBuffer(const void* buffer) const {
+  return hetero_ && onDevice() && buffer != nullptr && !device_->isDeviceMemory(buffer);
+}
+
 bool Comm::hostBufferOfHetero(const DeviceP2POp& op) const {
-  return hetero_ && onDevice() && op.bytes > 0 && op.buffer != nullptr &&
-         !device_->isDeviceMemory(op.buffer);
+  return op.bytes > 0 && heteroHostBuffer(op.buffer);
 }
 
 void Comm::collectiveThroughDevice(const CollArgs& args) {

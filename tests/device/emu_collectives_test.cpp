@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <numeric>
 #include <string>
@@ -317,6 +318,33 @@ TEST(EmuCollectives, TaggedSendRecvMatchByTag) {
   Pattern theirs = Pattern::input(loomFloat32, loomSum, left);
   expectMatch(theirs, recvSmall.download(), 0, small, 0, "tag 5");
   expectMatch(theirs, recvLarge.download(), 0, large, 0, "tag 9");
+}
+
+TEST(EmuCollectives, NonBlockingOnHostBuffers) {
+  // The ranks that pass host buffers (C, and H: an emulated-device rank of a heterogeneous
+  // communicator) post loomIrecv before loomIsend around a ring of their own.
+  std::vector<int> ring;
+  for (int r = 0; r < gRanks; ++r)
+    if (gPlacement[r] == 'C' || gPlacement[r] == 'H') ring.push_back(r);
+  if (ring.size() < 2 || ring.size() == gPlacement.size())
+    GTEST_SKIP() << "needs host-buffer ranks in a heterogeneous communicator";
+  EmuComm ec(configs()[0]);
+  ASSERT_NE(ec.comm, nullptr);
+  const auto self = std::find(ring.begin(), ring.end(), gRank);
+  if (self == ring.end()) return;
+  const size_t i = self - ring.begin(), k = ring.size();
+  const int right = ring[(i + 1) % k], left = ring[(i + k - 1) % k];
+  const size_t n = 100003;
+  std::vector<float> out(n), in(n, -1.0f);
+  Pattern::input(loomFloat32, loomSum, gRank).fill(out.data(), n);
+  loomRequest_t recv = nullptr, send = nullptr;
+  EXPECT_LOOM(loomIrecv(in.data(), n, loomFloat32, left, 3, ec.comm, &recv));
+  EXPECT_LOOM(loomIsend(out.data(), n, loomFloat32, right, 3, ec.comm, &send));
+  EXPECT_LOOM(loomWait(recv));
+  EXPECT_LOOM(loomWait(send));
+  EXPECT_LOOM(loomRequestFree(recv));
+  EXPECT_LOOM(loomRequestFree(send));
+  EXPECT_EQ(Pattern::input(loomFloat32, loomSum, left).firstMismatch(in.data(), n, 0), -1);
 }
 
 TEST(EmuCollectives, HostPointersAreRefused) {
