@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 #include "tensor_args.hpp"
 
 #ifdef LOOM_TORCH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
@@ -39,7 +41,67 @@ ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store,
   config.timeoutMs = timeoutMs(timeout);
   config.name = "torch";
   call(loomCommInitRankConfig(&comm_, size, id, rank, &config), "init", nullptr, "");
+  adoptHomeDevices();
   worker_ = std::thread([this] { work(); });
+}
+
+namespace {
+
+// This rank's home device: LOOM_TORCH_HOME_DEVICE (cpu, cuda), else the current GPU where this
+// build serves CUDA tensors and one is visible, else the CPU.
+at::Device homeDevice() {
+  const char* setting = std::getenv("LOOM_TORCH_HOME_DEVICE");
+  const std::string wanted = setting != nullptr ? setting : "";
+  TORCH_CHECK(wanted.empty() || wanted == "cpu" || wanted == "cuda",
+              "ProcessGroupLoom: LOOM_TORCH_HOME_DEVICE='", wanted, "' must be cpu or cuda");
+  if (wanted == "cpu") return at::Device(at::kCPU);
+#ifdef LOOM_TORCH_CUDA
+  if (c10::cuda::device_count() > 0) return at::Device(at::kCUDA, c10::cuda::current_device());
+#endif
+  TORCH_CHECK(wanted.empty(), "ProcessGroupLoom: LOOM_TORCH_HOME_DEVICE=cuda, but ",
+#ifdef LOOM_TORCH_CUDA
+              "no GPU is visible"
+#else
+              "this build of the backend serves CPU tensors only"
+#endif
+  );
+  return at::Device(at::kCPU);
+}
+
+}  // namespace
+
+void ProcessGroupLoom::adoptHomeDevices() {
+  const at::Device home = homeDevice();
+  const uint8_t mine = home.is_cuda() ? 1 : 0;
+  std::vector<uint8_t> homes(size_);
+  call(loomAllGather(&mine, homes.data(), 1, loomUint8, comm_, nullptr), "init (home devices)",
+       comm_, getGroupDesc());
+  if (std::all_of(homes.begin(), homes.end(), [&](uint8_t h) { return h == mine; })) return;
+  std::string deviceName = "cpu";
+#ifdef LOOM_TORCH_CUDA
+  std::optional<c10::cuda::CUDAGuard> guard;
+  if (home.is_cuda()) {
+    guard.emplace(home);
+    deviceName = "cuda:" + std::to_string(home.index());
+  }
+#endif
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.timeoutMs = timeoutMs(timeout_);
+  config.name = "torch-mixed";
+  config.device = deviceName.c_str();
+  loomComm_t mixed = nullptr;
+  call(loomCommSplit(comm_, 0, rank_, &mixed, &config), "init (mixed devices)", comm_,
+       getGroupDesc());
+  loomCommDestroy(comm_);
+  comm_ = mixed;
+  mixed_ = true;
+#ifdef LOOM_TORCH_CUDA
+  if (home.is_cuda()) {
+    cudaHome_ = true;
+    cuda_ = std::make_unique<CudaComm>(
+        CudaComm{comm_, home, c10::cuda::getStreamFromPool(false, home.index())});
+  }
+#endif
 }
 
 ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -80,6 +142,9 @@ const CudaComm& ProcessGroupLoom::cudaComm(at::Device device) {
                 "; a rank uses one CUDA device per group (got a tensor on ", device, ")");
     return *cuda_;
   }
+  TORCH_CHECK(!mixed_, "ProcessGroupLoom: a ", device,
+              " tensor on a rank whose home device is the CPU in a group of mixed devices (no GPU "
+              "was visible at init, or LOOM_TORCH_HOME_DEVICE=cpu): this rank passes CPU tensors");
   TORCH_CHECK(!aborted_.load(), "ProcessGroupLoom: the process group was aborted");
   c10::cuda::CUDAGuard guard(device);
   loomUniqueId id = sharedId(kCudaUniqueIdKey);
@@ -168,7 +233,8 @@ void ProcessGroupLoom::shutdown() {
   if (worker_.joinable()) worker_.join();
   // After an abort the handles are tombstones that Loom keeps: nothing left to destroy.
   const bool aborted = aborted_.load();
-  if (comm_ != nullptr && !aborted) loomCommDestroy(comm_);
+  // A mixed group's GPU rank: cuda_ holds the same communicator, destroyed below.
+  if (comm_ != nullptr && !aborted && !cudaHome_) loomCommDestroy(comm_);
   comm_ = nullptr;
 #ifdef LOOM_TORCH_CUDA
   std::lock_guard<std::mutex> lock(cudaMutex_);
@@ -190,7 +256,7 @@ void ProcessGroupLoom::abort() {
     if (comm_ != nullptr) loomCommAbort(comm_);
 #ifdef LOOM_TORCH_CUDA
     std::lock_guard<std::mutex> lock(cudaMutex_);
-    if (cuda_) loomCommAbort(cuda_->comm);  // its kernels stop waiting
+    if (cuda_ && cuda_->comm != comm_) loomCommAbort(cuda_->comm);  // its kernels stop waiting
 #endif
   }
   shutdown();
@@ -260,6 +326,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(
   }
   auto work = c10::make_intrusive<LoomWork>(rank_, type, name, std::move(outputs),
                                             title.empty() ? nullptr : title.c_str(), recorded);
+  if (cudaHome_) {
+    // A mixed group's GPU rank: its CUDA ops run on this thread, so its CPU ops do too, in order.
+    TORCH_CHECK(!aborted_.load(), "ProcessGroupLoom ", name, ": the process group was aborted");
+    try {
+      body();
+      work->complete(nullptr);
+    } catch (...) {
+      work->complete(std::current_exception());
+    }
+    return work;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(!stopping_, "ProcessGroupLoom ", name, ": the process group was shut down");
   queue_.push_back([work, body = std::move(body)] {

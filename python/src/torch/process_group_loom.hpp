@@ -12,6 +12,13 @@
 // device); ops are enqueued on its stream from the calling thread, NCCL style (cuda_work.hpp). A
 // failed op raises from wait() naming the op, the group and the cause, and leaves the communicator
 // aborted: later ops fail at once instead of hanging.
+//
+// Mixed-device groups: at construction the ranks all-gather their home device (a GPU where this
+// build serves CUDA and one is visible, else the CPU; LOOM_TORCH_HOME_DEVICE overrides). If the
+// homes differ, one heterogeneous Loom communicator with each rank's home device (split off the
+// host one) serves every op of the group: GPU ranks pass CUDA tensors (on Loom's stream, as
+// above) or CPU tensors (run at once on the calling thread, so that the group's ops keep their
+// order; Loom runs them on device scratch), CPU ranks pass CPU tensors (the worker, as above).
 #pragma once
 
 #include <atomic>
@@ -59,7 +66,9 @@ class ProcessGroupLoom : public c10d::Backend {
   const std::string getBackendName() const override { return "loom"; }
   c10::intrusive_ptr<Options> getBackendOptions() override;
   // Sub-groups split the parent's communicators (loomCommSplit): no new rendezvous.
-  bool supportsSplitting() const override { return true; }
+  // Mixed-device groups make sub-groups through the store instead: each new group finds out
+  // for itself whether its members' homes differ.
+  bool supportsSplitting() const override { return !mixed_; }
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
@@ -154,6 +163,10 @@ class ProcessGroupLoom : public c10d::Backend {
   void work();
   // A unique id shared through the store under key (made by the group's rank 0).
   loomUniqueId sharedId(const std::string& key);
+  // The ranks' home devices differ: comm_ becomes the heterogeneous communicator (see above).
+  void adoptHomeDevices();
+  bool mixed_ = false;
+  bool cudaHome_ = false;  // mixed_: this rank's home is a GPU (cuda_ holds comm_ too)
 #ifdef LOOM_TORCH_CUDA
   const CudaComm& cudaComm(at::Device device);
   std::mutex cudaMutex_;
