@@ -6,6 +6,10 @@ receives from any source, allgather_coalesced, sparse and complex allreduce, che
 where Gloo has the op), "stress" (random orders of isend/irecv and batches across the ranks, sizes
 0 to 64 MiB, tags, bit for bit; LOOM_P2P_STRESS_ITERS iterations), "pipeline" (ScheduleGPipe and
 Schedule1F1B over one stage per rank train with the same losses and weights on loom as on Gloo).
+DEVICE is cpu (default) or cuda (rank r on GPU r % count: ranks may share a GPU). On CUDA, as on
+NCCL, sends and receives between two ranks match in posting order whatever their tags, and only
+the ops of one batch (a group) may be posted in any order: the stress keeps each pair's order and
+posts every iteration as one batch_isend_irecv.
 """
 import os
 import random
@@ -142,7 +146,7 @@ def stress(rank, world, ref):
         # rest. Half of the iterations post one batch_isend_irecv, the others single ops.
         keys = {}
         for i, (src, dst, tag, n) in enumerate(msgs):
-            keys.setdefault((src, dst, tag), []).append(i)
+            keys.setdefault((src, dst) if DEV.type == "cuda" else (src, dst, tag), []).append(i)
         chains = list(keys.values())
         mine.shuffle(chains)
         order = []
@@ -160,7 +164,7 @@ def stress(rank, world, ref):
                 ops.append(dist.P2POp(dist.irecv, got[i], src, tag=tag))
             elif rank == src:
                 ops.append(dist.P2POp(dist.isend, pattern(n, it * 1000 + i), dst, tag=tag))
-        if shared.random() < 0.5 and ops:
+        if (shared.random() < 0.5 or DEV.type == "cuda") and ops:
             works = dist.batch_isend_irecv(ops)
         else:
             works = [op.op(op.tensor, op.peer, tag=op.tag) for op in ops]
@@ -214,7 +218,11 @@ def pipeline(rank, world, ref):
 
 
 def main():
+    global DEV
     case, world, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    if len(sys.argv) > 5 and sys.argv[5] == "cuda":
+        DEV = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(DEV)
     dist.init_process_group("loom", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=120))
     ref = dist.new_group(backend="gloo")
