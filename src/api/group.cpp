@@ -48,15 +48,93 @@ size_t executeDevicePointToPoint(const std::vector<GroupOp>& ops, size_t first) 
   return i;
 }
 
+// Staged device communicators (no native collectives) of a group with collectives: all of a
+// communicator's sends and receives in the group are staged and posted together where its first
+// one stands, progress on its engine's thread while the collectives run, and end after them (a
+// group's operations are concurrent, so moving them together changes nothing a caller may rely
+// on; waiting for them before a later collective could deadlock against a peer that runs the
+// collective first).
+class StagedBatches {
+ public:
+  void clear() {
+    comms_.clear();
+    begun_.clear();
+  }
+  // Whether op i belongs to a batch, beginning the batch at its communicator's first op.
+  bool take(const std::vector<GroupOp>& ops, size_t i) {
+    Comm& comm = *ops[i].handle->comm;
+    auto at = std::find(comms_.begin(), comms_.end(), &comm);
+    if (at == comms_.end()) return false;
+    Batch& batch = batches_[at - comms_.begin()];
+    if (batch.begun) return true;
+    batch.ops.clear();
+    for (size_t j = i; j < ops.size(); ++j) {
+      if (ops[j].isCollective || ops[j].handle->comm.get() != &comm) continue;
+      LOOM_CHECK_ARG(ops[j].stream == ops[i].stream,
+                     "the sends and receives of one group on a device communicator must use one "
+                     "stream");
+      batch.ops.push_back(
+          DeviceP2POp{ops[j].isSend, ops[j].peer, ops[j].buffer, ops[j].bytes, ops[j].tag});
+    }
+    comm.beginStagedPointToPoint(batch.ops, ops[i].stream);
+    batch.begun = true;
+    begun_.push_back(&comm);
+    comm.p2pEngine().startThread();  // the group's collectives run meanwhile
+    return true;
+  }
+  void find(const std::vector<GroupOp>& ops) {
+    clear();
+    bool collective = false;
+    for (const GroupOp& op : ops) collective |= op.isCollective;
+    if (!collective) return;
+    for (const GroupOp& op : ops) {
+      Comm* comm = op.handle->comm.get();
+      if (op.isCollective || !comm->stagesPointToPoint() ||
+          std::find(comms_.begin(), comms_.end(), comm) != comms_.end())
+        continue;
+      comms_.push_back(comm);
+    }
+    if (batches_.size() < comms_.size()) batches_.resize(comms_.size());
+    for (size_t k = 0; k < comms_.size(); ++k) batches_[k].begun = false;
+  }
+  // Ends every begun batch; the first error is reported after all ended.
+  void end() {
+    std::exception_ptr first;
+    for (Comm* comm : begun_) {
+      try {
+        comm->endStagedPointToPoint();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    begun_.clear();
+    if (first) std::rethrow_exception(first);
+  }
+
+ private:
+  struct Batch {
+    std::vector<DeviceP2POp> ops;
+    bool begun = false;
+  };
+  std::vector<Comm*> comms_;
+  std::vector<Batch> batches_;
+  std::vector<Comm*> begun_;
+};
+
 // Posts the group's host sends and receives to their communicators' engines where they stand and
 // runs its collectives and device operations in order.
 void postAndRun(const std::vector<GroupOp>& ops, std::vector<P2PTicket*>& tickets,
-                std::vector<P2PEngine*>& engines, size_t& posted, bool collectiveAfterP2P) {
+                std::vector<P2PEngine*>& engines, size_t& posted, bool collectiveAfterP2P,
+                StagedBatches& staged) {
   for (size_t i = 0; i < ops.size();) {
     if (ops[i].isCollective) {
       // Sends and receives posted so far move on the engines' threads meanwhile.
       for (P2PEngine* engine : engines) engine->startThread();
       ops[i].handle->comm->collective(ops[i].args);
+      ++i;
+      continue;
+    }
+    if (staged.take(ops, i)) {
       ++i;
       continue;
     }
@@ -90,6 +168,8 @@ void executeOps(const std::vector<GroupOp>& ops) {
   thread_local std::vector<std::unique_ptr<P2PTicket>> pool;
   thread_local std::vector<P2PTicket*> tickets;
   thread_local std::vector<P2PEngine*> engines;
+  thread_local StagedBatches staged;
+  staged.find(ops);
   size_t hostP2P = 0;
   bool collectiveAfterP2P = false;
   for (const GroupOp& op : ops) {
@@ -105,8 +185,12 @@ void executeOps(const std::vector<GroupOp>& ops) {
   engines.clear();
   size_t posted = 0;
   try {
-    postAndRun(ops, tickets, engines, posted, collectiveAfterP2P);
+    postAndRun(ops, tickets, engines, posted, collectiveAfterP2P, staged);
   } catch (...) {
+    try {
+      staged.end();  // their tickets point into the communicators' staging
+    } catch (...) {  // the first error is the one to report
+    }
     // Posted tickets point into `tickets`: they must finish (they fail at once on an aborted
     // communicator) before the next group reuses it.
     tickets.resize(posted);
@@ -118,7 +202,18 @@ void executeOps(const std::vector<GroupOp>& ops) {
     }
     throw;
   }
-  if (!engines.empty()) engines.front()->finish(tickets);
+  if (!engines.empty()) {
+    try {
+      engines.front()->finish(tickets);
+    } catch (...) {
+      try {
+        staged.end();
+      } catch (...) {  // the first error is the one to report
+      }
+      throw;
+    }
+  }
+  staged.end();
 }
 
 }  // namespace

@@ -575,76 +575,91 @@ P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int6
 }
 
 void Comm::devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) {
+  if (stagesPointToPoint()) {
+    beginStagedPointToPoint(ops, stream);
+    endStagedPointToPoint();
+    return;
+  }
+  for (const DeviceP2POp& op : ops)
+    device_->checkBuffer(op.buffer, op.bytes, op.isSend ? "sendbuff" : "recvbuff");
+  beginOperation();
+  failOnErrorExceptArguments([&] { native_->pointToPoint(ops, stream); });
+}
+
+void Comm::beginStagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) {
   for (const DeviceP2POp& op : ops)
     if (!hostBufferOfHetero(op))
       device_->checkBuffer(op.buffer, op.bytes, op.isSend ? "sendbuff" : "recvbuff");
   beginOperation();
-  try {
-    if (native_)
-      native_->pointToPoint(ops, stream);
-    else
-      stagedPointToPoint(ops, stream);
-  } catch (const Error& e) {
-    if (e.code() != loomInvalidArgument) fail(e);
-    throw;
-  } catch (const std::exception& e) {
-    Error wrapped(loomInternalError, e.what());
-    fail(wrapped);
-    throw wrapped;
-  }
+  failOnErrorExceptArguments([&] {
+    // Every op gets its own stretch of one host buffer: sends staged after the caller's stream,
+    // the host transfers posted to the P2PEngine together (any order of sends and receives
+    // completes). Host buffers of a heterogeneous communicator's device rank need no stretch: the
+    // engine uses them as they are.
+    stagedOps_ = ops;
+    stagedStream_ = stream;
+    size_t total = 0;
+    for (const DeviceP2POp& op : ops)
+      if (!hostBufferOfHetero(op)) total += op.bytes;
+    stagedHost_ = staging_->send(total);
+    size_t offset = 0;
+    for (const DeviceP2POp& op : ops) {
+      if (hostBufferOfHetero(op)) continue;
+      if (op.isSend)
+        device_->copyAsync(stagedHost_ + offset, op.buffer, op.bytes, CopyKind::kDeviceToHost,
+                           stream);
+      offset += op.bytes;
+    }
+    device_->synchronize(stream);
+    while (stagedTickets_.size() < ops.size())
+      stagedTickets_.push_back(std::make_unique<P2PTicket>());
+    stagedPosted_.clear();
+    offset = 0;
+    try {
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const DeviceP2POp& op = ops[i];
+        P2PTicket& ticket = *stagedTickets_[i];
+        ticket.reset();
+        const bool direct = hostBufferOfHetero(op);
+        ticket.op = pointToPoint(op.isSend, op.peer, direct ? op.buffer : stagedHost_ + offset,
+                                 op.bytes, op.tag);
+        p2pEngine_->postOwned(ticket);
+        stagedPosted_.push_back(&ticket);
+        if (!direct) offset += op.bytes;
+      }
+    } catch (...) {
+      // A post fails only on an aborted communicator; tickets posted before it point into the
+      // pool and the staging buffer, and end (at once, with the abort) before either is reused.
+      try {
+        p2pEngine_->finish(stagedPosted_);
+      } catch (...) {  // the first error is the one to report
+      }
+      stagedPosted_.clear();
+      throw;
+    }
+  });
 }
 
-void Comm::stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) {
-  // Every op gets its own stretch of one host buffer: sends staged after the caller's stream,
-  // the host transfers posted to the P2PEngine together (any order of sends and receives
-  // completes), receives copied back before the call returns. Host buffers of a heterogeneous
-  // communicator's device rank need no stretch: the engine uses them as they are.
-  size_t total = 0;
-  for (const DeviceP2POp& op : ops)
-    if (!hostBufferOfHetero(op)) total += op.bytes;
-  char* host = staging_->send(total);
-  size_t offset = 0;
-  for (const DeviceP2POp& op : ops) {
-    if (hostBufferOfHetero(op)) continue;
-    if (op.isSend)
-      device_->copyAsync(host + offset, op.buffer, op.bytes, CopyKind::kDeviceToHost, stream);
-    offset += op.bytes;
-  }
-  device_->synchronize(stream);
-  while (stagedTickets_.size() < ops.size())
-    stagedTickets_.push_back(std::make_unique<P2PTicket>());
-  stagedPosted_.clear();
-  offset = 0;
-  try {
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const DeviceP2POp& op = ops[i];
-      P2PTicket& ticket = *stagedTickets_[i];
-      ticket.reset();
-      const bool direct = hostBufferOfHetero(op);
-      ticket.op = pointToPoint(op.isSend, op.peer, direct ? op.buffer : host + offset, op.bytes,
-                               op.tag);
-      p2pEngine_->postOwned(ticket);
-      stagedPosted_.push_back(&ticket);
-      if (!direct) offset += op.bytes;
-    }
-  } catch (...) {
-    // A post fails only on an aborted communicator; tickets posted before it point into the pool
-    // and the staging buffer, and end (at once, with the abort) before either is reused.
+void Comm::endStagedPointToPoint() {
+  failOnErrorExceptArguments([&] {
+    // The tickets point into the pool and the staging: they end before anything else happens.
     try {
       p2pEngine_->finish(stagedPosted_);
-    } catch (...) {  // the first error is the one to report
+    } catch (...) {
+      stagedPosted_.clear();
+      throw;
     }
-    throw;
-  }
-  p2pEngine_->finish(stagedPosted_);
-  offset = 0;
-  for (const DeviceP2POp& op : ops) {
-    if (hostBufferOfHetero(op)) continue;
-    if (!op.isSend)
-      device_->copyAsync(op.buffer, host + offset, op.bytes, CopyKind::kHostToDevice, stream);
-    offset += op.bytes;
-  }
-  device_->synchronize(stream);
+    stagedPosted_.clear();
+    size_t offset = 0;
+    for (const DeviceP2POp& op : stagedOps_) {
+      if (hostBufferOfHetero(op)) continue;
+      if (!op.isSend)
+        device_->copyAsync(op.buffer, stagedHost_ + offset, op.bytes, CopyKind::kHostToDevice,
+                           stagedStream_);
+      offset += op.bytes;
+    }
+    device_->synchronize(stagedStream_);
+  });
 }
 
 void Comm::setUpP2PEngine() {

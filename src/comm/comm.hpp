@@ -84,6 +84,13 @@ class Comm {
   // Communicators on a device: a group's sends and receives, ordered on `stream` (native
   // collectives, or staged through host memory and the P2PEngine).
   void devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
+  // Devices without native collectives stage point-to-point through the P2PEngine, in two halves
+  // so that a group's collectives can run between them (api/group.cpp): begin stages the sends
+  // and posts every op, end waits for them and copies the receives back (devicePointToPoint runs
+  // both). One staged batch at a time per communicator.
+  bool stagesPointToPoint() const { return onDevice() && !native_; }
+  void beginStagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
+  void endStagedPointToPoint();
   // True when this communicator's buffers live on a device the host cannot address (calls take
   // a stream).
   bool onDevice() const { return !device_->caps().hostAddressable; }
@@ -141,7 +148,20 @@ class Comm {
   bool composes(const CollArgs& args);
   void setUpComposition();
   void executeComposed(const CollArgs& args);
-  void stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
+  // failOnError, but a bad argument is the caller's mistake: reported, the communicator lives on.
+  template <typename Body>
+  void failOnErrorExceptArguments(Body&& body) {
+    try {
+      body();
+    } catch (const Error& e) {
+      if (e.code() != loomInvalidArgument) fail(e);
+      throw;
+    } catch (const std::exception& e) {
+      Error wrapped(loomInternalError, e.what());
+      fail(wrapped);
+      throw wrapped;
+    }
+  }
   void setUpP2PEngine();
   void setUpHierarchy();
   std::optional<Error> peerFailure();
@@ -204,6 +224,9 @@ class Comm {
   std::unique_ptr<HostStaging> staging_;
   std::vector<std::unique_ptr<P2PTicket>> stagedTickets_;  // a pool: tickets hold a mutex
   std::vector<P2PTicket*> stagedPosted_;
+  std::vector<DeviceP2POp> stagedOps_;  // the staged batch between begin and end
+  loomStream_t stagedStream_ = nullptr;
+  char* stagedHost_ = nullptr;
   std::unique_ptr<StagingEvents> stagingEvents_;  // heterogeneous device ranks: pipelined staging
   std::unique_ptr<DeviceScratch> hostCallScratch_;  // ... and their calls on host buffers
   uint64_t step_ = 0;

@@ -320,6 +320,32 @@ TEST(EmuCollectives, TaggedSendRecvMatchByTag) {
   expectMatch(theirs, recvLarge.download(), 0, large, 0, "tag 9");
 }
 
+TEST(EmuCollectives, GroupWithACollectiveBetweenReceiveAndSend) {
+  // Every rank: receive from the left, allreduce, send to the right, in one group. The staged
+  // sends and receives must progress while the allreduce runs (waiting for the receive before the
+  // allreduce deadlocked: no rank got to its send).
+  EmuComm ec(configs()[0]);
+  ASSERT_NE(ec.comm, nullptr);
+  if (gRanks < 2) GTEST_SKIP() << "needs a peer";
+  const int right = (gRank + 1) % gRanks, left = (gRank + gRanks - 1) % gRanks;
+  const size_t n = 70001;
+  std::vector<char> host(n * 4 + 1);
+  Pattern::input(loomFloat32, loomSum, gRank).fill(host.data(), n);
+  DeviceBuffer send(n * 4), recv(n * 4), reduced(n * 4);
+  send.upload(host);
+  reduced.upload(host);
+  EXPECT_LOOM(loomGroupStart());
+  EXPECT_LOOM(loomRecv(recv.get(), n, loomFloat32, left, ec.comm, nullptr));
+  EXPECT_LOOM(loomAllReduce(reduced.get(), reduced.get(), n, loomFloat32, loomSum, ec.comm,
+                            nullptr));
+  EXPECT_LOOM(loomSend(send.get(), n, loomFloat32, right, ec.comm, nullptr));
+  EXPECT_LOOM(loomGroupEnd());
+  expectMatch(Pattern::input(loomFloat32, loomSum, left), recv.download(), 0, n, 0,
+              "the group's receive");
+  expectMatch(Pattern::reduced(loomFloat32, loomSum, gRanks), reduced.download(), 0, n, 0,
+              "the group's allreduce");
+}
+
 TEST(EmuCollectives, NonBlockingOnHostBuffers) {
   // The ranks that pass host buffers (C, and H: an emulated-device rank of a heterogeneous
   // communicator) post loomIrecv before loomIsend around a ring of their own.
