@@ -201,7 +201,10 @@ loomConfig_t loomConfigFor(const ncclConfig_t* config, int cudaDevice, std::stri
   if (config != nullptr) {
     // Fields Loom has a meaning for; the others (CTAs, CGA cluster size, net name, collnet,
     // NVLS, split share, traffic class) tune NCCL's own kernels and network and are ignored.
-    if (config->blocking != NCCL_CONFIG_UNDEF_INT) cfg.blocking = config->blocking != 0;
+    // Loom's CUDA communicators are blocking only (their collectives return once queued on the
+    // stream anyway): a non-blocking NCCL caller sees each call done at once, which NCCL allows.
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT && hostMode())
+      cfg.blocking = config->blocking != 0;
     if (config->commName != NCCL_CONFIG_UNDEF_PTR) cfg.name = config->commName;
   }
   return cfg;
