@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -57,24 +58,28 @@ int collectSitePackages(struct dl_phdr_info* info, size_t, void* data) {
 std::vector<std::string> candidates() {
   std::vector<std::string> out;
   dl_iterate_phdr(collectSitePackages, &out);
-  const char* prefixes[] = {std::getenv("VIRTUAL_ENV"), nullptr};
-  std::string exePrefix;
+  // The running python's prefix: <prefix>/bin/python* as it was started (argv[0], which keeps a
+  // venv's own path), and as the kernel resolved it; and an activated venv's.
+  std::vector<std::string> prefixes;
+  if (const char* venv = std::getenv("VIRTUAL_ENV"); venv != nullptr && *venv != '\0')
+    prefixes.emplace_back(venv);
+  auto addPrefixOf = [&](const std::string& program) {
+    size_t bin = program.rfind("/bin/");
+    if (bin != std::string::npos && program.find("python", bin) != std::string::npos)
+      prefixes.push_back(program.substr(0, bin));
+  };
+  if (FILE* cmdline = std::fopen("/proc/self/cmdline", "rb")) {
+    char argv0[4096] = {};
+    size_t n = std::fread(argv0, 1, sizeof(argv0) - 1, cmdline);
+    std::fclose(cmdline);
+    argv0[n] = '\0';
+    addPrefixOf(argv0);
+  }
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) {
-    exe[n] = '\0';
-    std::string path(exe);
-    if (path.find("python") != std::string::npos) {
-      // <prefix>/bin/pythonX.Y
-      size_t bin = path.rfind("/bin/");
-      if (bin != std::string::npos) exePrefix = path.substr(0, bin);
-    }
-  }
-  prefixes[1] = exePrefix.empty() ? nullptr : exePrefix.c_str();
-  for (const char* prefix : prefixes) {
-    if (prefix == nullptr || *prefix == '\0') continue;
-    addGlob(std::string(prefix) + "/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2", &out);
-  }
+  if (n > 0) addPrefixOf(std::string(exe, static_cast<size_t>(n)));
+  for (const std::string& prefix : prefixes)
+    addGlob(prefix + "/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2", &out);
   if (const char* paths = std::getenv("LD_LIBRARY_PATH")) {
     std::stringstream list(paths);
     for (std::string dir; std::getline(list, dir, ':');)
