@@ -15,7 +15,8 @@ failed=0
 run() {  # name, expected regexes (one per line) in the output, then the command
   local name=$1 expect=$2
   shift 2
-  local start=$(date +%s.%N)
+  local start
+  start=$(date +%s.%N)
   "$@" >"$out" 2>&1
   local rc=$?
   local ok=1

@@ -3,9 +3,12 @@
 #
 #   tests/shim/gpu.sh BUILD_DIR OUTDIR
 #
-# BUILD_DIR: a Loom build with CUDA (make test / cmake -DLOOM_CUDA=AUTO), not rebuilt here.
-# PYTHON (default python3): the python with CUDA torch (and, for the comparison, the loom package
-# built with CUDA: pip install .). Runs, each with its log under OUTDIR:
+# BUILD_DIR: configured here with CUDA if it is not a build directory yet, then the targets the
+# steps need are built (loomrun, libloom-nccl.so, nccl_api_test; incremental when already built).
+# PYTHON (default python3): the python with CUDA torch. For the comparison with the "loom" backend
+# the loom package must import there; if it does not, it is built with CUDA into a venv of its own
+# under OUTDIR (--system-site-packages, pip --no-build-isolation: needs scikit-build-core and
+# nanobind in PYTHON's environment; else that comparison is SKIP). Runs, each log under OUTDIR:
 #   1. which nccl* symbols torch's libtorch_cuda.so needs that the shim does not export;
 #   2. nccl_api_test on CUDA buffers at 1 rank and at 2 ranks sharing GPU 0 (under CUDA MPS when
 #      nvidia-cuda-mps-control is there), fallback to torch's real NCCL at 1 rank;
@@ -20,10 +23,20 @@ if [[ $# -ne 2 ]]; then
   echo "usage: $0 BUILD_DIR OUTDIR" >&2
   exit 2
 fi
-build=$(cd "$1" && pwd) || exit 2
-mkdir -p "$2" && out=$(cd "$2" && pwd) || exit 2
+mkdir -p "$1" "$2" && build=$(cd "$1" && pwd) && out=$(cd "$2" && pwd) || exit 2
 here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
 python=${PYTHON:-python3}
+echo "=== build ($build, log: $out/build.log)"
+{
+  if [[ ! -f $build/CMakeCache.txt ]]; then
+    generator=()
+    command -v ninja >/dev/null && generator=(-G Ninja)
+    cmake -S "$repo" -B "$build" "${generator[@]}" \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CUDA=ON -DPython3_EXECUTABLE="$(command -v "$python")"
+  fi
+  cmake --build "$build" -j "$(nproc)" --target loomrun loom-nccl nccl_api_test
+} >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; echo "build failed" >&2; exit 2; }
 shim=$build/shim/nccl/libloom-nccl.so
 test=$build/tests/shim/nccl_api_test
 loomrun=$build/tools/loomrun
@@ -45,10 +58,11 @@ step() {  # name log command...
   local name=$1 log=$2
   shift 2
   echo "=== $name"
-  local start=$(date +%s.%N)
+  local start rc secs
+  start=$(date +%s.%N)
   "$@" >"$out/$log" 2>&1
-  local rc=$?
-  local secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+  rc=$?
+  secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
   if [[ $rc -eq 0 ]]; then record "$name" PASS "$secs"; else
     record "$name" FAIL "$secs"; tail -25 "$out/$log"; fi
   return $rc
@@ -96,9 +110,9 @@ fi
 
 # 2. The C program on CUDA buffers.
 export LOOM_NCCL_DEVICE=cuda
-fallback_env=(LOOM_NCCL_FALLBACK=${real_nccl:-off})
+fallback_env=("LOOM_NCCL_FALLBACK=${real_nccl:-off}")
 step "nccl_api_test n=1" api_n1.log env "${fallback_env[@]}" LOOM_NCCL_REPORT=1 \
-  "$loomrun" -n 1 -- "$test" --premul=$([[ -n $real_nccl ]] && echo nccl || echo error)
+  "$loomrun" -n 1 -- "$test" "--premul=$([[ -n $real_nccl ]] && echo nccl || echo error)"
 premul2=error  # two ranks on one GPU: the real NCCL refuses them
 [[ $ngpu -ge 2 && -n $real_nccl ]] && premul2=nccl
 step "nccl_api_test n=2" api_n2.log env "${fallback_env[@]}" LOOM_NCCL_REPORT=1 \
@@ -132,26 +146,45 @@ for line in bad:
 sys.exit(1 if bad else 0)
 PY
 }
-torchrun_n() {  # world, then args
-  local world=$1
+torchrun_n() {  # world [VAR=value...] script-args...: torchrun with that environment
+  local world=$1 run_python=$python
   shift
-  "$python" -m torch.distributed.run --standalone --nproc-per-node "$world" \
+  local envs=()
+  while [[ $# -gt 0 && $1 == *=* ]]; do
+    if [[ $1 == PYTHON_FOR_RUN=* ]]; then run_python=${1#PYTHON_FOR_RUN=}; else envs+=("$1"); fi
+    shift
+  done
+  env "${envs[@]}" "$run_python" -m torch.distributed.run --standalone --nproc-per-node "$world" \
     "$here/torch_nccl_shim.py" --out "$out" "$@"
 }
 if [[ $torch_ok == 1 ]]; then
   have_loom=0
-  "$python" -c "import loom, loom._loom_torch" 2>/dev/null && have_loom=1
+  loom_python=$python
+  if "$python" -c "import loom, loom._loom_torch" 2>/dev/null; then
+    have_loom=1
+  else
+    echo "=== the loom package (CUDA) into $out/venv (log: $out/pip.log)"
+    if "$python" -m venv --system-site-packages "$out/venv" >"$out/pip.log" 2>&1 &&
+       "$out/venv/bin/python" -m pip install --no-build-isolation --no-deps --no-index \
+         "$repo" >>"$out/pip.log" 2>&1 &&
+       (cd "$out" && "$out/venv/bin/python" -c "import loom._loom_torch") >>"$out/pip.log" 2>&1; then
+      have_loom=1
+      loom_python=$out/venv/bin/python
+    else
+      tail -5 "$out/pip.log"
+    fi
+  fi
   for world in 1 2; do
     premul=()
     [[ -n $real_nccl && ($world -eq 1 || $ngpu -ge 2) ]] && premul=(--premul)
-    step "torch nccl via shim ws=$world" torch_shim_$world.log env LD_PRELOAD="$shim" \
-      "${fallback_env[@]}" LOOM_NCCL_REPORT=1 torchrun_n "$world" --backend nccl \
+    step "torch nccl via shim ws=$world" torch_shim_$world.log torchrun_n "$world" LD_PRELOAD="$shim" \
+      "${fallback_env[@]}" LOOM_NCCL_REPORT=1 --backend nccl \
       --tag shim$world "${premul[@]}"
     grep -q "ncclAllReduce: loom [1-9]" "$out/torch_shim_$world.log" ||
       { echo "    (the report shows no allreduce on Loom: was the shim used?)"; failed=1; }
     if [[ $have_loom == 1 ]]; then
       step "torch loom backend ws=$world" torch_loom_$world.log \
-        torchrun_n "$world" --backend loom --tag loom$world &&
+        torchrun_n "$world" PYTHON_FOR_RUN="$loom_python" --backend loom --tag loom$world &&
         step "shim == loom ws=$world" cmp_loom_$world.log compare shim$world loom$world "$world"
     else
       record "torch loom backend ws=$world" SKIP 0
@@ -159,18 +192,17 @@ if [[ $torch_ok == 1 ]]; then
   done
   if [[ -n $real_nccl ]]; then
     step "torch real NCCL ws=1" torch_real_1.log torchrun_n 1 --backend nccl --tag real1 --premul
-    step "torch shim, all on NCCL ws=1" torch_fall_all.log env LD_PRELOAD="$shim" \
-      "${fallback_env[@]}" LOOM_NCCL_FORCE_FALLBACK=all LOOM_NCCL_REPORT=1 \
-      torchrun_n 1 --backend nccl --tag fallall1 --premul &&
+    step "torch shim, all on NCCL ws=1" torch_fall_all.log torchrun_n 1 LD_PRELOAD="$shim" \
+      "${fallback_env[@]}" LOOM_NCCL_FORCE_FALLBACK=all LOOM_NCCL_REPORT=1 --backend nccl --tag fallall1 --premul &&
       step "fallback(all) == real ws=1" cmp_fall_all.log compare fallall1 real1 1
-    step "torch shim, allreduce on NCCL ws=1" torch_fall_ar.log env LD_PRELOAD="$shim" \
+    step "torch shim, allreduce on NCCL ws=1" torch_fall_ar.log torchrun_n 1 LD_PRELOAD="$shim" \
       "${fallback_env[@]}" LOOM_NCCL_FORCE_FALLBACK=allreduce LOOM_DEBUG=WARN LOOM_NCCL_REPORT=1 \
-      torchrun_n 1 --backend nccl --tag fallar1 --premul &&
+      --backend nccl --tag fallar1 --premul &&
       step "fallback(allreduce) == shim ws=1" cmp_fall_ar.log compare fallar1 shim1 1
     if [[ $ngpu -ge 2 ]]; then
       step "torch real NCCL ws=2" torch_real_2.log torchrun_n 2 --backend nccl --tag real2 --premul
-      step "torch shim, all on NCCL ws=2" torch_fall_all2.log env LD_PRELOAD="$shim" \
-        "${fallback_env[@]}" LOOM_NCCL_FORCE_FALLBACK=all torchrun_n 2 --backend nccl \
+      step "torch shim, all on NCCL ws=2" torch_fall_all2.log torchrun_n 2 LD_PRELOAD="$shim" \
+        "${fallback_env[@]}" LOOM_NCCL_FORCE_FALLBACK=all --backend nccl \
         --tag fallall2 --premul && step "fallback(all) == real ws=2" cmp_fall_all2.log \
         compare fallall2 real2 2
     fi
