@@ -55,5 +55,29 @@ run off "passed" env LOOM_NCCL_FALLBACK=off LOOM_NCCL_FORCE_FALLBACK=allgather \
 
 run self "passed" env LOOM_NCCL_FALLBACK="$shim" LOOM_NCCL_FORCE_FALLBACK=allgather \
   "$loomrun" -n 2 --timeout 60 -- "$test" "--fallback-missing=is this shim itself"
+# By name: the loader hands back the library already loaded under that SONAME, the shim.
+run self-name "passed" env LOOM_NCCL_FALLBACK=libnccl.so.2 LOOM_NCCL_FORCE_FALLBACK=allgather \
+  "$loomrun" -n 1 --timeout 60 -- "$test" "--fallback-missing=is this shim itself"
+
+# 4. LD_PRELOAD: the shim is the process's libnccl.so.2 (its SONAME), so a later load of
+#    libnccl.so.2 by name (as a program linked with NCCL does) gets it, and its fallback search
+#    (LOOM_NCCL_FALLBACK unset, LD_LIBRARY_PATH at the shim's own symlink) loads a real NCCL
+#    (where the machine has one) or says it skipped itself.
+if command -v python3 >/dev/null; then
+  run preload "version 22809 via libnccl.so.2
+fallback: (real NCCL|.*is this shim itself)" \
+    env LD_PRELOAD="$shim" LD_LIBRARY_PATH="$(dirname "$shim")" LOOM_DEBUG=INFO \
+    LOOM_NCCL_FORCE_FALLBACK=all python3 -c "
+import ctypes
+nccl = ctypes.CDLL('libnccl.so.2')
+v = ctypes.c_int()
+nccl.ncclGetVersion(ctypes.byref(v))
+print('version', v.value, 'via libnccl.so.2')
+uid = ctypes.create_string_buffer(128)
+nccl.ncclGetLastError.restype = ctypes.c_char_p
+r = nccl.ncclGetUniqueId(uid)
+print('fallback:', 'real NCCL' if r == 0 else nccl.ncclGetLastError(None).decode())
+"
+fi
 
 exit $failed
