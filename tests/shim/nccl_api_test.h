@@ -3,6 +3,8 @@
 #ifndef NCCL_API_TEST_H_
 #define NCCL_API_TEST_H_
 
+#define _POSIX_C_SOURCE 200809L /* nanosleep, unlink under -std=c11 */
+
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +24,7 @@ static inline cudaError_t noCuda(const void* unused) {
 #define cudaMemcpy(d, s, n, k) noCuda(d)
 #define cudaStreamSynchronize(s) noCuda(s)
 #define cudaGetDeviceCount(n) noCuda(n)
-#define cudaSetDevice(d) noCuda(NULL)
+#define cudaSetDevice(d) noCuda((const void*)(size_t)(d))
 #define cudaStreamCreate(s) noCuda(s)
 #define cudaGetDevice(d) noCuda(d)
 #endif
