@@ -219,6 +219,8 @@ static void testBadArguments(ncclComm_t comm, int n) {
     CHECK(ncclSend(buf, 4, ncclInt32, n + 3, comm, g_stream) == ncclInvalidArgument, "bad peer");
     CHECK(ncclCommShrink(comm, NULL, 0, &none, NULL, NCCL_SHRINK_DEFAULT) == ncclInvalidUsage,
           "shrink of a Loom communicator");
+    CHECK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) == ncclInvalidUsage,
+          "revoke of a Loom communicator");
   }
   CHECK(ncclRedOpDestroy(ncclSum, comm) == ncclInvalidArgument, "destroying a built-in op");
   CHECK(ncclGroupEnd() == ncclInvalidUsage, "ncclGroupEnd without start");
