@@ -6,13 +6,14 @@ namespace loom::nccl_shim {
 
 #define LOOM_NCCL_ENTRIES(X)                                                                       \
   X(GetVersion)                                                                                    \
-  X(GetUniqueId) X(CommInitRank) X(CommInitRankConfig) X(CommInitAll) X(CommInitRankScalable)      \
-      X(CommSplit) X(CommShrink) X(CommFinalize) X(CommDestroy) X(CommAbort) X(CommRevoke)         \
-          X(CommGetAsyncError) X(CommCount) X(CommCuDevice) X(CommUserRank) X(GetErrorString)      \
-              X(GetLastError) X(ResetDebugInit) X(AllReduce) X(Broadcast) X(Bcast) X(Reduce)       \
-                  X(AllGather) X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) X(Recv)   \
-                      X(GroupStart) X(GroupEnd) X(GroupSimulateEnd) X(RedOpCreatePreMulSum)        \
-                          X(RedOpDestroy) X(MemAlloc) X(MemFree) X(CommRegister) X(CommDeregister) \
+  X(GetUniqueId)                                                                                   \
+  X(CommInitRank) X(CommInitRankConfig) X(CommInitAll) X(CommInitRankScalable) X(CommSplit)        \
+      X(CommShrink) X(CommFinalize) X(CommDestroy) X(CommAbort) X(CommRevoke) X(CommGetAsyncError) \
+          X(CommCount) X(CommCuDevice) X(CommUserRank) X(GetErrorString) X(GetLastError)           \
+              X(ResetDebugInit) X(AllReduce) X(Broadcast) X(Bcast) X(Reduce) X(AllGather)          \
+                  X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) X(Recv) X(GroupStart)  \
+                      X(GroupEnd) X(GroupSimulateEnd) X(RedOpCreatePreMulSum) X(RedOpDestroy)      \
+                          X(MemAlloc) X(MemFree) X(CommRegister) X(CommDeregister)                 \
                               X(CommWindowRegister) X(CommWindowDeregister) X(DevCommCreate)       \
                                   X(DevCommDestroy)
 
