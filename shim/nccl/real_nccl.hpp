@@ -21,17 +21,16 @@ namespace loom::nccl_shim {
 struct RealNccl {
   std::string path;
   int version = 0;
-#define LOOM_NCCL_REAL_FUNCTIONS(X)                                                                \
-  X(GetVersion)                                                                                    \
-  X(GetUniqueId)                                                                                   \
-  X(CommInitRank) X(CommInitRankConfig) X(CommInitAll) X(CommInitRankScalable) X(CommSplit)        \
-      X(CommShrink) X(CommFinalize) X(CommDestroy) X(CommAbort) X(CommRevoke) X(CommGetAsyncError) \
-          X(CommCount) X(CommCuDevice) X(CommUserRank) X(GetErrorString) X(GetLastError)           \
-              X(AllReduce) X(Broadcast) X(Reduce) X(AllGather) X(ReduceScatter) X(AlltoAll)        \
-                  X(Gather) X(Scatter) X(Send) X(Recv) X(GroupStart) X(GroupEnd)                   \
-                      X(GroupSimulateEnd) X(RedOpCreatePreMulSum) X(RedOpDestroy) X(MemAlloc)      \
-                          X(MemFree) X(CommRegister) X(CommDeregister) X(CommWindowRegister)       \
-                              X(CommWindowDeregister)
+// clang-format off
+#define LOOM_NCCL_REAL_FUNCTIONS(X) \
+  X(GetVersion) X(GetUniqueId) X(CommInitRank) X(CommInitRankConfig) X(CommInitAll) \
+  X(CommInitRankScalable) X(CommSplit) X(CommShrink) X(CommFinalize) X(CommDestroy) \
+  X(CommAbort) X(CommRevoke) X(CommGetAsyncError) X(CommCount) X(CommCuDevice) X(CommUserRank) \
+  X(GetErrorString) X(GetLastError) X(AllReduce) X(Broadcast) X(Reduce) X(AllGather) \
+  X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) X(Recv) X(GroupStart) X(GroupEnd) \
+  X(GroupSimulateEnd) X(RedOpCreatePreMulSum) X(RedOpDestroy) X(MemAlloc) X(MemFree) \
+  X(CommRegister) X(CommDeregister) X(CommWindowRegister) X(CommWindowDeregister)
+// clang-format on
 #define LOOM_NCCL_REAL_MEMBER(name) decltype(&nccl##name) name = nullptr;
   LOOM_NCCL_REAL_FUNCTIONS(LOOM_NCCL_REAL_MEMBER)
 #undef LOOM_NCCL_REAL_MEMBER

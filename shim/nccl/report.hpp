@@ -4,18 +4,17 @@
 
 namespace loom::nccl_shim {
 
-#define LOOM_NCCL_ENTRIES(X)                                                                       \
-  X(GetVersion)                                                                                    \
-  X(GetUniqueId)                                                                                   \
-  X(CommInitRank) X(CommInitRankConfig) X(CommInitAll) X(CommInitRankScalable) X(CommSplit)        \
-      X(CommShrink) X(CommFinalize) X(CommDestroy) X(CommAbort) X(CommRevoke) X(CommGetAsyncError) \
-          X(CommCount) X(CommCuDevice) X(CommUserRank) X(GetErrorString) X(GetLastError)           \
-              X(ResetDebugInit) X(AllReduce) X(Broadcast) X(Bcast) X(Reduce) X(AllGather)          \
-                  X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) X(Recv) X(GroupStart)  \
-                      X(GroupEnd) X(GroupSimulateEnd) X(RedOpCreatePreMulSum) X(RedOpDestroy)      \
-                          X(MemAlloc) X(MemFree) X(CommRegister) X(CommDeregister)                 \
-                              X(CommWindowRegister) X(CommWindowDeregister) X(DevCommCreate)       \
-                                  X(DevCommDestroy)
+// clang-format off
+#define LOOM_NCCL_ENTRIES(X) \
+  X(GetVersion) X(GetUniqueId) X(CommInitRank) X(CommInitRankConfig) X(CommInitAll) \
+  X(CommInitRankScalable) X(CommSplit) X(CommShrink) X(CommFinalize) X(CommDestroy) \
+  X(CommAbort) X(CommRevoke) X(CommGetAsyncError) X(CommCount) X(CommCuDevice) X(CommUserRank) \
+  X(GetErrorString) X(GetLastError) X(ResetDebugInit) X(AllReduce) X(Broadcast) X(Bcast) \
+  X(Reduce) X(AllGather) X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) X(Recv) \
+  X(GroupStart) X(GroupEnd) X(GroupSimulateEnd) X(RedOpCreatePreMulSum) X(RedOpDestroy) \
+  X(MemAlloc) X(MemFree) X(CommRegister) X(CommDeregister) X(CommWindowRegister) \
+  X(CommWindowDeregister) X(DevCommCreate) X(DevCommDestroy)
+// clang-format on
 
 enum class Entry {
 #define LOOM_NCCL_ENTRY_ENUM(name) k##name,
