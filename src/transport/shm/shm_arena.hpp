@@ -23,8 +23,17 @@ struct alignas(kCacheLine) PaddedCounter {
   char pad[kCacheLine - sizeof(std::atomic<uint64_t>)];
 };
 
+// The `in` flag, with the signature of the call each step belongs to (base/call_signature.hpp) in
+// the same cache line: a reader that sees the flag has the signature without another line.
+// Slot step & 1: a rank rewrites a step's slot only two steps later, after every rank's `done`.
+struct alignas(kCacheLine) ArrivalCounter {
+  std::atomic<uint64_t> value{0};
+  std::atomic<uint64_t> signature[2][3];
+};
+static_assert(sizeof(ArrivalCounter) == kCacheLine);
+
 struct RankFlags {
-  PaddedCounter in;    // step whose input this rank has staged
+  ArrivalCounter in;   // step whose input this rank has staged (or, without input, it arrived at)
   PaddedCounter red;   // step whose reduced slice this rank has published
   PaddedCounter done;  // step after which this rank reads nothing more of anyone's slots
 };
@@ -40,7 +49,7 @@ struct ArenaHeader {
   alignas(kCacheLine) std::atomic<uint64_t> abortWord;
 };
 
-constexpr size_t kAbortReasonBytes = 256;
+constexpr size_t kAbortReasonBytes = 1024;  // a mismatch message names every rank
 
 struct ArenaAbort {
   loomResult_t code = loomSuccess;
