@@ -25,13 +25,6 @@ class ShmStage {
       uint64_t need = step_ - 2;
       for (int r = 0; r < ctx_.nranks; ++r) waitFlag(arena_.flags(r).done.value, need, r);
     }
-    const CallCheck* check = ctx_.callCheck;
-    if (check != nullptr && check->enabled) {
-      auto& mine = arena_.flags(ctx_.rank).in.signature[step_ & 1];
-      mine[0].store(check->mine.seq, std::memory_order_relaxed);
-      mine[1].store(check->mine.count, std::memory_order_relaxed);
-      mine[2].store(check->mine.shape, std::memory_order_relaxed);
-    }
   }
   uint64_t step() const { return step_; }
   char* in(int rank) const { return arena_.inSlot(rank, step_); }
@@ -39,7 +32,19 @@ class ShmStage {
   char* myIn() const { return in(ctx_.rank); }
   char* myOut() const { return out(ctx_.rank); }
 
-  void publishIn() const { publish(arena_.flags(ctx_.rank).in.value); }
+  void publishIn() const {
+    // The signature right before the flag: one ownership transfer of the line for both, which
+    // the peers spinning on `in` would otherwise take back in between.
+    ArrivalCounter& in = arena_.flags(ctx_.rank).in;
+    const CallCheck* check = ctx_.callCheck;
+    if (check != nullptr && check->enabled) {
+      auto& mine = in.signature[step_ & 1];
+      mine[0].store(check->mine.seq, std::memory_order_relaxed);
+      mine[1].store(check->mine.count, std::memory_order_relaxed);
+      mine[2].store(check->mine.shape, std::memory_order_relaxed);
+    }
+    publish(in.value);
+  }
   void publishRed() const { publish(arena_.flags(ctx_.rank).red.value); }
   void publishDone() const {
     CallCheck* check = ctx_.callCheck;
