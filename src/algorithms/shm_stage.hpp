@@ -5,9 +5,10 @@
 // and `done` when it will read nothing more of step s.
 //
 // The mismatch check rides on `in`: with it each rank publishes its call's signature (same cache
-// line), every wait on a rank's `in` compares that rank's signature with its own, and the first
-// step of a call waits for every rank's `in` before `done` (most steps wait for all anyway), so
-// every rank of a call that differs somewhere fails in that call, with the whole picture.
+// line, one slot per step modulo 4), and every wait on a rank's `in` compares that rank's
+// signature with its own. A step at which this rank did not wait for every rank (a broadcast's
+// root, a reduce's leaf) is checked two steps later, when begin() has waited for every rank's
+// `done` of it (or at the next wait for every rank's `in`), so checking adds no wait of its own.
 #pragma once
 
 #include <optional>
@@ -24,6 +25,7 @@ class ShmStage {
     if (step_ > 2) {
       uint64_t need = step_ - 2;
       for (int r = 0; r < ctx_.nranks; ++r) waitFlag(arena_.flags(r).done.value, need, r);
+      verifyPending(need);
     }
   }
   uint64_t step() const { return step_; }
@@ -38,28 +40,28 @@ class ShmStage {
     ArrivalCounter& in = arena_.flags(ctx_.rank).in;
     const CallCheck* check = ctx_.callCheck;
     if (check != nullptr && check->enabled) {
-      auto& mine = in.signature[step_ & 1];
-      mine[0].store(check->mine.seq, std::memory_order_relaxed);
-      mine[1].store(check->mine.count, std::memory_order_relaxed);
-      mine[2].store(check->mine.shape, std::memory_order_relaxed);
+      in.countSeq[step_ & 3].store(check->minePacked.countSeq, std::memory_order_relaxed);
+      in.shape[step_ & 3].store(check->minePacked.shape, std::memory_order_relaxed);
     }
     publish(in.value);
   }
   void publishRed() const { publish(arena_.flags(ctx_.rank).red.value); }
-  void publishDone() const {
+  void publishDone() {
     CallCheck* check = ctx_.callCheck;
-    if (check != nullptr && check->enabled && check->verifiedSeq != check->mine.seq) {
-      waitAllIn();
-      check->verifiedSeq = check->mine.seq;
+    if (check != nullptr && check->enabled && !sawAll_) {
+      uint64_t* slot = check->unverified[0] == 0 ? &check->unverified[0] : &check->unverified[1];
+      *slot = step_;
     }
     publish(arena_.flags(ctx_.rank).done.value);
   }
   void waitIn(int rank) const {
     waitFlag(arena_.flags(rank).in.value, step_, rank);
-    verify(rank);
+    verify(rank, step_);
   }
-  void waitAllIn() const {
+  void waitAllIn() {
     for (int r = 0; r < ctx_.nranks; ++r) waitIn(r);
+    sawAll_ = true;
+    verifyPending(step_);  // every rank is at this step: it published the earlier ones
   }
   void waitAllRed() const {
     for (int r = 0; r < ctx_.nranks; ++r) waitFlag(arena_.flags(r).red.value, step_, r);
@@ -70,32 +72,46 @@ class ShmStage {
   void waitFlag(std::atomic<uint64_t>& flag, uint64_t target, int rank) const {
     ctx_.wait([&] { return flag.load(std::memory_order_acquire) >= target; }, rank);
   }
-  CallSignature signatureOf(int rank) const {
-    const auto& words = arena_.flags(rank).in.signature[step_ & 1];
-    return {words[0].load(std::memory_order_relaxed), words[1].load(std::memory_order_relaxed),
-            words[2].load(std::memory_order_relaxed)};
+  PackedSignature signatureAt(int rank, uint64_t step) const {
+    const ArrivalCounter& in = arena_.flags(rank).in;
+    return {in.countSeq[step & 3].load(std::memory_order_relaxed),
+            in.shape[step & 3].load(std::memory_order_relaxed)};
   }
-  // After `rank`'s `in` of this step was seen: its signature must be this rank's.
-  void verify(int rank) const {
+  // Every rank's `in` reached `upTo`: checks the steps before it this rank left unverified.
+  void verifyPending(uint64_t upTo) const {
+    CallCheck* check = ctx_.callCheck;
+    if (check == nullptr || !check->enabled) return;
+    for (uint64_t& pending : check->unverified) {
+      if (pending == 0 || pending > upTo || (pending == step_ && upTo == step_)) continue;
+      uint64_t step = pending;
+      pending = 0;
+      for (int r = 0; r < ctx_.nranks; ++r) verify(r, step);
+    }
+  }
+  // After `rank`'s `in` of `step` was seen: its signature must be this rank's of that step.
+  void verify(int rank, uint64_t step) const {
     const CallCheck* check = ctx_.callCheck;
     if (check == nullptr || !check->enabled || rank == ctx_.rank) return;
-    if (signatureOf(rank) == check->mine) return;
-    // Every rank reaches the first step of its call: collect all signatures for the message
-    // (briefly, without the health check: peers that found the mismatch too are aborting).
+    PackedSignature mine = signatureAt(ctx_.rank, step);
+    if (signatureAt(rank, step) == mine) return;
+    // Collect every rank's signature of that step for the message (briefly, without the health
+    // check: peers that found the mismatch too are aborting).
     std::vector<std::optional<CallSignature>> all(ctx_.nranks);
     Clock::time_point until = Clock::now() + std::chrono::milliseconds(200);
     for (int r = 0; r < ctx_.nranks; ++r) {
       auto& flag = arena_.flags(r).in.value;
-      while (flag.load(std::memory_order_acquire) < step_ && Clock::now() < until)
+      while (flag.load(std::memory_order_acquire) < step && Clock::now() < until)
         std::this_thread::yield();
-      if (flag.load(std::memory_order_acquire) >= step_) all[r] = signatureOf(r);
+      if (flag.load(std::memory_order_acquire) >= step)
+        all[r] = unpack(signatureAt(r, step), check->mine.seq);
     }
-    all[ctx_.rank] = check->mine;
+    all[ctx_.rank] = unpack(mine, check->mine.seq);
     ctx_.mismatch(all);
   }
   const AlgoContext& ctx_;
   const ShmArena& arena_;
   uint64_t step_;
+  bool sawAll_ = false;  // this rank waited for every rank's `in` at this step
 };
 
 }  // namespace loom

@@ -142,7 +142,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ctx_.check = [this](int peer) { check(peer); };
   ctx_.callCheck = &callCheck_;
   ctx_.mismatch = [this](const std::vector<std::optional<CallSignature>>& seen) {
-    throwMismatch(seen, callCheck_.mine, "");
+    throwArenaMismatch(seen);
   };
   ctx_.scratch = &scratch_;
   sources_.resize(nranks_);
@@ -369,7 +369,7 @@ void Comm::setUpHierarchy() {
   nodeCtx.mismatch = [this, &members](const std::vector<std::optional<CallSignature>>& local) {
     std::vector<std::optional<CallSignature>> seen(nranks_);
     for (size_t i = 0; i < local.size(); ++i) seen[members[i]] = local[i];
-    throwMismatch(seen, callCheck_.mine, "");
+    throwArenaMismatch(seen);
   };
 
   AlgoContext& columnCtx = hierarchy_.column;
@@ -624,6 +624,7 @@ void Comm::beginCall(const CollArgs& a) {
             static_cast<uint64_t>(hasOp(a.func) ? a.op : 0) << 16 |
             static_cast<uint64_t>(accum + 1) << 24 |
             static_cast<uint64_t>(static_cast<uint32_t>(hasRoot(a.func) ? a.root : 0)) << 32;
+  callCheck_.minePacked = pack(s);
 }
 
 void Comm::throwMismatch(const std::vector<std::optional<CallSignature>>& seen,
@@ -648,6 +649,13 @@ void Comm::throwMismatch(const std::vector<std::optional<CallSignature>>& seen,
   if (!unseen.empty()) msg << " (ranks " << unseen << " not seen by rank " << rank_ << ")";
   if (other != nullptr) msg << " they differ in " << differences(mine, *other);
   LOOM_THROW(loomInvalidUsage, msg.str());
+}
+
+void Comm::throwArenaMismatch(const std::vector<std::optional<CallSignature>>& seen) const {
+  // The step may be one of an earlier call, where this rank did not wait for everyone.
+  const CallSignature& mine = seen[rank_] ? *seen[rank_] : callCheck_.mine;
+  throwMismatch(seen, mine,
+                mine.seq == callCheck_.mine.seq ? "" : " (found at a later collective)");
 }
 
 std::unique_ptr<Channel> Comm::checked(std::unique_ptr<Channel> channel) {

@@ -151,6 +151,7 @@ class Comm {
   void beginCall(const CollArgs& args);
   [[noreturn]] void throwMismatch(const std::vector<std::optional<CallSignature>>& seen,
                                   const CallSignature& mine, const char* note) const;
+  [[noreturn]] void throwArenaMismatch(const std::vector<std::optional<CallSignature>>& seen) const;
   std::unique_ptr<Channel> checked(std::unique_ptr<Channel> channel);
   // A remote error whose cause a peer may still be reporting on the control plane: the mismatch
   // that cause names, as this rank's own error, or the error itself.

@@ -375,8 +375,8 @@ TEST(Faults, CheckNamesTheRankOfADifferentCollective) {
 // The default check (signatures beside the synchronization every call does): each kind of
 // difference fails the call on every rank with loomInvalidUsage and a message that names the
 // ranks and what differs, on shared memory and over TCP (every rank on a fake node of its own).
-// Over TCP a rank whose part only sends (two broadcast roots) may return first; it fails in
-// its next call (fault_rank makes one), with the same message.
+// A rank whose part only stages or sends (two broadcast roots) may return first; it fails in its
+// next call (fault_rank makes one), with the same message.
 TEST(Faults, MismatchFailsEveryRankByDefault) {
   struct Kind {
     const char* name;
