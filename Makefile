@@ -32,6 +32,7 @@ run:
 test: build
 	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --timeout 1800
 	scripts/python_test.sh
+	BUILD=$(BUILD) scripts/newcomer_check.sh
 
 # Opt-in, not in `make test` (an hour or more on 2 cores): PyTorch's whole _DistTestBase on Gloo
 # and on Loom at 2, 3 and 4 ranks (WORLDS=...), ranks spawned as PyTorch does, and the torch

@@ -84,6 +84,18 @@ std::string selectCudaDevice() {
   return text;
 }
 
+size_t cudaFreeMemory(int localRanks, int* sharing) {
+  int count = 1;
+  size_t freeBytes = 0, total = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1 ||
+      cudaMemGetInfo(&freeBytes, &total) != cudaSuccess) {
+    *sharing = 1;
+    return 0;
+  }
+  *sharing = (localRanks + count - 1) / count;
+  return freeBytes;
+}
+
 CudaBackend::CudaBackend(const BenchOptions& options, loomComm_t comm)
     : opts_(options), comm_(comm) {
   capacity_ = (options.maxBytes + 63) / 64 * 64 + 64;

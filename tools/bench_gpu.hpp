@@ -25,6 +25,10 @@ bool cudaDeviceVisible(bool asked);
 // "device 1 of 4 (NVIDIA H200)".
 std::string selectCudaDevice();
 
+// Free memory of the current device (cudaMemGetInfo) and how many of this host's localRanks
+// share it (ranks go to devices round-robin by local rank); 0 bytes when unknown.
+size_t cudaFreeMemory(int localRanks, int* sharing);
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const BenchOptions& options, loomComm_t comm);

@@ -471,6 +471,17 @@ int benchMain(int argc, char** argv) {
     layout.graph = opts.graph;
     layout.peer = opts.vsNccl;
     myDevice = selectCudaDevice();
+    // The device's buffers, before any is allocated (those of the ranks sharing this GPU too).
+    int sharing = 1;
+    const size_t freeBytes = cudaFreeMemory(localRankCount(), &sharing);
+    const std::string shortfall =
+        freeBytes == 0 ? "" : memoryShortfall(opts, freeBytes, sharing, "free GPU memory");
+    if (!shortfall.empty()) {
+      const char* local = std::getenv("LOCAL_RANK");
+      if (local != nullptr && std::atoi(local) != 0) return 0;
+      std::fprintf(stderr, "loom-bench: %s\n", shortfall.c_str());
+      return 1;
+    }
     layout.deviceLine =
         "# device: cuda, rank 0 on " + myDevice + "; graph: " + (opts.graph ? "1" : "0");
     config.device = "cuda";

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "base/call_signature.hpp"
 #include "base/coll_args.hpp"
 #include "base/wait.hpp"
 #include "device/device.hpp"
@@ -43,6 +45,11 @@ class AlgoContext {
   NativeCollectives* native = nullptr;
   // Ranks on several nodes: the sub-groups the hierarchical algorithms compose (null otherwise).
   const Hierarchy* hierarchy = nullptr;
+  // The current call's signature (shm_stage.hpp compares it at every arrival); null: no check.
+  CallCheck* callCheck = nullptr;
+  // Throws the mismatch error for the signatures seen at one step, by rank of this context
+  // (empty: that rank did not arrive in time).
+  std::function<void(const std::vector<std::optional<CallSignature>>&)> mismatch;
 
   template <typename Ready>
   void wait(Ready&& ready, int peer) const {

@@ -62,6 +62,7 @@ void broadcastDirect(const AlgoContext& ctx, const CollArgs& a) {
       ctx.device->copy(bytesAt(a.recv, r.offset, esize), bytesAt(a.send, r.offset, esize),
                        r.count * esize);
     } else {
+      stage.publishIn();  // arrived (no input): carries the call's signature
       stage.waitIn(a.root);
       ctx.copyOut(bytesAt(a.recv, r.offset, esize), stage.in(a.root), r.count * esize,
                   a.count * esize);
@@ -162,6 +163,7 @@ void scatterDirect(const AlgoContext& ctx, const CollArgs& a) {
       stage.publishIn();
       ctx.device->copy(dst, bytesAt(a.send, a.root * a.count + r.offset, esize), r.count * esize);
     } else {
+      stage.publishIn();  // arrived (no input): carries the call's signature
       stage.waitIn(a.root);
       ctx.copyOut(dst, stage.in(a.root) + ctx.rank * r.count * esize, r.count * esize,
                   a.count * esize);

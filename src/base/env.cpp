@@ -43,7 +43,12 @@ int64_t timeoutMs() {
 }
 
 std::string algoOverride() { return getString("LOOM_ALGO", ""); }
-bool checkCollectives() { return getInt("LOOM_CHECK", 0) != 0; }
+int64_t checkMode() {
+  int64_t mode = getInt("LOOM_CHECK", 1);
+  if (mode < 0 || mode > 2)
+    LOOM_THROW(loomInvalidArgument, "LOOM_CHECK=", mode, " is not 0 (off), 1 or 2");
+  return mode;
+}
 int64_t shmChunkBytes() { return getInt("LOOM_SHM_CHUNK_BYTES", 512 * 1024); }
 int64_t directMaxBytes() { return getInt("LOOM_DIRECT_MAX_BYTES", -1); }
 int64_t p2pBufferBytes() { return getInt("LOOM_P2P_BUFFER_BYTES", 256 * 1024); }

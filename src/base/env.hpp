@@ -18,7 +18,7 @@ std::string debugLevel();     // LOOM_DEBUG
 std::string debugSubsys();    // LOOM_DEBUG_SUBSYS
 int64_t timeoutMs();          // LOOM_TIMEOUT (seconds in the variable), default 600 s
 std::string algoOverride();   // LOOM_ALGO, e.g. "allreduce:ring,allgather:direct"
-bool checkCollectives();      // LOOM_CHECK=1
+int64_t checkMode();          // LOOM_CHECK: 0 off, 1 (default) signatures, 2 also a round trip
 int64_t shmChunkBytes();      // LOOM_SHM_CHUNK_BYTES
 int64_t directMaxBytes();     // LOOM_DIRECT_MAX_BYTES
 int64_t p2pBufferBytes();     // LOOM_P2P_BUFFER_BYTES

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "base/dtype.hpp"
 #include "base/env.hpp"
@@ -107,11 +108,14 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   collChannels_.resize(nranks_);
   p2pChannels_.resize(nranks_);
   peerPidfds_.assign(nranks_, -1);
+  checkMode_ = env::checkMode();
+  callCheck_.enabled = checkMode_ >= 1;
   setUpSharedMemory();
   if (!sharedMemory_) setUpTcp();
-  checkCollectives_ = env::checkCollectives();
   setUpClusters();
   if (!hetero_) setUpNative();
+  // Native kernels (CUDA) carry no signature: LOOM_CHECK=2's round trip is their check.
+  if (native_) callCheck_.enabled = false;
 
   SelectorInputs inputs;
   inputs.nranks = nranks_;
@@ -136,6 +140,10 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ctx_.channels = &collChannelViews_;
   ctx_.step = &step_;
   ctx_.check = [this](int peer) { check(peer); };
+  ctx_.callCheck = &callCheck_;
+  ctx_.mismatch = [this](const std::vector<std::optional<CallSignature>>& seen) {
+    throwArenaMismatch(seen);
+  };
   ctx_.scratch = &scratch_;
   sources_.resize(nranks_);
   inboxes_.resize(nranks_);
@@ -206,8 +214,20 @@ void Comm::setUpSharedMemory() {
     name = n.str();
     arena_ = ShmArena::create(name, layout);
   }
-  // Each node's leader created its node's arena; everyone takes their own leader's name.
-  name = withBootstrap([&](Bootstrap& b) { return b.allGather(name)[members[0]]; });
+  // Each node's leader created its node's arena; everyone takes their own leader's name. The
+  // same exchange compares what must agree for collectives to meet: the mismatch check (its
+  // headers are in the channels' streams) and the selector's settings.
+  std::string settings = "LOOM_CHECK=" + std::to_string(checkMode_) +
+                         " LOOM_ALGO=" + env::algoOverride() +
+                         " LOOM_DIRECT_MAX_BYTES=" + std::to_string(env::directMaxBytes());
+  std::vector<std::string> all =
+      withBootstrap([&](Bootstrap& b) { return b.allGather(name + '\n' + settings); });
+  for (int r = 0; r < nranks_; ++r) {
+    std::string theirs = all[r].substr(all[r].find('\n') + 1);
+    LOOM_CHECK_ARG(theirs == settings, "settings differ between ranks: ", settings, " on rank ",
+                   rank_, ", ", theirs, " on rank ", r);
+  }
+  name = all[members[0]].substr(0, all[members[0]].find('\n'));
   if (local != 0) arena_ = ShmArena::attach(name, layout);
   // Touch this rank's own staging slots now: page faults stay out of the first collective, and
   // the pages land on this rank's memory node, where its copy-in writes them.
@@ -220,7 +240,7 @@ void Comm::setUpSharedMemory() {
   for (int i = 0; i < static_cast<int>(members.size()); ++i) {
     int peer = members[i];
     collChannels_[peer] =
-        std::make_unique<ShmChannel>(arena_, ChannelClass::kCollective, local, i, peer);
+        checked(std::make_unique<ShmChannel>(arena_, ChannelClass::kCollective, local, i, peer));
     p2pChannels_[peer] =
         std::make_unique<ShmChannel>(arena_, ChannelClass::kPointToPoint, local, i, peer);
     bool samePidNamespace = ranks_[peer].pidNamespace == ranks_[rank_].pidNamespace;
@@ -267,7 +287,7 @@ void Comm::setUpTcp() {
     auto p2p = std::make_unique<TcpChannel>(peer, std::move(sockets[1][peer]), staging);
     tcpChannels_.push_back(coll.get());
     tcpChannels_.push_back(p2p.get());
-    collChannels_[peer] = std::move(coll);
+    collChannels_[peer] = checked(std::move(coll));
     p2pChannels_[peer] = std::move(p2p);
   }
   // No data may flow before every listener has registered all of its connections.
@@ -308,7 +328,7 @@ void Comm::setUpRudp() {
   rudp_ = std::make_unique<RudpEngine>(setup);
   for (int peer = 0; peer < nranks_; ++peer) {
     if (!setup.remote[peer]) continue;
-    collChannels_[peer] = rudp_->channel(peer, 0);
+    collChannels_[peer] = checked(rudp_->channel(peer, 0));
     p2pChannels_[peer] = rudp_->channel(peer, 1);
   }
   tcpInterface_ = setup.itf.name + " " + setup.itf.address;
@@ -346,6 +366,11 @@ void Comm::setUpHierarchy() {
   nodeCtx.arena = &arena_;
   nodeCtx.channels = &nodeChannels_;
   nodeCtx.check = [this, &members](int peer) { check(peer < 0 ? -1 : members[peer]); };
+  nodeCtx.mismatch = [this, &members](const std::vector<std::optional<CallSignature>>& local) {
+    std::vector<std::optional<CallSignature>> seen(nranks_);
+    for (size_t i = 0; i < local.size(); ++i) seen[members[i]] = local[i];
+    throwArenaMismatch(seen);
+  };
 
   AlgoContext& columnCtx = hierarchy_.column;
   columnCtx = hostCtx_;
@@ -419,9 +444,17 @@ void Comm::check(int peer) {
     next = now + kPeerCheckInterval;
     checkPeer(peer);
   }
-  if (now >= deadline_)
-    LOOM_THROW(loomTimeout, "timed out after ", config_.timeoutMs / 1000.0,
-               " s waiting for peers (LOOM_TIMEOUT / config timeoutMs)");
+  if (now >= deadline_) {
+    // The peer the wait was for: a rank that never called this collective, or is stuck.
+    std::string whom = "peers";
+    if (peer >= 0 && peer < nranks_)
+      whom = "rank " + std::to_string(peer) + " (pid " + std::to_string(ranks_[peer].pid) + " on " +
+             ranks_[peer].hostname + ")";
+    LOOM_THROW(loomTimeout, "timed out after ", config_.timeoutMs / 1000.0, " s in collective #",
+               collectiveCount_, " waiting for ", whom,
+               ", which has not reached this collective or is stuck (LOOM_TIMEOUT / config "
+               "timeoutMs)");
+  }
 }
 
 void Comm::checkAlive(int peer) {
@@ -437,6 +470,9 @@ void Comm::throwArenaAbort() const {
   const std::vector<int>& members = nodes_.members(nodes_.nodeOf(rank_));
   int who =
       info.rank >= 0 && info.rank < static_cast<int>(members.size()) ? members[info.rank] : -1;
+  // A mismatch is every rank's misuse, and its message already names the ranks.
+  if (info.code == loomInvalidUsage && info.reason.rfind(kMismatchMessage, 0) == 0)
+    LOOM_THROW(loomInvalidUsage, info.reason, " (found by rank ", who, ")");
   LOOM_THROW(loomRemoteError, "rank ", who, " failed (", loomGetErrorString(info.code),
              "): ", info.reason);
 }
@@ -524,6 +560,137 @@ void Comm::verifyFingerprint(const CollArgs& a) {
   LOOM_THROW(loomInvalidUsage, msg.str());
 }
 
+namespace {
+
+bool hasOp(loomFunc_t f) {
+  return f == loomFuncAllReduce || f == loomFuncReduce || f == loomFuncReduceScatter;
+}
+bool hasRoot(loomFunc_t f) {
+  return f == loomFuncBroadcast || f == loomFuncReduce || f == loomFuncGather ||
+         f == loomFuncScatter;
+}
+
+struct Shape {
+  loomFunc_t func;
+  loomDataType_t dtype;
+  loomRedOp_t op;
+  int accum;
+  int root;
+};
+Shape unpack(uint64_t shape) {
+  return {static_cast<loomFunc_t>(shape & 0xff), static_cast<loomDataType_t>((shape >> 8) & 0xff),
+          static_cast<loomRedOp_t>((shape >> 16) & 0xff),
+          static_cast<int>((shape >> 24) & 0xff) - 1,
+          static_cast<int>(static_cast<uint32_t>(shape >> 32))};
+}
+
+std::string describe(const CallSignature& s) {
+  Shape p = unpack(s.shape);
+  std::ostringstream out;
+  out << funcName(p.func) << "(count=" << s.count << ", " << dtypeName(p.dtype);
+  if (hasOp(p.func)) out << ", " << opName(p.op);
+  if (hasRoot(p.func)) out << ", root=" << p.root;
+  if (p.accum >= 0) out << ", accum=" << dtypeName(static_cast<loomDataType_t>(p.accum));
+  out << ")";
+  return out.str();
+}
+
+// What differs between two signatures, in the user's words.
+std::string differences(const CallSignature& a, const CallSignature& b) {
+  Shape x = unpack(a.shape), y = unpack(b.shape);
+  std::vector<const char*> what;
+  if (a.seq != b.seq) what.push_back("call number (a rank skipped or added a collective)");
+  if (x.func != y.func) what.push_back("collective");
+  if (a.count != b.count) what.push_back("count");
+  if (x.dtype != y.dtype) what.push_back("dtype");
+  if (x.op != y.op) what.push_back("op");
+  if (x.root != y.root) what.push_back("root");
+  if (x.accum != y.accum) what.push_back("accumulation type");
+  std::string out;
+  for (const char* w : what) out += (out.empty() ? "" : ", ") + std::string(w);
+  return out;
+}
+
+}  // namespace
+
+void Comm::beginCall(const CollArgs& a) {
+  ++collectiveCount_;
+  callCheck_.previous = callCheck_.mine;
+  CallSignature& s = callCheck_.mine;
+  s.seq = collectiveCount_;
+  s.count = a.count;
+  int accum = a.accum >= 0 ? a.accum : config_.accum;
+  s.shape = static_cast<uint64_t>(a.func) | static_cast<uint64_t>(a.dtype) << 8 |
+            static_cast<uint64_t>(hasOp(a.func) ? a.op : 0) << 16 |
+            static_cast<uint64_t>(accum + 1) << 24 |
+            static_cast<uint64_t>(static_cast<uint32_t>(hasRoot(a.func) ? a.root : 0)) << 32;
+  callCheck_.minePacked = pack(s);
+}
+
+void Comm::throwMismatch(const std::vector<std::optional<CallSignature>>& seen,
+                         const CallSignature& mine, const char* note) const {
+  // Ranks grouped by what they called, in rank order: the same text on every rank that saw the
+  // same signatures.
+  std::ostringstream msg;
+  msg << kMismatchMessage << " in collective #" << mine.seq << note << ":";
+  std::vector<bool> listed(seen.size(), false);
+  const CallSignature* other = nullptr;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (listed[i] || !seen[i]) continue;
+    msg << " ranks";
+    for (size_t j = i; j < seen.size(); ++j)
+      if (seen[j] && *seen[j] == *seen[i]) listed[j] = true, msg << (j == i ? " " : ",") << j;
+    msg << " called " << describe(*seen[i]) << ";";
+    if (!(*seen[i] == mine) && other == nullptr) other = &*seen[i];
+  }
+  std::string unseen;
+  for (size_t r = 0; r < seen.size(); ++r)
+    if (!seen[r]) unseen += (unseen.empty() ? "" : ",") + std::to_string(r);
+  if (!unseen.empty()) msg << " (ranks " << unseen << " not seen by rank " << rank_ << ")";
+  if (other != nullptr) msg << " they differ in " << differences(mine, *other);
+  LOOM_THROW(loomInvalidUsage, msg.str());
+}
+
+void Comm::throwArenaMismatch(const std::vector<std::optional<CallSignature>>& seen) const {
+  // The step may be one of an earlier call, where this rank did not wait for everyone.
+  const CallSignature& mine = seen[rank_] ? *seen[rank_] : callCheck_.mine;
+  throwMismatch(seen, mine,
+                mine.seq == callCheck_.mine.seq ? "" : " (found at a later collective)");
+}
+
+std::unique_ptr<Channel> Comm::checked(std::unique_ptr<Channel> channel) {
+  return std::make_unique<CheckedChannel>(
+      std::move(channel), callCheck_, [this](int peer, const CallSignature& theirs) {
+        // What the peer sent in the previous call, untaken: that call is the one that differed
+        // (this rank returned from it: it only sent).
+        bool late = theirs.seq + 1 == callCheck_.mine.seq;
+        const CallSignature& mine = late ? callCheck_.previous : callCheck_.mine;
+        std::vector<std::optional<CallSignature>> seen(nranks_);
+        seen[rank_] = mine;
+        seen[peer] = theirs;
+        throwMismatch(seen, mine, late ? " (found at the next collective)" : "");
+      });
+}
+
+Error Comm::withRemoteCause(const Error& error) {
+  // A peer on another node that found a mismatch shuts its connections (this rank sees EOF)
+  // and reports the cause on the control plane a moment later: wait for it briefly.
+  if (!callCheck_.enabled || sharedMemory_) return error;
+  Clock::time_point until = Clock::now() + std::chrono::milliseconds(300);
+  while (Clock::now() < until) {
+    try {
+      withBootstrap([](Bootstrap& b) { b.checkHealth(); });
+    } catch (const Error& cause) {
+      std::string text = cause.what();
+      size_t at = text.find(kMismatchMessage);
+      if (at == std::string::npos) return error;
+      return Error(loomInvalidUsage, text.substr(at), cause.file(), cause.line());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return error;
+}
+
 void Comm::checkBuffers(const CollArgs& args) const {
   if (!onDevice()) return;
   CallExtents extents = callExtents(args, rank_, nranks_);
@@ -545,8 +712,8 @@ void Comm::collective(const CollArgs& args) {
   checkBuffers(args);
   beginOperation();
   failOnError([&] {
-    ++collectiveCount_;
-    if (checkCollectives_) verifyFingerprint(args);
+    beginCall(args);
+    if (checkMode_ >= 2) verifyFingerprint(args);
     size_t bytes = args.count * dtypeSize(args.dtype);
     const Algorithm& algo = selector_->select(args.func, bytes);
     LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " #", collectiveCount_, " count ",

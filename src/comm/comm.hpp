@@ -22,6 +22,7 @@
 #include "topology/cluster_map.hpp"
 #include "topology/node_map.hpp"
 #include "topology/rank_info.hpp"
+#include "transport/checked_channel.hpp"
 #include "transport/shm/shm_arena.hpp"
 #include "transport/tcp/tcp_channel.hpp"
 
@@ -137,8 +138,9 @@ class Comm {
     try {
       body();
     } catch (const Error& e) {
-      fail(e);
-      throw;
+      Error error = e.code() == loomRemoteError ? withRemoteCause(e) : e;
+      fail(error);
+      throw error;
     } catch (const std::exception& e) {
       Error wrapped(loomInternalError, e.what());
       fail(wrapped);
@@ -173,6 +175,16 @@ class Comm {
   // check() without the shared deadline and timers: for the point-to-point engine's thread.
   void checkAlive(int peer);
   void verifyFingerprint(const CollArgs& args);
+  // The mismatch check (base/call_signature.hpp): this call's signature, the message for the
+  // signatures seen (by global rank; empty: not seen), channels that carry it.
+  void beginCall(const CollArgs& args);
+  [[noreturn]] void throwMismatch(const std::vector<std::optional<CallSignature>>& seen,
+                                  const CallSignature& mine, const char* note) const;
+  [[noreturn]] void throwArenaMismatch(const std::vector<std::optional<CallSignature>>& seen) const;
+  std::unique_ptr<Channel> checked(std::unique_ptr<Channel> channel);
+  // A remote error whose cause a peer may still be reporting on the control plane: the mismatch
+  // that cause names, as this rank's own error, or the error itself.
+  Error withRemoteCause(const Error& error);
 
   CommConfig config_;
   int rank_;
@@ -237,7 +249,8 @@ class Comm {
   std::vector<RingStep> ringSteps_;
   Deadline deadline_;
   std::vector<Clock::time_point> nextPeerCheck_;  // [0]: no peer in particular, [r+1]: rank r
-  bool checkCollectives_ = false;
+  int64_t checkMode_ = 1;  // LOOM_CHECK, the same on every rank (checked at init)
+  CallCheck callCheck_;
 
   // The bootstrap is not thread-safe; loomCommAbort may report a failure from another thread.
   std::mutex bootstrapMutex_;

@@ -170,7 +170,7 @@ void Comm::collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device*
                               HostStaging* staging, StagingEvents* events) {
   beginOperation();
   failOnError([&] {
-    ++collectiveCount_;
+    beginCall(args);
     CollArgs a = args;
     if (a.accum < 0) a.accum = config_.accum;
     runInChunks(a, chunkSetting, device, staging, events);

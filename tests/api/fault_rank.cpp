@@ -12,8 +12,14 @@
 //                          rank VICTIM SIGKILLs itself while in its 51st call. E: from the end of
 //                          the last successful call to the failure.
 //   init                   init only. E: the init.
-//   mismatch KIND          LOOM_CHECK's case: KIND count: rank 0 allreduces 10 floats, the others
-//                          11; KIND func: ranks 0 and 1 allreduce 10, rank 2 allgathers 10.
+//   mismatch KIND          calls that differ: KIND count: rank 0 allreduces 10 floats, the others
+//                          11; the other kinds: every rank allreduces 10 floats (sum) but the
+//                          last, which differs in KIND: func (allgathers), dtype (float64), op
+//                          (max); root: every rank broadcasts from root 0, the last from itself.
+//                          A rank whose call succeeds (its part only sent) makes one more, matched
+//                          allreduce, where it learns of the mismatch; the last call's result.
+//   absent                 every rank but the last allreduces 1000 floats; the last never calls
+//                          it: it sleeps 2 x LOOM_TIMEOUT, then aborts. E: the allreduce.
 //   p2p                    rank 0 sends 10 int32 to rank 1, which receives 12.
 //   loop N                 N allreduces of 1000 int32, each result checked.
 //   abort-thread           rank 0 allreduces alone; another thread aborts it after 300 ms. The
@@ -105,14 +111,39 @@ int modeKill(loomComm_t comm, int nranks, const std::string& op, size_t bytes, i
   }
 }
 
-int modeMismatch(loomComm_t comm, const std::string& kind) {
-  std::vector<float> send(64, 1.0f), recv(64 * 8);
+int modeMismatch(loomComm_t comm, int nranks, const std::string& kind) {
+  std::vector<double> send(64, 1.0), recv(64 * 8);
   size_t count = kind == "count" && gRank != 0 ? 11 : 10;
+  bool odd = gRank == nranks - 1;  // the rank that differs (but for count)
+  Clock::time_point start = Clock::now();
+  loomResult_t r;
+  if (kind == "func" && odd)
+    r = loomAllGather(send.data(), recv.data(), count, loomFloat, comm, nullptr);
+  else if (kind == "root")
+    r = loomBroadcast(send.data(), recv.data(), count, loomFloat, odd ? gRank : 0, comm, nullptr);
+  else
+    r = loomAllReduce(send.data(), recv.data(), count,
+                      kind == "dtype" && odd ? loomFloat64 : loomFloat,
+                      kind == "op" && odd ? loomMax : loomSum, comm, nullptr);
+  if (r == loomSuccess)
+    r = loomAllReduce(send.data(), recv.data(), 10, loomFloat, loomSum, comm, nullptr);
+  report(r, msSince(start), 1);
+  return finish(comm, r);
+}
+
+int modeAbsent(loomComm_t comm, int nranks) {
+  if (gRank == nranks - 1) {
+    const char* timeout = std::getenv("LOOM_TIMEOUT");
+    double seconds = timeout != nullptr ? std::atof(timeout) : 1.0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<long>(2000 * seconds)));
+    report(loomSuccess, 0, 0);
+    loomCommAbort(comm);
+    return finish(nullptr, loomSuccess);
+  }
+  std::vector<float> data(1000, 1.0f);
   Clock::time_point start = Clock::now();
   loomResult_t r =
-      kind == "func" && gRank == 2
-          ? loomAllGather(send.data(), recv.data(), count, loomFloat, comm, nullptr)
-          : loomAllReduce(send.data(), recv.data(), count, loomFloat, loomSum, comm, nullptr);
+      loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
   report(r, msSince(start), 1);
   return finish(comm, r);
 }
@@ -190,6 +221,18 @@ int main(int argc, char** argv) {
   auto arg = [&](int i) { return std::string(i < argc ? argv[i] : ""); };
   const char* rankText = std::getenv("LOOM_RANK");
   gRank = rankText != nullptr ? std::atoi(rankText) : -1;
+  // FAULT_RANK_NODES="a b a": rank i on the fake node of the i-th word (LOOM_NODE_ID), as
+  // tests/api/fake_nodes.sh does under loomrun.
+  if (const char* nodes = std::getenv("FAULT_RANK_NODES")) {
+    std::string list = nodes, word;
+    size_t at = 0;
+    for (int i = 0; i <= gRank && at != std::string::npos; ++i) {
+      size_t end = list.find(' ', at);
+      word = list.substr(at, end == std::string::npos ? end : end - at);
+      at = end == std::string::npos ? end : end + 1;
+    }
+    setenv("LOOM_NODE_ID", word.c_str(), 1);
+  }
 
   loomComm_t comm = nullptr;
   Clock::time_point start = Clock::now();
@@ -203,8 +246,9 @@ int main(int argc, char** argv) {
   if (mode == "kill")
     return modeKill(comm, nranks, arg(2), std::strtoull(arg(3).c_str(), nullptr, 10),
                     std::atoi(arg(4).c_str()));
-  if (mode == "mismatch") return modeMismatch(comm, arg(2));
+  if (mode == "mismatch") return modeMismatch(comm, nranks, arg(2));
   if (mode == "p2p") return modeP2P(comm);
+  if (mode == "absent") return modeAbsent(comm, nranks);
   if (mode == "loop") return modeLoop(comm, nranks, std::atol(arg(2).c_str()));
   if (mode == "abort-thread") return modeAbortThread(comm);
   if (mode == "algo") return modeAlgo(comm);

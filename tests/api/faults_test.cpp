@@ -304,9 +304,9 @@ INSTANTIATE_TEST_SUITE_P(
         KillCase{"rank0_allreduce_1MiB_3ranks", 3, "allreduce", 1 << 20, 0, ""},
         KillCase{"rank0_allreduce_8B_4ranks", 4, "allreduce", 8, 0, ""},
         KillCase{"rank0_broadcast_8B_3ranks", 3, "broadcast", 8, 0, ""},
-        // With LOOM_CHECK each call first waits in the control plane (through rank 0).
-        KillCase{"check_allreduce_8B_3ranks", 3, "allreduce", 8, 1, "LOOM_CHECK=1"},
-        KillCase{"check_rank0_allreduce_8B_3ranks", 3, "allreduce", 8, 0, "LOOM_CHECK=1"},
+        // With LOOM_CHECK=2 each call first waits in the control plane (through rank 0).
+        KillCase{"check_allreduce_8B_3ranks", 3, "allreduce", 8, 1, "LOOM_CHECK=2"},
+        KillCase{"check_rank0_allreduce_8B_3ranks", 3, "allreduce", 8, 0, "LOOM_CHECK=2"},
         // Hierarchical algorithms across fake nodes: the victim's node mates learn it from the
         // arena, the other nodes from the connections, whichever phase each was in.
         KillCase{"hier_allreduce_1MiB_AABB", 4, "allreduce", 1 << 20, 1,
@@ -342,7 +342,7 @@ TEST(Faults, MissingRankTimesOutInit) {
 
 TEST(Faults, CheckNamesTheRanksOfADifferentCount) {
   Job job(3, "5");
-  job.setEnv("LOOM_CHECK", "1");
+  job.setEnv("LOOM_CHECK", "2");
   job.startAll({"mismatch", "count"});
   EXPECT_TRUE(job.wait(20)) << job.describe();
   for (int r = 0; r < 3; ++r) {
@@ -359,7 +359,7 @@ TEST(Faults, CheckNamesTheRanksOfADifferentCount) {
 
 TEST(Faults, CheckNamesTheRankOfADifferentCollective) {
   Job job(3, "5");
-  job.setEnv("LOOM_CHECK", "1");
+  job.setEnv("LOOM_CHECK", "2");
   job.startAll({"mismatch", "func"});
   EXPECT_TRUE(job.wait(20)) << job.describe();
   for (int r = 0; r < 3; ++r) {
@@ -372,9 +372,89 @@ TEST(Faults, CheckNamesTheRankOfADifferentCollective) {
   }
 }
 
+// The default check (signatures beside the synchronization every call does): each kind of
+// difference fails the call on every rank with loomInvalidUsage and a message that names the
+// ranks and what differs, on shared memory and over TCP (every rank on a fake node of its own).
+// A rank whose part only stages or sends (two broadcast roots) may return first; it fails in its
+// next call (fault_rank makes one), with the same message.
+TEST(Faults, MismatchFailsEveryRankByDefault) {
+  struct Kind {
+    const char* name;
+    const char* differs;  // the words the message must hold
+    const char* call;
+  };
+  const Kind kinds[] = {{"dtype", "dtype", "allreduce(count=10, double, sum)"},
+                        {"count", "count", "count=11"},
+                        {"op", "op", "allreduce(count=10, float, max)"},
+                        {"root", "root", "broadcast(count=10, float, root="},
+                        {"func", "collective", "allgather(count=10"}};
+  for (const char* transport : {"shm", "tcp"}) {
+    for (int n : {2, 3}) {
+      for (const Kind& kind : kinds) {
+        std::string what =
+            std::string(transport) + " " + std::to_string(n) + " ranks, " + kind.name + ": ";
+        Job job(n, "10");
+        if (std::string(transport) == "tcp") job.setEnv("FAULT_RANK_NODES", "a b c");
+        job.startAll({"mismatch", kind.name});
+        ASSERT_TRUE(job.wait(20)) << what << "a rank hung\n" << job.describe();
+        for (int r = 0; r < n; ++r) {
+          Result res = job[r].result();
+          ASSERT_TRUE(res.present) << what << job.describe();
+          EXPECT_EQ(res.code, loomInvalidUsage) << what << "rank " << r << ": " << res.msg;
+          EXPECT_NE(res.msg.find("collectives differ across ranks"), std::string::npos)
+              << what << res.msg;
+          EXPECT_NE(res.msg.find(std::string("differ in ") + kind.differs), std::string::npos)
+              << what << res.msg;
+          EXPECT_NE(res.msg.find(kind.call), std::string::npos) << what << res.msg;
+          EXPECT_LT(res.elapsedMs, 5000) << what << res.msg;
+          EXPECT_TRUE(job[r].exitedCleanly()) << what << job.describe();
+        }
+      }
+    }
+  }
+}
+
+// A rank that never calls the collective: the others time out naming it (shared memory: every
+// rank waits for every arrival; TCP: the rank's one neighbour).
+TEST(Faults, TimeoutNamesTheRankWaitedFor) {
+  for (const char* transport : {"shm", "tcp"}) {
+    int n = std::string(transport) == "shm" ? 3 : 2;
+    Job job(n, "0.5");
+    if (std::string(transport) == "tcp") job.setEnv("FAULT_RANK_NODES", "a b");
+    job.startAll({"absent"});
+    ASSERT_TRUE(job.wait(15)) << transport << ": a rank hung\n" << job.describe();
+    for (int r = 0; r < n - 1; ++r) {
+      Result res = job[r].result();
+      ASSERT_TRUE(res.present) << job.describe();
+      // Its own timeout, or the first one's, relayed (both name the rank).
+      EXPECT_TRUE(isPeerFailure(res.code)) << transport << " rank " << r << ": " << res.msg;
+      std::string want = "waiting for rank " + std::to_string(n - 1) + " (pid ";
+      EXPECT_NE(res.msg.find(want), std::string::npos)
+          << transport << " rank " << r << ": " << res.msg;
+    }
+  }
+}
+
+TEST(Faults, CheckSettingMustAgree) {
+  Job job(2, "10");
+  job.setEnv("LOOM_CHECK", "0");
+  job.start(0, {"loop", "1"});
+  job.setEnv("LOOM_CHECK", "1");
+  job.start(1, {"loop", "1"});
+  ASSERT_TRUE(job.wait(20)) << job.describe();
+  for (int r = 0; r < 2; ++r) {
+    Result res = job[r].result();
+    ASSERT_TRUE(res.present) << job.describe();
+    EXPECT_EQ(res.code, loomInvalidArgument) << res.msg;
+    EXPECT_NE(res.msg.find("LOOM_CHECK=0"), std::string::npos) << res.msg;
+    EXPECT_NE(res.msg.find("LOOM_CHECK=1"), std::string::npos) << res.msg;
+  }
+}
+
 TEST(Faults, MismatchWithoutCheckStillEndsWithinTwiceTheTimeout) {
   for (const char* kind : {"count", "func"}) {
     Job job(3, "2");
+    job.setEnv("LOOM_CHECK", "0");
     job.startAll({"mismatch", kind});
     EXPECT_TRUE(job.wait(12)) << kind << ": a rank hung\n" << job.describe();
     for (int r = 0; r < 3; ++r) {

@@ -23,8 +23,20 @@ struct alignas(kCacheLine) PaddedCounter {
   char pad[kCacheLine - sizeof(std::atomic<uint64_t>)];
 };
 
+// The `in` flag, with the signature of the call each step belongs to (base/call_signature.hpp,
+// packed into 12 bytes) in the same cache line: a reader that sees the flag has the signature
+// without another line. Slot step & 3: a rank rewrites a step's slot four steps later, after
+// every rank's `done` of two steps later, so a rank that did not wait for some rank's `in` at a
+// step can still check that step's signature two steps later (algorithms/shm_stage.hpp).
+struct alignas(kCacheLine) ArrivalCounter {
+  std::atomic<uint64_t> value{0};
+  std::atomic<uint64_t> countSeq[4];  // count (48 bits) | call number (low 16 bits) << 48
+  std::atomic<uint32_t> shape[4];     // func | dtype << 4 | op << 8 | (accum+1) << 11 | root << 16
+};
+static_assert(sizeof(ArrivalCounter) == kCacheLine);
+
 struct RankFlags {
-  PaddedCounter in;    // step whose input this rank has staged
+  ArrivalCounter in;   // step whose input this rank has staged (or, without input, it arrived at)
   PaddedCounter red;   // step whose reduced slice this rank has published
   PaddedCounter done;  // step after which this rank reads nothing more of anyone's slots
 };
@@ -40,7 +52,7 @@ struct ArenaHeader {
   alignas(kCacheLine) std::atomic<uint64_t> abortWord;
 };
 
-constexpr size_t kAbortReasonBytes = 256;
+constexpr size_t kAbortReasonBytes = 1024;  // a mismatch message names every rank
 
 struct ArenaAbort {
   loomResult_t code = loomSuccess;

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The README's commands, run as a newcomer runs them, on this checkout after `make test` built it
+# (so nothing is compiled twice): `make run` on the existing build directory, `cmake --install`
+# into a scratch prefix, the README's C example built against that prefix with find_package(Loom)
+# and with pkg-config and run under the installed loomrun (every rank must print the sum), an
+# installed tool's --version, and `pip install .` into a fresh virtual environment that sees the
+# test environment's packages (torch, scikit-build-core, nanobind: no download), reusing the
+# persistent build directory of pyproject.toml, then the README's Python snippet and
+# examples/torch_allreduce.py under torchrun. Each step says how long it took.
+#
+# Usage: scripts/newcomer_check.sh   (environment: BUILD (build), LOOM_VENV (.venv, the test
+# environment scripts/python_test.sh made), RANKS (2), MAXBYTES (1M): make run's, kept small here)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+BUILD=${BUILD:-build}
+VENV=${LOOM_VENV:-.venv}
+RANKS=${RANKS:-2}
+MAXBYTES=${MAXBYTES:-1M}
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+start=$(date +%s.%N)
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+step_start=$start
+step() {
+  step_start=$(date +%s.%N)
+  printf '\n== newcomer: %s\n' "$*"
+}
+done_step() { echo "== done in $(since "$step_start") s"; }
+fail() {
+  echo "newcomer_check: $*" >&2
+  exit 1
+}
+
+step "make run (README, Quick start) on the existing $BUILD, $RANKS ranks, up to $MAXBYTES"
+out=$(MAXBYTES=$MAXBYTES make --no-print-directory run BUILD="$BUILD" RANKS="$RANKS" 2>&1) ||
+  fail "make run failed: $out"
+grep -q "== make run finished in" <<<"$out" || fail "make run did not finish: $out"
+grep -q "Loom against the memcpy bound" <<<"$out" || fail "make run printed no comparison: $out"
+done_step
+
+prefix="$scratch/prefix"
+step "cmake --install $BUILD --prefix PREFIX (README, A short example)"
+cmake --install "$BUILD" --prefix "$prefix" >/dev/null
+done_step
+
+# The example exactly as the README prints it.
+sed -n '/^```c$/,/^```$/p' README.md | sed '1d;$d' >"$scratch/app.c"
+[[ -s "$scratch/app.c" ]] || fail "README.md has no C example"
+check_sum() {  # every rank of loomrun -n 2 prints "rank R: 2 4 6 8"
+  local out
+  out=$("$prefix/bin/loomrun" -n 2 --timeout 60 -- "$1" 2>&1) || fail "$1 failed: $out"
+  for r in 0 1; do
+    grep -q "^\[$r\] rank $r: 2 4 6 8$" <<<"$out" || fail "$1: rank $r printed no sum: $out"
+  done
+}
+(
+  unset LD_LIBRARY_PATH  # the README promises none is needed
+  step "the C example through find_package(Loom) and target_link_libraries(app Loom::loom)"
+  mkdir -p "$scratch/cmake_app"
+  cp "$scratch/app.c" "$scratch/cmake_app/app.c"
+  cat >"$scratch/cmake_app/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.22)
+project(app LANGUAGES C)
+find_package(Loom REQUIRED)
+add_executable(app app.c)
+target_link_libraries(app Loom::loom)
+EOF
+  cmake -S "$scratch/cmake_app" -B "$scratch/cmake_app/build" -DCMAKE_PREFIX_PATH="$prefix" \
+    >/dev/null
+  cmake --build "$scratch/cmake_app/build" >/dev/null
+  check_sum "$scratch/cmake_app/build/app"
+  done_step
+
+  step "the C example through cc app.c \$(pkg-config --cflags --libs loom)"
+  pc_path="$prefix/lib/pkgconfig:$prefix/lib64/pkgconfig"
+  # shellcheck disable=SC2046
+  cc -o "$scratch/app_pc" "$scratch/app.c" $(PKG_CONFIG_PATH="$pc_path" pkg-config --cflags --libs loom)
+  check_sum "$scratch/app_pc"
+  done_step
+
+  step "installed tools: --version"
+  for tool in loomrun loom-bench loom-info; do
+    version=$("$prefix/bin/$tool" --version) || fail "$tool --version failed"
+    grep -q "[0-9]\+\.[0-9]\+" <<<"$version" || fail "$tool --version printed '$version'"
+    echo "$version"
+  done
+  done_step
+)
+
+step "pip install . (README, Python) into a fresh venv that sees $VENV's packages"
+[[ -x "$VENV/bin/python" ]] || fail "no test environment at $VENV (scripts/python_test.sh makes it)"
+python3 -m venv "$scratch/venv"
+# The test environment's site-packages (torch, numpy, the build requirements) without copying or
+# downloading them; --no-build-isolation so that pip's build sees the same torch and reuses the
+# persistent build directory (pyproject.toml build-dir).
+"$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+  >"$("$scratch/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/test_env.pth"
+"$scratch/venv/bin/python" -m pip install -q --no-build-isolation . ||
+  fail "pip install . failed"
+py="$scratch/venv/bin/python"
+"$py" -c 'import loom, os; assert os.path.realpath(loom.__file__).startswith(os.path.realpath("'"$scratch"'")), loom.__file__' ||
+  fail "import loom did not load the package just installed"
+done_step
+
+step "the README's Python snippet under loomrun"
+awk '/^```python$/ && !n++ { f = 1; next } f && /^```$/ { exit } f' README.md >"$scratch/snippet.py"
+grep -q "loom.Comm.from_env" "$scratch/snippet.py" || fail "README's first Python snippet changed"
+out=$("$BUILD/tools/loomrun" -n 2 --timeout 60 -- "$py" -c "$(cat "$scratch/snippet.py")
+print('sum', x.tolist())" 2>&1) || fail "the Python snippet failed: $out"
+grep -q "^\[0\] sum \[0.0, 2.0, 4.0, 6.0\]" <<<"$out" || fail "the Python snippet: $out"
+done_step
+
+step "examples/torch_allreduce.py under torchrun --nproc-per-node=2"
+if "$py" -c "import torch" 2>/dev/null; then
+  out=$("$py" -m torch.distributed.run --nproc-per-node=2 examples/torch_allreduce.py 2>&1) ||
+    fail "torch example failed: $out"
+  for r in 0 1; do
+    grep -q "rank $r: loom ok, all_reduce gave 3.0" <<<"$out" || fail "torch example: $out"
+  done
+else
+  echo "(torch is not installed in $VENV: skipped)"
+fi
+done_step
+
+echo "== newcomer check passed in $(since "$start") s"
