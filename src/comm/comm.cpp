@@ -150,6 +150,13 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   if (onDevice() && !native_) staging_ = std::make_unique<HostStaging>(*device_);
   if (hetero_ && staging_) stagingEvents_ = std::make_unique<StagingEvents>(*device_);
   if (!native_) setUpP2PEngine();
+  if (staging_ && device_->caps().hostTasks && !env::deviceBlocking()) {
+    StreamJobs::Hooks hooks;
+    hooks.run = [this](StreamJob& job) { runJob(job); };
+    hooks.fail = [this](const Error& e) { fail(e); };
+    hooks.timeoutMs = config_.timeoutMs;
+    jobs_ = std::make_unique<StreamJobs>(*device_, std::move(hooks));
+  }
   const DeviceIdentity& identity = device_->identity();
   deviceDescription_ =
       device_->spec() + " (" + identity.vendor + " " + identity.model + "; " +
@@ -162,7 +169,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
            ? std::string("host algorithms with the device's copies and reductions on one node, "
                          "else staged through host memory")
            : std::string("host algorithms staged through host memory")) +
-      ")";
+      (jobs_ ? "; calls return at once and complete in stream order" : "") + ")";
   LOOM_INFO(kSubsysInit, rank_, "communicator ", config_.name.empty() ? "" : config_.name + " ",
             "ready: rank ", rank_, " of ", nranks_, ", device ", deviceDescription_, ", ",
             sharedMemory_ ? "shared memory" : "several hosts", ", timeout ", config_.timeoutMs,
@@ -182,6 +189,9 @@ void Comm::crossCheckLauncher() const {
 }
 
 Comm::~Comm() {
+  // First: its jobs run host algorithms of this communicator and its sub-communicators on the
+  // staging memory. If the device's stream did not get past them, the memory stays allocated.
+  if (jobs_ && !jobs_->stop()) (void)staging_.release();
   p2pEngine_.reset();  // its thread checks the peers' pidfds and drives the channels
   leaderComm_.reset();
   clusterComm_.reset();
@@ -387,6 +397,11 @@ std::optional<Error> Comm::peerFailure() {
 }
 
 void Comm::beginOperation() {
+  checkUsable();
+  startClock();
+}
+
+void Comm::checkUsable() {
   if (aborted_->load()) {
     loomResult_t code = asyncError_.load();
     LOOM_THROW(code == loomSuccess ? loomInvalidUsage : code,
@@ -402,6 +417,9 @@ void Comm::beginOperation() {
       throw;
     }
   }
+}
+
+void Comm::startClock() {
   Clock::time_point now = Clock::now();
   deadline_ = now + std::chrono::milliseconds(config_.timeoutMs);
   std::fill(nextPeerCheck_.begin(), nextPeerCheck_.end(), now + kPeerCheckInterval);
@@ -479,6 +497,8 @@ void Comm::fail(const Error& error) {
   }
   aborted_->store(true);
   if (native_) native_->stop();
+  // Streams waiting at this communicator's gates run on (the calls' outputs are undefined).
+  if (jobs_) jobs_->openGate();
   // A heterogeneous communicator's peers may be waiting inside its sub-communicators.
   if (clusterComm_) clusterComm_->abort(reason);
   if (leaderComm_) leaderComm_->abort(reason);
@@ -489,6 +509,7 @@ void Comm::fail(const Error& error) {
   if (rudp_) rudp_->reset(reason);
   withBootstrap([&](Bootstrap& b) { b.broadcastAbort(reason); });
   LOOM_WARN(kSubsysColl, rank_, "communicator aborted: ", error.what());
+  if (first && config_.onFail) config_.onFail(error);
 }
 
 void Comm::abort(const std::string& reason) { fail(Error(loomRemoteError, reason)); }
@@ -542,6 +563,12 @@ void Comm::execute(const Algorithm& algo, const CollArgs& args) {
 void Comm::collective(const CollArgs& args) {
   // Before anything that could abort the communicator: a bad pointer is the caller's mistake.
   checkBuffers(args);
+  if (jobs_) {
+    // The progress thread owns the deadline and the peer timers: only check the state here.
+    checkUsable();
+    size_t bytes = args.count * dtypeSize(args.dtype);
+    return failOnError([&] { enqueueCollective(selector_->select(args.func, bytes), args); });
+  }
   beginOperation();
   failOnError([&] {
     ++collectiveCount_;
@@ -576,6 +603,9 @@ P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int6
 void Comm::devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) {
   for (const DeviceP2POp& op : ops)
     device_->checkBuffer(op.buffer, op.bytes, op.isSend ? "sendbuff" : "recvbuff");
+  // Blocking, after the queued calls: their host parts are done and their copies have left the
+  // staging memory that the transfers below use.
+  if (jobs_) failOnError([&] { jobs_->quiesce(); });
   beginOperation();
   try {
     if (native_)
@@ -599,6 +629,7 @@ void Comm::stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
   size_t total = 0;
   for (const DeviceP2POp& op : ops) total += op.bytes;
   char* host = staging_->send(total);
+  staging_->releaseRetired();  // blocking, after the queued calls: none uses old staging memory
   size_t offset = 0;
   for (const DeviceP2POp& op : ops) {
     if (op.isSend)
@@ -650,6 +681,7 @@ void Comm::setUpP2PEngine() {
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) {
+  if (jobs_) jobs_->drain();  // the host parts use the clock beginOperation resets
   beginOperation();
   try {
     ++splitCount_;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "comm/p2p_engine.hpp"
+#include "comm/stream_jobs.hpp"
 #include "plan/selector.hpp"
 #include "topology/cluster_map.hpp"
 #include "topology/node_map.hpp"
@@ -42,6 +44,9 @@ struct CommConfig {
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
   std::atomic<bool>* abortFlag = nullptr;
+  // Called once, with the first failure: a heterogeneous communicator's sub-communicators fail
+  // their parent, also when the failure is found on their own progress thread.
+  std::function<void(const Error&)> onFail;
 };
 
 // Reads a C config (may be null) plus the environment into a CommConfig; validates it.
@@ -87,6 +92,8 @@ class Comm {
   // True when this communicator's buffers live on a device the host cannot address (calls take
   // a stream).
   bool onDevice() const { return !device_->caps().hostAddressable; }
+  // True when its calls return once enqueued and complete in stream order (comm/stream_jobs.hpp).
+  bool streamOrdered() const { return jobs_ != nullptr; }
   // "loom-emu:0 (loom Loom emulated accelerator; host algorithms staged through host memory)"
   const std::string& deviceDescription() const { return deviceDescription_; }
 
@@ -129,6 +136,13 @@ class Comm {
       throw wrapped;
     }
   }
+  // Stream-ordered device ranks (jobs_): the call-time halves, and the host half of a job.
+  void enqueueCollective(const Algorithm& algo, const CollArgs& args);
+  void enqueueChunked(const CollArgs& args, Comm& host, size_t chunkSetting);
+  void enqueueGated(const Algorithm& algo, const CollArgs& args);
+  void runJob(StreamJob& job);
+  void releaseStagingIfIdle();
+  void runLeaderChunks(StreamJob& job, Device& device, StreamGate& gate);
   bool composes(const CollArgs& args);
   void setUpComposition();
   void executeComposed(const CollArgs& args);
@@ -136,7 +150,10 @@ class Comm {
   void setUpP2PEngine();
   void setUpHierarchy();
   std::optional<Error> peerFailure();
+  // checkUsable() (throws if aborted or a peer failed) and startClock() (this call's deadline).
   void beginOperation();
+  void checkUsable();
+  void startClock();
   void fail(const Error& error);
   void check(int peer);
   [[noreturn]] void throwArenaAbort() const;
@@ -196,6 +213,10 @@ class Comm {
   std::vector<std::unique_ptr<P2PTicket>> stagedTickets_;  // a pool: tickets hold a mutex
   std::vector<P2PTicket*> stagedPosted_;
   std::unique_ptr<StagingEvents> stagingEvents_;  // heterogeneous device ranks: pipelined staging
+  // Device ranks whose device runs host tasks: calls in stream order. While it has work, its
+  // progress thread alone runs this communicator's host algorithms (and owns the deadline and
+  // the peer timers); the caller's thread drains it before anything else that would.
+  std::unique_ptr<StreamJobs> jobs_;
   uint64_t step_ = 0;
   uint64_t collectiveCount_ = 0;
   uint64_t splitCount_ = 0;

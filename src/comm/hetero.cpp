@@ -8,6 +8,8 @@
 //      cross the device-host boundary once each way, on one rank;
 //   3. broadcast from the leader inside each collapsing cluster.
 // Every rank of every kind ends with the leaders' result: the same bits.
+// On a device rank whose device runs host tasks every phase is enqueued on the caller's stream
+// and the call returns (comm/stream_calls.cpp).
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -89,7 +91,10 @@ bool Comm::composes(const CollArgs& args) {
   // sharing it beside two CPU ranks: 48 us composed against 18 us flat at 8 B) flat is faster.
   constexpr size_t kComposedMinBytes = 1 << 20;
   if (heteroAlgo_ == "auto" && args.count * dtypeSize(args.dtype) < kComposedMinBytes) return false;
-  if (!compositionReady_) setUpComposition();
+  if (!compositionReady_) {
+    if (jobs_) jobs_->drain();  // the splits below are collective calls of this communicator
+    setUpComposition();
+  }
   return composed_;
 }
 
@@ -100,6 +105,9 @@ void Comm::setUpComposition() {
   sub.clusterSplit.clear();  // one kind each: the sub-communicators are homogeneous
   sub.abortFlag = nullptr;
   sub.name = config_.name + (config_.name.empty() ? "" : "/") + "cluster";
+  // A phase that fails on a sub-communicator's progress thread (stream-ordered device ranks)
+  // fails this communicator at once, not at its next call.
+  sub.onFail = [this](const Error& e) { fail(e); };
   clusterComm_ = split(clusters_.size(cluster) > 1 ? cluster : -1, rank_, sub);
   // A cluster collapses to its leader where its own collectives beat taking part rank by rank:
   // it has native ones (CUDA) and several ranks (forced: every cluster of several ranks). The
@@ -149,8 +157,11 @@ void Comm::executeComposed(const CollArgs& args) {
   if (leaderComm_) {
     CollArgs exchange = args;
     exchange.send = args.recv;
-    // In chunks on every leader (the same boundaries), pipelined on device leaders.
-    if (onDevice())
+    // In chunks on every leader (the same boundaries), pipelined on device leaders: in stream
+    // order, a job of this communicator whose host part runs on the leaders' communicator.
+    if (jobs_)
+      enqueueChunked(exchange, *leaderComm_, heteroChunkBytes_);
+    else if (onDevice())
       leaderComm_->collectiveInChunks(exchange, heteroChunkBytes_, device_.get(), staging_.get(),
                                       stagingEvents_.get());
     else
