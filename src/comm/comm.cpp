@@ -176,6 +176,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
             " ms");
   if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, selector_->explain());
   if (hetero_ && rank_ == 0) LOOM_INFO(kSubsysInit, rank_, describeHeterogeneous());
+  if (hetero_) prepareComposition();
 }
 
 void Comm::crossCheckLauncher() const {
@@ -499,9 +500,16 @@ void Comm::fail(const Error& error) {
   if (native_) native_->stop();
   // Streams waiting at this communicator's gates run on (the calls' outputs are undefined).
   if (jobs_) jobs_->openGate();
-  // A heterogeneous communicator's peers may be waiting inside its sub-communicators.
-  if (clusterComm_) clusterComm_->abort(reason);
-  if (leaderComm_) leaderComm_->abort(reason);
+  // A heterogeneous communicator's peers may be waiting inside its sub-communicators (set up by
+  // the caller's thread while a progress thread may fail: read under the lock).
+  Comm *cluster = nullptr, *leaders = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(errorMutex_);
+    cluster = clusterComm_.get();
+    leaders = leaderComm_.get();
+  }
+  if (cluster) cluster->abort(reason);
+  if (leaders) leaders->abort(reason);
   // Once: this rank's reason slot in the arena has one writer (two threads failing together, a
   // collective and loomCommAbort, would race on it while peers read it).
   if (first) arena_.raiseAbort(error.code(), nodes_.localIndex(rank_), reason);
@@ -681,8 +689,12 @@ void Comm::setUpP2PEngine() {
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) {
-  if (jobs_) jobs_->drain();  // the host parts use the clock beginOperation resets
-  beginOperation();
+  // Only the bootstrap (its own deadline) runs here: the clock of the calls stays with the
+  // progress thread while calls are queued, which may wait for a stream the caller still holds.
+  if (jobs_)
+    checkUsable();
+  else
+    beginOperation();
   try {
     ++splitCount_;
     std::ostringstream mine;

@@ -144,6 +144,7 @@ class Comm {
   void releaseStagingIfIdle();
   void runLeaderChunks(StreamJob& job, Device& device, StreamGate& gate);
   bool composes(const CollArgs& args);
+  void prepareComposition();
   void setUpComposition();
   void executeComposed(const CollArgs& args);
   void stagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
@@ -180,7 +181,8 @@ class Comm {
   size_t heteroChunkBytes_ = 0;  // LOOM_HETERO_CHUNK_BYTES, the same on every rank (0: by size)
   // Allreduce composed of each cluster's own collectives (comm/hetero.cpp): reduce to the
   // cluster's leader, the exchange through host memory, broadcast from the leader.
-  // Set up at the first allreduce (collective: every rank gets there).
+  // Set up at init where some rank is on a device, else at the first allreduce (collective:
+  // every rank gets there).
   std::string heteroAlgo_ = "auto";  // LOOM_HETERO_ALGO: auto, flat, composed (agreed at init)
   bool compositionReady_ = false;
   bool composed_ = false;

@@ -420,11 +420,13 @@ class UserStream {
 TEST(EmuCollectives, StreamOrder) {
   // On device ranks (E, G) a call returns once enqueued and completes in the order of the
   // caller's stream: the test holds its stream closed (a host function of its own) and, behind
-  // it, uploads the input, makes three calls without synchronizing (the second and third read the
-  // first's output), then overwrites the input and downloads the outputs. Every call returns
-  // while the stream is still held (a call that waited for its stream would never return), and
-  // once the stream runs the results are those of the input uploaded before the calls, bit for
-  // bit. C ranks make the same calls on host memory.
+  // it, uploads the input, then makes four calls without synchronizing: a small allreduce, a
+  // large one (Loom's staging memory grows while the first is in flight), an allgather of the
+  // large one's output, and a broadcast of it on another stream (the default one); then it
+  // overwrites the input and downloads the outputs on its stream. Every call returns while the
+  // stream is still held (a call that waited for its stream would never return), and once the
+  // stream runs the results are those of the input uploaded before the calls, bit for bit. C
+  // ranks make the same calls on host memory.
   if (gPlugin->launchHostFunc == nullptr) GTEST_SKIP() << "the plug-in runs no host functions";
   EmuComm ec(configs()[0]);
   ASSERT_NE(ec.comm, nullptr);
@@ -433,8 +435,8 @@ TEST(EmuCollectives, StreamOrder) {
   const Pattern reduced = Pattern::reduced(loomFloat32, loomSum, gRanks);
   std::vector<char> in(n * 4 + 1), garbage(n * 4 + 1, 0x7f);
   input.fill(in.data(), n);
-  DeviceBuffer send(n * 4), recv(n * 4), gathered(m * 4 * gRanks), bcast(m * 4);
-  std::vector<char> out(n * 4 + 1), outGathered(m * 4 * gRanks + 1), outBcast(m * 4 + 1);
+  DeviceBuffer send(n * 4), small(m * 4), recv(n * 4), gathered(m * 4 * gRanks), bcast(m * 4);
+  std::vector<char> out(n * 4 + 1), outSmall(m * 4 + 1), outGathered(m * 4 * gRanks + 1);
   const bool device = onEmu() || onGpu();
   std::unique_ptr<UserStream> stream;
   std::atomic<bool> open{false};
@@ -447,29 +449,33 @@ TEST(EmuCollectives, StreamOrder) {
   }
   loomStream_t s = device ? stream->handle() : nullptr;
   const int root = gRanks - 1;
+  EXPECT_LOOM(loomAllReduce(send.get(), small.get(), m, loomFloat32, loomSum, ec.comm, s));
   EXPECT_LOOM(loomAllReduce(send.get(), recv.get(), n, loomFloat32, loomSum, ec.comm, s));
   EXPECT_LOOM(loomAllGather(recv.get(), gathered.get(), m, loomFloat32, ec.comm, s));
-  EXPECT_LOOM(loomBroadcast(recv.get(), bcast.get(), m, loomFloat32, root, ec.comm, s));
+  EXPECT_LOOM(loomBroadcast(recv.get(), bcast.get(), m, loomFloat32, root, ec.comm, nullptr));
   if (device) {
     stream->record();
     EXPECT_FALSE(stream->recordedDone()) << "the calls returned: the stream is held before them";
     // Work after the calls: the input overwritten (the calls read it before), outputs read.
     stream->copy(send.get(), garbage.data(), n * 4, true);
     stream->copy(out.data(), recv.get(), n * 4, false);
+    stream->copy(outSmall.data(), small.get(), m * 4, false);
     stream->copy(outGathered.data(), gathered.get(), m * 4 * gRanks, false);
-    stream->copy(outBcast.data(), bcast.get(), m * 4, false);
     open.store(true);
     stream->synchronize();
     EXPECT_TRUE(stream->recordedDone());
   } else {
     out = recv.download();
+    outSmall = small.download();
     outGathered = gathered.download();
-    outBcast = bcast.download();
   }
+  // The broadcast ran on the default stream, after the calls before it on the test's stream.
+  std::vector<char> outBcast = bcast.download();
+  expectMatch(reduced, outSmall, 0, m, 0, "small allreduce in stream order");
   expectMatch(reduced, out, 0, n, 0, "allreduce in stream order");
   for (int r = 0; r < gRanks; ++r)
     expectMatch(reduced, outGathered, r * m * 4, m, 0, "allgather of the allreduce's output");
-  expectMatch(reduced, outBcast, 0, m, 0, "broadcast of the allreduce's output");
+  expectMatch(reduced, outBcast, 0, m, 0, "broadcast of the allreduce's output, other stream");
 }
 
 TEST(EmuCollectives, HostPointersAreRefused) {
