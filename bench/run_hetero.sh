@@ -4,6 +4,8 @@
 # and CI's shape, 1 emulated-device rank + 3 CPU ranks), 8 B to 256 MiB. Then, under CUDA MPS,
 # two CUDA ranks sharing the GPU beside two CPU ranks (GGCC): every collective with the composed
 # allreduce (the CUDA cluster's own kernels inside it), and the bench composed against flat.
+# The tests include StreamOrder (a call on the G rank returns while the test holds its stream;
+# user work before and after it on the stream), and the benches a blocking run (LOOM_DEVICE_BLOCKING).
 #
 #   bench/run_hetero.sh BUILD OUTDIR [MAXBYTES]
 set -uo pipefail
@@ -39,6 +41,9 @@ bench() {
 bench GCCC
 bench GCCCCCCC
 bench ECCC
+# The same calls blocking the host until done (the behaviour before stream order), side by side.
+LOOM_DEVICE_BLOCKING=1 bench GCCC _blocking
+LOOM_DEVICE_BLOCKING=1 bench ECCC _blocking
 export CUDA_MPS_PIPE_DIRECTORY=$out/mps/pipe CUDA_MPS_LOG_DIRECTORY=$out/mps/log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 if nvidia-cuda-mps-control -d; then

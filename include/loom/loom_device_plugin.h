@@ -17,6 +17,8 @@
 #ifndef LOOM_LOOM_DEVICE_PLUGIN_H_
 #define LOOM_LOOM_DEVICE_PLUGIN_H_
 
+#include <stddef.h>
+
 #include "loom/loom.h"
 
 #ifdef __cplusplus
@@ -91,7 +93,19 @@ typedef struct {
   loomResult_t (*memExport)(int dev, void* ptr, size_t bytes, void* handle, size_t* handleBytes);
   loomResult_t (*memImport)(int dev, const void* handle, size_t handleBytes, void** ptr);
   loomResult_t (*memCloseImport)(int dev, void* ptr);
+
+  /* Optional, added after the first release of version 1: Loom reads it only from tables whose
+   * `size` covers it, so plug-ins built against the older header load as before.
+   * Enqueues fn(arg) on `stream`: it runs after the work enqueued there before it, and work
+   * enqueued after it waits until fn returned (CUDA's cudaLaunchHostFunc). fn may block for a
+   * while (Loom's gates wait for the host part of a collective) and calls no entry of the
+   * plug-in. None: a device rank's call on a communicator without native collectives blocks the
+   * calling thread until its host part is done, instead of returning at once. */
+  loomResult_t (*launchHostFunc)(int dev, loomStream_t stream, void (*fn)(void* arg), void* arg);
 } loomDevicePlugin_v1;
+
+/* The size of a version 1 table without the entries added later (the smallest Loom loads). */
+#define LOOM_DEVICE_PLUGIN_V1_BASE_SIZE (offsetof(loomDevicePlugin_v1, launchHostFunc))
 
 #if defined(__GNUC__)
 #pragma GCC visibility push(default)

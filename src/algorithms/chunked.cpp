@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "algorithms/partition.hpp"
 #include "base/dtype.hpp"
 
 namespace loom {
@@ -19,16 +20,37 @@ Chunk chunkAt(size_t index, size_t total, size_t chunkBytes) {
   return {offset, std::min(chunkBytes, total - offset)};
 }
 
-size_t chunkCount(size_t total, size_t chunkBytes) {
-  return total == 0 ? 1 : (total + chunkBytes - 1) / chunkBytes;
-}
-
 CollArgs chunkArgs(const CollArgs& args, const Chunk& chunk, size_t elementBytes) {
   CollArgs c = args;
   c.count = chunk.bytes / elementBytes;
   if (c.send != nullptr) c.send = static_cast<const char*>(args.send) + chunk.offset;
   if (c.recv != nullptr) c.recv = static_cast<char*>(args.recv) + chunk.offset;
   return c;
+}
+
+// Who brings input and who takes output: reduce's result is the root's only, broadcast's input
+// too (an in-place root has its output already).
+struct Roles {
+  bool hasInput;
+  bool takesOutput;
+};
+
+Roles rolesOf(const CollArgs& args, int rank) {
+  const bool isRoot = rank == args.root;
+  return {args.func != loomFuncBroadcast || isRoot, args.func == loomFuncReduce ? isRoot
+                                                    : args.func == loomFuncBroadcast
+                                                        ? !(isRoot && args.send == args.recv)
+                                                        : true};
+}
+
+// Chunk `index` of the call, as the host algorithm runs it: in place in the staging memory.
+CollArgs hostChunkArgs(const CollArgs& args, char* host, const Chunk& chunk, size_t elementBytes) {
+  CollArgs onHost = args;
+  onHost.stream = nullptr;
+  onHost.count = chunk.bytes / elementBytes;
+  onHost.send = host + chunk.offset;
+  onHost.recv = host + chunk.offset;
+  return onHost;
 }
 
 }  // namespace
@@ -65,14 +87,9 @@ void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx
                         HostStaging& staging, StagingEvents& events, const CollArgs& args,
                         size_t chunkBytes) {
   const size_t elementBytes = dtypeSize(args.dtype), total = args.count * elementBytes;
-  const bool isRoot = hostCtx.rank == args.root;
-  // Who brings input and who takes output: reduce's result is the root's only, broadcast's
-  // input too (an in-place root has its output already).
-  const bool hasInput = args.func != loomFuncBroadcast || isRoot;
-  const bool takesOutput = args.func == loomFuncReduce      ? isRoot
-                           : args.func == loomFuncBroadcast ? !(isRoot && args.send == args.recv)
-                                                            : true;
+  const auto [hasInput, takesOutput] = rolesOf(args, hostCtx.rank);
   char* host = staging.recv(total);
+  staging.releaseRetired();  // blocking calls: nothing in flight uses old staging memory
   const char* send = static_cast<const char*>(args.send);
   char* recv = static_cast<char*>(args.recv);
   const size_t n = chunkCount(total, chunkBytes);
@@ -89,12 +106,7 @@ void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx
       DeviceEvent& ready = events[i];
       hostCtx.wait([&] { return device.eventDone(ready); }, -1);
       Chunk chunk = chunkAt(i, total, chunkBytes);
-      CollArgs onHost = args;
-      onHost.stream = nullptr;
-      onHost.count = chunk.bytes / elementBytes;
-      onHost.send = host + chunk.offset;  // in place on the host
-      onHost.recv = host + chunk.offset;
-      runAlgorithm(select(chunk.bytes), hostCtx, onHost);
+      runAlgorithm(select(chunk.bytes), hostCtx, hostChunkArgs(args, host, chunk, elementBytes));
       if (takesOutput && chunk.bytes > 0)
         device.copyAsync(recv + chunk.offset, host + chunk.offset, chunk.bytes,
                          CopyKind::kHostToDevice, args.stream);
@@ -112,6 +124,59 @@ void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx
   }
   // The staging memory is reused by the next call: its copies must be done with it.
   device.synchronize(args.stream);
+}
+
+int enqueuePipelinedStaged(Device& device, StreamGate& gate, char* host, const CollArgs& args,
+                           size_t chunkBytes, int rank, DeviceEvent* const* inputs) {
+  const size_t total = args.count * dtypeSize(args.dtype);
+  const auto [hasInput, takesOutput] = rolesOf(args, rank);
+  const char* send = static_cast<const char*>(args.send);
+  char* recv = static_cast<char*>(args.recv);
+  const size_t n = chunkCount(total, chunkBytes);
+  auto copyIn = [&](size_t i) {
+    Chunk chunk = chunkAt(i, total, chunkBytes);
+    if (hasInput && chunk.bytes > 0)
+      device.copyAsync(host + chunk.offset, send + chunk.offset, chunk.bytes,
+                       CopyKind::kDeviceToHost, args.stream);
+    device.recordEvent(*inputs[i], args.stream);
+  };
+  // The blocking schedule's order on the stream: copies in run the lookahead ahead of the gate
+  // and copy out of each chunk, so the copies of chunk c+k overlap the exchange of chunk c.
+  int gates = 0;
+  for (size_t i = 0; i < std::min<size_t>(n, StagingEvents::kLookahead); ++i) copyIn(i);
+  for (size_t i = 0; i < n; ++i) {
+    Chunk chunk = chunkAt(i, total, chunkBytes);
+    if (takesOutput) {
+      device.enqueueHostTask(gate, args.stream);
+      ++gates;
+      if (chunk.bytes > 0)
+        device.copyAsync(recv + chunk.offset, host + chunk.offset, chunk.bytes,
+                         CopyKind::kHostToDevice, args.stream);
+    }
+    if (i + StagingEvents::kLookahead < n) copyIn(i + StagingEvents::kLookahead);
+  }
+  // No output: one gate at the end still holds the next call's copies out of the staging memory
+  // until this call's host part is done with it.
+  if (!takesOutput) {
+    device.enqueueHostTask(gate, args.stream);
+    ++gates;
+  }
+  return gates;
+}
+
+void runPipelinedHost(const ChunkAlgorithm& select, const AlgoContext& hostCtx, Device& device,
+                      StreamGate& gate, char* host, const CollArgs& args, size_t chunkBytes,
+                      DeviceEvent* const* inputs) {
+  const size_t elementBytes = dtypeSize(args.dtype), total = args.count * elementBytes;
+  const bool takesOutput = rolesOf(args, hostCtx.rank).takesOutput;
+  for (size_t i = 0, n = chunkCount(total, chunkBytes); i < n; ++i) {
+    DeviceEvent& ready = *inputs[i];
+    hostCtx.wait([&] { return device.eventDone(ready); }, -1);
+    Chunk chunk = chunkAt(i, total, chunkBytes);
+    runAlgorithm(select(chunk.bytes), hostCtx, hostChunkArgs(args, host, chunk, elementBytes));
+    if (takesOutput) gate.release();
+  }
+  if (!takesOutput) gate.release();
 }
 
 }  // namespace loom

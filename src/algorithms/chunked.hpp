@@ -9,6 +9,11 @@
 //     caller's stream, each marked by an event; the host algorithm runs on chunk c in pinned host
 //     memory as soon as its copy is done; chunk c's host->device copy is enqueued behind it.
 //     The call returns when the last copy is done (the staging memory is reused by the next call).
+//   device rank in stream order (the device runs host tasks, caps().hostTasks): the same schedule
+//     split in two halves. Call time (enqueuePipelinedStaged): every copy is enqueued at once on
+//     the caller's stream, each host->device copy behind a gate task (algorithms/stream_gate), and
+//     the call returns. Progress thread (runPipelinedHost): chunk after chunk, waits for the
+//     chunk's input event, runs the host algorithm, releases the chunk's gate.
 // Nothing is allocated per call: the staging and its events grow once and are reused.
 #pragma once
 
@@ -17,6 +22,7 @@
 #include <vector>
 
 #include "algorithms/staged.hpp"
+#include "algorithms/stream_gate.hpp"
 
 namespace loom {
 
@@ -52,5 +58,19 @@ class StagingEvents {
 void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx, Device& device,
                         HostStaging& staging, StagingEvents& events, const CollArgs& args,
                         size_t chunkBytes);
+
+// The stream half of runPipelinedStaged (device ranks whose device runs host tasks): enqueues on
+// args.stream the device->host copy of every chunk into `host` (the call's staging), each followed
+// by the recording of inputs[c] (chunkCount(bytes, chunkBytes) events, algorithms/partition.hpp),
+// and the host->device copies of the results, each behind a gate task of `gate`. Returns the number
+// of gate tasks it enqueued (one per chunk, or one at the end where this rank takes no output),
+// which runPipelinedHost releases.
+int enqueuePipelinedStaged(Device& device, StreamGate& gate, char* host, const CollArgs& args,
+                           size_t chunkBytes, int rank, DeviceEvent* const* inputs);
+// The host half, on the communicator's progress thread: chunk after chunk, once inputs[c] is
+// done, the host algorithm in `host`, then the chunk's gate released.
+void runPipelinedHost(const ChunkAlgorithm& select, const AlgoContext& hostCtx, Device& device,
+                      StreamGate& gate, char* host, const CollArgs& args, size_t chunkBytes,
+                      DeviceEvent* const* inputs);
 
 }  // namespace loom

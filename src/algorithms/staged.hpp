@@ -7,9 +7,19 @@
 // mapped: where the device's copies and reductions take host pointers and it reduces
 // (DeviceCaps), an arena algorithm runs as it is with the device doing every copy and reduction:
 // one copy into shared memory per rank instead of two whole-buffer stagings.
+//
+// In stream order (devices that run host tasks, caps().hostTasks), each is split in two halves:
+// at call time the stream side is enqueued on the caller's stream (staged: the copy in, the
+// recording of an input event, a gate task, the copy out; mapped: the event and the gate) and the
+// call returns; the communicator's progress thread later runs runGated: it waits for the input
+// event, runs the algorithm and releases the gate, which lets the copy out and the caller's later
+// work run.
 #pragma once
 
+#include <vector>
+
 #include "algorithms/context.hpp"
+#include "algorithms/stream_gate.hpp"
 
 namespace loom {
 
@@ -22,6 +32,10 @@ class HostStaging {
   HostStaging& operator=(const HostStaging&) = delete;
   char* send(size_t bytes) { return grow(send_, bytes); }
   char* recv(size_t bytes) { return grow(recv_, bytes); }
+  // A buffer that grows leaves its old memory here, as calls in flight may still use it
+  // (stream-ordered device ranks); freed by releaseRetired() once nothing does.
+  bool retiring() const { return !retired_.empty(); }
+  void releaseRetired();
 
  private:
   struct Buffer {
@@ -31,6 +45,7 @@ class HostStaging {
   char* grow(Buffer& buffer, size_t bytes);
   Device& device_;
   Buffer send_, recv_;
+  std::vector<char*> retired_;
 };
 
 // Memory of one device, grown to the largest call and then reused: where a device rank of a
@@ -58,5 +73,16 @@ void runStaged(const Algorithm& algo, const AlgoContext& hostCtx, Device& device
                HostStaging& staging, const CollArgs& args);
 // Runs an algorithm with runsMapped(): after the caller's stream, with ctx.device the device.
 void runMapped(const Algorithm& algo, const AlgoContext& ctx, const CollArgs& args);
+
+// Stream half of a staged call (see above); returns the call as the host algorithm runs it, on
+// the staging memory. Enqueues one gate task.
+CollArgs enqueueStaged(Device& device, StreamGate& gate, HostStaging& staging, const CollArgs& args,
+                       int rank, int nranks, DeviceEvent& input);
+// Stream half of a mapped call: the input event and one gate task.
+void enqueueMapped(Device& device, StreamGate& gate, const CollArgs& args, DeviceEvent& input);
+// Host half of either, on the progress thread: `args` as enqueueStaged returned it (staged, with
+// the host CPU's context) or the call itself (mapped, with the device's context).
+void runGated(const Algorithm& algo, const AlgoContext& ctx, Device& device, StreamGate& gate,
+              const CollArgs& args, DeviceEvent& input);
 
 }  // namespace loom

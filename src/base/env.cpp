@@ -63,6 +63,7 @@ std::string device() { return getString("LOOM_DEVICE", "cpu"); }
 std::string clusterSplit() { return getString("LOOM_CLUSTER_SPLIT", ""); }
 int64_t heteroChunkBytes() { return getInt("LOOM_HETERO_CHUNK_BYTES", 0); }
 std::string heteroAlgo() { return getString("LOOM_HETERO_ALGO", "auto"); }
+bool deviceBlocking() { return getInt("LOOM_DEVICE_BLOCKING", 0) != 0; }
 std::string devicePlugins() { return getString("LOOM_DEVICE_PLUGIN", ""); }
 std::string transport() { return getString("LOOM_TRANSPORT", "tcp"); }
 int64_t rudpPaths() { return getInt("LOOM_RUDP_PATHS", 2); }

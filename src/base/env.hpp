@@ -35,6 +35,7 @@ std::string devicePlugins();  // LOOM_DEVICE_PLUGIN: device plug-ins to load, co
 std::string clusterSplit();  // LOOM_CLUSTER_SPLIT: split one device kind into several clusters
 int64_t heteroChunkBytes();  // LOOM_HETERO_CHUNK_BYTES: pipeline chunk between clusters
 std::string heteroAlgo();    // LOOM_HETERO_ALGO: auto, flat or composed (allreduce)
+bool deviceBlocking();       // LOOM_DEVICE_BLOCKING=1: device ranks' host-algorithm calls block
 // A backend's own parameters are declared beside it (device/cuda/cuda_env.hpp).
 // The network transport between nodes and the reliable-datagram transport's parameters.
 std::string transport();    // LOOM_TRANSPORT: tcp (default) or rudp

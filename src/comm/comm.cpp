@@ -158,6 +158,13 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   if (onDevice() && !native_) staging_ = std::make_unique<HostStaging>(*device_);
   if (hetero_ && staging_) stagingEvents_ = std::make_unique<StagingEvents>(*device_);
   if (!native_) setUpP2PEngine();
+  if (staging_ && device_->caps().hostTasks && !env::deviceBlocking()) {
+    StreamJobs::Hooks hooks;
+    hooks.run = [this](StreamJob& job) { runJob(job); };
+    hooks.fail = [this](const Error& e) { fail(e); };
+    hooks.timeoutMs = config_.timeoutMs;
+    jobs_ = std::make_unique<StreamJobs>(*device_, std::move(hooks));
+  }
   const DeviceIdentity& identity = device_->identity();
   deviceDescription_ =
       device_->spec() + " (" + identity.vendor + " " + identity.model + "; " +
@@ -170,13 +177,14 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
            ? std::string("host algorithms with the device's copies and reductions on one node, "
                          "else staged through host memory")
            : std::string("host algorithms staged through host memory")) +
-      ")";
+      (jobs_ ? "; calls return at once and complete in stream order" : "") + ")";
   LOOM_INFO(kSubsysInit, rank_, "communicator ", config_.name.empty() ? "" : config_.name + " ",
             "ready: rank ", rank_, " of ", nranks_, ", device ", deviceDescription_, ", ",
             sharedMemory_ ? "shared memory" : "several hosts", ", timeout ", config_.timeoutMs,
             " ms");
   if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, selector_->explain());
   if (hetero_ && rank_ == 0) LOOM_INFO(kSubsysInit, rank_, describeHeterogeneous());
+  if (hetero_) prepareComposition();
 }
 
 void Comm::crossCheckLauncher() const {
@@ -190,6 +198,9 @@ void Comm::crossCheckLauncher() const {
 }
 
 Comm::~Comm() {
+  // First: its jobs run host algorithms of this communicator and its sub-communicators on the
+  // staging memory. If the device's stream did not get past them, the memory stays allocated.
+  if (jobs_ && !jobs_->stop()) (void)staging_.release();
   p2pEngine_.reset();  // its thread checks the peers' pidfds and drives the channels
   leaderComm_.reset();
   clusterComm_.reset();
@@ -412,6 +423,11 @@ std::optional<Error> Comm::peerFailure() {
 }
 
 void Comm::beginOperation() {
+  checkUsable();
+  startClock();
+}
+
+void Comm::checkUsable() {
   if (aborted_->load()) {
     loomResult_t code = asyncError_.load();
     LOOM_THROW(code == loomSuccess ? loomInvalidUsage : code,
@@ -427,6 +443,9 @@ void Comm::beginOperation() {
       throw;
     }
   }
+}
+
+void Comm::startClock() {
   Clock::time_point now = Clock::now();
   deadline_ = now + std::chrono::milliseconds(config_.timeoutMs);
   std::fill(nextPeerCheck_.begin(), nextPeerCheck_.end(), now + kPeerCheckInterval);
@@ -515,9 +534,18 @@ void Comm::fail(const Error& error) {
   }
   aborted_->store(true);
   if (native_) native_->stop();
-  // A heterogeneous communicator's peers may be waiting inside its sub-communicators.
-  if (clusterComm_) clusterComm_->abort(reason);
-  if (leaderComm_) leaderComm_->abort(reason);
+  // Streams waiting at this communicator's gates run on (the calls' outputs are undefined).
+  if (jobs_) jobs_->openGate();
+  // A heterogeneous communicator's peers may be waiting inside its sub-communicators (set up by
+  // the caller's thread while a progress thread may fail: read under the lock).
+  Comm *cluster = nullptr, *leaders = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(errorMutex_);
+    cluster = clusterComm_.get();
+    leaders = leaderComm_.get();
+  }
+  if (cluster) cluster->abort(reason);
+  if (leaders) leaders->abort(reason);
   // Once: this rank's reason slot in the arena has one writer (two threads failing together, a
   // collective and loomCommAbort, would race on it while peers read it).
   if (first) arena_.raiseAbort(error.code(), nodes_.localIndex(rank_), reason);
@@ -525,6 +553,7 @@ void Comm::fail(const Error& error) {
   if (rudp_) rudp_->reset(reason);
   withBootstrap([&](Bootstrap& b) { b.broadcastAbort(reason); });
   LOOM_WARN(kSubsysColl, rank_, "communicator aborted: ", error.what());
+  if (first && config_.onFail) config_.onFail(error);
 }
 
 void Comm::abort(const std::string& reason) { fail(Error(loomRemoteError, reason)); }
@@ -710,8 +739,21 @@ void Comm::collective(const CollArgs& args) {
   if (passesHostBuffers(args)) return collectiveThroughDevice(args);
   // Before anything that could abort the communicator: a bad pointer is the caller's mistake.
   checkBuffers(args);
+  if (jobs_) {
+    // The progress thread owns the deadline and the peer timers: only check the state here.
+    checkUsable();
+    size_t bytes = args.count * dtypeSize(args.dtype);
+    return failOnError([&] { enqueueCollective(selector_->select(args.func, bytes), args); });
+  }
   beginOperation();
   failOnError([&] {
+    // A composed call's phases are calls of the sub-communicators, which count and check
+    // themselves; this communicator does not count it (nor do its stream-ordered ranks).
+    if (hetero_ && composes(args)) {
+      CollArgs a = args;
+      if (a.accum < 0) a.accum = config_.accum;
+      return executeComposed(a);
+    }
     beginCall(args);
     if (checkMode_ >= 2) verifyFingerprint(args);
     size_t bytes = args.count * dtypeSize(args.dtype);
@@ -757,6 +799,9 @@ void Comm::beginStagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStre
   for (const DeviceP2POp& op : ops)
     if (!hostBufferOfHetero(op))
       device_->checkBuffer(op.buffer, op.bytes, op.isSend ? "sendbuff" : "recvbuff");
+  // Blocking, after the queued calls: their host parts are done and their copies have left the
+  // staging memory that the transfers below use.
+  if (jobs_) failOnError([&] { jobs_->quiesce(); });
   beginOperation();
   failOnErrorExceptArguments([&] {
     // Every op gets its own stretch of one host buffer: sends staged after the caller's stream,
@@ -769,6 +814,7 @@ void Comm::beginStagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStre
     for (const DeviceP2POp& op : ops)
       if (!hostBufferOfHetero(op)) total += op.bytes;
     stagedHost_ = staging_->send(total);
+    staging_->releaseRetired();  // blocking, after the queued calls: none uses old staging memory
     size_t offset = 0;
     for (const DeviceP2POp& op : ops) {
       if (hostBufferOfHetero(op)) continue;
@@ -840,7 +886,12 @@ void Comm::setUpP2PEngine() {
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) {
-  beginOperation();
+  // Only the bootstrap (its own deadline) runs here: the clock of the calls stays with the
+  // progress thread while calls are queued, which may wait for a stream the caller still holds.
+  if (jobs_)
+    checkUsable();
+  else
+    beginOperation();
   try {
     ++splitCount_;
     std::ostringstream mine;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "comm/p2p_engine.hpp"
+#include "comm/stream_jobs.hpp"
 #include "plan/selector.hpp"
 #include "topology/cluster_map.hpp"
 #include "topology/node_map.hpp"
@@ -43,6 +45,9 @@ struct CommConfig {
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
   std::atomic<bool>* abortFlag = nullptr;
+  // Called once, with the first failure: a heterogeneous communicator's sub-communicators fail
+  // their parent, also when the failure is found on their own progress thread.
+  std::function<void(const Error&)> onFail;
 };
 
 // Reads a C config (may be null) plus the environment into a CommConfig; validates it.
@@ -98,6 +103,8 @@ class Comm {
   // A device rank of a heterogeneous communicator given host memory: it runs as a host rank for
   // that buffer (collectives on device scratch, sends and receives as they are).
   bool heteroHostBuffer(const void* buffer) const;
+  // True when its calls return once enqueued and complete in stream order (comm/stream_jobs.hpp).
+  bool streamOrdered() const { return jobs_ != nullptr; }
   // "loom-emu:0 (loom Loom emulated accelerator; host algorithms staged through host memory)"
   const std::string& deviceDescription() const { return deviceDescription_; }
 
@@ -147,7 +154,15 @@ class Comm {
       throw wrapped;
     }
   }
+  // Stream-ordered device ranks (jobs_): the call-time halves, and the host half of a job.
+  void enqueueCollective(const Algorithm& algo, const CollArgs& args);
+  void enqueueChunked(const CollArgs& args, Comm& host, size_t chunkSetting);
+  void enqueueGated(const Algorithm& algo, const CollArgs& args);
+  void runJob(StreamJob& job);
+  void releaseStagingIfIdle();
+  void runLeaderChunks(StreamJob& job, Device& device, StreamGate& gate);
   bool composes(const CollArgs& args);
+  void prepareComposition();
   void setUpComposition();
   void executeComposed(const CollArgs& args);
   // failOnError, but a bad argument is the caller's mistake: reported, the communicator lives on.
@@ -167,7 +182,10 @@ class Comm {
   void setUpP2PEngine();
   void setUpHierarchy();
   std::optional<Error> peerFailure();
+  // checkUsable() (throws if aborted or a peer failed) and startClock() (this call's deadline).
   void beginOperation();
+  void checkUsable();
+  void startClock();
   void fail(const Error& error);
   void check(int peer);
   [[noreturn]] void throwArenaAbort() const;
@@ -204,7 +222,8 @@ class Comm {
   size_t heteroChunkBytes_ = 0;  // LOOM_HETERO_CHUNK_BYTES, the same on every rank (0: by size)
   // Allreduce composed of each cluster's own collectives (comm/hetero.cpp): reduce to the
   // cluster's leader, the exchange through host memory, broadcast from the leader.
-  // Set up at the first allreduce (collective: every rank gets there).
+  // Set up at init where some rank is on a device, else at the first allreduce (collective:
+  // every rank gets there).
   std::string heteroAlgo_ = "auto";  // LOOM_HETERO_ALGO: auto, flat, composed (agreed at init)
   bool compositionReady_ = false;
   bool composed_ = false;
@@ -241,6 +260,10 @@ class Comm {
   char* stagedHost_ = nullptr;
   std::unique_ptr<StagingEvents> stagingEvents_;  // heterogeneous device ranks: pipelined staging
   std::unique_ptr<DeviceScratch> hostCallScratch_;  // ... and their calls on host buffers
+  // Device ranks whose device runs host tasks: calls in stream order. While it has work, its
+  // progress thread alone runs this communicator's host algorithms (and owns the deadline and
+  // the peer timers); the caller's thread drains it before anything else that would.
+  std::unique_ptr<StreamJobs> jobs_;
   uint64_t step_ = 0;
   uint64_t collectiveCount_ = 0;
   uint64_t splitCount_ = 0;

@@ -8,6 +8,8 @@
 //      cross the device-host boundary once each way, on one rank;
 //   3. broadcast from the leader inside each collapsing cluster.
 // Every rank of every kind ends with the leaders' result: the same bits.
+// On a device rank whose device runs host tasks every phase is enqueued on the caller's stream
+// and the call returns (comm/stream_calls.cpp).
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -55,7 +57,8 @@ std::string Comm::describeHeterogeneous() const {
       << (heteroChunkBytes_ > 0 ? std::to_string(heteroChunkBytes_) + " B"
                                 : std::string("1/8 of the call (1 to 4 MiB)"))
       << ", each chunk by the host algorithm below; device ranks copy chunks to and from pinned "
-         "host memory, pipelined with the exchange\n"
+         "host memory, pipelined with the exchange, in the caller's stream order where the device "
+         "runs host tasks\n"
       << "  other collectives and send/recv: the host algorithm below; device ranks stage the "
          "whole call through pinned host memory\n"
       << selector_->explain();
@@ -93,6 +96,24 @@ bool Comm::composes(const CollArgs& args) {
   return composed_;
 }
 
+void Comm::prepareComposition() {
+  // No cluster of several ranks: nothing collapses, the allreduce is flat, nothing to set up.
+  bool several = false;
+  for (int c = 0; c < clusters_.count(); ++c) several |= clusters_.size(c) > 1;
+  if (!several || heteroAlgo_ == "flat") {
+    compositionReady_ = true;
+    composed_ = false;
+    return;
+  }
+  // The sub-communicators are made by collective splits. Made at the first large allreduce, a
+  // device rank's split would wait, at call time, for peers still in its earlier calls, which
+  // wait for its stream: a call that must return at once could not. So where some rank is on a
+  // device they are made here, at init (every rank decides the same from the same rank infos).
+  bool device = false;
+  for (const RankInfo& r : ranks_) device |= r.deviceKind != "cpu";
+  if (device) setUpComposition();
+}
+
 void Comm::setUpComposition() {
   compositionReady_ = true;
   const int cluster = clusters_.clusterOf(rank_);
@@ -100,28 +121,38 @@ void Comm::setUpComposition() {
   sub.clusterSplit.clear();  // one kind each: the sub-communicators are homogeneous
   sub.abortFlag = nullptr;
   sub.name = config_.name + (config_.name.empty() ? "" : "/") + "cluster";
-  clusterComm_ = split(clusters_.size(cluster) > 1 ? cluster : -1, rank_, sub);
+  // A phase that fails on a sub-communicator's progress thread (stream-ordered device ranks)
+  // fails this communicator at once, not at its next call.
+  sub.onFail = [this](const Error& e) { fail(e); };
+  // Built aside and published under the error lock: a progress thread failing meanwhile reads
+  // them (fail()).
+  std::unique_ptr<Comm> clusterComm = split(clusters_.size(cluster) > 1 ? cluster : -1, rank_, sub);
   // A cluster collapses to its leader where its own collectives beat taking part rank by rank:
   // it has native ones (CUDA) and several ranks (forced: every cluster of several ranks). The
   // others' ranks join the exchange themselves: a CPU cluster reducing to its leader and
   // broadcasting again would move its bytes through memory three times instead of once.
-  const bool native = clusterComm_ && clusterComm_->native_;
+  const bool native = clusterComm && clusterComm->native_;
   std::vector<std::string> all =
       withBootstrap([&](Bootstrap& b) { return b.allGather(native ? "1" : "0"); });
   auto collapses = [&](int c) {
     return clusters_.size(c) > 1 && (heteroAlgo_ == "composed" || all[clusters_.leader(c)] == "1");
   };
-  composed_ = false;
-  for (int c = 0; c < clusters_.count(); ++c) composed_ |= collapses(c);
-  if (!collapses(cluster)) clusterComm_.reset();
-  if (composed_) {
+  bool composed = false;
+  for (int c = 0; c < clusters_.count(); ++c) composed |= collapses(c);
+  if (!collapses(cluster) || !composed) clusterComm.reset();
+  std::unique_ptr<Comm> leaderComm;
+  if (composed) {
     CommConfig exchange = sub;
     exchange.device = "cpu";
     exchange.name = config_.name + (config_.name.empty() ? "" : "/") + "exchange";
-    const bool member = !clusterComm_ || clusters_.leader(cluster) == rank_;
-    leaderComm_ = split(member ? 0 : -1, rank_, exchange);
-  } else {
-    clusterComm_.reset();
+    const bool member = !clusterComm || clusters_.leader(cluster) == rank_;
+    leaderComm = split(member ? 0 : -1, rank_, exchange);
+  }
+  {
+    std::lock_guard<std::mutex> lock(errorMutex_);
+    composed_ = composed;
+    clusterComm_ = std::move(clusterComm);
+    leaderComm_ = std::move(leaderComm);
   }
   LOOM_INFO(kSubsysInit, rank_, "heterogeneous allreduce: ",
             composed_ ? "composed (reduce in each collapsed cluster, the exchange of its leaders "
@@ -149,8 +180,11 @@ void Comm::executeComposed(const CollArgs& args) {
   if (leaderComm_) {
     CollArgs exchange = args;
     exchange.send = args.recv;
-    // In chunks on every leader (the same boundaries), pipelined on device leaders.
-    if (onDevice())
+    // In chunks on every leader (the same boundaries), pipelined on device leaders: in stream
+    // order, a job of this communicator whose host part runs on the leaders' communicator.
+    if (jobs_)
+      enqueueChunked(exchange, *leaderComm_, heteroChunkBytes_);
+    else if (onDevice())
       leaderComm_->collectiveInChunks(exchange, heteroChunkBytes_, device_.get(), staging_.get(),
                                       stagingEvents_.get());
     else

@@ -32,6 +32,11 @@ void Device::reduceAsync(void*, const void* const*, int, size_t, loomDataType_t,
   LOOM_THROW(loomInternalError, "device ", identity().kind, " has no reduction (caps().reduces)");
 }
 
+void Device::enqueueHostTask(HostTask&, loomStream_t) {
+  LOOM_THROW(loomInternalError, "device ", identity().kind,
+             " cannot run host tasks in stream order (caps().hostTasks)");
+}
+
 void Device::copy(void* dst, const void* src, size_t bytes) {
   if (dst == src || bytes == 0) return;
   // Each pointer is classified once: for a plug-in that is a call into it.

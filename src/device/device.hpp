@@ -36,9 +36,22 @@ struct DeviceCaps {
   bool reduces = false;          // reduceAsync works (else Loom reduces on the host)
   bool mapsHostMemory = false;   // its copies and reductions accept host pointers directly
   bool peerMappable = false;     // exportMemory/importMemory work between ranks of one host
+  bool hostTasks = false;        // enqueueHostTask works (else device calls block the host)
 };
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+// Host work that runs in a stream's order (Device::enqueueHostTask): after the work enqueued on
+// the stream before it, and the stream's later work waits until run() returned. run() may block
+// (a gate waiting for the host part of a collective), but must not call the device's API: on CUDA
+// it runs on the runtime's callback thread.
+class HostTask {
+ public:
+  virtual void run() noexcept = 0;
+
+ protected:
+  ~HostTask() = default;
+};
 
 // An event of a backend, created by Device::createEvent; released by its destructor.
 class DeviceEvent {
@@ -84,6 +97,9 @@ class Device {
   virtual void waitEvent(loomStream_t stream, DeviceEvent& event) = 0;  // stream waits, not host
   virtual bool eventDone(DeviceEvent& event) = 0;
   virtual void synchronize(loomStream_t stream) = 0;  // the host waits for the stream
+  // Runs task.run() in stream order (see HostTask); `task` must live until it ran. Only where
+  // caps().hostTasks.
+  virtual void enqueueHostTask(HostTask& task, loomStream_t stream);
 
   // Blocking forms for the host algorithms: done when they return. Pointers may be this
   // device's memory or host memory (where caps().mapsHostMemory or hostAddressable); the

@@ -14,9 +14,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../api/expect_loom.hpp"
@@ -373,10 +377,169 @@ TEST(EmuCollectives, NonBlockingOnHostBuffers) {
   EXPECT_EQ(Pattern::input(loomFloat32, loomSum, left).firstMismatch(in.data(), n, 0), -1);
 }
 
+// A host function the test enqueues on its own stream: holds the stream until `open` is set.
+void holdStream(void* open) {
+  auto* flag = static_cast<std::atomic<bool>*>(open);
+  while (!flag->load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+}
+
+// The test's own stream on an E or G rank, with the operations a program would enqueue on it.
+class UserStream {
+ public:
+  UserStream() {
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) {
+      EXPECT_EQ(cudaStreamCreateWithFlags(&cuda_, cudaStreamNonBlocking), cudaSuccess);
+      EXPECT_EQ(cudaEventCreateWithFlags(&cudaEvent_, cudaEventDisableTiming), cudaSuccess);
+      return;
+    }
+#endif
+    EXPECT_EQ(gPlugin->streamCreate(0, &emu_), loomSuccess);
+    EXPECT_EQ(gPlugin->eventCreate(0, &emuEvent_), loomSuccess);
+  }
+  ~UserStream() {
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) {
+      cudaEventDestroy(cudaEvent_);
+      cudaStreamDestroy(cuda_);
+      return;
+    }
+#endif
+    gPlugin->eventDestroy(0, emuEvent_);
+    gPlugin->streamDestroy(0, emu_);
+  }
+  loomStream_t handle() const {
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) return reinterpret_cast<loomStream_t>(cuda_);
+#endif
+    return emu_;
+  }
+  void hold(std::atomic<bool>& open) {
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) {
+      EXPECT_EQ(cudaLaunchHostFunc(cuda_, holdStream, &open), cudaSuccess);
+      return;
+    }
+#endif
+    EXPECT_EQ(gPlugin->launchHostFunc(0, emu_, holdStream, &open), loomSuccess);
+  }
+  void copy(void* dst, const void* src, size_t bytes, bool toDevice) {
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) {
+      EXPECT_EQ(cudaMemcpyAsync(dst, src, bytes,
+                                toDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, cuda_),
+                cudaSuccess);
+      return;
+    }
+#endif
+    EXPECT_EQ(
+        gPlugin->memcpyAsync(0, dst, src, bytes,
+                             toDevice ? loomMemcpyHostToDevice : loomMemcpyDeviceToHost, emu_),
+        loomSuccess);
+  }
+  void record() {
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) {
+      EXPECT_EQ(cudaEventRecord(cudaEvent_, cuda_), cudaSuccess);
+      return;
+    }
+#endif
+    EXPECT_EQ(gPlugin->eventRecord(0, emuEvent_, emu_), loomSuccess);
+  }
+  bool recordedDone() {
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) return cudaEventQuery(cudaEvent_) == cudaSuccess;
+#endif
+    int done = 0;
+    EXPECT_EQ(gPlugin->eventQuery(0, emuEvent_, &done), loomSuccess);
+    return done != 0;
+  }
+  void synchronize() {
+#ifdef LOOM_HAVE_CUDA
+    if (onGpu()) {
+      EXPECT_EQ(cudaStreamSynchronize(cuda_), cudaSuccess);
+      return;
+    }
+#endif
+    EXPECT_EQ(gPlugin->streamSynchronize(0, emu_), loomSuccess);
+  }
+
+ private:
+  loomStream_t emu_ = nullptr;
+  loomDevEvent_t emuEvent_ = nullptr;
+#ifdef LOOM_HAVE_CUDA
+  cudaStream_t cuda_ = nullptr;
+  cudaEvent_t cudaEvent_ = nullptr;
+#endif
+};
+
+TEST(EmuCollectives, StreamOrder) {
+  // On device ranks (E, G) a call returns once enqueued and completes in the order of the
+  // caller's stream: the test holds its stream closed (a host function of its own) and, behind
+  // it, uploads the input, then makes four calls without synchronizing: a small allreduce, a
+  // large one (Loom's staging memory grows while the first is in flight), an allgather of the
+  // large one's output, and a broadcast of it on another stream (the default one); then it
+  // overwrites the input and downloads the outputs on its stream. Every call returns while the
+  // stream is still held (a call that waited for its stream would never return), and once the
+  // stream runs the results are those of the input uploaded before the calls, bit for bit. C
+  // ranks make the same calls on host memory.
+  if (gPlugin->launchHostFunc == nullptr) GTEST_SKIP() << "the plug-in runs no host functions";
+  EmuComm ec(configs()[0]);
+  ASSERT_NE(ec.comm, nullptr);
+  const size_t n = (size_t{3} << 18) + 5, m = 4099;  // several chunks; a part of them
+  const Pattern input = Pattern::input(loomFloat32, loomSum, gRank);
+  const Pattern reduced = Pattern::reduced(loomFloat32, loomSum, gRanks);
+  std::vector<char> in(n * 4 + 1), garbage(n * 4 + 1, 0x7f);
+  input.fill(in.data(), n);
+  DeviceBuffer send(n * 4), small(m * 4), recv(n * 4), gathered(m * 4 * gRanks), bcast(m * 4);
+  std::vector<char> out(n * 4 + 1), outSmall(m * 4 + 1), outGathered(m * 4 * gRanks + 1);
+  const bool device = onEmu() || onGpu();
+  std::unique_ptr<UserStream> stream;
+  std::atomic<bool> open{false};
+  if (device) {
+    stream = std::make_unique<UserStream>();
+    stream->hold(open);
+    stream->copy(send.get(), in.data(), n * 4, true);
+  } else {
+    send.upload(in);
+  }
+  loomStream_t s = device ? stream->handle() : nullptr;
+  const int root = gRanks - 1;
+  EXPECT_LOOM(loomAllReduce(send.get(), small.get(), m, loomFloat32, loomSum, ec.comm, s));
+  EXPECT_LOOM(loomAllReduce(send.get(), recv.get(), n, loomFloat32, loomSum, ec.comm, s));
+  EXPECT_LOOM(loomAllGather(recv.get(), gathered.get(), m, loomFloat32, ec.comm, s));
+  EXPECT_LOOM(loomBroadcast(recv.get(), bcast.get(), m, loomFloat32, root, ec.comm, nullptr));
+  if (device) {
+    stream->record();
+    EXPECT_FALSE(stream->recordedDone()) << "the calls returned: the stream is held before them";
+    // Work after the calls: the input overwritten (the calls read it before), outputs read.
+    stream->copy(send.get(), garbage.data(), n * 4, true);
+    stream->copy(out.data(), recv.get(), n * 4, false);
+    stream->copy(outSmall.data(), small.get(), m * 4, false);
+    stream->copy(outGathered.data(), gathered.get(), m * 4 * gRanks, false);
+    open.store(true);
+    stream->synchronize();
+    EXPECT_TRUE(stream->recordedDone());
+  } else {
+    out = recv.download();
+    outSmall = small.download();
+    outGathered = gathered.download();
+  }
+  // The broadcast ran on the default stream, after the calls before it on the test's stream.
+  std::vector<char> outBcast = bcast.download();
+  expectMatch(reduced, outSmall, 0, m, 0, "small allreduce in stream order");
+  expectMatch(reduced, out, 0, n, 0, "allreduce in stream order");
+  for (int r = 0; r < gRanks; ++r)
+    expectMatch(reduced, outGathered, r * m * 4, m, 0, "allgather of the allreduce's output");
+  expectMatch(reduced, outBcast, 0, m, 0, "broadcast of the allreduce's output, other stream");
+}
+
 TEST(EmuCollectives, HostPointersAreRefused) {
   // A host buffer passed to an emulated-device communicator is the caller's mistake: refused
   // with loomInvalidArgument before anything moves, and the communicator stays usable.
   if (!allEmu()) GTEST_SKIP() << "only the E ranks would call the refused collective";
+  if (std::getenv("LOOM_CLUSTER_SPLIT") != nullptr)
+    GTEST_SKIP() << "a heterogeneous communicator's device ranks may pass host buffers";
   EmuComm ec(configs()[0]);
   ASSERT_NE(ec.comm, nullptr);
   std::vector<float> host(16, 1.0f);

@@ -69,6 +69,12 @@ int main(int argc, char** argv) {
   } else {
     loomCommAbort(comm);
   }
+  // Calls return once enqueued on an emulated device: those still queued when the peer failed
+  // must not leave the stream waiting for ever (their gates open; the outputs are undefined).
+  if (emu && plugin->streamSynchronize(0, nullptr) != loomSuccess) {
+    std::fprintf(stderr, "rank %d: the stream failed after the abort\n", rank);
+    return 1;
+  }
   if (killMode) {
     std::printf("rank %d: call %d returned %d: %s\n", rank, calls, static_cast<int>(result),
                 why.c_str());

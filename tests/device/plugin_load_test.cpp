@@ -46,6 +46,15 @@ TEST(PluginLoad, FailingInit) {
                 {"libloom-test-plugin-init.so", "init failed", "the test plug-in's own message"});
 }
 
+TEST(PluginLoad, TableSize) {
+  // A table that ends before the entries appended to version 1 later (launchHostFunc) is a plug-in
+  // built against an older header: it loads, those entries absent. One shorter still is refused.
+  EXPECT_EQ(loomDevicePluginLoad(plugin("libloom-test-plugin-oldsize.so").c_str()), loomSuccess)
+      << loomGetLastError(nullptr);
+  expectRefused(plugin("libloom-test-plugin-small.so"), loomInvalidArgument,
+                {"libloom-test-plugin-small.so", "its table is 16 bytes", "needs at least"});
+}
+
 TEST(PluginLoad, BadArguments) {
   EXPECT_EQ(loomDevicePluginLoad(nullptr), loomInvalidArgument);
   EXPECT_EQ(loomDevicePluginLoad(""), loomInvalidArgument);

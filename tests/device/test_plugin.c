@@ -70,8 +70,16 @@ static loomResult_t eventQuery(int d, loomDevEvent_t e, int* done) {
   return loomSuccess;
 }
 
+/* TEST_PLUGIN_SIZE: the table as a plug-in built against an older header declares it. */
 #ifndef TEST_PLUGIN_KIND
+#ifdef TEST_PLUGIN_SIZE
+#define TEST_PLUGIN_KIND "test-old"
+#else
 #define TEST_PLUGIN_KIND "test-dev"
+#endif
+#endif
+#ifndef TEST_PLUGIN_SIZE
+#define TEST_PLUGIN_SIZE sizeof(loomDevicePlugin_v1)
 #endif
 #ifndef TEST_PLUGIN_VERSION
 #define TEST_PLUGIN_VERSION LOOM_DEVICE_PLUGIN_VERSION
@@ -80,7 +88,7 @@ static loomResult_t eventQuery(int d, loomDevEvent_t e, int* done) {
 #ifndef TEST_PLUGIN_NO_SYMBOL
 __attribute__((visibility("default")))
 const loomDevicePlugin_v1 loomDevicePluginEntry = {TEST_PLUGIN_VERSION,
-                                                   sizeof(loomDevicePlugin_v1),
+                                                   TEST_PLUGIN_SIZE,
                                                    TEST_PLUGIN_KIND,
                                                    "test",
                                                    0,

@@ -7,10 +7,11 @@
 // A host dereference of a device pointer faults at once, so only the plug-in's copies reach the
 // data. Streams: one worker thread each, running copies and reductions in order some time after
 // they are issued (LOOM_EMU_DELAY_US per operation), so a missing wait shows as a wrong result.
-// Events: generation counters that a stream's worker advances.
+// Events: generation counters that a stream's worker advances. memFree waits for every stream of
+// the device first, as cudaFree does.
 //
 // Test knobs (read when the library loads): LOOM_EMU_DEVICES (devices, default 4),
-// LOOM_EMU_DISABLE=reduce,map_host,host_alloc (optional entries and flags switched off),
+// LOOM_EMU_DISABLE=reduce,map_host,host_alloc,host_func (optional entries and flags switched off),
 // LOOM_EMU_FAIL=init | copy:N (init fails; the Nth copy of the process fails), LOOM_EMU_VERSION
 // (the ABI version the table reports), LOOM_EMU_DELAY_US (default 20).
 #include <sys/mman.h>
@@ -49,7 +50,7 @@ loomResult_t fail(loomResult_t code, std::string message) {
 
 struct Options {
   int devices = 4;
-  bool reduce = true, mapHost = true, hostAlloc = true;
+  bool reduce = true, mapHost = true, hostAlloc = true, hostFunc = true;
   bool failInit = false;
   long failCopyAt = -1;  // the Nth memcpyAsync fails (1-based); -1 never
   unsigned version = LOOM_DEVICE_PLUGIN_VERSION;
@@ -64,6 +65,7 @@ Options readOptions() {
     o.reduce = s.find(",reduce,") == std::string::npos;
     o.mapHost = s.find(",map_host,") == std::string::npos;
     o.hostAlloc = s.find(",host_alloc,") == std::string::npos;
+    o.hostFunc = s.find(",host_func,") == std::string::npos;
   }
   if (const char* v = std::getenv("LOOM_EMU_FAIL")) {
     std::string s = v;
@@ -141,6 +143,7 @@ struct Device {
   std::map<size_t, size_t> holes;        // freed ranges, offset -> bytes
   size_t top = 0;
   Stream* defaultStream = nullptr;
+  std::vector<Stream*> streams;  // every live stream, the default one too (under mutex)
 
   bool contains(const void* p) const {
     auto a = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(addresses);
@@ -217,6 +220,7 @@ loomResult_t emuInit() {
     d.addresses = static_cast<char*>(addresses);
     d.backing = static_cast<char*>(backing);
     d.defaultStream = new Stream(gState->options.delayUs);
+    d.streams.push_back(d.defaultStream);
   }
   gState->initialized = true;
   return loomSuccess;
@@ -263,6 +267,13 @@ loomResult_t emuMemFree(int dev, void* ptr) {
   if (d == nullptr) return noDevice(dev);
   if (ptr == nullptr) return loomSuccess;
   if (!d->contains(ptr)) return fail(loomInvalidArgument, "memFree of a pointer not of the device");
+  // As cudaFree: the device's work in flight finishes first (it may still use the memory).
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(d->mutex);
+    streams = d->streams;
+  }
+  for (Stream* stream : streams) stream->synchronize();
   size_t offset = static_cast<size_t>(static_cast<char*>(ptr) - d->addresses);
   std::lock_guard<std::mutex> lock(d->mutex);
   auto it = d->allocations.find(offset);
@@ -282,13 +293,26 @@ loomResult_t emuMemIsDevice(int dev, const void* ptr, size_t bytes, int* isDevic
 }
 
 loomResult_t emuStreamCreate(int dev, loomStream_t* stream) {
-  if (deviceOf(dev) == nullptr) return noDevice(dev);
-  *stream = reinterpret_cast<loomStream_t>(new Stream(gState->options.delayUs));
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return noDevice(dev);
+  auto* created = new Stream(gState->options.delayUs);
+  {
+    std::lock_guard<std::mutex> lock(d->mutex);
+    d->streams.push_back(created);
+  }
+  *stream = reinterpret_cast<loomStream_t>(created);
   return loomSuccess;
 }
 
-loomResult_t emuStreamDestroy(int, loomStream_t stream) {
-  delete reinterpret_cast<Stream*>(stream);
+loomResult_t emuStreamDestroy(int dev, loomStream_t stream) {
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return noDevice(dev);
+  auto* gone = reinterpret_cast<Stream*>(stream);
+  {
+    std::lock_guard<std::mutex> lock(d->mutex);
+    d->streams.erase(std::remove(d->streams.begin(), d->streams.end(), gone), d->streams.end());
+  }
+  delete gone;
   return loomSuccess;
 }
 
@@ -414,6 +438,16 @@ loomResult_t emuEventQuery(int, loomDevEvent_t event, int* done) {
   return loomSuccess;
 }
 
+// A host function is one more task of the stream's worker: it runs in order, and the stream's
+// later tasks wait for it.
+loomResult_t emuLaunchHostFunc(int dev, loomStream_t stream, void (*fn)(void*), void* arg) {
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return noDevice(dev);
+  if (fn == nullptr) return fail(loomInvalidArgument, "launchHostFunc of a NULL function");
+  streamOf(*d, stream)->enqueue([fn, arg] { fn(arg); });
+  return loomSuccess;
+}
+
 const char* emuGetLastError() { return tlsError.c_str(); }
 
 }  // namespace
@@ -449,6 +483,7 @@ __attribute__((visibility("default"))) loomDevicePlugin_v1 loomDevicePluginEntry
     nullptr,  // memExport: peers exchange data through host memory
     nullptr,
     nullptr,
+    emuLaunchHostFunc,
 };
 
 }  // extern "C"
@@ -464,6 +499,7 @@ __attribute__((constructor)) void configureTable() {
   if (!o.mapHost) loomDevicePluginEntry.flags &= ~LOOM_DEVICE_PLUGIN_MAPS_HOST_MEMORY;
   if (!o.hostAlloc)
     loomDevicePluginEntry.hostAlloc = nullptr, loomDevicePluginEntry.hostFree = nullptr;
+  if (!o.hostFunc) loomDevicePluginEntry.launchHostFunc = nullptr;
 }
 
 }  // namespace

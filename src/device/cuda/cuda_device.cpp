@@ -188,6 +188,17 @@ void CudaDevice::synchronize(loomStream_t stream) {
   LOOM_CUDA_CHECK(cudaStreamSynchronize(streamOf(stream)));
 }
 
+namespace {
+
+void CUDART_CB runHostTask(void* task) { static_cast<HostTask*>(task)->run(); }
+
+}  // namespace
+
+void CudaDevice::enqueueHostTask(HostTask& task, loomStream_t stream) {
+  makeCurrent();
+  LOOM_CUDA_CHECK(cudaLaunchHostFunc(streamOf(stream), runHostTask, &task));
+}
+
 bool usableOnDevice(const void* ptr, int ordinal) {
   cudaPointerAttributes attr{};
   cudaError_t err = cudaPointerGetAttributes(&attr, ptr);

@@ -18,7 +18,8 @@ class CudaDevice final : public Device {
   const DeviceIdentity& identity() const override { return identity_; }
   // Not mapsHostMemory: its kernels cannot read pageable host memory (the shared arena), so host
   // algorithms reach it through pinned staging.
-  DeviceCaps caps() const override { return {false, true, false, true}; }
+  // hostTasks: cudaLaunchHostFunc (the runtime's callback thread runs them in stream order).
+  DeviceCaps caps() const override { return {false, true, false, true, true}; }
   std::string spec() const override { return "cuda:" + std::to_string(ordinal()); }
 
   void* allocate(size_t bytes) override;
@@ -40,6 +41,7 @@ class CudaDevice final : public Device {
   void waitEvent(loomStream_t stream, DeviceEvent& event) override;
   bool eventDone(DeviceEvent& event) override;
   void synchronize(loomStream_t stream) override;
+  void enqueueHostTask(HostTask& task, loomStream_t stream) override;
 
   std::unique_ptr<NativeCollectives> createCollectives(const NativeSetup& setup) override;
 

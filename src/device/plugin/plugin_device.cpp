@@ -25,6 +25,9 @@ class PluginEvent final : public DeviceEvent {
   loomDevEvent_t event_ = nullptr;
 };
 
+// The C ABI's callback: the task is what enqueueHostTask passed.
+void runHostTask(void* task) { static_cast<HostTask*>(task)->run(); }
+
 class PluginDevice final : public Device {
  public:
   PluginDevice(const PluginLibrary& lib, int dev) : lib_(lib), t_(lib.table()), dev_(dev) {
@@ -43,6 +46,7 @@ class PluginDevice final : public Device {
     c.reduces = t_.reduceAsync != nullptr;
     c.mapsHostMemory = (t_.flags & LOOM_DEVICE_PLUGIN_MAPS_HOST_MEMORY) != 0;
     c.peerMappable = t_.memExport != nullptr;
+    c.hostTasks = t_.launchHostFunc != nullptr;
     return c;
   }
   std::string spec() const override { return lib_.kind() + ":" + std::to_string(dev_); }
@@ -128,6 +132,10 @@ class PluginDevice final : public Device {
   }
   void synchronize(loomStream_t stream) override {
     lib_.check(t_.streamSynchronize(dev_, stream), "streamSynchronize");
+  }
+  void enqueueHostTask(HostTask& task, loomStream_t stream) override {
+    if (t_.launchHostFunc == nullptr) return Device::enqueueHostTask(task, stream);
+    lib_.check(t_.launchHostFunc(dev_, stream, runHostTask, &task), "launchHostFunc");
   }
 
  protected:

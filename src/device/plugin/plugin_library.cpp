@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/error.hpp"
@@ -51,10 +52,12 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path) {
   LOOM_CHECK_ARG(header.version == LOOM_DEVICE_PLUGIN_VERSION, "device plug-in ", path,
                  ": it implements device plug-in ABI version ", header.version,
                  ", this Loom implements version ", LOOM_DEVICE_PLUGIN_VERSION);
-  LOOM_CHECK_ARG(header.size >= sizeof(loomDevicePlugin_v1), "device plug-in ", path,
+  // Entries appended to version 1 later are optional: a table that ends before them (a plug-in
+  // built against an older header) leaves them zero, that is absent.
+  LOOM_CHECK_ARG(header.size >= LOOM_DEVICE_PLUGIN_V1_BASE_SIZE, "device plug-in ", path,
                  ": its table is ", header.size, " bytes, version ", LOOM_DEVICE_PLUGIN_VERSION,
-                 " needs ", sizeof(loomDevicePlugin_v1));
-  std::memcpy(&lib->table_, symbol, sizeof(loomDevicePlugin_v1));
+                 " needs at least ", LOOM_DEVICE_PLUGIN_V1_BASE_SIZE);
+  std::memcpy(&lib->table_, symbol, std::min<size_t>(header.size, sizeof(loomDevicePlugin_v1)));
   const loomDevicePlugin_v1& t = lib->table_;
   LOOM_CHECK_ARG(validKind(t.kind), "device plug-in ", path, ": kind '",
                  t.kind == nullptr ? "(null)" : t.kind,

@@ -1,0 +1,123 @@
+// Collectives of a device rank in stream order (comm/stream_jobs.hpp): at call time the stream
+// side of the call is enqueued on the caller's stream and a job handed to the communicator's
+// progress thread; the job later runs the host side. Which halves:
+//   heterogeneous allreduce / reduce / broadcast: pipelined staging in chunks (algorithms/chunked);
+//   heterogeneous allreduce, composed: the cluster's reduce and broadcast are calls of the
+//     cluster's communicator (its own kernels or its own jobs), the leaders' exchange a chunked
+//     job of this communicator whose host part runs on the leaders' host communicator;
+//   everything else: staged or mapped with one gate (algorithms/staged).
+#include "algorithms/partition.hpp"
+#include "base/dtype.hpp"
+#include "base/log.hpp"
+#include "comm/comm.hpp"
+
+namespace loom {
+
+void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
+  // The call's number and signature (the mismatch check) are taken when its host part runs, on
+  // the progress thread, in issue order (runJob).
+  if (checkMode_ >= 2) verifyFingerprint(args);
+  LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " count ", args.count,
+            " ", dtypeName(args.dtype), " -> ", algo.name,
+            hetero_ && elementwise(args.func) ? " (heterogeneous: in chunks)" : "",
+            " (in stream order)");
+  CollArgs a = args;
+  if (a.accum < 0) a.accum = config_.accum;
+  if (hetero_ && composes(a)) return executeComposed(a);
+  if (hetero_ && elementwise(a.func)) return enqueueChunked(a, *this, heteroChunkBytes_);
+  enqueueGated(algo, a);
+}
+
+void Comm::releaseStagingIfIdle() {
+  // Staging memory that grew stays allocated while calls in flight may use it (HostStaging).
+  if (staging_->retiring() && jobs_->idle()) staging_->releaseRetired();
+}
+
+void Comm::enqueueChunked(const CollArgs& args, Comm& host, size_t chunkSetting) {
+  const size_t elementBytes = dtypeSize(args.dtype), total = args.count * elementBytes;
+  const size_t chunk = heteroChunkBytes(total, elementBytes, chunkSetting);
+  releaseStagingIfIdle();
+  char* staging = staging_->recv(total);
+  StreamJob& job = jobs_->begin(args.stream);
+  checkUsable();  // a full queue may have waited for a job that failed
+  job.kind = StreamJob::Kind::kChunked;
+  job.host = &host == this ? nullptr : &host;
+  job.args = args;
+  job.staging = staging;
+  job.chunkBytes = chunk;
+  try {
+    for (size_t i = 0, n = chunkCount(total, chunk); i < n; ++i)
+      job.inputs.push_back(jobs_->takeEvent());
+    enqueuePipelinedStaged(*device_, jobs_->gate(), staging, args, chunk, host.rank_,
+                           job.inputs.data());
+  } catch (...) {
+    jobs_->abandon(args.stream);  // the failure aborts the communicator (the caller's)
+    throw;
+  }
+  jobs_->submit(args.stream);
+}
+
+void Comm::enqueueGated(const Algorithm& algo, const CollArgs& args) {
+  const bool mapped = sharedMemory_ && runsMapped(algo, device_->caps());
+  releaseStagingIfIdle();
+  StreamJob& job = jobs_->begin(args.stream);
+  checkUsable();
+  CollArgs a = args;
+  if (a.func == loomFuncAllToAllv) {
+    // The job runs after the call returned: it keeps its own copy of the count arrays.
+    const size_t* arrays[4] = {a.sendCounts, a.sendDispls, a.recvCounts, a.recvDispls};
+    for (int i = 0; i < 4; ++i) job.counts[i].assign(arrays[i], arrays[i] + nranks_);
+    a.sendCounts = job.counts[0].data();
+    a.sendDispls = job.counts[1].data();
+    a.recvCounts = job.counts[2].data();
+    a.recvDispls = job.counts[3].data();
+  }
+  job.kind = StreamJob::Kind::kGated;
+  job.algo = &algo;
+  job.mapped = mapped;
+  try {
+    job.inputs.push_back(jobs_->takeEvent());
+    if (mapped) {
+      enqueueMapped(*device_, jobs_->gate(), a, *job.inputs[0]);
+      job.args = a;
+    } else {
+      job.args =
+          enqueueStaged(*device_, jobs_->gate(), *staging_, a, rank_, nranks_, *job.inputs[0]);
+    }
+  } catch (...) {
+    jobs_->abandon(args.stream);
+    throw;
+  }
+  jobs_->submit(args.stream);
+}
+
+void Comm::runJob(StreamJob& job) {
+  if (job.host != nullptr) return job.host->runLeaderChunks(job, *device_, jobs_->gate());
+  startClock();  // each call's host part has the communicator's timeout from its start
+  beginCall(job.args);
+  if (job.kind == StreamJob::Kind::kChunked) {
+    auto select = [&](size_t chunkBytes) -> const Algorithm& {
+      return selector_->select(job.args.func, chunkBytes);
+    };
+    runPipelinedHost(select, hostCtx_, *device_, jobs_->gate(), job.staging, job.args,
+                     job.chunkBytes, job.inputs.data());
+  } else {
+    runGated(*job.algo, job.mapped ? ctx_ : hostCtx_, *device_, jobs_->gate(), job.args,
+             *job.inputs[0]);
+  }
+}
+
+void Comm::runLeaderChunks(StreamJob& job, Device& device, StreamGate& gate) {
+  // The leaders' host communicator, on the parent's progress thread (its only user).
+  beginOperation();
+  failOnError([&] {
+    beginCall(job.args);
+    auto select = [&](size_t chunkBytes) -> const Algorithm& {
+      return selector_->select(job.args.func, chunkBytes);
+    };
+    runPipelinedHost(select, hostCtx_, device, gate, job.staging, job.args, job.chunkBytes,
+                     job.inputs.data());
+  });
+}
+
+}  // namespace loom

@@ -1,0 +1,163 @@
+#include "comm/stream_jobs.hpp"
+
+#include <chrono>
+
+#include "base/log.hpp"
+#include "base/wait.hpp"
+
+namespace loom {
+
+StreamJobs::StreamJobs(Device& device, Hooks hooks)
+    : device_(device),
+      hooks_(std::move(hooks)),
+      gate_(std::make_unique<StreamGate>()),
+      lastEnd_(device.createEvent()),
+      slots_(kMaxJobs),
+      thread_([this] { loop(); }) {}
+
+StreamJobs::~StreamJobs() {
+  if (!stopped_) stop();
+}
+
+StreamJob& StreamJobs::begin(loomStream_t stream) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return queued_ < kMaxJobs; });
+  StreamJob& job = slots_[(head_ + queued_) % kMaxJobs];
+  lock.unlock();
+  // A call on another stream than the previous one: its copies into the staging memory and its
+  // gate tasks come after the previous call's (the gate counts its tasks in order).
+  if (haveLast_ && stream != lastStream_) device_.waitEvent(stream, *lastEnd_);
+  job.inputs.clear();
+  for (auto& counts : job.counts) counts.clear();
+  job.host = nullptr;
+  job.algo = nullptr;
+  job.mapped = false;
+  job.staging = nullptr;
+  return job;
+}
+
+DeviceEvent* StreamJobs::takeEvent() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (freeEvents_.empty()) {
+    // More input events in flight than ever before: one more, kept for the next calls.
+    events_.push_back(device_.createEvent());
+    return events_.back().get();
+  }
+  DeviceEvent* event = freeEvents_.back();
+  freeEvents_.pop_back();
+  return event;
+}
+
+void StreamJobs::submit(loomStream_t stream) {
+  device_.recordEvent(*lastEnd_, stream);
+  lastStream_ = stream;
+  haveLast_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++queued_;
+  }
+  changed_.notify_all();
+}
+
+void StreamJobs::abandon(loomStream_t stream) {
+  try {
+    device_.recordEvent(*lastEnd_, stream);
+    lastStream_ = stream;
+    haveLast_ = true;
+  } catch (const std::exception&) {
+    lostTrack_ = true;
+  }
+}
+
+void StreamJobs::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return queued_ == 0; });
+}
+
+bool StreamJobs::idle() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (queued_ > 0) return false;
+  }
+  return !haveLast_ || device_.eventDone(*lastEnd_);
+}
+
+bool StreamJobs::streamsDone(int64_t timeoutMs) {
+  if (!haveLast_) return true;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
+  while (!device_.eventDone(*lastEnd_)) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return true;
+}
+
+void StreamJobs::quiesce() {
+  drain();
+  if (!streamsDone(hooks_.timeoutMs))
+    LOOM_THROW(loomTimeout, "timed out after ", hooks_.timeoutMs / 1000.0,
+               " s waiting for the stream of the previous call to reach its end");
+}
+
+bool StreamJobs::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  stopped_ = true;
+  gate_->open();
+  bool done = false;
+  try {
+    done = !lostTrack_ && streamsDone(hooks_.timeoutMs);
+  } catch (const std::exception&) {  // the device failed: its streams will not run on
+  }
+  if (!done) {
+    LOOM_WARN(kSubsysColl, -1,
+              "destroying a communicator whose device stream has not reached the end of its last "
+              "call; its staging memory, events and gate are left allocated");
+    // Still referenced by work queued on the stream: leaked on purpose.
+    (void)gate_.release();
+    (void)lastEnd_.release();
+    for (auto& event : events_) (void)event.release();
+  }
+  return done;
+}
+
+void StreamJobs::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return queued_ > 0 || stopping_; });
+    if (queued_ == 0) return;  // stopping, and drained
+    StreamJob& job = slots_[head_];
+    const bool skip = failed_;
+    lock.unlock();
+    if (!skip) {
+      try {
+        hooks_.run(job);
+      } catch (const std::exception& e) {
+        const Error error = [&] {
+          if (auto* loomError = dynamic_cast<const Error*>(&e)) return *loomError;
+          return Error(loomInternalError, e.what());
+        }();
+        try {
+          hooks_.fail(error);
+        } catch (...) {  // reporting failed too: the gate below still frees the streams
+        }
+        gate_->open();
+        lock.lock();
+        failed_ = true;
+        lock.unlock();
+      }
+    }
+    lock.lock();
+    for (DeviceEvent* event : job.inputs) freeEvents_.push_back(event);
+    job.inputs.clear();
+    head_ = (head_ + 1) % kMaxJobs;
+    --queued_;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace loom
