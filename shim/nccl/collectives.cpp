@@ -28,25 +28,6 @@ static_assert(ncclSum == static_cast<int>(loomSum) && ncclProd == static_cast<in
                   ncclNumOps == static_cast<int>(loomNumOps),
               "NCCL's built-in reductions and Loom's have the same numbers");
 
-size_t typeBytes(ncclDataType_t type) {
-  switch (type) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-      return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
 // What the Loom side runs a pre-multiplied sum with: the input scaled into scratch, then a sum.
 struct Scaled {
   std::shared_ptr<std::vector<unsigned char>> scratch;

@@ -303,6 +303,25 @@ ncclResult_t submit(Entry entry, ncclComm* comm, bool real, std::function<ncclRe
   return ncclSuccess;
 }
 
+size_t typeBytes(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
 }  // namespace loom::nccl_shim
 
 using namespace loom::nccl_shim;

@@ -12,25 +12,6 @@ using namespace loom::nccl_shim;
 
 namespace {
 
-size_t scalarBytes(ncclDataType_t type) {
-  switch (type) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-      return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
 // Memory of ncclMemAlloc: host memory in host mode, CUDA memory where Loom runs CUDA, else the
 // real NCCL's. The same choice for the life of the process (it follows the environment).
 enum class Allocator { kHost, kCuda, kReal };
@@ -68,7 +49,7 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTyp
   made.type = datatype;
   made.residence = residence;
   if (residence == ncclScalarHostImmediate)
-    std::memcpy(made.value.data(), scalar, scalarBytes(datatype));
+    std::memcpy(made.value.data(), scalar, typeBytes(datatype));
   else
     made.scalar = scalar;
   if (c->loom == nullptr) {

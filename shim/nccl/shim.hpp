@@ -122,6 +122,9 @@ void refuseInGroup(ncclResult_t code);
 // Waits for a non-blocking Loom communicator's queued work.
 ncclResult_t waitLoom(Entry entry, loomComm_t comm);
 
+// Bytes of one element of type (NCCL's types; unknown ones count as 8).
+size_t typeBytes(ncclDataType_t type);
+
 // Loom's config for a new communicator of this process.
 loomConfig_t loomConfigFor(const ncclConfig_t* config, int cudaDevice, std::string* device);
 // The calling thread's CUDA device (LOOM_HAVE_CUDA builds), else -1.
