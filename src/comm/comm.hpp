@@ -258,7 +258,7 @@ class Comm {
   std::vector<DeviceP2POp> stagedOps_;  // the staged batch between begin and end
   loomStream_t stagedStream_ = nullptr;
   char* stagedHost_ = nullptr;
-  std::unique_ptr<StagingEvents> stagingEvents_;  // heterogeneous device ranks: pipelined staging
+  std::unique_ptr<StagingEvents> stagingEvents_;    // heterogeneous device ranks: pipelined staging
   std::unique_ptr<DeviceScratch> hostCallScratch_;  // ... and their calls on host buffers
   // Device ranks whose device runs host tasks: calls in stream order. While it has work, its
   // progress thread alone runs this communicator's host algorithms (and owns the deadline and

@@ -17,8 +17,8 @@ void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
   // The call's number and signature (the mismatch check) are taken when its host part runs, on
   // the progress thread, in issue order (runJob).
   if (checkMode_ >= 2) verifyFingerprint(args);
-  LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " count ", args.count,
-            " ", dtypeName(args.dtype), " -> ", algo.name,
+  LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " count ", args.count, " ",
+            dtypeName(args.dtype), " -> ", algo.name,
             hetero_ && elementwise(args.func) ? " (heterogeneous: in chunks)" : "",
             " (in stream order)");
   CollArgs a = args;

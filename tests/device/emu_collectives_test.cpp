@@ -340,8 +340,8 @@ TEST(EmuCollectives, GroupWithACollectiveBetweenReceiveAndSend) {
   reduced.upload(host);
   EXPECT_LOOM(loomGroupStart());
   EXPECT_LOOM(loomRecv(recv.get(), n, loomFloat32, left, ec.comm, nullptr));
-  EXPECT_LOOM(loomAllReduce(reduced.get(), reduced.get(), n, loomFloat32, loomSum, ec.comm,
-                            nullptr));
+  EXPECT_LOOM(
+      loomAllReduce(reduced.get(), reduced.get(), n, loomFloat32, loomSum, ec.comm, nullptr));
   EXPECT_LOOM(loomSend(send.get(), n, loomFloat32, right, ec.comm, nullptr));
   EXPECT_LOOM(loomGroupEnd());
   expectMatch(Pattern::input(loomFloat32, loomSum, left), recv.download(), 0, n, 0,
