@@ -53,6 +53,16 @@ CollArgs hostChunkArgs(const CollArgs& args, char* host, const Chunk& chunk, siz
   return onHost;
 }
 
+// Chunk i's device->host copy (where this rank has input), then `ready` recorded behind it.
+void copyChunkIn(Device& device, char* host, const CollArgs& args, bool hasInput, size_t i,
+                 size_t total, size_t chunkBytes, DeviceEvent& ready) {
+  Chunk chunk = chunkAt(i, total, chunkBytes);
+  if (hasInput && chunk.bytes > 0)
+    device.copyAsync(host + chunk.offset, static_cast<const char*>(args.send) + chunk.offset,
+                     chunk.bytes, CopyKind::kDeviceToHost, args.stream);
+  device.recordEvent(ready, args.stream);
+}
+
 }  // namespace
 
 bool elementwise(loomFunc_t func) {
@@ -90,15 +100,10 @@ void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx
   const auto [hasInput, takesOutput] = rolesOf(args, hostCtx.rank);
   char* host = staging.recv(total);
   staging.releaseRetired();  // blocking calls: nothing in flight uses old staging memory
-  const char* send = static_cast<const char*>(args.send);
   char* recv = static_cast<char*>(args.recv);
   const size_t n = chunkCount(total, chunkBytes);
   auto copyIn = [&](size_t i) {
-    Chunk chunk = chunkAt(i, total, chunkBytes);
-    if (hasInput && chunk.bytes > 0)
-      device.copyAsync(host + chunk.offset, send + chunk.offset, chunk.bytes,
-                       CopyKind::kDeviceToHost, args.stream);
-    device.recordEvent(events[i], args.stream);
+    copyChunkIn(device, host, args, hasInput, i, total, chunkBytes, events[i]);
   };
   try {
     for (size_t i = 0; i < std::min<size_t>(n, StagingEvents::kLookahead); ++i) copyIn(i);
@@ -130,15 +135,10 @@ int enqueuePipelinedStaged(Device& device, StreamGate& gate, char* host, const C
                            size_t chunkBytes, int rank, DeviceEvent* const* inputs) {
   const size_t total = args.count * dtypeSize(args.dtype);
   const auto [hasInput, takesOutput] = rolesOf(args, rank);
-  const char* send = static_cast<const char*>(args.send);
   char* recv = static_cast<char*>(args.recv);
   const size_t n = chunkCount(total, chunkBytes);
   auto copyIn = [&](size_t i) {
-    Chunk chunk = chunkAt(i, total, chunkBytes);
-    if (hasInput && chunk.bytes > 0)
-      device.copyAsync(host + chunk.offset, send + chunk.offset, chunk.bytes,
-                       CopyKind::kDeviceToHost, args.stream);
-    device.recordEvent(*inputs[i], args.stream);
+    copyChunkIn(device, host, args, hasInput, i, total, chunkBytes, *inputs[i]);
   };
   // The blocking schedule's order on the stream: copies in run the lookahead ahead of the gate
   // and copy out of each chunk, so the copies of chunk c+k overlap the exchange of chunk c.
