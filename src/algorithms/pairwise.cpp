@@ -60,12 +60,10 @@ void runTransfers(const AlgoContext& ctx, std::vector<Transfer>& list) {
   };
   auto gather = [&](PollSet& set) {
     for (const Transfer& t : list)
-      if (t.position < t.bytes)
-        set.add(ctx.channel(t.peer).pollFd(t.isSend), t.isSend ? POLLOUT : POLLIN);
+      if (t.position < t.bytes) addToPollSet(set, ctx.channel(t.peer), t.isSend);
   };
-  thread_local PollSet pollSet;
   while (!done()) {
-    if (!pass()) waitUntil(pass, check, gather, pollSet);
+    if (!pass()) ctx.waiter->until(pass, check, gather);
   }
 }
 

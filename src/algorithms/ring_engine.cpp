@@ -83,12 +83,11 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
   const bool networked = left.pollFd(false) >= 0 || right.pollFd(true) >= 0;
   auto gather = [&](PollSet& set) {
     if (networked) set.markNetworked();
-    if (!recvsDone()) set.add(left.pollFd(false), POLLIN);
-    if (sendBlocked) set.add(right.pollFd(true), POLLOUT);
+    if (!recvsDone()) addToPollSet(set, left, false);
+    if (sendBlocked) addToPollSet(set, right, true);
   };
-  thread_local PollSet pollSet;
   while (!finished()) {
-    if (!progress()) waitUntil(progress, checkNeighbours, gather, pollSet);
+    if (!progress()) ctx.waiter->until(progress, checkNeighbours, gather);
   }
 }
 

@@ -39,6 +39,7 @@ P2PEngine::~P2PEngine() {
     stopping_ = true;
   }
   changed_.notify_all();
+  waiter_.ringSelf();
   if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> lock(mutex_);
   finishAllLocked(loomInvalidUsage,
@@ -75,6 +76,7 @@ void P2PEngine::enqueueLocked(P2PTicket* ticket) {
   incoming_.push_back(ticket);
   posted_.fetch_add(1);
   changed_.notify_all();
+  waiter_.ringSelf();  // a driver asleep on the doorbell takes it at once
 }
 
 void P2PEngine::finish(const std::vector<P2PTicket*>& tickets) {
@@ -139,9 +141,8 @@ void P2PEngine::drive(Until until) {
       if (!pass()) {
         // Nothing moved: wait for bytes (or new tickets, or a stop), checking health meanwhile.
         auto ready = [&] { return posted_.load() != seen || stopping_.load() || pass(); };
-        waitUntil(
-            ready, [&] { healthCheck(); }, [&](PollSet& set) { gatherPointToPoint(ops_, set); },
-            pollSet_);
+        waiter_.until(
+            ready, [&] { healthCheck(); }, [&](PollSet& set) { gatherPointToPoint(ops_, set); });
       }
       finishDone();
     } catch (const Error& e) {

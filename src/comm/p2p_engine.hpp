@@ -25,7 +25,7 @@
 
 #include "algorithms/p2p.hpp"
 #include "base/error.hpp"
-#include "base/wait.hpp"
+#include "base/waiter.hpp"
 
 namespace loom {
 
@@ -58,11 +58,13 @@ struct P2PEngineHooks {
   std::function<void(int peer)> checkPeer;
   // Aborts the communicator with `error` (tells the peers).
   std::function<void(const Error& error)> fail;
+  // How the driving thread waits: on this rank's point-to-point doorbell of the arena.
+  Waiter waiter;
 };
 
 class P2PEngine {
  public:
-  explicit P2PEngine(P2PEngineHooks hooks) : hooks_(std::move(hooks)) {}
+  explicit P2PEngine(P2PEngineHooks hooks) : hooks_(std::move(hooks)), waiter_(hooks_.waiter) {}
   ~P2PEngine();
   P2PEngine(const P2PEngine&) = delete;
   P2PEngine& operator=(const P2PEngine&) = delete;
@@ -106,7 +108,7 @@ class P2PEngine {
   // Callbacks of finished tickets, run outside the mutex (by whoever finished them).
   std::vector<std::pair<std::function<void(loomResult_t)>, loomResult_t>> callbacks_;
   P2PPassState passState_;
-  PollSet pollSet_;
+  Waiter waiter_;  // hooks_.waiter: the driving thread's waits
   Clock::time_point nextPeerCheck_{};
 };
 

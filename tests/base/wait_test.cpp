@@ -6,6 +6,8 @@
 
 #include <stdexcept>
 
+#include "base/waiter.hpp"
+
 namespace loom {
 namespace {
 
@@ -39,9 +41,9 @@ TEST(WaitUntil, EndsWhenReadyTurnsTrueInsideAFailedCheck) {
 
 TEST(WaitUntil, PollingWaitEndsWhenReadyTurnsTrueInsideAFailedCheck) {
   LastBytesMoveAfterPeerExit t;
-  PollSet set;
-  EXPECT_NO_THROW(waitUntil([&] { return t.ready(); }, [&] { t.check(); },
-                            [](PollSet& s) { s.markNetworked(); }, set));
+  Waiter waiter;
+  EXPECT_NO_THROW(waiter.until([&] { return t.ready(); }, [&] { t.check(); },
+                               [](PollSet& s) { s.markNetworked(); }));
   EXPECT_TRUE(t.moved);
 }
 
