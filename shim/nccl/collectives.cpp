@@ -135,8 +135,11 @@ ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
                     std::string(why) + ", and there is no real NCCL to run it: " + missing);
     const Entry entry = call.entry;
     const std::string because = why != nullptr ? why : "";
-    const size_t preIndex = isPreMul ? static_cast<size_t>(call.op) - ncclNumOps : 0;
+    // A pre-multiplied sum runs on an op of the real NCCL made for this call from the definition
+    // as it is now (the caller may destroy its op before a group around the call ends, as NCCL
+    // allows), and destroyed once the real group around the call ended.
     auto realOp = std::make_shared<ncclRedOp_t>(call.op);
+    auto made = std::make_shared<bool>(false);  // prepare made *realOp
     auto prepare = [=]() -> ncclResult_t {
       const RealNccl* lib = realNccl(nullptr);
       if (c->loom != nullptr) {
@@ -144,30 +147,27 @@ ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
           return r;
       }
       if (!isPreMul) return ncclSuccess;
-      std::lock_guard<std::mutex> lock(c->mutex);
-      PreMulSum& made = c->preMulSums[preIndex];
-      if (!made.live) return fail(entry, ncclInvalidArgument, "the reduction was destroyed");
-      if (made.realOp == ncclNumOps) {
-        const void* scalar =
-            made.residence == ncclScalarHostImmediate ? made.value.data() : made.scalar;
-        ncclResult_t r = fromReal(
-            entry, *lib, c->real,
-            lib->RedOpCreatePreMulSum(&made.realOp, const_cast<void*>(scalar), made.type,
-                                      made.residence, reinterpret_cast<ncclComm_t>(c->real)));
-        if (r != ncclSuccess) {
-          made.realOp = ncclNumOps;
-          return r;
-        }
-      }
-      *realOp = made.realOp;
-      return ncclSuccess;
+      const void* scalar =
+          preMul.residence == ncclScalarHostImmediate ? preMul.value.data() : preMul.scalar;
+      ncclResult_t r = fromReal(entry, *lib, c->real,
+                                lib->RedOpCreatePreMulSum(realOp.get(), const_cast<void*>(scalar),
+                                                          preMul.type, preMul.residence,
+                                                          reinterpret_cast<ncclComm_t>(c->real)));
+      *made = r == ncclSuccess;
+      return r;
     };
     auto issue = [=] {
       const RealNccl* lib = realNccl(nullptr);
       return fromReal(entry, *lib, c->real,
                       realFn(*lib, reinterpret_cast<ncclComm_t>(c->real), *realOp));
     };
-    return submit(entry, c, true, prepare, issue);
+    std::function<void()> after;
+    if (isPreMul)
+      after = [=] {
+        if (*made)
+          (void)realNccl(nullptr)->RedOpDestroy(*realOp, reinterpret_cast<ncclComm_t>(c->real));
+      };
+    return submit(entry, c, true, prepare, issue, after);
   }
   loomComm_t comm = c->loom;
   void* stream = c->onHost ? nullptr : static_cast<void*>(call.stream);

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <set>
+#include <unordered_map>
 #include <thread>
 
 #include "shim.hpp"
@@ -26,6 +28,7 @@ struct PendingOp {
   bool real;
   std::function<ncclResult_t()> prepare;  // real ops: makes the real communicator if needed
   std::function<ncclResult_t()> issue;
+  std::function<void()> after;  // once the real NCCL's group around it ended (or it was issued)
 };
 struct GroupState {
   int depth = 0;
@@ -43,6 +46,7 @@ ncclResult_t firstFailure(ncclResult_t a, ncclResult_t b) {
 ncclResult_t issueCounted(const PendingOp& op) {
   ncclResult_t result = op.prepare ? op.prepare() : ncclSuccess;
   if (result == ncclSuccess) result = op.issue();
+  if (op.after) op.after();
   if (result != ncclSuccess && result != ncclInProgress) count(op.entry, Route::kError);
   return result;
 }
@@ -79,7 +83,10 @@ ncclResult_t runOps(const std::vector<const PendingOp*>& ops) {
     if (issued != ncclSuccess && issued != ncclInProgress) count(op->entry, Route::kError);
     result = firstFailure(result, issued);
   }
-  return firstFailure(result, fromReal(Entry::kGroupEnd, *lib, nullptr, lib->GroupEnd()));
+  result = firstFailure(result, fromReal(Entry::kGroupEnd, *lib, nullptr, lib->GroupEnd()));
+  for (const PendingOp* op : ready)
+    if (op->after) op->after();
+  return result;
 }
 
 }  // namespace
@@ -210,11 +217,49 @@ loomConfig_t loomConfigFor(const ncclConfig_t* config, int cudaDevice, std::stri
   return cfg;
 }
 
+namespace {
+
+// The real NCCL's communicators this shim made, by their real handle. The real library calls some
+// of its own exported functions (ncclCommGetAsyncError inside every collective); where it was
+// loaded before the shim without RTLD_DEEPBIND (torch preloads it with RTLD_GLOBAL), those calls
+// bind to the shim's functions and arrive with the real handle, which stands for its shim
+// communicator.
+struct RealHandles {
+  std::mutex mutex;
+  std::unordered_map<const RealComm*, ncclComm*> shimOf;
+};
+RealHandles& realHandles() {
+  static RealHandles handles;  // process-wide, as the real NCCL's own state
+  return handles;
+}
+
+ncclComm* shimCommOfReal(const void* handle) {
+  RealHandles& h = realHandles();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  auto it = h.shimOf.find(static_cast<const RealComm*>(handle));
+  return it == h.shimOf.end() ? nullptr : it->second;
+}
+
+}  // namespace
+
+bool isRealHandle(ncclComm_t handle) {
+  return handle != nullptr && handle->magic != ncclComm::kMagic && shimCommOfReal(handle) != nullptr;
+}
+
+void setReal(ncclComm* comm, RealComm* real) {
+  RealHandles& h = realHandles();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  if (comm->real != nullptr) h.shimOf.erase(comm->real);
+  comm->real = real;
+  if (real != nullptr) h.shimOf[real] = comm;
+}
+
 ncclComm* checkComm(Entry entry, ncclComm_t comm, ncclResult_t* error) {
   if (comm == nullptr) {
     *error = fail(entry, ncclInvalidArgument, "comm is NULL");
     return nullptr;
   }
+  if (ncclComm* mine = shimCommOfReal(comm)) return mine;
   if (comm->magic != ncclComm::kMagic) {
     *error = fail(entry, ncclInvalidArgument, "comm is not a communicator of this library");
     return nullptr;
@@ -274,7 +319,7 @@ ncclResult_t ensureReal(Entry entry, ncclComm* comm, const char* why, const Real
     result = (*lib)->CommInitRank(&real, comm->nranks, id, comm->rank);
   }
   if (fromReal(entry, **lib, nullptr, result) != ncclSuccess) return failTwin(result);
-  comm->real = reinterpret_cast<RealComm*>(real);
+  setReal(comm, reinterpret_cast<RealComm*>(real));
   return ncclSuccess;
 }
 
@@ -295,9 +340,9 @@ ncclResult_t waitLoom(Entry entry, loomComm_t comm) {
 }
 
 ncclResult_t submit(Entry entry, ncclComm* comm, bool real, std::function<ncclResult_t()> prepare,
-                    std::function<ncclResult_t()> issue) {
+                    std::function<ncclResult_t()> issue, std::function<void()> after) {
   count(entry, real ? Route::kNccl : Route::kLoom);
-  PendingOp op{entry, comm, real, std::move(prepare), std::move(issue)};
+  PendingOp op{entry, comm, real, std::move(prepare), std::move(issue), std::move(after)};
   if (tlsGroup.depth == 0) return issueCounted(op);
   tlsGroup.ops.push_back(std::move(op));
   return ncclSuccess;

@@ -52,16 +52,10 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTyp
     std::memcpy(made.value.data(), scalar, typeBytes(datatype));
   else
     made.scalar = scalar;
-  if (c->loom == nullptr) {
-    const RealNccl* lib = realNccl(nullptr);
-    count(entry, Route::kNccl);
-    ncclResult_t r = fromReal(entry, *lib, c->real,
-                              lib->RedOpCreatePreMulSum(&made.realOp, scalar, datatype, residence,
-                                                        reinterpret_cast<ncclComm_t>(c->real)));
-    if (r != ncclSuccess) return r;
-  } else {
-    count(entry, Route::kLoom);
-  }
+  // The real NCCL's own op, where a call falls back, is made for that call from this definition
+  // (collectives.cpp): the caller may destroy this op as soon as its last call returned, before
+  // a group around it ends.
+  count(entry, Route::kLoom);
   std::lock_guard<std::mutex> lock(c->mutex);
   size_t index = 0;
   while (index < c->preMulSums.size() && c->preMulSums[index].live) ++index;
@@ -82,18 +76,9 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
       !c->preMulSums[index].live)
     return fail(entry, ncclInvalidArgument,
                 "op " + std::to_string(op) + " was not made by ncclRedOpCreatePreMulSum on comm");
-  PreMulSum& made = c->preMulSums[index];
-  ncclResult_t result = ncclSuccess;
-  if (made.realOp != ncclNumOps && c->real != nullptr) {
-    const RealNccl* lib = realNccl(nullptr);
-    count(entry, Route::kNccl);
-    result = fromReal(entry, *lib, c->real,
-                      lib->RedOpDestroy(made.realOp, reinterpret_cast<ncclComm_t>(c->real)));
-  } else {
-    count(entry, Route::kLoom);
-  }
-  made = PreMulSum{};
-  return result;
+  count(entry, Route::kLoom);
+  c->preMulSums[index] = PreMulSum{};
+  return ncclSuccess;
 }
 
 ncclResult_t ncclMemAlloc(void** ptr, size_t size) {

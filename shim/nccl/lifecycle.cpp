@@ -40,6 +40,7 @@ ncclComm* newComm(int nranks, int rank, int cudaDevice, const ncclConfig_t* conf
 }
 
 void deleteComm(ncclComm* c) {
+  setReal(c, nullptr);
   c->magic = 0;  // a later call with this handle is refused rather than trusted
   delete c;
 }
@@ -52,7 +53,7 @@ ncclComm* wrapReal(const RealNccl& lib, ncclComm_t real, const ncclConfig_t* con
   if (lib.CommCuDevice != nullptr) lib.CommCuDevice(real, &device);
   ncclComm* c = newComm(nranks, rank, device, config);
   c->cudaDevice = device;
-  c->real = reinterpret_cast<RealComm*>(real);
+  setReal(c, reinterpret_cast<RealComm*>(real));
   return c;
 }
 
@@ -308,6 +309,11 @@ namespace {
 // Finalize, destroy, abort: Loom's side then the real NCCL's.
 ncclResult_t endComm(Entry entry, ncclComm_t comm, loomResult_t (*loomEnd)(loomComm_t),
                      ncclResult_t (*RealNccl::*realEnd)(ncclComm_t), bool free) {
+  // The real NCCL ending its own communicator from inside (see checkComm): its call, untouched.
+  if (isRealHandle(comm)) {
+    const RealNccl* lib = realNccl(nullptr);
+    return lib->*realEnd != nullptr ? (lib->*realEnd)(comm) : ncclSuccess;
+  }
   ncclResult_t error = ncclSuccess;
   ncclComm* c = checkComm(entry, comm, &error);
   if (c == nullptr) return error;

@@ -58,7 +58,6 @@ struct PreMulSum {
   ncclScalarResidence_t residence = ncclScalarHostImmediate;
   std::array<unsigned char, 8> value{};  // host-immediate scalars, read at creation
   const void* scalar = nullptr;          // ncclScalarDevice: read when the collective runs
-  ncclRedOp_t realOp = ncclNumOps;       // the twin's own op, once made there
 };
 
 // Window and registration handles: the real NCCL's where the communicator is the real one's.
@@ -93,6 +92,12 @@ struct ncclComm {
 
 namespace loom::nccl_shim {
 
+// Sets comm's real NCCL communicator (null: none), so that a call that arrives with the real
+// handle finds comm (checkComm).
+void setReal(ncclComm* comm, RealComm* real);
+// Whether handle is a real NCCL communicator this shim made (a call from inside the real NCCL).
+bool isRealHandle(ncclComm_t handle);
+
 // ncclGetLastError's message on this thread.
 void setLastError(const std::string& message);
 const char* lastError();
@@ -113,9 +118,10 @@ ncclResult_t ensureReal(Entry entry, ncclComm* comm, const char* why, const Real
 
 // Runs an operation now or, inside a group, at ncclGroupEnd. loom and real ops of one group run
 // as Loom's group then the real NCCL's group. prepare (real ops, may be empty) runs first, outside
-// the real NCCL's group: it makes the communicator's real side on first need.
+// the real NCCL's group: it makes the communicator's real side on first need. after (may be empty)
+// runs once the real NCCL's group around the operation ended, or right after it was issued.
 ncclResult_t submit(Entry entry, ncclComm* comm, bool real, std::function<ncclResult_t()> prepare,
-                    std::function<ncclResult_t()> issue);
+                    std::function<ncclResult_t()> issue, std::function<void()> after = {});
 int groupDepth();
 // An operation refused inside a group fails the group's end too (as in NCCL).
 void refuseInGroup(ncclResult_t code);

@@ -8,7 +8,8 @@
 # PYTHON (default python3): the python with CUDA torch. For the comparison with the "loom" backend
 # the loom package must import there; if it does not, it is built with CUDA into a venv of its own
 # under OUTDIR (--system-site-packages, pip --no-build-isolation: needs scikit-build-core and
-# nanobind in PYTHON's environment; else that comparison is SKIP). Runs, each log under OUTDIR:
+# nanobind in PYTHON's environment; else that comparison is SKIP; SHIM_SKIP_LOOM=1 skips it without
+# building, about 5 minutes less). Runs, each log under OUTDIR:
 #   1. which nccl* symbols torch's libtorch_cuda.so needs that the shim does not export;
 #   2. nccl_api_test on CUDA buffers at 1 rank and at 2 ranks sharing GPU 0 (under CUDA MPS when
 #      nvidia-cuda-mps-control is there), fallback to torch's real NCCL at 1 rank;
@@ -162,6 +163,8 @@ if [[ $torch_ok == 1 ]]; then
   loom_python=$python
   if "$python" -c "import loom, loom._loom_torch" 2>/dev/null; then
     have_loom=1
+  elif [[ -n ${SHIM_SKIP_LOOM:-} ]]; then
+    echo "=== SHIM_SKIP_LOOM: no comparison with the loom backend"
   else
     echo "=== the loom package (CUDA) into $out/venv (log: $out/pip.log)"
     if "$python" -m venv --system-site-packages "$out/venv" >"$out/pip.log" 2>&1 &&

@@ -229,6 +229,22 @@ void testPreMulSum(ncclComm_t comm, int n, const char* mode) {
         get(got, recv, count / (size_t)n * es);
         CHECK(same(got, want + (size_t)g_rank * (count / (size_t)n) * es, count / (size_t)n * es),
               "premul reducescatter type %d", g_type);
+        /* As torch does: the op is destroyed once the call returned, before its group ends. */
+        ncclRedOp_t once;
+        NCCLOK(ncclRedOpCreatePreMulSum(&once, residence ? deviceScalar : (void*)scalar, g_type,
+                                        residence ? ncclScalarDevice : ncclScalarHostImmediate,
+                                        comm));
+        memset(got, 0, count * es);
+        put(recv, got, count * es);
+        NCCLOK(ncclGroupStart());
+        NCCLOK(ncclAllReduce(send, recv, count, g_type, once, comm, g_stream));
+        NCCLOK(ncclRedOpDestroy(once, comm));
+        ncclResult_t ended = ncclGroupEnd();
+        CHECK(ended == ncclSuccess, "premul allreduce whose op was destroyed in its group: %s",
+              ncclGetLastError(comm));
+        get(got, recv, count * es);
+        CHECK(same(got, want, count * es), "premul sum in a group, type %d residence %d", g_type,
+              residence);
       }
       NCCLOK(ncclRedOpDestroy(op, comm));
     }
