@@ -286,13 +286,27 @@ TEST(RudpFlow, SackBitmapMeansWhatItSays) {
   std::memcpy(&bits, acks[0].payload.data(), 8);
   EXPECT_EQ(bits, 0b11u);  // bit 0 = packet 3, bit 1 = packet 4
   sender.onPacket(acks[0].h, acks[0].payload, 4000);
-  // A timeout later, only 2 and 5 go again.
+  // A timeout later, the lowest missing packet goes again, never 3 or 4.
+  auto dataSeqs = [](const std::vector<Outgoing>& v) {
+    std::vector<uint64_t> seqs;
+    for (const Outgoing& o : v)
+      if (o.h.type == PacketType::kData) seqs.push_back(o.h.seq);
+    return seqs;
+  };
+  uint64_t now = 4000 + 2 * cfg.rtoMaxNs;
   std::vector<Outgoing> again;
-  sender.collect(4000 + 2 * cfg.rtoMaxNs, again, 64);
-  std::vector<uint64_t> seqs;
-  for (const Outgoing& o : again)
-    if (o.h.type == PacketType::kData) seqs.push_back(o.h.seq);
-  EXPECT_EQ(seqs, (std::vector<uint64_t>{2, 5}));
+  sender.collect(now, again, 64);
+  ASSERT_EQ(dataSeqs(again), (std::vector<uint64_t>{2}));
+  // Its delivery (sent after 5) shows 5 lost (RACK): 5 goes, and still not 3 or 4.
+  receiver.onPacket(again[0].h, again[0].payload, now + 1000);
+  acks.clear();
+  receiver.collect(now + 1000, acks, 64);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].h.seq, 5u);
+  sender.onPacket(acks[0].h, acks[0].payload, now + 2000);
+  std::vector<Outgoing> last;
+  sender.collect(now + 2000 + 2 * cfg.rtoInitNs, last, 64);
+  EXPECT_EQ(dataSeqs(last), (std::vector<uint64_t>{5}));
 }
 
 TEST(RudpFlow, RttComesFromTheEchoedTimestamp) {
