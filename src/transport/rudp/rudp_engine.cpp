@@ -255,14 +255,21 @@ void RudpEngine::run() {
         h.tsval = now;
         char header[rudp::kHeaderBytes];
         rudp::encodeHeader(h, key_, {}, header);
-        transmit(0, st->peer, header, {}, now);
-        flush();  // the header lives on this stack
+        {
+          std::lock_guard<std::mutex> send(sendMu_);
+          transmit(0, st->peer, header, {}, now);
+          flush();  // the header lives on this stack
+        }
         std::lock_guard<std::mutex> lock(st->mu);
         st->flow.fail("this rank's communicator failed (" + resetWhy_ + ")");
         signal(st->dataReady);
         drain(st->roomPipe[0].get());
       }
     }
+    // Published before the timers are read: a caller that sends after this point and sees no
+    // deadline yet, or a later one than its flow needs, wakes the thread (sendNow).
+    plannedWake_.store(0);
+    sleeping_.store(true);
     uint64_t next = UINT64_MAX;
     bool busy = false;
     for (auto& st : flows_) {
@@ -271,13 +278,18 @@ void RudpEngine::run() {
       next = std::min(next, st->flow.nextTimer());
       busy |= st->flow.wantsToSend();
     }
-    for (const Held& h : held_) next = std::min(next, h.due);
+    {
+      std::lock_guard<std::mutex> send(sendMu_);
+      for (const Held& h : held_) next = std::min(next, h.due);
+    }
     long timeoutNs = busy                 ? 0
                      : next == UINT64_MAX ? 100'000'000L
                      : next <= now        ? 0
                                    : static_cast<long>(std::min<uint64_t>(next - now, 100'000'000));
     timespec ts{timeoutNs / 1'000'000'000, timeoutNs % 1'000'000'000};
+    plannedWake_.store(now + static_cast<uint64_t>(timeoutNs));
     int ready = ppoll(pfds.data(), pfds.size(), &ts, nullptr);
+    sleeping_.store(false);
     now = nowNs();
     if (ready > 0) {
       if (pfds.back().revents & POLLIN) drain(wakeFd_.get());
@@ -293,11 +305,34 @@ void RudpEngine::run() {
       }
       wakeReaders();
     }
+    std::lock_guard<std::mutex> send(sendMu_);
     releaseHeld(now, false);
     for (auto& st : flows_)
       if (st) sendFlow(*st, now);
   }
+  std::lock_guard<std::mutex> send(sendMu_);
   releaseHeld(nowNs(), true);
+}
+
+void RudpEngine::sendNow(RudpFlowState& st) {
+  // The caller sends what its flow has (no hand-off to the thread, one wake-up less per
+  // message); if the thread is sending right now, it is told to come round again instead.
+  if (!sendMu_.try_lock()) {
+    wake();
+    return;
+  }
+  sendFlow(st, nowNs());
+  sendMu_.unlock();
+  uint64_t timer;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    timer = st.flow.nextTimer();
+  }
+  // The thread runs the flow's timers (loss probe, timeout): wake it if it sleeps past them.
+  if (sleeping_.load()) {
+    uint64_t planned = plannedWake_.load();
+    if (planned == 0 || timer < planned) wake();
+  }
 }
 
 bool RudpEngine::receive(int path, uint64_t now) {

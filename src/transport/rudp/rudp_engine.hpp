@@ -14,8 +14,10 @@
 //    a flow over paths in bursts and one path's datagrams arrive in order. It also serves flows
 //    nobody calls any more, so the last bytes of a collective still get retransmitted after the
 //    caller moved on.
-//  - Channels (rudp_channel.hpp) copy into and out of a flow's rings under its mutex and wake
-//    the thread; their waits block on an eventfd (data arrived) or a one-page pipe (room freed).
+//  - Channels (rudp_channel.hpp) copy into and out of a flow's rings under its mutex; a send
+//    leaves from the caller's thread when the thread is not sending (sendNow), which wakes the
+//    thread only if it sleeps past the flow's timers; waits block on an eventfd (data arrived)
+//    or a one-page pipe (room freed).
 //  - Destruction lingers, bounded, until what was sent is acknowledged, then logs the counters.
 // A test-only fault layer (LOOM_RUDP_FAULTS) drops, duplicates and delays outgoing datagrams.
 #pragma once
@@ -79,8 +81,11 @@ class RudpEngine {
   std::unique_ptr<Channel> channel(int peer, int cls);
   // The communicator failed: every peer is told (best effort) and every flow fails.
   void reset(const std::string& why);
-  // Wakes the progress thread (the channels call it after writing or freeing room).
+  // Wakes the progress thread.
   void wake();
+  // From a channel: sends what the flow has now, from the calling thread when it can.
+  void sendNow(RudpFlowState& st);
+
   // One line per remote peer: retransmissions, timeouts, RTT, duplicates, out-of-order, ...
   std::string describeCounters() const;
   int paths() const { return static_cast<int>(sockets_.size()); }
@@ -125,6 +130,11 @@ class RudpEngine {
   std::vector<socklen_t> addrLen_;                     // [peer]
   std::vector<std::unique_ptr<RudpFlowState>> flows_;  // [peer * classes + cls], null if local
   Fd wakeFd_;
+  // Sending (the scratch below, the fault layer) belongs to one thread at a time: the progress
+  // thread or a channel's caller (sendNow). Receiving is the progress thread's alone.
+  std::mutex sendMu_;
+  std::atomic<bool> sleeping_{false};
+  std::atomic<uint64_t> plannedWake_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> resetRequested_{false};
   std::string resetWhy_;

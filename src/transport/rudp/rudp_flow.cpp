@@ -236,8 +236,12 @@ void Flow::enterRecovery() {
   if (recovery_) return;  // one reduction per episode: a burst of losses is one signal
   recovery_ = true;
   recoveryEnd_ = sndNxt_;
-  cwnd_ = std::max(cwnd_ * kBeta, static_cast<double>(cfg_.minCwnd));
+  // Back off, then regrow at slow-start speed to where the window was (about half an RTT), and
+  // probe beyond it additively: on a fabric that drops at random a loss is not a full queue,
+  // and a window that takes hundreds of RTTs to regrow (Reno) would make 1 % loss cost most of the
+  // throughput; a real bottleneck still sees the window dip at every episode and stop growing.
   ssthresh_ = cwnd_;
+  cwnd_ = std::max(cwnd_ * kBeta, static_cast<double>(cfg_.minCwnd));
 }
 
 // ---------------------------------------------------------------- the in-flight list
