@@ -200,11 +200,15 @@ void Flow::delivered(uint64_t seq, uint64_t tsecr, uint64_t now) {
 }
 
 uint64_t Flow::reorderWindow() const {
-  uint64_t base = minRtt_ == UINT64_MAX ? cfg_.rtoMinNs : minRtt_ / 4;
-  // A floor: the receiver drains its path sockets one batch at a time and shares cores with the
-  // ranks, so packets of one flight routinely arrive a few hundred microseconds out of order.
-  return std::max<uint64_t>(kMinReorderNs,
-                            std::min<uint64_t>(base * reoMult_, haveRtt_ ? srtt_ : cfg_.rtoInitNs));
+  // RFC 8985's window, min RTT / 4, grown by the multiplier each time the receiver reports
+  // duplicates (a "loss" was a reordering), capped by SRTT. With a floor: the receiver drains its
+  // path sockets a batch at a time and shares cores with the ranks, so packets of one flight
+  // routinely arrive a few hundred microseconds out of order; and the base is at least a quarter
+  // of that floor so that the multiplier can lift the window above it when the host stalls
+  // longer (a scheduling pause between ACKing one path and reading the other).
+  uint64_t base = minRtt_ == UINT64_MAX ? cfg_.rtoMinNs : std::max(minRtt_ / 4, kMinReorderNs / 4);
+  uint64_t cap = haveRtt_ ? srtt_ : cfg_.rtoInitNs;
+  return std::max<uint64_t>(kMinReorderNs, std::min<uint64_t>(base * reoMult_, cap));
 }
 
 void Flow::detectLosses(uint64_t now) {
