@@ -332,7 +332,9 @@ void Flow::onTimers(uint64_t now) {
 }
 
 uint64_t Flow::probeTimeout() const {
-  if (tail_ < 0 || tlpSent_) return UINT64_MAX;
+  // Not after a timeout (backoff_ > 0) until an ACK delivers new data: the backed-off timer
+  // alone paces the retries to a silent peer.
+  if (tail_ < 0 || tlpSent_ || backoff_ > 0) return UINT64_MAX;
   uint64_t pto = haveRtt_ ? std::max<uint64_t>(2 * srtt_, 200'000) : cfg_.rtoInitNs;
   return sent_[tail_].lastSent + std::min(pto, effectiveRto());
 }

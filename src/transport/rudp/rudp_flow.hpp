@@ -11,9 +11,10 @@
 // doubled on each timeout). Loss is found by time (RACK, RFC 8985): a packet is lost when one sent
 // later has been delivered and more than the delivered packet's RTT plus a reordering window has
 // passed since it was sent; the window grows when the receiver reports duplicates, i.e. when a
-// loss was a reordering. A retransmission timeout (no ACK of new data for an RTO) sends the oldest
-// packet again and backs off, without presuming the rest lost. The congestion window (packets in
-// flight) grows per ACK and shrinks once per loss episode; it never drops below a floor. A packet
+// loss was a reordering. A retransmission timeout (no ACK of new data for an RTO) sends the lowest
+// unacknowledged packet again and backs off, without presuming the rest lost. The congestion
+// window (packets in flight) shrinks x0.7 once per loss episode (never below a floor), regrows at
+// slow-start speed to its size before the loss, then additively. A packet
 // sent more than maxRetries + 1 times, or a silent peer that ignores as many probes, fails the
 // flow: every later call reports the peer unreachable.
 //
