@@ -21,7 +21,7 @@ namespace loom {
 
 namespace {
 
-constexpr size_t kBatch = 32;             // buffers per recvmmsg
+constexpr size_t kBatch = 32;             // datagrams per sendmmsg when GSO is off
 constexpr size_t kRecvBatch = 8;          // buffers per recvmmsg of one path before the next path
 constexpr size_t kRoom = 256;             // datagrams a flow may emit per round
 constexpr size_t kMaxSegments = 64;       // datagrams per GSO burst (the kernel's older limit)
@@ -166,7 +166,7 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       flows_[peer * s.classes + cls] = std::make_unique<RudpFlowState>(peer, cls, fc);
   }
   wakeFd_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  recvBufs_.resize(kBatch * 65536);
+  recvBufs_.resize(kRecvBatch * 65536);
   headers_.resize(kRoom * rudp::kHeaderBytes);
   burst_.iov.reserve(4 * kMaxSegments);
   thread_ = std::thread([this] { run(); });
