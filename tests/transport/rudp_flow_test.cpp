@@ -286,13 +286,114 @@ TEST(RudpFlow, SackBitmapMeansWhatItSays) {
   std::memcpy(&bits, acks[0].payload.data(), 8);
   EXPECT_EQ(bits, 0b11u);  // bit 0 = packet 3, bit 1 = packet 4
   sender.onPacket(acks[0].h, acks[0].payload, 4000);
-  // A timeout later, only 2 and 5 go again.
+  // A timeout later, the lowest missing packet goes again, never 3 or 4.
+  auto dataSeqs = [](const std::vector<Outgoing>& v) {
+    std::vector<uint64_t> seqs;
+    for (const Outgoing& o : v)
+      if (o.h.type == PacketType::kData) seqs.push_back(o.h.seq);
+    return seqs;
+  };
+  uint64_t now = 4000 + 2 * cfg.rtoMaxNs;
   std::vector<Outgoing> again;
-  sender.collect(4000 + 2 * cfg.rtoMaxNs, again, 64);
-  std::vector<uint64_t> seqs;
-  for (const Outgoing& o : again)
-    if (o.h.type == PacketType::kData) seqs.push_back(o.h.seq);
-  EXPECT_EQ(seqs, (std::vector<uint64_t>{2, 5}));
+  sender.collect(now, again, 64);
+  ASSERT_EQ(dataSeqs(again), (std::vector<uint64_t>{2}));
+  // Its delivery (sent after 5) shows 5 lost (RACK): 5 goes, and still not 3 or 4.
+  receiver.onPacket(again[0].h, again[0].payload, now + 1000);
+  acks.clear();
+  receiver.collect(now + 1000, acks, 64);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].h.seq, 5u);
+  sender.onPacket(acks[0].h, acks[0].payload, now + 2000);
+  std::vector<Outgoing> last;
+  sender.collect(now + 2000 + 2 * cfg.rtoInitNs, last, 64);
+  EXPECT_EQ(dataSeqs(last), (std::vector<uint64_t>{5}));
+}
+
+// A timeout with a whole flight unacknowledged (a late ACK looks just like this on a loaded host)
+// sends one packet, the lowest, and cuts the window once; it does not resend the flight or
+// collapse the window to its floor. Backed off, the next timeout retries the same packet.
+TEST(RudpFlow, ATimeoutResendsTheLowestPacketAndKeepsMostOfTheWindow) {
+  FlowConfig cfg = smallConfig();
+  Flow sender(cfg);
+  std::vector<char> data = pattern(200 * 1024, 13);
+  sender.write(data.data(), data.size());
+  std::vector<Outgoing> out;
+  sender.collect(1, out, 1024);
+  ASSERT_EQ(out.size(), cfg.initialCwnd);
+  const double before = sender.stats().cwnd;
+  uint64_t now = sender.nextTimer();
+  ASSERT_GE(now, 1 + cfg.rtoMinNs);
+  out.clear();
+  sender.collect(now, out, 1024);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.seq, 1u);
+  FlowStats st = sender.stats();
+  EXPECT_EQ(st.timeouts, 1u);
+  EXPECT_DOUBLE_EQ(st.cwnd, before * 0.7);
+  // Backed off: the next timeout is at least twice as far, and retries packet 1 again.
+  uint64_t next = sender.nextTimer();
+  EXPECT_GE(next - now, 2 * cfg.rtoMinNs);
+  out.clear();
+  sender.collect(next, out, 1024);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.seq, 1u);
+  EXPECT_EQ(sender.stats().timeouts, 2u);
+}
+
+// Hands the sender's datagrams to the receiver (but the round's first data packet when dropFirst)
+// and the receiver's ACK back, 1 ms each way; the receiver's reader consumes everything. With a
+// 2 ms RTT, RACK (RTT + 1 ms) finds a lost packet before the tail loss probe (2 SRTT) resends it.
+void exchange(Flow& s, Flow& r, uint64_t& now, bool dropFirst) {
+  std::vector<Outgoing> out, acks;
+  s.collect(now, out, 1 << 16);
+  now += kMs;
+  bool first = true;
+  for (const Outgoing& o : out) {
+    if (o.h.type != PacketType::kData) continue;
+    if (!(first && dropFirst)) r.onPacket(o.h, o.payload, now);
+    first = false;
+  }
+  for (std::span<const char> sp = r.readable(1 << 30); !sp.empty(); sp = r.readable(1 << 30))
+    r.consume(sp.size());
+  r.collect(now, acks, 16);
+  now += kMs;
+  for (const Outgoing& a : acks)
+    if (a.h.type == PacketType::kAck) s.onPacket(a.h, a.payload, now);
+}
+
+// One random loss costs a dip, not the window: after the x0.7 cut the window is back to its size
+// before the loss within two loss-free round trips (Reno would have added two packets).
+TEST(RudpFlow, TheWindowRegrowsToItsSizeBeforeALossWithinTwoRtts) {
+  FlowConfig cfg = smallConfig();
+  cfg.windowBytes = 4 << 20;
+  Flow s(cfg), r(cfg);
+  std::vector<char> data = pattern(1 << 20, 14);
+  uint64_t now = 1;
+  // Slow start doubles the window every loss-free round; the round whose ACK shows the loss cuts
+  // it.
+  std::vector<double> cwnd = {s.stats().cwnd};
+  for (int round = 0; round < 200 && s.stats().retransmits == 0; ++round) {
+    while (s.write(data.data(), data.size()) > 0) {
+    }
+    exchange(s, r, now, round == 3);
+    cwnd.push_back(s.stats().cwnd);
+  }
+  ASSERT_EQ(s.stats().retransmits, 1u) << "the dropped packet was never found lost";
+  EXPECT_EQ(s.stats().timeouts, 0u);  // found by RACK, not by a timeout
+  size_t cutRound = 0;
+  for (size_t i = 1; i < cwnd.size(); ++i)
+    if (cwnd[i] < 1.9 * cwnd[i - 1]) cutRound = i;
+  ASSERT_GT(cutRound, 0u);
+  const double cut = cwnd[cutRound], before = cut / 0.7;
+  EXPECT_GT(cut, 4.0 * cfg.minCwnd);  // a dip, not a collapse
+  // Two round trips after the cut: one repaired the hole (the receive window was stuck behind
+  // it), the next sent a full flight.
+  for (size_t round = cwnd.size() - 1; round < cutRound + 2; ++round) {
+    while (s.write(data.data(), data.size()) > 0) {
+    }
+    exchange(s, r, now, false);
+  }
+  EXPECT_GE(s.stats().cwnd, before);
 }
 
 TEST(RudpFlow, RttComesFromTheEchoedTimestamp) {

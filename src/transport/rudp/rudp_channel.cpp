@@ -50,7 +50,7 @@ size_t RudpChannel::trySend(const void* data, size_t bytes) {
       st_.sendBlocked = true;
     }
   }
-  if (moved > 0) engine_.wake();
+  if (moved > 0) engine_.sendNow(st_);
   return wholeGroups(done, bytes, padded, sentAhead_);
 }
 
@@ -77,7 +77,7 @@ void RudpChannel::consume(size_t bytes) {
     std::lock_guard<std::mutex> lock(st_.mu);
     tell = st_.flow.consume(roundUp8(bytes));
   }
-  if (tell) engine_.wake();
+  if (tell) engine_.sendNow(st_);
 }
 
 size_t RudpChannel::tryReceive(void* dst, size_t bytes) {
@@ -108,7 +108,7 @@ size_t RudpChannel::tryReceive(void* dst, size_t bytes) {
       st_.flow.setReceiveWaiting(false);
     }
   }
-  if (tell) engine_.wake();
+  if (tell) engine_.sendNow(st_);
   return wholeGroups(done, bytes, padded, recvAhead_);
 }
 

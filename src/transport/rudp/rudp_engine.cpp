@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
@@ -20,8 +21,12 @@ namespace loom {
 
 namespace {
 
-constexpr size_t kBatch = 32;           // datagrams per recvmmsg / per flow per round
-constexpr int kSocketBuffer = 8 << 20;  // bursts of a whole window must not overflow the kernel
+constexpr size_t kBatch = 32;             // datagrams per sendmmsg when GSO is off
+constexpr size_t kRecvBatch = 8;          // buffers per recvmmsg of one path before the next path
+constexpr size_t kRoom = 256;             // datagrams a flow may emit per round
+constexpr size_t kMaxSegments = 64;       // datagrams per GSO burst (the kernel's older limit)
+constexpr size_t kMaxBurstBytes = 65000;  // a GSO burst is one IP datagram before segmentation
+constexpr int kSocketBuffer = 8 << 20;    // bursts of a whole window must not overflow the kernel
 
 uint64_t nowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -89,7 +94,8 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       classes_(s.classes),
       names_(s.names),
       lingerMs_(s.lingerMs),
-      faultRng_(0x5eed + static_cast<uint64_t>(s.rank)) {
+      faultRng_(0x5eed + static_cast<uint64_t>(s.rank)),
+      gso_(s.gso) {
   LOOM_CHECK_ARG(s.paths >= 1 && s.paths <= 16, "LOOM_RUDP_PATHS=", s.paths,
                  " is out of range (1 to 16)");
   // Keys and the communicator's identity come from the (already derived) secret.
@@ -122,6 +128,11 @@ RudpEngine::RudpEngine(const RudpSetup& s)
     if (!fd.valid()) LOOM_THROW(loomSystemError, "rudp transport: socket: ", std::strerror(errno));
     setBuffer(fd.get(), SO_RCVBUF, SO_RCVBUFFORCE);
     setBuffer(fd.get(), SO_SNDBUF, SO_SNDBUFFORCE);
+    if (gso_) {
+      // Coalesced receive: one recvmmsg buffer then holds a whole GSO burst of one sender.
+      int on = 1;
+      if (setsockopt(fd.get(), SOL_UDP, UDP_GRO, &on, sizeof(on)) != 0) gso_ = false;
+    }
     socklen_t len;
     sockaddr_storage addr = resolve(s.itf.address, 0, len);
     if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0)
@@ -155,8 +166,9 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       flows_[peer * s.classes + cls] = std::make_unique<RudpFlowState>(peer, cls, fc);
   }
   wakeFd_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  recvBufs_.resize(kBatch * 65536);
-  headers_.resize(kBatch * 2 * rudp::kHeaderBytes);
+  recvBufs_.resize(kRecvBatch * 65536);
+  headers_.resize(kRoom * rudp::kHeaderBytes);
+  burst_.iov.reserve(4 * kMaxSegments);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -243,13 +255,21 @@ void RudpEngine::run() {
         h.tsval = now;
         char header[rudp::kHeaderBytes];
         rudp::encodeHeader(h, key_, {}, header);
-        transmit(0, st->peer, header, {}, now);
+        {
+          std::lock_guard<std::mutex> send(sendMu_);
+          transmit(0, st->peer, header, {}, now);
+          flush();  // the header lives on this stack
+        }
         std::lock_guard<std::mutex> lock(st->mu);
         st->flow.fail("this rank's communicator failed (" + resetWhy_ + ")");
         signal(st->dataReady);
         drain(st->roomPipe[0].get());
       }
     }
+    // Published before the timers are read: a caller that sends after this point and sees no
+    // deadline yet, or a later one than its flow needs, wakes the thread (sendNow).
+    plannedWake_.store(0);
+    sleeping_.store(true);
     uint64_t next = UINT64_MAX;
     bool busy = false;
     for (auto& st : flows_) {
@@ -258,59 +278,128 @@ void RudpEngine::run() {
       next = std::min(next, st->flow.nextTimer());
       busy |= st->flow.wantsToSend();
     }
-    for (const Held& h : held_) next = std::min(next, h.due);
+    {
+      std::lock_guard<std::mutex> send(sendMu_);
+      for (const Held& h : held_) next = std::min(next, h.due);
+    }
     long timeoutNs = busy                 ? 0
                      : next == UINT64_MAX ? 100'000'000L
                      : next <= now        ? 0
                                    : static_cast<long>(std::min<uint64_t>(next - now, 100'000'000));
     timespec ts{timeoutNs / 1'000'000'000, timeoutNs % 1'000'000'000};
+    plannedWake_.store(now + static_cast<uint64_t>(timeoutNs));
     int ready = ppoll(pfds.data(), pfds.size(), &ts, nullptr);
+    sleeping_.store(false);
     now = nowNs();
     if (ready > 0) {
       if (pfds.back().revents & POLLIN) drain(wakeFd_.get());
-      for (size_t p = 0; p < sockets_.size(); ++p)
-        if (pfds[p].revents & POLLIN) receive(static_cast<int>(p), now);
+      // Paths in turn, a few buffers each: draining one path before the next would deliver its
+      // later bursts before the other path's earlier ones (reordering made by the reader).
+      std::vector<bool> more(sockets_.size());
+      for (size_t p = 0; p < sockets_.size(); ++p) more[p] = (pfds[p].revents & POLLIN) != 0;
+      for (int round = 0; round < 64; ++round) {
+        bool any = false;
+        for (size_t p = 0; p < sockets_.size(); ++p)
+          if (more[p]) any |= (more[p] = receive(static_cast<int>(p), now));
+        if (!any) break;
+      }
+      wakeReaders();
     }
+    std::lock_guard<std::mutex> send(sendMu_);
     releaseHeld(now, false);
     for (auto& st : flows_)
       if (st) sendFlow(*st, now);
   }
+  std::lock_guard<std::mutex> send(sendMu_);
   releaseHeld(nowNs(), true);
 }
 
-void RudpEngine::receive(int path, uint64_t now) {
-  mmsghdr msgs[kBatch];
-  iovec iov[kBatch];
-  for (int round = 0; round < 16; ++round) {
-    for (size_t i = 0; i < kBatch; ++i) {
-      iov[i] = {recvBufs_.data() + i * 65536, 65536};
-      msgs[i] = {};
-      msgs[i].msg_hdr.msg_iov = &iov[i];
-      msgs[i].msg_hdr.msg_iovlen = 1;
-    }
-    int n = recvmmsg(sockets_[path].get(), msgs, kBatch, MSG_DONTWAIT, nullptr);
-    if (n <= 0) return;
-    for (int i = 0; i < n; ++i) {
-      rudp::Header h;
-      std::span<const char> payload;
-      rudp::ParseResult r =
-          rudp::parseDatagram(static_cast<const char*>(iov[i].iov_base), msgs[i].msg_len, key_,
-                              commId_, static_cast<uint32_t>(rank_), h, payload);
-      RudpFlowState* st =
-          r == rudp::ParseResult::kOk ? flowOf(static_cast<int>(h.src), h.cls) : nullptr;
-      if (st == nullptr) {
-        refused_ += 1;  // a stranger, another communicator or job, or garbage
-        continue;
+void RudpEngine::sendNow(RudpFlowState& st) {
+  // The caller sends what its flow has (no hand-off to the thread, one wake-up less per
+  // message); if the thread is sending right now, it is told to come round again instead.
+  if (!sendMu_.try_lock()) {
+    wake();
+    return;
+  }
+  sendFlow(st, nowNs());
+  sendMu_.unlock();
+  uint64_t timer;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    timer = st.flow.nextTimer();
+  }
+  // The thread runs the flow's timers (loss probe, timeout): wake it if it sleeps past them.
+  if (sleeping_.load()) {
+    uint64_t planned = plannedWake_.load();
+    if (planned == 0 || timer < planned) wake();
+  }
+}
+
+bool RudpEngine::receive(int path, uint64_t now) {
+  mmsghdr msgs[kRecvBatch];
+  iovec iov[kRecvBatch];
+  constexpr size_t kCtrl = CMSG_SPACE(sizeof(int));
+  alignas(cmsghdr) char ctrl[kRecvBatch][kCtrl];
+  for (size_t i = 0; i < kRecvBatch; ++i) {
+    iov[i] = {recvBufs_.data() + i * 65536, 65536};
+    msgs[i] = {};
+    msgs[i].msg_hdr.msg_iov = &iov[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+    msgs[i].msg_hdr.msg_control = ctrl[i];
+    msgs[i].msg_hdr.msg_controllen = kCtrl;
+  }
+  int n = recvmmsg(sockets_[path].get(), msgs, kRecvBatch, MSG_DONTWAIT, nullptr);
+  if (n <= 0) return false;
+  for (int i = 0; i < n; ++i) {
+    // A GRO buffer is a train of datagrams of segment bytes each, the last possibly shorter.
+    size_t seg = msgs[i].msg_len;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c != nullptr;
+         c = CMSG_NXTHDR(&msgs[i].msg_hdr, c)) {
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+        int v;
+        std::memcpy(&v, CMSG_DATA(c), sizeof(v));
+        if (v > 0) seg = static_cast<size_t>(v);
       }
-      std::lock_guard<std::mutex> lock(st->mu);
-      bool readable = st->flow.onPacket(h, payload, now);
-      if (readable || st->flow.failed()) signal(st->dataReady);
-      if (st->sendBlocked && (st->flow.writable() > 0 || st->flow.failed())) {
-        drain(st->roomPipe[0].get());
-        st->sendBlocked = false;
-      }
     }
-    if (static_cast<size_t>(n) < kBatch) return;
+    const char* data = static_cast<const char*>(iov[i].iov_base);
+    for (size_t off = 0; off < msgs[i].msg_len; off += seg)
+      deliver(data + off, std::min<size_t>(seg, msgs[i].msg_len - off), now);
+  }
+  return static_cast<size_t>(n) == kRecvBatch;
+}
+
+void RudpEngine::wakeReaders() {
+  // One wake-up per flow and batch, not per packet.
+  for (RudpFlowState* st : touched_) {
+    st->touched = false;
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (st->flow.readableBytes() > 0 || st->flow.failed()) signal(st->dataReady);
+    if (st->sendBlocked && (st->flow.writable() > 0 || st->flow.failed())) {
+      drain(st->roomPipe[0].get());
+      st->sendBlocked = false;
+    }
+  }
+  touched_.clear();
+}
+
+void RudpEngine::deliver(const char* data, size_t bytes, uint64_t now) {
+  rudp::Header h;
+  std::span<const char> payload;
+  rudp::ParseResult r =
+      rudp::parseDatagram(data, bytes, key_, commId_, static_cast<uint32_t>(rank_), h, payload);
+  RudpFlowState* st =
+      r == rudp::ParseResult::kOk ? flowOf(static_cast<int>(h.src), h.cls) : nullptr;
+  if (st == nullptr) {
+    refused_ += 1;  // a stranger, another communicator or job, or garbage
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    st->flow.onPacket(h, payload, now);
+  }
+  if (!st->touched) {
+    st->touched = true;
+    touched_.push_back(st);
   }
 }
 
@@ -319,29 +408,37 @@ void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
   {
     std::lock_guard<std::mutex> lock(st.mu);
     bool wasFailed = st.flow.failed();
-    st.flow.collect(now, out_, kBatch);
+    st.flow.collect(now, out_, kRoom);
     if (!wasFailed && st.flow.failed()) {
       LOOM_WARN(kSubsysNet, rank_, "rudp: ", names_[st.peer], ": ", st.flow.failure());
       signal(st.dataReady);
       drain(st.roomPipe[0].get());
     }
   }
+  if (out_.empty()) return;
   // Payloads stay valid unlocked: data lies in ring space the channel cannot reuse before this
   // thread processes its ACK, and the SACK bitmap changes only in collect(), on this thread.
   const int paths = static_cast<int>(sockets_.size());
+  int path = static_cast<int>(st.pathCounter++ % paths);
+  size_t inBurst = 0;
   for (size_t i = 0; i < out_.size(); ++i) {
     rudp::Outgoing& o = out_[i];
+    // A new path per burst: each path's datagrams stay in order, the flow still spreads.
+    if (inBurst == kMaxSegments) {
+      path = static_cast<int>(st.pathCounter++ % paths);
+      inBurst = 0;
+    }
+    inBurst += 1;
     o.h.commId = commId_;
     o.h.src = static_cast<uint32_t>(rank_);
     o.h.dst = static_cast<uint32_t>(st.peer);
     o.h.cls = static_cast<uint8_t>(st.cls);
-    int path = o.h.type == rudp::PacketType::kData ? static_cast<int>(o.h.seq % paths)
-                                                   : static_cast<int>(st.pathCounter++ % paths);
     o.h.path = static_cast<uint8_t>(path);
     char* header = headers_.data() + i * rudp::kHeaderBytes;
     rudp::encodeHeader(o.h, key_, o.payload, header);
     transmit(path, st.peer, header, o.payload, now);
   }
+  flush();
 }
 
 void RudpEngine::transmit(int path, int peer, const char* header, std::span<const char> payload,
@@ -357,19 +454,92 @@ void RudpEngine::transmit(int path, int peer, const char* header, std::span<cons
       held_.push_back(std::move(h));
       return;
     }
-    if (u(faultRng_) < fault_.dup) transmit(path, peer, header, payload, now + 0);
+    if (u(faultRng_) < fault_.dup) append(path, peer, header, payload);
   }
-  iovec iov[2] = {{const_cast<char*>(header), rudp::kHeaderBytes},
-                  {const_cast<char*>(payload.data()), payload.size()}};
-  msghdr msg{};
-  msg.msg_name = &addr_[peer][path];
-  msg.msg_namelen = addrLen_[peer];
-  msg.msg_iov = iov;
-  msg.msg_iovlen = payload.empty() ? 1 : 2;
+  append(path, peer, header, payload);
+}
+
+void RudpEngine::append(int path, int peer, const char* header, std::span<const char> payload) {
+  const size_t bytes = rudp::kHeaderBytes + payload.size();
+  Burst& b = burst_;
+  if (!b.iov.empty() && (b.path != path || b.peer != peer || b.lastShort || bytes > b.segBytes ||
+                         b.iov.size() / 2 >= kMaxSegments || b.total + bytes > kMaxBurstBytes))
+    flush();
+  if (b.iov.empty()) {
+    b.path = path;
+    b.peer = peer;
+    b.segBytes = bytes;
+    b.total = 0;
+  }
+  b.lastShort = bytes < b.segBytes;
+  b.total += bytes;
+  b.iov.push_back({const_cast<char*>(header), rudp::kHeaderBytes});
+  b.iov.push_back({const_cast<char*>(payload.data()), payload.size()});
+}
+
+void RudpEngine::flush() {
+  const size_t n = burst_.iov.size() / 2;
+  if (n == 0) return;
+  if (gso_ && n > 1) {
+    sendBurst(0, n, true);
+  } else {
+    for (size_t first = 0; first < n; first += kBatch)
+      sendBurst(first, std::min(kBatch, n - first), false);
+  }
+  burst_.iov.clear();
+}
+
+void RudpEngine::sendBurst(size_t first, size_t count, bool gso) {
+  Burst& b = burst_;
+  sockaddr_storage* to = &addr_[b.peer][b.path];
+  const int fd = sockets_[b.path].get();
   for (int attempt = 0; attempt < 2; ++attempt) {
-    if (sendmsg(sockets_[path].get(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) return;
+    int r;
+    if (gso) {
+      msghdr msg{};
+      msg.msg_name = to;
+      msg.msg_namelen = addrLen_[b.peer];
+      msg.msg_iov = b.iov.data() + 2 * first;
+      msg.msg_iovlen = 2 * count;
+      alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(uint16_t))] = {};
+      msg.msg_control = ctrl;
+      msg.msg_controllen = sizeof(ctrl);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      uint16_t seg = static_cast<uint16_t>(b.segBytes);
+      std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+      r = static_cast<int>(sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL));
+      if (r < 0 && (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP)) {
+        // No segmentation offload on this path after all: datagram by datagram from now on.
+        gso_ = false;
+        LOOM_INFO(kSubsysNet, rank_, "rudp: UDP GSO refused (", std::strerror(errno),
+                  "); sending datagram by datagram");
+        for (size_t f = first; f < first + count; f += kBatch)
+          sendBurst(f, std::min(kBatch, first + count - f), false);
+        return;
+      }
+      if (r >= 0) return;
+    } else {
+      mmsghdr msgs[kBatch];
+      for (size_t i = 0; i < count; ++i) {
+        msgs[i] = {};
+        msgs[i].msg_hdr.msg_name = to;
+        msgs[i].msg_hdr.msg_namelen = addrLen_[b.peer];
+        msgs[i].msg_hdr.msg_iov = b.iov.data() + 2 * (first + i);
+        msgs[i].msg_hdr.msg_iovlen = b.iov[2 * (first + i) + 1].iov_len == 0 ? 1 : 2;
+      }
+      r = sendmmsg(fd, msgs, static_cast<unsigned>(count), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (r > 0) {
+        first += static_cast<size_t>(r);
+        count -= static_cast<size_t>(r);
+        if (count == 0) return;
+        continue;
+      }
+    }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) return;  // lost: recovered
-    pollfd pfd{sockets_[path].get(), POLLOUT, 0};
+    pollfd pfd{fd, POLLOUT, 0};
     poll(&pfd, 1, 1);
   }
 }
@@ -386,6 +556,7 @@ void RudpEngine::releaseHeld(uint64_t now, bool all) {
         fault_ = {};  // a held packet is not faulted twice
         transmit(h.path, h.peer, p, {p + rudp::kHeaderBytes, h.bytes.size() - rudp::kHeaderBytes},
                  now);
+        flush();  // h dies here
         fault_ = saved;
       }
     } else {

@@ -5,12 +5,19 @@
 //  - Setup: bind the sockets, publish "address port port ..." through the bootstrap's
 //    all-gather, create one Flow per (remote peer, channel class), start the thread.
 //  - Progress thread: blocks in poll on the sockets and a wake-up descriptor, with a timeout at
-//    the earliest flow timer; receives in batches (recvmmsg), authenticates, hands each datagram
-//    to its flow, then lets every flow emit ACKs, retransmissions, new data and probes, sending
-//    packet k of a flow on path k % paths (sendmmsg). It also serves flows nobody calls any more,
-//    so the last bytes of a collective still get retransmitted after the caller moved on.
-//  - Channels (rudp_channel.hpp) copy into and out of a flow's rings under its mutex and wake
-//    the thread; their waits block on an eventfd (data arrived) or a one-page pipe (room freed).
+//    the earliest flow timer; receives in batches (recvmmsg; with UDP GRO one buffer holds up to
+//    64 KiB of datagrams of one sender), authenticates, hands each datagram to its flow, wakes
+//    each flow's reader once per batch, then lets every flow emit ACKs, retransmissions, new data
+//    and probes. A flow's datagrams leave in bursts: consecutive datagrams to one peer are one
+//    system call (UDP GSO: the kernel cuts one buffer into equal datagrams, as TCP's TSO does;
+//    without it, sendmmsg), each burst on the next path, so a fabric that hashes on ports spreads
+//    a flow over paths in bursts and one path's datagrams arrive in order. It also serves flows
+//    nobody calls any more, so the last bytes of a collective still get retransmitted after the
+//    caller moved on.
+//  - Channels (rudp_channel.hpp) copy into and out of a flow's rings under its mutex; a send
+//    leaves from the caller's thread when the thread is not sending (sendNow), which wakes the
+//    thread only if it sleeps past the flow's timers; waits block on an eventfd (data arrived)
+//    or a one-page pipe (room freed).
 //  - Destruction lingers, bounded, until what was sent is acknowledged, then logs the counters.
 // A test-only fault layer (LOOM_RUDP_FAULTS) drops, duplicates and delays outgoing datagrams.
 #pragma once
@@ -46,6 +53,7 @@ struct RudpSetup {
   rudp::FlowConfig flow;
   std::string faults;  // LOOM_RUDP_FAULTS: "drop=P,dup=P,delay=P" (tests only)
   int64_t lingerMs = 2000;
+  bool gso = true;  // LOOM_RUDP_GSO: UDP segmentation offload and GRO where the kernel has them
   std::function<std::vector<std::string>(const std::string&)> allGather;
 };
 
@@ -58,6 +66,7 @@ struct RudpFlowState {
   Fd dataReady;    // eventfd: readable when bytes arrived (the channel drains it)
   Fd roomPipe[2];  // one-page pipe: the write end polls POLLOUT unless sendBlocked
   bool sendBlocked = false;
+  bool touched = false;  // progress thread only: in touched_ this batch
   uint64_t pathCounter = 0;
 };
 
@@ -72,8 +81,11 @@ class RudpEngine {
   std::unique_ptr<Channel> channel(int peer, int cls);
   // The communicator failed: every peer is told (best effort) and every flow fails.
   void reset(const std::string& why);
-  // Wakes the progress thread (the channels call it after writing or freeing room).
+  // Wakes the progress thread.
   void wake();
+  // From a channel: sends what the flow has now, from the calling thread when it can.
+  void sendNow(RudpFlowState& st);
+
   // One line per remote peer: retransmissions, timeouts, RTT, duplicates, out-of-order, ...
   std::string describeCounters() const;
   int paths() const { return static_cast<int>(sockets_.size()); }
@@ -92,10 +104,19 @@ class RudpEngine {
   };
   RudpFlowState* flowOf(int peer, int cls) const;
   void run();
-  void receive(int path, uint64_t now);
+  // One recvmmsg on a path; true when it filled every buffer (more may be waiting).
+  bool receive(int path, uint64_t now);
+  // Signals the readers (and blocked writers) of the flows that got packets.
+  void wakeReaders();
   void sendFlow(RudpFlowState& st, uint64_t now);
+  // Queues one datagram into the current burst (after the test-only fault layer).
   void transmit(int path, int peer, const char* header, std::span<const char> payload,
                 uint64_t now);
+  void append(int path, int peer, const char* header, std::span<const char> payload);
+  // Sends the current burst: one GSO datagram train or one sendmmsg.
+  void flush();
+  void sendBurst(size_t first, size_t count, bool gso);
+  void deliver(const char* data, size_t bytes, uint64_t now);
   void releaseHeld(uint64_t now, bool all);
 
   int rank_;
@@ -109,6 +130,11 @@ class RudpEngine {
   std::vector<socklen_t> addrLen_;                     // [peer]
   std::vector<std::unique_ptr<RudpFlowState>> flows_;  // [peer * classes + cls], null if local
   Fd wakeFd_;
+  // Sending (the scratch below, the fault layer) belongs to one thread at a time: the progress
+  // thread or a channel's caller (sendNow). Receiving is the progress thread's alone.
+  std::mutex sendMu_;
+  std::atomic<bool> sleeping_{false};
+  std::atomic<uint64_t> plannedWake_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> resetRequested_{false};
   std::string resetWhy_;
@@ -122,6 +148,15 @@ class RudpEngine {
   std::vector<rudp::Outgoing> out_;
   std::vector<char> recvBufs_;
   std::vector<char> headers_;
+  std::vector<RudpFlowState*> touched_;  // flows that got packets in this receive batch
+  // The burst being built: datagrams to one peer on one path; all but the last are segBytes long.
+  struct Burst {
+    int path = -1, peer = -1;
+    size_t segBytes = 0, total = 0;
+    bool lastShort = false;
+    std::vector<iovec> iov;  // header, payload, header, payload, ...
+  } burst_;
+  bool gso_ = true;
 
   std::atomic<uint64_t> refused_{0};  // datagrams that failed authentication or identity checks
   std::thread thread_;

@@ -178,6 +178,7 @@ void Flow::onAck(const Header& h, std::span<const char> sack, uint64_t now) {
     }
     backoff_ = 0;
     tlpSent_ = false;
+    rtoArmed_ = now;
     if (cwnd_ < ssthresh_)
       cwnd_ += static_cast<double>(newly);
     else
@@ -199,11 +200,15 @@ void Flow::delivered(uint64_t seq, uint64_t tsecr, uint64_t now) {
 }
 
 uint64_t Flow::reorderWindow() const {
-  uint64_t base = minRtt_ == UINT64_MAX ? cfg_.rtoMinNs : minRtt_ / 4;
-  // A floor: the receiver drains its path sockets one batch at a time and shares cores with the
-  // ranks, so packets of one flight routinely arrive a few hundred microseconds out of order.
-  return std::max<uint64_t>(kMinReorderNs,
-                            std::min<uint64_t>(base * reoMult_, haveRtt_ ? srtt_ : cfg_.rtoInitNs));
+  // RFC 8985's window, min RTT / 4, grown by the multiplier each time the receiver reports
+  // duplicates (a "loss" was a reordering), capped by SRTT. With a floor: the receiver drains its
+  // path sockets a batch at a time and shares cores with the ranks, so packets of one flight
+  // routinely arrive a few hundred microseconds out of order; and the base is at least a quarter
+  // of that floor so that the multiplier can lift the window above it when the host stalls
+  // longer (a scheduling pause between ACKing one path and reading the other).
+  uint64_t base = minRtt_ == UINT64_MAX ? cfg_.rtoMinNs : std::max(minRtt_ / 4, kMinReorderNs / 4);
+  uint64_t cap = haveRtt_ ? srtt_ : cfg_.rtoInitNs;
+  return std::max<uint64_t>(kMinReorderNs, std::min<uint64_t>(base * reoMult_, cap));
 }
 
 void Flow::detectLosses(uint64_t now) {
@@ -235,8 +240,12 @@ void Flow::enterRecovery() {
   if (recovery_) return;  // one reduction per episode: a burst of losses is one signal
   recovery_ = true;
   recoveryEnd_ = sndNxt_;
-  cwnd_ = std::max(cwnd_ * kBeta, static_cast<double>(cfg_.minCwnd));
+  // Back off, then regrow at slow-start speed to where the window was (about half an RTT), and
+  // probe beyond it additively: on a fabric that drops at random a loss is not a full queue,
+  // and a window that takes hundreds of RTTs to regrow (Reno) would make 1 % loss cost most of the
+  // throughput; a real bottleneck still sees the window dip at every episode and stop growing.
   ssthresh_ = cwnd_;
+  cwnd_ = std::max(cwnd_ * kBeta, static_cast<double>(cfg_.minCwnd));
 }
 
 // ---------------------------------------------------------------- the in-flight list
@@ -286,18 +295,27 @@ bool Flow::probing() const {
   return recvWaiting_ || windowBlocked;
 }
 
+uint64_t Flow::rtoDeadline() const {
+  // RFC 6298 5.3: the timer restarts whenever an ACK delivers new data (and when it fires), so
+  // a long flight that is being acknowledged never times out.
+  if (head_ < 0) return UINT64_MAX;
+  return std::max(sent_[head_].lastSent, rtoArmed_) + effectiveRto();
+}
+
 void Flow::onTimers(uint64_t now) {
-  if (head_ >= 0 && sent_[head_].lastSent + effectiveRto() <= now) {
-    // No ACK for a whole RTO: everything in flight is presumed lost; start over gently.
+  if (rtoDeadline() <= now) {
+    // No progress for a whole RTO: send the oldest packet again and back off; do not presume the
+    // whole flight lost. A late ACK (scheduling stalls on a loaded host look just like this)
+    // then costs one packet; a real loss is found by RACK once the retransmission is delivered.
+    // The lowest unacknowledged packet, as TCP does: it holds back the cumulative ACK, and every
+    // timeout retries the same one, so its transmission count is the unreachable bound.
     stats_.timeouts += 1;
-    while (head_ >= 0) {
-      markLost(sent_[head_].seq);
-    }
+    uint64_t seq = sndUna_;
+    while (seq < sndNxt_ && sent(seq).sacked) ++seq;
+    markLost(seq < sndNxt_ ? seq : sent_[head_].seq);
+    forceOne_ = true;  // the rest of the flight still counts against the window
     backoff_ += 1;
-    ssthresh_ = std::max(cwnd_ / 2, static_cast<double>(cfg_.minCwnd));
-    cwnd_ = cfg_.minCwnd;
-    recovery_ = true;
-    recoveryEnd_ = sndNxt_;
+    rtoArmed_ = now;
   }
   if (reorderTimer_ != 0 && reorderTimer_ <= now) detectLosses(now);
   if (tail_ >= 0 && !tlpSent_ && lost_.empty() && now >= probeTimeout()) {
@@ -309,11 +327,14 @@ void Flow::onTimers(uint64_t now) {
     p.lost = true;
     lost_.insert(p.seq);
     tlpSent_ = true;
+    forceOne_ = true;
   }
 }
 
 uint64_t Flow::probeTimeout() const {
-  if (tail_ < 0 || tlpSent_) return UINT64_MAX;
+  // Not after a timeout (backoff_ > 0) until an ACK delivers new data: the backed-off timer
+  // alone paces the retries to a silent peer.
+  if (tail_ < 0 || tlpSent_ || backoff_ > 0) return UINT64_MAX;
   uint64_t pto = haveRtt_ ? std::max<uint64_t>(2 * srtt_, 200'000) : cfg_.rtoInitNs;
   return sent_[tail_].lastSent + std::min(pto, effectiveRto());
 }
@@ -362,7 +383,8 @@ size_t Flow::collect(uint64_t now, std::vector<Outgoing>& out, size_t room) {
     ackPending_ = false;
     room -= 1;
   }
-  while (room > 0 && !lost_.empty() && static_cast<double>(inFlight_) < cwnd_) {
+  while (room > 0 && !lost_.empty() && (static_cast<double>(inFlight_) < cwnd_ || forceOne_)) {
+    forceOne_ = false;
     // Lowest first: it holds back the cumulative ACK, and repeated timeouts retry it each time,
     // so its transmission count (the unreachable bound) counts timeouts.
     uint64_t seq = *lost_.begin();
@@ -421,6 +443,7 @@ size_t Flow::collect(uint64_t now, std::vector<Outgoing>& out, size_t room) {
 bool Flow::wantsToSend() const {
   if (failed()) return false;
   if (ackPending_) return true;
+  if (forceOne_ && !lost_.empty()) return true;
   if (static_cast<double>(inFlight_) >= cwnd_) return false;
   return !lost_.empty() ||
          (sndNewOff_ < sndQueuedOff_ && sndNewOff_ < peerLimit_ && sndNxt_ - sndUna_ < maxPkts_);
@@ -429,7 +452,7 @@ bool Flow::wantsToSend() const {
 uint64_t Flow::nextTimer() const {
   if (failed()) return UINT64_MAX;
   uint64_t t = UINT64_MAX;
-  if (head_ >= 0) t = sent_[head_].lastSent + effectiveRto();
+  t = rtoDeadline();
   if (reorderTimer_ != 0) t = std::min(t, reorderTimer_);
   if (lost_.empty()) t = std::min(t, probeTimeout());
   if (probing()) t = std::min(t, nextProbe_ == 0 ? lastHeard_ + effectiveRto() : nextProbe_);

@@ -11,10 +11,12 @@
 // doubled on each timeout). Loss is found by time (RACK, RFC 8985): a packet is lost when one sent
 // later has been delivered and more than the delivered packet's RTT plus a reordering window has
 // passed since it was sent; the window grows when the receiver reports duplicates, i.e. when a
-// loss was a reordering. A retransmission timeout (no ACK at all) marks everything in flight lost.
-// The congestion window (packets in flight) grows per ACK and shrinks once per loss episode; it
-// never drops below a floor. A packet sent more than maxRetries + 1 times, or a silent peer that
-// ignores as many probes, fails the flow: every later call reports the peer unreachable.
+// loss was a reordering. A retransmission timeout (no ACK of new data for an RTO) sends the lowest
+// unacknowledged packet again and backs off, without presuming the rest lost. The congestion
+// window (packets in flight) shrinks x0.7 once per loss episode (never below a floor), regrows at
+// slow-start speed to its size before the loss, then additively. A packet
+// sent more than maxRetries + 1 times, or a silent peer that ignores as many probes, fails the
+// flow: every later call reports the peer unreachable.
 //
 // Receiver: packets land in a ring at their stream offset, whatever order they come in; packets
 // already received are duplicates and only counted; the in-order prefix is readable. The ACK's
@@ -37,7 +39,9 @@ struct FlowConfig {
   size_t mss = 1400;             // payload bytes of a data packet
   uint32_t maxRetries = 15;      // retransmissions of one packet (and unanswered probes)
   uint64_t rtoInitNs = 10'000'000;
-  uint64_t rtoMinNs = 2'000'000;
+  // Well above the scheduling jitter of a loaded host: RACK and the tail loss probe find losses
+  // within an RTT or two; the timeout is the last resort and the liveness bound.
+  uint64_t rtoMinNs = 10'000'000;
   uint64_t rtoMaxNs = 1'000'000'000;
   uint32_t initialCwnd = 64;  // packets
   uint32_t minCwnd = 16;
@@ -65,6 +69,8 @@ class Flow {
   size_t write(const void* src, size_t n);
   // The contiguous in-order bytes ready to read, at most maxBytes.
   std::span<const char> readable(size_t maxBytes) const;
+  // In-order bytes received and not yet consumed.
+  uint64_t readableBytes() const { return rcvInOrderOff_ - rcvReadOff_; }
   // Releases n read bytes; true when the peer should hear about the larger window now.
   bool consume(size_t n);
   // A reader found nothing: from now on a silent peer is probed (and eventually declared dead).
@@ -120,6 +126,7 @@ class Flow {
   void enterRecovery();
   void onTimers(uint64_t now);
   uint64_t effectiveRto() const;
+  uint64_t rtoDeadline() const;   // UINT64_MAX when nothing is in flight
   uint64_t probeTimeout() const;  // when the tail loss probe is due (UINT64_MAX: not armed)
   uint64_t reorderWindow() const;
   bool probing() const;
@@ -145,7 +152,10 @@ class Flow {
   bool haveRtt_ = false;
   uint64_t srtt_ = 0, rttvar_ = 0, rto_, minRtt_ = UINT64_MAX;
   uint32_t backoff_ = 0;
-  bool tlpSent_ = false;  // one tail loss probe per flight, re-armed by an ACK of new data
+  uint64_t rtoArmed_ = 0;
+  bool forceOne_ = false;  // a timeout or tail probe sends one packet whatever the window says  //
+                           // the last ACK of new data or timeout
+  bool tlpSent_ = false;   // one tail loss probe per flight, re-armed by an ACK of new data
   uint64_t rackXmit_ = 0, rackRtt_ = 0, reorderTimer_ = 0;
   uint64_t peerDups_ = 0;
   uint32_t reoMult_ = 1;
