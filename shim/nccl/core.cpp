@@ -243,7 +243,11 @@ ncclComm* shimCommOfReal(const void* handle) {
 }  // namespace
 
 bool isRealHandle(ncclComm_t handle) {
-  return handle != nullptr && handle->magic != ncclComm::kMagic && shimCommOfReal(handle) != nullptr;
+  if (handle == nullptr || handle->magic == ncclComm::kMagic) return false;
+  // A real communicator starts with NCCL's own magic (what its CommCheck tests), also while its
+  // init runs, before this shim registered it.
+  constexpr uint64_t kRealNcclMagic = 0x0280028002800280ull;
+  return handle->magic == kRealNcclMagic || shimCommOfReal(handle) != nullptr;
 }
 
 void setReal(ncclComm* comm, RealComm* real) {

@@ -366,6 +366,9 @@ ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   const Entry entry = Entry::kCommGetAsyncError;
+  // The real NCCL asking about its own communicator (see checkComm), as when it is being
+  // destroyed after its Loom side: its own answer, not the shim communicator's.
+  if (isRealHandle(comm)) return realNccl(nullptr)->CommGetAsyncError(comm, asyncError);
   ncclResult_t error = ncclSuccess;
   ncclComm* c = checkComm(entry, comm, &error);
   if (c == nullptr) return error;
