@@ -12,7 +12,7 @@
 
 #include "base/call_signature.hpp"
 #include "base/coll_args.hpp"
-#include "base/waiter.hpp"
+#include "base/wait.hpp"
 #include "device/device.hpp"
 #include "device/native.hpp"
 #include "loom/loom.h"
@@ -50,20 +50,10 @@ class AlgoContext {
   // Throws the mismatch error for the signatures seen at one step, by rank of this context
   // (empty: that rank did not arrive in time).
   std::function<void(const std::vector<std::optional<CallSignature>>&)> mismatch;
-  // The communicator's waits (a thread at a time runs its algorithms): sleeps on this rank's
-  // doorbell of the arena, or polls the channels.
-  Waiter* waiter = nullptr;
 
-  // Waits for what rings no doorbell (a device's event).
   template <typename Ready>
   void wait(Ready&& ready, int peer) const {
     waitUntil(ready, [&] { check(peer); });
-  }
-  // Waits for a store of `peer` (a rank of this context) to the arena, which rings the doorbells.
-  template <typename Ready>
-  void waitForArena(Ready&& ready, int peer) const {
-    waiter->until(
-        ready, [&] { check(peer); }, peer);
   }
   // Writes part of a call's result; outputBytes is the whole result's size on this rank.
   void copyOut(void* dst, const void* src, size_t bytes, size_t outputBytes) const {

@@ -70,10 +70,12 @@ class Exchange {
     // Blocks in poll on the network streams once spinning stops paying (base/wait.hpp).
     auto gather = [&](PollSet& set) {
       for (const Stream& s : streams_)
-        if (s.next < s.end) addToPollSet(set, ctx_.channel(s.peer), s.isSend);
+        if (s.next < s.end)
+          set.add(ctx_.channel(s.peer).pollFd(s.isSend), s.isSend ? POLLOUT : POLLIN);
     };
+    thread_local PollSet pollSet;
     while (!done()) {
-      if (!pass()) ctx_.waiter->until(pass, check, gather);
+      if (!pass()) waitUntil(pass, check, gather, pollSet);
     }
   }
 

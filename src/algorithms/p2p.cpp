@@ -193,10 +193,10 @@ void gatherPointToPoint(const std::vector<P2POp*>& ops, PollSet& set) {
     if (op->done) continue;
     if (op->peer == kAnySource) {
       for (Channel* c : op->peers->channels)
-        if (c != nullptr) addToPollSet(set, *c, false);
+        if (c != nullptr) set.add(c->pollFd(false), POLLIN);
       continue;
     }
-    addToPollSet(set, *op->channel, op->isSend);
+    set.add(op->channel->pollFd(op->isSend), op->isSend ? POLLOUT : POLLIN);
   }
 }
 

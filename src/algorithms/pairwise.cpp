@@ -60,10 +60,12 @@ void runTransfers(const AlgoContext& ctx, std::vector<Transfer>& list) {
   };
   auto gather = [&](PollSet& set) {
     for (const Transfer& t : list)
-      if (t.position < t.bytes) addToPollSet(set, ctx.channel(t.peer), t.isSend);
+      if (t.position < t.bytes)
+        set.add(ctx.channel(t.peer).pollFd(t.isSend), t.isSend ? POLLOUT : POLLIN);
   };
+  thread_local PollSet pollSet;
   while (!done()) {
-    if (!pass()) ctx.waiter->until(pass, check, gather);
+    if (!pass()) waitUntil(pass, check, gather, pollSet);
   }
 }
 

@@ -83,11 +83,12 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
   const bool networked = left.pollFd(false) >= 0 || right.pollFd(true) >= 0;
   auto gather = [&](PollSet& set) {
     if (networked) set.markNetworked();
-    if (!recvsDone()) addToPollSet(set, left, false);
-    if (sendBlocked) addToPollSet(set, right, true);
+    if (!recvsDone()) set.add(left.pollFd(false), POLLIN);
+    if (sendBlocked) set.add(right.pollFd(true), POLLOUT);
   };
+  thread_local PollSet pollSet;
   while (!finished()) {
-    if (!progress()) ctx.waiter->until(progress, checkNeighbours, gather);
+    if (!progress()) waitUntil(progress, checkNeighbours, gather, pollSet);
   }
 }
 

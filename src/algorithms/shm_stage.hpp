@@ -68,12 +68,9 @@ class ShmStage {
   }
 
  private:
-  void publish(std::atomic<uint64_t>& flag) const {
-    flag.store(step_, std::memory_order_release);
-    arena_.doorbells().ringAwaiting(doorbellLane(ChannelClass::kCollective), ctx_.rank);
-  }
+  void publish(std::atomic<uint64_t>& flag) const { flag.store(step_, std::memory_order_release); }
   void waitFlag(std::atomic<uint64_t>& flag, uint64_t target, int rank) const {
-    ctx_.waitForArena([&] { return flag.load(std::memory_order_acquire) >= target; }, rank);
+    ctx_.wait([&] { return flag.load(std::memory_order_acquire) >= target; }, rank);
   }
   PackedSignature signatureAt(int rank, uint64_t step) const {
     const ArrivalCounter& in = arena_.flags(rank).in;

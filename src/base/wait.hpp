@@ -1,9 +1,8 @@
 // Bounded waiting. Ranks may outnumber cores, so a wait spins briefly, then yields, then sleeps
 // with a growing interval; every few iterations it runs the caller's health check, which throws
-// when the deadline passed, the communicator was aborted or a peer died. Nothing here waits
-// forever. This is the wait for what rings no doorbell (device events); a communicator's waits on
-// shared memory and network channels go through its Waiter (base/waiter.hpp), which sleeps on a
-// doorbell or blocks in poll instead of yielding.
+// when the deadline passed, the communicator was aborted or a peer died. A wait on network
+// channels blocks in poll on their sockets instead of yielding and sleeping. Nothing here waits
+// forever.
 #pragma once
 
 #include <poll.h>
@@ -42,25 +41,26 @@ bool checkUnlessReady(Ready& ready, Check& check) {
   return false;
 }
 
-// What a wait on channels blocks on: the descriptors whose readiness would let it make progress
-// (Channel::pollFd), and whether it also waits on sources that poll cannot see: shared memory
-// (which rings the waiter's doorbell instead) or something that wakes nothing. A wait whose every
-// source is a descriptor is "complete" and may block in poll; one that also waits on other sources
-// may block in poll only briefly.
+// The descriptors whose readiness would let a wait make progress (Channel::pollFd). A wait whose
+// every source is a descriptor is "complete" and may block in poll; one that also waits on shared
+// memory may block only briefly, since nothing wakes it when the shared-memory peer moves.
 class PollSet {
  public:
   void clear() {
     fds_.clear();
     complete_ = true;
     networked_ = false;
-    unwakeable_ = false;
   }
   // The wait involves a network channel, even if nothing of it can be polled now (a send held
   // back by a shared-memory receive): it sleeps rather than yields, leaving the CPU to the
   // kernel's TCP processing that the wait depends on.
   void markNetworked() { networked_ = true; }
+  // fd < 0: a source without a descriptor (shared memory).
   void add(int fd, short events) {
-    if (fd < 0) return addUnwakeable();
+    if (fd < 0) {
+      complete_ = false;
+      return;
+    }
     for (pollfd& p : fds_)
       if (p.fd == fd) {
         p.events |= events;
@@ -69,16 +69,8 @@ class PollSet {
     fds_.push_back({fd, events, 0});
     networked_ = true;
   }
-  // A source that rings the waiter's doorbell (shared memory).
-  void addShared() { complete_ = false; }
-  // A source that nothing signals: only timed waits follow it.
-  void addUnwakeable() {
-    complete_ = false;
-    unwakeable_ = true;
-  }
   bool empty() const { return fds_.empty() && !networked_; }
   bool complete() const { return complete_ && !fds_.empty(); }
-  bool unwakeable() const { return unwakeable_; }
   // Returns when a descriptor is ready (errors and hang-ups included) or after timeoutNs.
   void block(long timeoutNs) {
     timespec ts{timeoutNs / 1000000000, timeoutNs % 1000000000};
@@ -89,7 +81,6 @@ class PollSet {
   std::vector<pollfd> fds_;  // kept by the owner across waits: no allocation once grown
   bool complete_ = true;
   bool networked_ = false;
-  bool unwakeable_ = false;
 };
 
 // Waits until ready() returns true; check() runs periodically and throws to give up.
@@ -132,6 +123,48 @@ void waitUntil(Ready&& ready, Check&& check) {
         break;
       }
     }
+  }
+}
+
+// waitUntil for waits that may involve network channels: gather(PollSet&) names the descriptors
+// to wait on, asked again after every wake-up since the socket that matters moves as a transfer
+// progresses. With descriptors, the spin phase is followed by poll instead of yield and sleep:
+// yielding ranks on a small machine take the CPU that the kernel's TCP processing needs, and a
+// sleep adds its whole interval to every message. A complete set blocks up to kPollSliceNs
+// between health checks (an abort or a deadline is seen within that); an incomplete one (shared
+// memory too) blocks no longer than a sleep would. No descriptors: the plain waitUntil.
+template <typename Ready, typename Check, typename Gather>
+void waitUntil(Ready&& ready, Check&& check, Gather&& gather, PollSet& set) {
+  constexpr auto kSpinFor = std::chrono::microseconds(20);
+  constexpr long kPollSliceNs = 2 * 1000 * 1000;
+  constexpr long kMaxPartialNs = 200 * 1000;
+  if (ready()) return;
+  set.clear();
+  gather(set);
+  if (set.empty()) return waitUntil(ready, check);  // shared memory only
+  const Clock::time_point start = Clock::now();
+  for (uint32_t i = 1;; ++i) {
+    if (ready()) return;
+    cpuRelax();
+    if ((i & 63) == 0) {
+      if (checkUnlessReady(ready, check)) return;
+      if (Clock::now() - start >= kSpinFor) break;
+    }
+  }
+  long partialNs = 20 * 1000;
+  for (;;) {
+    if (ready()) return;
+    if (set.complete()) {
+      set.block(kPollSliceNs);
+    } else {
+      set.block(partialNs);
+      if (partialNs < kMaxPartialNs) partialNs += partialNs / 2;
+    }
+    if (checkUnlessReady(ready, check)) return;
+    if (ready()) return;
+    set.clear();
+    gather(set);
+    if (set.empty()) return waitUntil(ready, check);
   }
 }
 

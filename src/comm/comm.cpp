@@ -152,7 +152,6 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ctx_.ringSteps = &ringSteps_;
   ctx_.streamingMinBytes = static_cast<size_t>(std::max<int64_t>(env::streamingMinBytes(), 0));
   ctx_.native = native_.get();
-  ctx_.waiter = &collWaiter_;
   hostCtx_ = ctx_;
   hostCtx_.device = hostDevice_.get();
   if (!sharedMemory_ && !native_) setUpHierarchy();
@@ -203,11 +202,6 @@ Comm::~Comm() {
   // staging memory. If the device's stream did not get past them, the memory stays allocated.
   if (jobs_ && !jobs_->stop()) (void)staging_.release();
   p2pEngine_.reset();  // its thread checks the peers' pidfds and drives the channels
-  const Waiter::Counters& waits = collWaiter_.counters();
-  if (waits.sleeps > 0 || waits.yieldsStopped > 0)
-    LOOM_INFO(kSubsysShm, rank_, "collective waits slept ", waits.sleeps, " times (",
-              waits.timeouts, " woken by their timeout, not a doorbell), ", waits.yieldsStopped,
-              " yields in vain; last spin ", collWaiter_.spinNs() / 1000, " us");
   leaderComm_.reset();
   clusterComm_.reset();
   native_.reset();  // its watchdog uses the peers' pidfds and the bootstrap
@@ -252,11 +246,8 @@ void Comm::setUpSharedMemory() {
     std::memset(arena_.inSlot(local, step), 0, layout.slotBytes);
     std::memset(arena_.outSlot(local, step), 0, layout.slotBytes);
   }
-  arena_.joinDoorbells();
   withBootstrap([](Bootstrap& b) { b.barrier(); });  // everyone mapped it: the name can go
   if (local == 0) arena_.unlinkName();
-  arena_.finishDoorbells();
-  collWaiter_ = Waiter(arena_.doorbells(), doorbellLane(ChannelClass::kCollective), local);
   for (int i = 0; i < static_cast<int>(members.size()); ++i) {
     int peer = members[i];
     collChannels_[peer] =
@@ -268,9 +259,7 @@ void Comm::setUpSharedMemory() {
   }
   LOOM_INFO(kSubsysShm, rank_, "shared arena ", name, " (", members.size(),
             " ranks): ", layout.totalBytes >> 20, " MiB mapped, slot ", layout.slotBytes,
-            " B, channel ", layout.channelBytes, " B, ",
-            arena_.doorbells().mode() == FenceMode::kAsymmetric ? "asymmetric" : "full",
-            " fences for its doorbells");
+            " B, channel ", layout.channelBytes, " B");
 }
 
 void Comm::setUpTcp() {
@@ -894,8 +883,6 @@ void Comm::setUpP2PEngine() {
   hooks.timeoutMs = config_.timeoutMs;
   hooks.checkPeer = [this](int peer) { checkAlive(peer); };
   hooks.fail = [this](const Error& e) { fail(e); };
-  const int local = nodes_.localIndex(rank_);
-  hooks.waiter = Waiter(arena_.doorbells(), doorbellLane(ChannelClass::kPointToPoint), local);
   p2pEngine_ = std::make_unique<P2PEngine>(std::move(hooks));
 }
 

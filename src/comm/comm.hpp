@@ -246,8 +246,6 @@ class Comm {
   std::vector<P2PInbox> inboxes_;  // per peer: messages that came before their receive
   std::vector<int> peerPidfds_;
   std::unique_ptr<Selector> selector_;
-  // The waits of this communicator's collectives (its algorithms run on one thread at a time).
-  Waiter collWaiter_;
   AlgoContext ctx_;      // the algorithms' view, with this communicator's device
   AlgoContext hostCtx_;  // the same with the host CPU as device (staged calls, hierarchy)
   // Backends with native collectives: their engine and its entries in the selector's table.

@@ -39,7 +39,6 @@ P2PEngine::~P2PEngine() {
     stopping_ = true;
   }
   changed_.notify_all();
-  waiter_.ringSelf();
   if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> lock(mutex_);
   finishAllLocked(loomInvalidUsage,
@@ -76,7 +75,6 @@ void P2PEngine::enqueueLocked(P2PTicket* ticket) {
   incoming_.push_back(ticket);
   posted_.fetch_add(1);
   changed_.notify_all();
-  waiter_.ringSelf();  // a driver asleep on the doorbell takes it at once
 }
 
 void P2PEngine::finish(const std::vector<P2PTicket*>& tickets) {
@@ -141,8 +139,9 @@ void P2PEngine::drive(Until until) {
       if (!pass()) {
         // Nothing moved: wait for bytes (or new tickets, or a stop), checking health meanwhile.
         auto ready = [&] { return posted_.load() != seen || stopping_.load() || pass(); };
-        waiter_.until(
-            ready, [&] { healthCheck(); }, [&](PollSet& set) { gatherPointToPoint(ops_, set); });
+        waitUntil(
+            ready, [&] { healthCheck(); }, [&](PollSet& set) { gatherPointToPoint(ops_, set); },
+            pollSet_);
       }
       finishDone();
     } catch (const Error& e) {

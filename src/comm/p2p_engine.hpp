@@ -25,7 +25,7 @@
 
 #include "algorithms/p2p.hpp"
 #include "base/error.hpp"
-#include "base/waiter.hpp"
+#include "base/wait.hpp"
 
 namespace loom {
 
@@ -58,13 +58,11 @@ struct P2PEngineHooks {
   std::function<void(int peer)> checkPeer;
   // Aborts the communicator with `error` (tells the peers).
   std::function<void(const Error& error)> fail;
-  // How the driving thread waits: on this rank's point-to-point doorbell of the arena.
-  Waiter waiter;
 };
 
 class P2PEngine {
  public:
-  explicit P2PEngine(P2PEngineHooks hooks) : hooks_(std::move(hooks)), waiter_(hooks_.waiter) {}
+  explicit P2PEngine(P2PEngineHooks hooks) : hooks_(std::move(hooks)) {}
   ~P2PEngine();
   P2PEngine(const P2PEngine&) = delete;
   P2PEngine& operator=(const P2PEngine&) = delete;
@@ -108,7 +106,7 @@ class P2PEngine {
   // Callbacks of finished tickets, run outside the mutex (by whoever finished them).
   std::vector<std::pair<std::function<void(loomResult_t)>, loomResult_t>> callbacks_;
   P2PPassState passState_;
-  Waiter waiter_;  // hooks_.waiter: the driving thread's waits
+  PollSet pollSet_;
   Clock::time_point nextPeerCheck_{};
 };
 

@@ -8,8 +8,6 @@
 #include <cstring>
 #include <span>
 
-#include "base/wait.hpp"
-
 namespace loom {
 
 class Channel {
@@ -28,14 +26,11 @@ class Channel {
 
   // A descriptor that becomes ready (POLLOUT sending, POLLIN receiving) when the next trySend or
   // receive can move bytes, so that waits block in poll instead of spinning; -1 where there is
-  // none.
+  // none (shared memory), whose waits spin, yield and sleep.
   virtual int pollFd(bool sending) const {
     (void)sending;
     return -1;
   }
-  // Whether the peer's moves ring this rank's doorbell (shared memory), so that a wait on this
-  // channel alone may sleep on it (base/waiter.hpp).
-  virtual bool ringsDoorbell() const { return false; }
 
   // Whether tryReceive saves a copy over peek + copy + consume (a network channel reads the
   // kernel's buffer straight into the destination).
@@ -52,18 +47,6 @@ class Channel {
     return n;
   }
 };
-
-// Adds what a wait on `channel` blocks on to a wait's set: its descriptor, or nothing for a
-// channel that rings the doorbell, or else a source that only a timed wait can follow.
-inline void addToPollSet(PollSet& set, const Channel& channel, bool sending) {
-  int fd = channel.pollFd(sending);
-  if (fd >= 0)
-    set.add(fd, sending ? POLLOUT : POLLIN);
-  else if (channel.ringsDoorbell())
-    set.addShared();
-  else
-    set.addUnwakeable();
-}
 
 constexpr size_t roundUp8(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
 

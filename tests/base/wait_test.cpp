@@ -6,8 +6,6 @@
 
 #include <stdexcept>
 
-#include "base/waiter.hpp"
-
 namespace loom {
 namespace {
 
@@ -41,9 +39,9 @@ TEST(WaitUntil, EndsWhenReadyTurnsTrueInsideAFailedCheck) {
 
 TEST(WaitUntil, PollingWaitEndsWhenReadyTurnsTrueInsideAFailedCheck) {
   LastBytesMoveAfterPeerExit t;
-  Waiter waiter;
-  EXPECT_NO_THROW(waiter.until([&] { return t.ready(); }, [&] { t.check(); },
-                               [](PollSet& s) { s.markNetworked(); }));
+  PollSet set;
+  EXPECT_NO_THROW(waitUntil([&] { return t.ready(); }, [&] { t.check(); },
+                            [](PollSet& s) { s.markNetworked(); }, set));
   EXPECT_TRUE(t.moved);
 }
 

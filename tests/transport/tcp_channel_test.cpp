@@ -12,7 +12,6 @@
 
 #include "base/error.hpp"
 #include "base/wait.hpp"
-#include "base/waiter.hpp"
 #include "bootstrap/socket.hpp"
 #include "transport/tcp/interfaces.hpp"
 
@@ -165,7 +164,7 @@ TEST(TcpChannel, WaitsBlockInPollOnTheStreamOfTheNextByte) {
   });
   Deadline deadline = deadlineAfterMs(20000);
   size_t got = 0;
-  Waiter waiter;
+  PollSet set;
   auto ready = [&] {
     size_t n = p.b->tryReceive(out.data() + got, out.size() - got);
     got += n;
@@ -176,7 +175,7 @@ TEST(TcpChannel, WaitsBlockInPollOnTheStreamOfTheNextByte) {
   };
   auto gather = [&](PollSet& s) { s.add(p.b->pollFd(false), POLLIN); };
   for (int waits = 0; got < out.size() && waits < 1000000; ++waits)
-    waiter.until(ready, check, gather);
+    waitUntil(ready, check, gather, set);
   sender.join();
   EXPECT_EQ(out, data);
   // The next stripe travels on the other connection, in both directions' bookkeeping.
@@ -188,14 +187,14 @@ TEST(TcpChannel, WaitsBlockInPollOnTheStreamOfTheNextByte) {
 // checks outlast the short spin phase) and gives up through it.
 TEST(TcpChannel, PollingWaitEndsThroughTheCheck) {
   Pair p = connectedPair(1);
-  Waiter waiter;
+  PollSet set;
   int checks = 0;
   auto never = [] { return false; };
   auto check = [&] {
     if (++checks == 20) throw std::runtime_error("given up");
   };
   auto gather = [&](PollSet& s) { s.add(p.b->pollFd(false), POLLIN); };
-  EXPECT_THROW(waiter.until(never, check, gather), std::runtime_error);
+  EXPECT_THROW(waitUntil(never, check, gather, set), std::runtime_error);
   EXPECT_EQ(checks, 20);
 }
 

@@ -24,8 +24,6 @@ ArenaLayout ArenaLayout::compute(int nranks, size_t slotBytes, size_t channelByt
   size_t offset = roundUp(sizeof(ArenaHeader), 4096);
   layout.flagsOffset = offset;
   offset = roundUp(offset + sizeof(RankFlags) * nranks, kCacheLine);
-  layout.bellsOffset = offset;
-  offset += sizeof(Doorbell) * kDoorbellLanes * nranks;
   layout.reasonsOffset = offset;
   offset = roundUp(offset + kAbortReasonBytes * nranks, 4096);
   layout.slotsOffset = offset;
@@ -50,9 +48,6 @@ ShmArena ShmArena::create(const std::string& name, const ArenaLayout& layout) {
   h->slotBytes = layout.slotBytes;
   h->channelBytes = layout.channelBytes;
   h->abortWord.store(0);
-  h->sleeping.store(0);
-  h->fenceMode.store(static_cast<uint32_t>(FenceMode::kAsymmetric));
-  arena.bindDoorbells(FenceMode::kFull);
   return arena;
 }
 
@@ -66,23 +61,7 @@ ShmArena ShmArena::attach(const std::string& name, const ArenaLayout& layout) {
     LOOM_THROW(loomInternalError, "shared segment ", name,
                " does not match this communicator's layout (different Loom versions or settings "
                "such as LOOM_SHM_CHUNK_BYTES across ranks?)");
-  arena.bindDoorbells(FenceMode::kFull);
   return arena;
-}
-
-void ShmArena::joinDoorbells() const {
-  if (!joinAsymmetricFences())
-    header()->fenceMode.store(static_cast<uint32_t>(FenceMode::kFull), std::memory_order_release);
-}
-
-void ShmArena::finishDoorbells() {
-  bindDoorbells(static_cast<FenceMode>(header()->fenceMode.load(std::memory_order_acquire)));
-}
-
-void ShmArena::bindDoorbells(FenceMode mode) {
-  // A fresh tmpfs file reads as zeros: the bells start unrung, with no sleeper.
-  auto* bells = reinterpret_cast<Doorbell*>(segment_.data() + layout_.bellsOffset);
-  doorbells_ = DoorbellBoard(bells, &header()->sleeping, layout_.nranks, mode);
 }
 
 ChannelHeader* ShmArena::channelHeader(ChannelClass cls, int from, int to) const {
@@ -101,7 +80,6 @@ void ShmArena::raiseAbort(loomResult_t code, int rank, const std::string& reason
                   static_cast<uint64_t>(code == loomSuccess ? loomInternalError : code);
   uint64_t expected = 0;
   header()->abortWord.compare_exchange_strong(expected, word, std::memory_order_acq_rel);
-  if (doorbells_) doorbells_.ringAll(kDoorbellLanes);  // sleepers see the abort at once
 }
 
 ArenaAbort ShmArena::abortInfo() const {

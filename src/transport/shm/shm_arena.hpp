@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <string>
 
-#include "base/doorbell.hpp"
 #include "base/shm_segment.hpp"
 #include "loom/loom.h"
 
@@ -51,10 +50,6 @@ struct ArenaHeader {
   // The first failure: (rank + 1) << 8 | loomResult_t, 0 while none. One word, so a rank that
   // dies while reporting never leaves it half-written; the reason sits in the rank's own slot.
   alignas(kCacheLine) std::atomic<uint64_t> abortWord;
-  // The doorbells' count of sleepers (base/doorbell.hpp), read by every publish: its own line.
-  alignas(kCacheLine) std::atomic<uint32_t> sleeping;
-  // FenceMode of the doorbells: asymmetric unless some rank's process could not join.
-  alignas(kCacheLine) std::atomic<uint32_t> fenceMode;
 };
 
 constexpr size_t kAbortReasonBytes = 1024;  // a mismatch message names every rank
@@ -76,19 +71,13 @@ struct ArenaLayout {
   // Rounds the requested sizes up to what every algorithm needs (pages; a slot fits one 8-byte
   // element per rank twice; a channel at least 4 KiB).
   size_t channelBytes = 0;  // ring capacity of each pair channel (multiple of 64)
-  size_t flagsOffset = 0, bellsOffset = 0, reasonsOffset = 0, slotsOffset = 0, channelsOffset = 0,
-         totalBytes = 0;
+  size_t flagsOffset = 0, reasonsOffset = 0, slotsOffset = 0, channelsOffset = 0, totalBytes = 0;
   static ArenaLayout compute(int nranks, size_t slotBytes, size_t channelBytes);
 };
 
 // Kinds of pair channel: collectives and user point-to-point never share a byte stream, so that a
 // user's send cannot be mistaken for a collective's data.
 enum class ChannelClass { kCollective = 0, kPointToPoint = 1 };
-
-// Doorbell lanes: each rank has one per channel class, the collectives' (also rung by the step
-// flags) and the point-to-point engine's, as different threads of a rank wait on each.
-constexpr int kDoorbellLanes = 2;
-constexpr int doorbellLane(ChannelClass cls) { return static_cast<int>(cls); }
 
 class ShmArena {
  public:
@@ -98,12 +87,6 @@ class ShmArena {
   ShmArena() = default;
 
   void unlinkName() { segment_.unlink(); }
-  // The doorbells start with full fences, right for any process. Every rank calls
-  // joinDoorbells() once it mapped the segment, then (after a barrier of all of them)
-  // finishDoorbells(): asymmetric fences need every process to have joined.
-  void joinDoorbells() const;
-  void finishDoorbells();
-  const DoorbellBoard& doorbells() const { return doorbells_; }
   const ArenaLayout& layout() const { return layout_; }
   int nranks() const { return layout_.nranks; }
   ArenaHeader* header() const { return reinterpret_cast<ArenaHeader*>(segment_.data()); }
@@ -128,14 +111,12 @@ class ShmArena {
   ArenaAbort abortInfo() const;
 
  private:
-  void bindDoorbells(FenceMode mode);
   char* slot(int rank, int kind, uint64_t which) const {
     size_t index = (static_cast<size_t>(rank) * 2 + kind) * 2 + which;
     return segment_.data() + layout_.slotsOffset + index * layout_.slotBytes;
   }
   ShmSegment segment_;
   ArenaLayout layout_;
-  DoorbellBoard doorbells_;
 };
 
 }  // namespace loom

@@ -7,9 +7,6 @@ namespace loom {
 
 ShmChannel::ShmChannel(const ShmArena& arena, ChannelClass cls, int self, int peer, int peerRank)
     : peer_(peerRank >= 0 ? peerRank : peer),
-      bells_(arena.doorbells()),
-      bellLane_(doorbellLane(cls)),
-      peerIndex_(peer),
       capacity_(arena.channelBytes()),
       out_(arena.channelHeader(cls, self, peer)),
       outData_(arena.channelData(cls, self, peer)),
@@ -44,7 +41,6 @@ size_t ShmChannel::trySend(const void* data, size_t bytes) {
   }
   head_ += take;
   out_->head.value.store(head_, std::memory_order_release);
-  bells_.ring(bellLane_, peerIndex_);
   return real;
 }
 
@@ -60,7 +56,6 @@ std::span<const char> ShmChannel::peek(size_t maxBytes) {
 void ShmChannel::consume(size_t bytes) {
   tail_ += roundUp8(bytes);
   in_->tail.value.store(tail_, std::memory_order_release);
-  bells_.ring(bellLane_, peerIndex_);
 }
 
 }  // namespace loom

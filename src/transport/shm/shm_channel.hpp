@@ -1,7 +1,5 @@
 // A pair channel in the shared arena: a single-producer single-consumer ring whose head and tail
-// are byte counters in shared memory. Each direction of a pair is its own ring. Moving either
-// counter rings the peer's doorbell of the channel's class, so a peer waiting for data or room
-// may sleep (base/doorbell.hpp).
+// are byte counters in shared memory. Each direction of a pair is its own ring.
 #pragma once
 
 #include "transport/channel.hpp"
@@ -16,16 +14,12 @@ class ShmChannel final : public Channel {
   // the arena holds only the ranks of one node.
   ShmChannel(const ShmArena& arena, ChannelClass cls, int self, int peer, int peerRank = -1);
   int peer() const override { return peer_; }
-  bool ringsDoorbell() const override { return true; }
   size_t trySend(const void* data, size_t bytes) override;
   std::span<const char> peek(size_t maxBytes) override;
   void consume(size_t bytes) override;
 
  private:
   int peer_;
-  DoorbellBoard bells_;
-  int bellLane_;
-  int peerIndex_;  // the peer's index in the arena
   size_t capacity_;
   ChannelHeader* out_;
   char* outData_;
