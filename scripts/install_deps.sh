@@ -24,7 +24,8 @@ have ip || need+=(iproute2)
 have nft || need+=(nftables)
 have mpirun || need+=(openmpi-bin)
 if [[ "${1:-}" == bench ]]; then
-  have mpicc || need+=(libopenmpi-dev)
+  # mpicc can exist (openmpi-bin's alternative) without the headers: compile against mpi.h.
+  echo '#include <mpi.h>' | mpicc -x c -E - >/dev/null 2>&1 || need+=(libopenmpi-dev)
 fi
 if [[ "${1:-}" == bench || "${1:-}" == plot ]]; then
   python3 -c "import matplotlib" 2>/dev/null || need+=(python3-matplotlib)
