@@ -6,8 +6,8 @@
 #include <cstring>
 #include <mutex>
 #include <set>
-#include <unordered_map>
 #include <thread>
+#include <unordered_map>
 
 #include "shim.hpp"
 #include "shim_env.hpp"
@@ -263,12 +263,10 @@ ncclComm* checkComm(Entry entry, ncclComm_t comm, ncclResult_t* error) {
     *error = fail(entry, ncclInvalidArgument, "comm is NULL");
     return nullptr;
   }
-  if (ncclComm* mine = shimCommOfReal(comm)) return mine;
-  if (comm->magic != ncclComm::kMagic) {
-    *error = fail(entry, ncclInvalidArgument, "comm is not a communicator of this library");
-    return nullptr;
-  }
-  return comm;
+  if (comm->magic == ncclComm::kMagic) return comm;
+  if (ncclComm* mine = shimCommOfReal(comm)) return mine;  // the real NCCL's own call
+  *error = fail(entry, ncclInvalidArgument, "comm is not a communicator of this library");
+  return nullptr;
 }
 
 ncclResult_t ensureReal(Entry entry, ncclComm* comm, const char* why, const RealNccl** lib) {
