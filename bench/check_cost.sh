@@ -1,50 +1,62 @@
 #!/usr/bin/env bash
-# What the default mismatch check (LOOM_CHECK=1) costs: loom-bench with the check on and off,
-# interleaved run by run in one job (same machine, same moment), REPS times each, and per size the
-# median and the minimum time (out-of-place) of each and their ratios. Usage:
-#   bench/check_cost.sh [BUILD] [REPS] [MAXBYTES] [RANKS...]   (defaults: build 5 64M 2 4)
-#   OPS="allreduce broadcast" (default) picks the collectives; extra loom-bench flags in BENCH_ARGS;
-#   SEPARATE_NODES=1 puts every rank on a fake node of its own (TCP between all ranks).
+# What the default mismatch check (LOOM_CHECK=1) costs: loom-check-cost (tools/check_cost_bench.cpp)
+# times blocks of calls on two communicators of the same ranks, one with the check and one without,
+# alternating round by round in one job, so that placement and machine noise fall on both alike.
+# Usage:
+#   bench/check_cost.sh [BUILD] [MAXBYTES] [RANKS...]   (defaults: build 64M 2 4)
+#   OPS picks the collectives (default: allreduce broadcast reduce allgather reducescatter
+#   alltoall); JOBS (3 jobs per case), ROUNDS (15) and ITERS (200 calls per block, fewer above
+#   256 KiB); extra loom-check-cost flags in BENCH_ARGS (--null: the check off on both sides, the
+#   noise floor); SEPARATE_NODES=1 puts every rank on a fake node of its own (TCP between all
+#   ranks); PIN=1 pins local rank i to the first CPU of the i-th physical core.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${1:-build}
-REPS=${2:-5}
-MAXBYTES=${3:-64M}
-shift $(($# < 3 ? $# : 3))
+MAXBYTES=${2:-64M}
+shift $(($# < 2 ? $# : 2))
 RANKS=("$@")
 ((${#RANKS[@]})) || RANKS=(2 4)
-OPS=${OPS:-allreduce broadcast}
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+OPS=${OPS:-allreduce broadcast reduce allgather reducescatter alltoall}
+[[ -x $BUILD/tools/loom-check-cost ]] || cmake --build "$BUILD" --target loom-check-cost loomrun
+pin=()
+if [[ -n ${PIN:-} ]]; then
+  cores=$(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -u | cut -d, -f1 | tr '\n' ' ')
+  # shellcheck disable=SC2016  # expanded by the rank's shell
+  pin=(env "CORE_CPUS=$cores" bash -c 'cpus=($CORE_CPUS); exec taskset -c "${cpus[$LOCAL_RANK]}" "$@"' pin)
+fi
+rows=$(mktemp)
+trap 'rm -f "$rows"' EXIT
 for n in "${RANKS[@]}"; do
-  wrap=()
+  wrap=("${pin[@]}")
   if [[ -n ${SEPARATE_NODES:-} ]]; then
-    wrap=(tests/api/fake_nodes.sh "$(seq -s ' ' -f 'n%g' 0 $((n - 1)))")
+    wrap+=(tests/api/fake_nodes.sh "$(seq -s ' ' -f 'n%g' 0 $((n - 1)))")
   fi
   for op in $OPS; do
-    for rep in $(seq "$REPS"); do
-      for check in 1 0; do
-        LOOM_CHECK=$check "$BUILD/tools/loomrun" -n "$n" --timeout 600 -- "${wrap[@]}" "$BUILD/tools/loom-bench" \
-          "$op" -b 8 -e "$MAXBYTES" -f 8 -c 0 ${BENCH_ARGS:-} --csv "$out/$op-$n-$check-$rep.csv" \
-          >/dev/null
-      done
+    # JOBS jobs per case: each has its own arenas, whose placement alone moves sub-microsecond
+    # times by several percent; the median over jobs is reported with their spread.
+    for _ in $(seq "${JOBS:-3}"); do
+      "$BUILD/tools/loomrun" -n "$n" --timeout 600 -- "${wrap[@]}" "$BUILD/tools/loom-check-cost" \
+        --op "$op" -b 8 -e "$MAXBYTES" -f 8 -r "${ROUNDS:-15}" -n "${ITERS:-200}" ${BENCH_ARGS:-} |
+        sed -n 's/^\[0\] //; /^| [a-z]* | [0-9]/p' >>"$rows"
     done
   done
 done
-python3 - "$out" <<'EOF'
-import csv, glob, os, statistics, sys
+python3 - "$rows" <<'PY'
+import statistics, sys
 from collections import defaultdict
-times = defaultdict(list)  # (op, nranks, bytes, check) -> out-of-place times (us)
-for path in glob.glob(os.path.join(sys.argv[1], "*.csv")):
-    check = os.path.basename(path).split("-")[2]
-    for row in csv.DictReader(line for line in open(path) if not line.startswith("#")):
-        times[(row["op"], int(row["nranks"]), int(row["bytes"]), check)].append(float(row["oop_us"]))
-# Medians, and minima: on a loaded machine the fastest run is the one least disturbed.
-print("| collective | ranks | bytes | off: median (us) | on: median (us) | on/off | off: min | on: min | on/off (min) |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-for (op, n, size, check) in sorted(k for k in times if k[3] == "0"):
-    off, on = times[(op, n, size, "0")], times[(op, n, size, "1")]
-    moff, mon = statistics.median(off), statistics.median(on)
-    print(f"| {op} | {n} | {size} | {moff:.2f} | {mon:.2f} | {mon / moff:.3f} | "
-          f"{min(off):.2f} | {min(on):.2f} | {min(on) / min(off):.3f} |")
-EOF
+jobs = defaultdict(list)  # (op, ranks, bytes) -> [(off, on, ratio)] one per job
+order = []
+for line in open(sys.argv[1]):
+    f = [x.strip() for x in line.strip().strip("|").split("|")]
+    key = (f[0], int(f[1]), int(f[2]))
+    if key not in jobs:
+        order.append(key)
+    jobs[key].append((float(f[3]), float(f[4]), float(f[5])))
+print("| collective | ranks | bytes | off (us) | on (us) | on/off | on/off per job |")
+print("|---|---:|---:|---:|---:|---:|---|")
+for key in order:
+    runs = jobs[key]
+    med = lambda i: statistics.median(r[i] for r in runs)
+    per = " ".join(f"{r[2]:.3f}" for r in runs)
+    print(f"| {key[0]} | {key[1]} | {key[2]} | {med(0):.3f} | {med(1):.3f} | {med(2):.3f} | {per} |")
+PY
