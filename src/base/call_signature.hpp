@@ -30,6 +30,18 @@ inline PackedSignature pack(const CallSignature& s) {
   return {(s.count & 0xffffffffffffull) | (s.seq & 0xffff) << 48,
           static_cast<uint32_t>(func | dtype << 4 | op << 8 | accum << 11 | root << 16)};
 }
+// 24 bits that differ, but for one chance in 2^24, between two different packed signatures: small
+// enough to ride in the arena's `in` flag word beside the step (transport/shm/shm_arena.hpp), so a
+// rank that sees a peer's arrival has the check in the same load (a separate load of the slot in
+// the same line, taken while the peer may already be writing its next step there, cost 5-15 % of
+// a sub-microsecond call). The full signature stays in the slots for the message.
+inline uint32_t hash24(const PackedSignature& p) {
+  uint64_t x = p.countSeq ^ (static_cast<uint64_t>(p.shape) * 0x9e3779b97f4a7c15ull);
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 29;
+  return static_cast<uint32_t>((x ^ x >> 24 ^ x >> 48) & 0xffffff);
+}
 // `near`: a call number close to the packed one's (the reader's own), to restore its high bits.
 inline CallSignature unpack(const PackedSignature& p, uint64_t near) {
   uint64_t seq = near - ((near - (p.countSeq >> 48)) & 0xffff);
@@ -48,9 +60,15 @@ struct CallCheck {
   // the previous one that no receive took (each rank only sent, as two broadcast roots do).
   CallSignature previous;
   PackedSignature minePacked;
+  uint32_t mineHash = 0;  // hash24(minePacked), or 0 when the check is off
   // The arena: steps at which this rank did not see every rank's `in` (it only staged, as a
-  // broadcast's root); checked two steps later, when it has waited for every rank's `done`.
-  uint64_t unverified[2] = {0, 0};
+  // broadcast's root), with the hash of its signature there; checked two steps later, when it
+  // has waited for every rank's `done`. Step 0: none.
+  struct Pending {
+    uint64_t step = 0;
+    uint32_t hash = 0;
+  };
+  Pending unverified[2];
 };
 
 // The start of every mismatch message: a peer that learns of the failure through the arena's

@@ -655,6 +655,7 @@ void Comm::beginCall(const CollArgs& a) {
             static_cast<uint64_t>(accum + 1) << 24 |
             static_cast<uint64_t>(static_cast<uint32_t>(hasRoot(a.func) ? a.root : 0)) << 32;
   callCheck_.minePacked = pack(s);
+  callCheck_.mineHash = callCheck_.enabled ? hash24(callCheck_.minePacked) : 0;
 }
 
 void Comm::throwMismatch(const std::vector<std::optional<CallSignature>>& seen,

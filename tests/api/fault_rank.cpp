@@ -113,12 +113,16 @@ int modeKill(loomComm_t comm, int nranks, const std::string& op, size_t bytes, i
 
 int modeMismatch(loomComm_t comm, int nranks, const std::string& kind) {
   std::vector<double> send(64, 1.0), recv(64 * 8);
-  size_t count = kind == "count" && gRank != 0 ? 11 : 10;
   bool odd = gRank == nranks - 1;  // the rank that differs (but for count)
+  size_t count = (kind == "count" && gRank != 0) || (kind == "bcastcount" && odd) ? 11 : 10;
   Clock::time_point start = Clock::now();
   loomResult_t r;
   if (kind == "func" && odd)
     r = loomAllGather(send.data(), recv.data(), count, loomFloat, comm, nullptr);
+  else if (kind == "leaf" && odd)  // waits for no rank; no rank waits for it
+    r = loomReduce(send.data(), recv.data(), count, loomFloat, loomSum, 0, comm, nullptr);
+  else if (kind == "leaf" || kind == "bcastcount")
+    r = loomBroadcast(send.data(), recv.data(), count, loomFloat, 0, comm, nullptr);
   else if (kind == "root")
     r = loomBroadcast(send.data(), recv.data(), count, loomFloat, odd ? gRank : 0, comm, nullptr);
   else

@@ -387,7 +387,9 @@ TEST(Faults, MismatchFailsEveryRankByDefault) {
                         {"count", "count", "count=11"},
                         {"op", "op", "allreduce(count=10, float, max)"},
                         {"root", "root", "broadcast(count=10, float, root="},
-                        {"func", "collective", "allgather(count=10"}};
+                        {"func", "collective", "allgather(count=10"},
+                        {"bcastcount", "count", "broadcast(count=11"},
+                        {"leaf", "collective", "reduce(count=10"}};
   for (const char* transport : {"shm", "tcp"}) {
     for (int n : {2, 3}) {
       for (const Kind& kind : kinds) {

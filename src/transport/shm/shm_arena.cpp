@@ -23,7 +23,9 @@ ArenaLayout ArenaLayout::compute(int nranks, size_t slotBytes, size_t channelByt
   layout.channelBytes = roundUp(std::max<size_t>(channelBytes, 4096), kCacheLine);
   size_t offset = roundUp(sizeof(ArenaHeader), 4096);
   layout.flagsOffset = offset;
-  offset = roundUp(offset + sizeof(RankFlags) * nranks, kCacheLine);
+  offset = roundUp(offset + sizeof(RankFlags) * nranks, 4096);
+  layout.signaturesOffset = offset;  // pages of their own (shm_arena.hpp)
+  offset = roundUp(offset + sizeof(SignatureSlots) * nranks, 4096);
   layout.reasonsOffset = offset;
   offset = roundUp(offset + kAbortReasonBytes * nranks, 4096);
   layout.slotsOffset = offset;

@@ -23,22 +23,47 @@ struct alignas(kCacheLine) PaddedCounter {
   char pad[kCacheLine - sizeof(std::atomic<uint64_t>)];
 };
 
-// The `in` flag, with the signature of the call each step belongs to (base/call_signature.hpp,
-// packed into 12 bytes) in the same cache line: a reader that sees the flag has the signature
-// without another line. Slot step & 3: a rank rewrites a step's slot four steps later, after
-// every rank's `done` of two steps later, so a rank that did not wait for some rank's `in` at a
-// step can still check that step's signature two steps later (algorithms/shm_stage.hpp).
-struct alignas(kCacheLine) ArrivalCounter {
-  std::atomic<uint64_t> value{0};
+// The word of `in` and `done`: the step in the high 40 bits, the 24-bit hash of the signature of
+// the call the step belongs to (base/call_signature.hpp; 0 with the check off) in the low bits, so
+// a rank that sees a peer's arrival compares the hashes in the same load. Steps compare modulo
+// 2^40 (ranks are never 2^39 steps apart), so the word may wrap.
+constexpr int kStepShift = 24;
+constexpr uint64_t kHashMask = (uint64_t{1} << kStepShift) - 1;
+inline uint64_t arrivalWord(uint64_t step, uint32_t hash) { return step << kStepShift | hash; }
+inline bool arrivedAt(uint64_t word, uint64_t step) {
+  return static_cast<int64_t>(word - (step << kStepShift)) >= 0;
+}
+inline bool arrivedExactly(uint64_t word, uint64_t step) {
+  return ((word >> kStepShift) ^ step) << kStepShift == 0;
+}
+
+// `in` and `done`: step s's word in word[s & 3], so a reader that checks step s reads that step's
+// word (and hash) even when the owner has moved on: a rank reads another's `in` of s while at s,
+// and its `done` of s at most two steps later, and no rank gets more than one step ahead of the
+// slowest one's `done` plus two.
+struct alignas(kCacheLine) StepWords {
+  std::atomic<uint64_t> word[4] = {0, 0, 0, 0};
+  std::atomic<uint64_t>& of(uint64_t step) { return word[step & 3]; }
+  const std::atomic<uint64_t>& of(uint64_t step) const { return word[step & 3]; }
+};
+static_assert(sizeof(StepWords) == kCacheLine);
+
+// The whole signature (packed into 12 bytes) of a rank's last four steps, slot step & 3, written
+// right after the step's first flag word and tagged with the step; read only when a hash differs
+// (for the message). A rank rewrites a step's slot four steps later, after every rank's `done` of
+// two steps later. In pages of their own (ArenaLayout), away from the polled flags.
+struct alignas(2 * kCacheLine) SignatureSlots {
   std::atomic<uint64_t> countSeq[4];  // count (48 bits) | call number (low 16 bits) << 48
   std::atomic<uint32_t> shape[4];     // func | dtype << 4 | op << 8 | (accum+1) << 11 | root << 16
+  std::atomic<uint64_t> step[4];      // the step whose signature the slot holds (release)
 };
-static_assert(sizeof(ArrivalCounter) == kCacheLine);
 
 struct RankFlags {
-  ArrivalCounter in;   // step whose input this rank has staged (or, without input, it arrived at)
-  PaddedCounter red;   // step whose reduced slice this rank has published
-  PaddedCounter done;  // step after which this rank reads nothing more of anyone's slots
+  StepWords in;       // arrivalWord of the step whose input this rank has staged (or, without
+                      // input, at which it arrived)
+  PaddedCounter red;  // step whose reduced slice this rank has published
+  StepWords done;     // arrivalWord of the step after which this rank reads nothing more of
+                      // anyone's slots
 };
 
 struct ArenaHeader {
@@ -71,7 +96,8 @@ struct ArenaLayout {
   // Rounds the requested sizes up to what every algorithm needs (pages; a slot fits one 8-byte
   // element per rank twice; a channel at least 4 KiB).
   size_t channelBytes = 0;  // ring capacity of each pair channel (multiple of 64)
-  size_t flagsOffset = 0, reasonsOffset = 0, slotsOffset = 0, channelsOffset = 0, totalBytes = 0;
+  size_t flagsOffset = 0, signaturesOffset = 0, reasonsOffset = 0, slotsOffset = 0,
+         channelsOffset = 0, totalBytes = 0;
   static ArenaLayout compute(int nranks, size_t slotBytes, size_t channelBytes);
 };
 
@@ -92,6 +118,9 @@ class ShmArena {
   ArenaHeader* header() const { return reinterpret_cast<ArenaHeader*>(segment_.data()); }
   RankFlags& flags(int rank) const {
     return reinterpret_cast<RankFlags*>(segment_.data() + layout_.flagsOffset)[rank];
+  }
+  SignatureSlots& signatures(int rank) const {
+    return reinterpret_cast<SignatureSlots*>(segment_.data() + layout_.signaturesOffset)[rank];
   }
   // Staging slots: which = 0/1 alternates between steps (double buffering).
   char* inSlot(int rank, uint64_t step) const { return slot(rank, 0, step & 1); }
