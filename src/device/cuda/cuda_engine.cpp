@@ -111,6 +111,12 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   const DeviceIdentity& id = device_.identity();
   LOOM_INFO(kSubsysInit, setup_.rank, "CUDA device ", id.index, " (", id.model, ", ", id.busId,
             "): ", describe());
+#ifdef LOOM_CUDA_CHECK_ONLY
+  LOOM_WARN(kSubsysInit, setup_.rank,
+            "this library's CUDA kernels were compiled unoptimized, only to check that they build "
+            "(LOOM_CUDA_CHECK_ONLY=ON, as make test does without a GPU): rebuild without it "
+            "for speed");
+#endif
 }
 
 CudaEngine::~CudaEngine() {
