@@ -69,14 +69,18 @@ grep -q "LOOM_JOB_SECRET=\$(openssl rand -hex 16) torchrun" "$TMP"/unauth.0 ||
   fail "the warning does not say how to set the secret under torchrun"
 
 # A rank whose peers never come says every few seconds (a quarter of a short timeout) which ranks
-# have not arrived, and every rank's timeout error names them. Rank 1 starts first (it retries
-# until rank 0's root listens): started late on a loaded machine, it could still be in the
-# handshake when the root gives up, and hear only "connection closed".
+# have not arrived, and every rank's timeout error names them. Rank 1 starts once rank 0's root
+# listens (ss, without connecting to it): started with it, on a loaded machine rank 1 either gave
+# up connecting before the root listened or was still in the handshake when the root gave up.
 port=$((30000 + ($$ + 7) % 20000))
-for r in 1 0; do
-  LOOM_RANK=$r LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=2 \
-    "$INFO" --algos >/dev/null 2>"$TMP/missing.$r" &
+LOOM_RANK=0 LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=3 \
+  "$INFO" --algos >/dev/null 2>"$TMP/missing.0" &
+for _ in $(seq 100); do
+  ss -Hltn "sport = :$port" | grep -q . && break
+  sleep 0.05
 done
+LOOM_RANK=1 LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=3 \
+  "$INFO" --algos >/dev/null 2>"$TMP/missing.1" &
 wait
 reports=$(grep -c "2 of 3 ranks arrived; waiting for ranks 2 (timeout in" "$TMP/missing.0")
 [[ $reports -ge 2 ]] || fail "$reports progress reports: $(cat "$TMP/missing.0")"
