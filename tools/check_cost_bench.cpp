@@ -20,31 +20,16 @@
 #include <vector>
 
 #include "loom/loom.h"
+#include "tool_cli.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-[[noreturn]] void die(const std::string& why) {
-  std::fprintf(stderr, "loom-check-cost: %s\n", why.c_str());
-  std::exit(2);
-}
-
-void ok(loomResult_t r, const char* what) {
-  if (r != loomSuccess) die(std::string(what) + ": " + loomGetLastError(nullptr));
-}
-
-size_t parseSize(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  std::string unit(end);
-  if (unit == "K") v *= 1024;
-  if (unit == "M") v *= 1024 * 1024;
-  if (unit == "G") v *= 1024.0 * 1024 * 1024;
-  if (v < 4 || (unit != "" && unit != "K" && unit != "M" && unit != "G"))
-    die(std::string("bad size '") + s + "'");
-  return static_cast<size_t>(v);
-}
+constexpr const char* kTool = "loom-check-cost";
+[[noreturn]] void die(const std::string& why) { loom::tool::die(kTool, why); }
+void ok(loomResult_t r, const char* what) { loom::tool::ok(kTool, r, what); }
+size_t parseSize(const char* text) { return loom::tool::sizeArg(kTool, text); }
 
 struct Options {
   std::string op = "allreduce";

@@ -21,6 +21,7 @@
 
 #include "loom/loom.h"
 #include "loom/loom_device_plugin.h"
+#include "tool_cli.hpp"
 
 #ifdef LOOM_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -30,24 +31,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-[[noreturn]] void die(const std::string& why) {
-  std::fprintf(stderr, "loom-hetero-bench: %s\n", why.c_str());
-  std::exit(2);
-}
-
-void ok(loomResult_t r, const char* what) {
-  if (r != loomSuccess) die(std::string(what) + ": " + loomGetLastError(nullptr));
-}
-
-size_t parseSize(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  std::string unit(end);
-  if (unit == "K") v *= 1024;
-  if (unit == "M") v *= 1024 * 1024;
-  if (unit == "G") v *= 1024.0 * 1024 * 1024;
-  return static_cast<size_t>(v);
-}
+constexpr const char* kTool = "loom-hetero-bench";
+[[noreturn]] void die(const std::string& why) { loom::tool::die(kTool, why); }
+void ok(loomResult_t r, const char* what) { loom::tool::ok(kTool, r, what); }
+size_t parseSize(const char* text) { return loom::tool::sizeArg(kTool, text); }
 
 // This rank's memory: device memory with copies to and from the host, or host memory.
 class Memory {
