@@ -17,6 +17,7 @@
 
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "algorithms/context.hpp"
@@ -34,11 +35,10 @@ class ShmStage {
     // The step of two steps back: every rank must have finished reading it (and, if this rank
     // left it unverified, its signature is checked against each rank's `done` as it is seen).
     uint64_t need = step_ - 2;
-    CallCheck::Pending* pending = takePending(need);
+    std::optional<CallCheck::Pending> pending = takePending(need);
     for (int r = 0; r < ctx_.nranks; ++r) {
       uint64_t word = waitWord(arena_.flags(r).done.of(need), need, r);
-      if (pending != nullptr && r != ctx_.rank && !matches(word, pending->step, pending->hash))
-        verifySlots(r, pending->step);
+      if (pending) verifyDone(r, word, *pending);
     }
   }
   uint64_t step() const { return step_; }
@@ -69,12 +69,10 @@ class ShmStage {
   void waitAllIn() {
     for (int r = 0; r < ctx_.nranks; ++r) waitIn(r);
     // Every rank is at this step: it published `done` of the earlier ones.
-    if (CallCheck::Pending* pending = takePending(step_ - 1)) {
-      for (int r = 0; r < ctx_.nranks; ++r) {
-        const std::atomic<uint64_t>& done = arena_.flags(r).done.of(pending->step);
-        if (!matches(done.load(std::memory_order_acquire), pending->step, pending->hash))
-          verifySlots(r, pending->step);
-      }
+    if (std::optional<CallCheck::Pending> pending = takePending(step_ - 1)) {
+      for (int r = 0; r < ctx_.nranks; ++r)
+        verifyDone(r, arena_.flags(r).done.of(pending->step).load(std::memory_order_acquire),
+                   *pending);
     }
   }
   void waitAllRed() const {
@@ -114,16 +112,19 @@ class ShmStage {
   static bool matches(uint64_t word, uint64_t step, uint32_t hash) {
     return arrivedExactly(word, step) && (word & kHashMask) == hash;
   }
-  // The step left unverified at or before `upTo`, cleared (it is checked now), or null.
-  CallCheck::Pending* takePending(uint64_t upTo) {
-    if (check_ == nullptr) return nullptr;
+  // The step left unverified at or before `upTo`, cleared (it is checked now), or none.
+  std::optional<CallCheck::Pending> takePending(uint64_t upTo) {
+    if (check_ == nullptr) return std::nullopt;
     for (CallCheck::Pending& p : check_->unverified) {
       if (p.step == 0 || p.step > upTo) continue;
-      taken_ = p;
-      p = {};
-      return &taken_;
+      return std::exchange(p, {});
     }
-    return nullptr;
+    return std::nullopt;
+  }
+  // `word`, `rank`'s `done` word of the unverified step, must carry this rank's hash there.
+  void verifyDone(int rank, uint64_t word, const CallCheck::Pending& pending) const {
+    if (rank != ctx_.rank && !matches(word, pending.step, pending.hash))
+      verifySlots(rank, pending.step);
   }
   // `rank`'s signature of `step`, once its slot holds that step (it is written right after the
   // step's first word), or none if it does not within `until`.
@@ -158,9 +159,8 @@ class ShmStage {
   const ShmArena& arena_;
   CallCheck* check_;  // null: the check is off
   uint64_t step_;
-  bool signed_ = false;       // this step's signature is in its slot
-  int checkedPeers_ = 0;      // other ranks whose `in` of this step this rank waited for
-  CallCheck::Pending taken_;  // the unverified step being checked
+  bool signed_ = false;   // this step's signature is in its slot
+  int checkedPeers_ = 0;  // other ranks whose `in` of this step this rank waited for
 };
 
 }  // namespace loom
