@@ -38,12 +38,14 @@ test: build
 	BUILD=$(BUILD) scripts/newcomer_check.sh
 
 # Opt-in, not in `make test` (an hour or more on 2 cores): PyTorch's whole _DistTestBase on Gloo
-# and on Loom at 2, 3 and 4 ranks (WORLDS=...), ranks spawned as PyTorch does, and the torch
-# point-to-point stress at 1000 iterations per world size.
+# and on Loom at 2, 3 and 4 ranks (WORLDS=...), ranks spawned as PyTorch does, the torch
+# point-to-point stress at 1000 iterations, and the point-to-point and graph-pass tests at the
+# world sizes CI leaves out (LOOM_TEST_WIDE_WORLDS=1: 4 and 5 ranks, 4 pipeline stages, 6 ranks).
 test-torch-full:
 	LOOM_DIST_SUITE_SELECT= LOOM_DIST_SUITE_WORLDS=$(or $(WORLDS),2,3,4) \
 	  scripts/python_test.sh tests/python/test_torch_dist_suite.py -s
-	LOOM_P2P_STRESS_ITERS=1000 scripts/python_test.sh tests/python/test_torch_p2p.py -k stress -s
+	LOOM_TEST_WIDE_WORLDS=1 LOOM_P2P_STRESS_ITERS=1000 scripts/python_test.sh \
+	  tests/python/test_torch_p2p.py tests/python/test_graph_passes.py -s
 
 # Loom vs Open MPI (and Gloo where torch is installed) and the memcpy bound, side by side: tables
 # and one plot per collective (bench/plot.py) beside the CSV in bench/results/.

@@ -1,9 +1,19 @@
 """Starts one process per rank for the Python tests (no launcher needed) and collects them."""
+import os
 import socket
 import subprocess
 import sys
 
 import pytest
+
+
+def worlds(ci, wide):
+    """The world sizes a multi-rank test runs at: `ci` in `make test`, which must fit a 2-core CI
+    machine, and also `wide` (more ranks than cores, minutes each there) with
+    LOOM_TEST_WIDE_WORLDS=1, which `make test-torch-full` sets."""
+    if os.environ.get("LOOM_TEST_WIDE_WORLDS", "0") == "1":
+        return sorted(set(ci) | set(wide))
+    return list(ci)
 
 
 def free_port():

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import loom  # noqa: E402
-from ranks import free_port, run_ranks  # noqa: E402
+from ranks import free_port, run_ranks, worlds  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not loom.torch_backend_registered,
                                 reason="loom was built without torch")
@@ -245,7 +245,7 @@ def test_enable_sets_and_restores_the_inductor_pass(fake):
     assert config.post_grad_custom_post_pass is before
 
 
-@pytest.mark.parametrize("world", [4, 6])
+@pytest.mark.parametrize("world", worlds([4], [6]))
 def test_fused_graphs_give_the_same_tensor_over_loom_and_gloo(world):
     passes_module()
     ports = f"{free_port()},{free_port()}"

@@ -14,6 +14,7 @@ import torch.distributed as dist
 import loom  # registers "loom"
 
 DEV = torch.device("cpu")  # set by main()
+PORT = 0  # the rendezvous port, set by main(): unique to one run, it names the run's files
 
 DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64, torch.bfloat16, torch.float16,
           torch.uint8, torch.int8]
@@ -230,13 +231,25 @@ def until_raises(step, tries=3):
 
 
 def never_joins(rank, world, ref):
-    """Rank 1 is alive but never joins the all_reduce: the others raise at the group's timeout."""
+    """Rank 1 is alive but never joins the all_reduce: the others raise at the group's timeout.
+    Rank 1 stays alive until each of them has said (a file per rank) that it raised, at most 60 s."""
+    import os
+    import tempfile
     warm_up()
+    said = [os.path.join(tempfile.gettempdir(), f"loom-never-joins-{PORT}-{r}")
+            for r in range(world)]
     if rank == 1:
-        time.sleep(15)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(
+                os.path.exists(f) for r, f in enumerate(said) if r != 1):
+            time.sleep(0.1)
+        for f in said:
+            if os.path.exists(f):
+                os.unlink(f)
         os_exit(0)
     start = time.monotonic()
     error = until_raises(lambda: dist.all_reduce(torch.ones(8, device=DEV)))
+    open(said[rank], "w").close()
     if error is None:
         print(f"rank {rank}: all_reduce succeeded without rank 1", flush=True)
         os_exit(1)
@@ -353,8 +366,9 @@ def os_exit(code):
 
 
 def main():
-    global DEV
+    global DEV, PORT
     case, world, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    PORT = port
     device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
     if device == "cuda":
         DEV = torch.device("cuda", rank % torch.cuda.device_count())
