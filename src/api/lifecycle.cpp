@@ -262,6 +262,8 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
     // A config that names no device keeps the parent's: a child of a CUDA communicator runs on
     // the same GPU (as ncclCommSplit's children do), not on the host.
     if (config != nullptr && config->device == nullptr) cfg.device = use.comm().config().device;
+    // LOOM_ALGO is read when a communicator is made, also by a split without a config.
+    cfg.algo = env::algoOverride();
     cfg.abortFlag = nullptr;  // the child has its own (the parent's belongs to the parent's handle)
     LOOM_CHECK_ARG(cfg.blocking, "non-blocking split is not supported yet: pass a blocking config");
     std::unique_ptr<Comm> child = use.comm().split(color, key, cfg);

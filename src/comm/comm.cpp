@@ -61,6 +61,7 @@ CommConfig resolveConfig(const loomConfig_t* c) {
   }
   cfg.transport = env::transport();
   cfg.clusterSplit = env::clusterSplit();
+  cfg.algo = env::algoOverride();
   LOOM_CHECK_ARG(cfg.transport == "tcp" || cfg.transport == "rudp", "LOOM_TRANSPORT='",
                  cfg.transport, "' is not tcp or rudp");
   if (c == nullptr) return cfg;
@@ -130,7 +131,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
     inputs.native = &nativeAlgorithms_;
     inputs.nativeRows = native_->selectorRows();
   }
-  selector_ = std::make_unique<Selector>(inputs, env::algoOverride());
+  selector_ = std::make_unique<Selector>(inputs, config_.algo);
 
   ctx_.rank = rank_;
   ctx_.nranks = nranks_;
@@ -229,7 +230,7 @@ void Comm::setUpSharedMemory() {
   // same exchange compares what must agree for collectives to meet: the mismatch check (its
   // headers are in the channels' streams) and the selector's settings.
   std::string settings = "LOOM_CHECK=" + std::to_string(checkMode_) +
-                         " LOOM_ALGO=" + env::algoOverride() +
+                         " LOOM_ALGO=" + config_.algo +
                          " LOOM_DIRECT_MAX_BYTES=" + std::to_string(env::directMaxBytes());
   std::vector<std::string> all =
       withBootstrap([&](Bootstrap& b) { return b.allGather(name + '\n' + settings); });

@@ -42,6 +42,9 @@ struct CommConfig {
   bool splitChild = false;        // created by split: the launcher's node sizes do not describe it
   // LOOM_CLUSTER_SPLIT; the sub-communicators of a heterogeneous one have none.
   std::string clusterSplit;
+  // LOOM_ALGO. A heterogeneous communicator's cluster communicators have none: its algorithm
+  // names are those of the host algorithms it runs, not of a cluster's native ones.
+  std::string algo;
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
   std::atomic<bool>* abortFlag = nullptr;

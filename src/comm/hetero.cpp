@@ -121,6 +121,7 @@ void Comm::setUpComposition() {
   sub.clusterSplit.clear();  // one kind each: the sub-communicators are homogeneous
   sub.abortFlag = nullptr;
   sub.name = config_.name + (config_.name.empty() ? "" : "/") + "cluster";
+  sub.algo.clear();  // LOOM_ALGO names this communicator's host algorithms (the exchange's below)
   // A phase that fails on a sub-communicator's progress thread (stream-ordered device ranks)
   // fails this communicator at once, not at its next call.
   sub.onFail = [this](const Error& e) { fail(e); };
@@ -144,6 +145,7 @@ void Comm::setUpComposition() {
   if (composed) {
     CommConfig exchange = sub;
     exchange.device = "cpu";
+    exchange.algo = config_.algo;
     exchange.name = config_.name + (config_.name.empty() ? "" : "/") + "exchange";
     const bool member = !clusterComm || clusters_.leader(cluster) == rank_;
     leaderComm = split(member ? 0 : -1, rank_, exchange);
