@@ -8,12 +8,16 @@
 # user work before and after it on the stream), and the benches a blocking run (LOOM_DEVICE_BLOCKING).
 #
 #   bench/run_hetero.sh BUILD OUTDIR [MAXBYTES]
+#   PARTS: which parts run (default "tests bench mps"; a device session may split them over calls)
 set -uo pipefail
 build=$1 out=$2 max=${3:-256M}
+PARTS=${PARTS:-tests bench mps}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 mkdir -p "$out"
-export LOOM_DEVICE_PLUGIN=$PWD/$build/plugins/device/emu/libloom-device-emu.so LOOM_TIMEOUT=120
+export LOOM_DEVICE_PLUGIN=$PWD/$build/plugins/device/emu/libloom-device-emu.so
+export LOOM_TIMEOUT=${LOOM_TIMEOUT:-120}
 export NCCL_NVLS_ENABLE=0
-run=("$build/tools/loomrun" --timeout 900 -n)
+run=("$build/tools/loomrun" --timeout "${RUN_TIMEOUT:-900}" -n)
 status=0
 tests() {
   local placement=$1 split=${2:-}
@@ -27,10 +31,12 @@ tests() {
     status=1
   fi
 }
-tests GCEC
-tests GCCC
-tests CEGC
-tests GGCE "0;1;2;3"
+if part tests; then
+  tests GCEC
+  tests GCCC
+  tests CEGC
+  tests GGCE "0;1;2;3"
+fi
 bench() {
   local placement=$1 tag=${2:-}
   echo "=== loom-hetero-bench --placement $placement $tag"
@@ -38,12 +44,15 @@ bench() {
     -b 8 -e "$max" -f 4 -n 20 -w 5 2>&1 | grep -v '^\[[1-9]' | sed 's/^\[0\] //' |
     tee "$out/bench_$placement$tag.txt" || status=1
 }
-bench GCCC
-bench GCCCCCCC
-bench ECCC
-# The same calls blocking the host until done (the behaviour before stream order), side by side.
-LOOM_DEVICE_BLOCKING=1 bench GCCC _blocking
-LOOM_DEVICE_BLOCKING=1 bench ECCC _blocking
+if part bench; then
+  bench GCCC
+  bench GCCCCCCC
+  bench ECCC
+  # The same calls blocking the host until done (the behaviour before stream order), side by side.
+  LOOM_DEVICE_BLOCKING=1 bench GCCC _blocking
+  LOOM_DEVICE_BLOCKING=1 bench ECCC _blocking
+fi
+part mps || exit $status
 export CUDA_MPS_PIPE_DIRECTORY=$out/mps/pipe CUDA_MPS_LOG_DIRECTORY=$out/mps/log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 if nvidia-cuda-mps-control -d; then

@@ -18,11 +18,9 @@ class CudaDevice final : public Device {
   const DeviceIdentity& identity() const override { return identity_; }
   // Not mapsHostMemory: its kernels cannot read pageable host memory (the shared arena), so host
   // algorithms reach it through pinned staging.
-  // Not hostTasks yet: enqueueHostTask (cudaLaunchHostFunc) is there, but on the GPU host the
-  // stream-ordered heterogeneous path left a CUDA rank's calls stuck behind a stream the caller
-  // held (StreamOrder with placement GCEC timed out; the emulated device passes): until that is
-  // understood, CUDA ranks of heterogeneous communicators block the host as before.
-  DeviceCaps caps() const override { return {false, true, false, true, false}; }
+  // hostTasks: cudaLaunchHostFunc. A gate task only waits on a condition variable (a host function
+  // must not call CUDA, and CUDA may run the host functions of several streams on one thread).
+  DeviceCaps caps() const override { return {false, true, false, true, true}; }
   std::string spec() const override { return "cuda:" + std::to_string(ordinal()); }
 
   void* allocate(size_t bytes) override;
