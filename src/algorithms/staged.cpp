@@ -18,17 +18,23 @@ char* HostStaging::grow(Buffer& buffer, size_t bytes) {
 }
 
 DeviceScratch::~DeviceScratch() {
+  releaseRetired();
   if (data_ != nullptr) device_.release(data_);
 }
 
 char* DeviceScratch::get(size_t bytes) {
   if (bytes_ < bytes) {
     char* bigger = static_cast<char*>(device_.allocate(bytes));
-    if (data_ != nullptr) device_.release(data_);
+    if (data_ != nullptr) retired_.push_back(data_);
     data_ = bigger;
     bytes_ = bytes;
   }
   return data_;
+}
+
+void DeviceScratch::releaseRetired() {
+  for (char* old : retired_) device_.release(old);
+  retired_.clear();
 }
 
 void HostStaging::releaseRetired() {

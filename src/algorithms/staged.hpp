@@ -57,11 +57,16 @@ class DeviceScratch {
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
   char* get(size_t bytes);
+  // Memory that growing replaced stays allocated (calls in flight on a stream may still use it)
+  // until releaseRetired(), once nothing does.
+  bool retiring() const { return !retired_.empty(); }
+  void releaseRetired();
 
  private:
   Device& device_;
   char* data_ = nullptr;
   size_t bytes_ = 0;
+  std::vector<char*> retired_;
 };
 
 // True when `algo` can run mapped on `caps`'s device (see above).

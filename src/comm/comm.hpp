@@ -117,6 +117,9 @@ class Comm {
   // pipelined through `staging`.
   void collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
                           HostStaging* staging, StagingEvents* events);
+  // ... and a collective of it that is not elementwise (the allgather's alltoallv), in one piece;
+  // with `device`, staged through `staging`.
+  void collectiveStaged(const CollArgs& args, Device* device, HostStaging* staging);
 
   // Marks the communicator aborted: waits in progress fail promptly (any thread), peers learn it.
   void abort(const std::string& reason);
@@ -163,11 +166,23 @@ class Comm {
   void enqueueGated(const Algorithm& algo, const CollArgs& args);
   void runJob(StreamJob& job);
   void releaseStagingIfIdle();
-  void runLeaderChunks(StreamJob& job, Device& device, StreamGate& gate);
+  void runLeaderJob(StreamJob& job, Device& device, StreamGate& gate);
+  void enqueueLeaderGated(const CollArgs& args, Comm& host);
   bool composes(const CollArgs& args);
   void prepareComposition();
   void setUpComposition();
+  // The composed collectives (comm/hetero_composed.cpp).
   void executeComposed(const CollArgs& args);
+  void composedAllReduce(const CollArgs& args);
+  void composedBroadcast(const CollArgs& args);
+  void composedReduce(const CollArgs& args);
+  void composedAllGather(const CollArgs& args);
+  void composedReduceScatter(const CollArgs& args);
+  void exchangeInChunks(const CollArgs& args);  // an elementwise call of leaderComm_
+  void exchangeInOnePiece(const CollArgs& args);
+  char* composedScratch(size_t bytes, loomStream_t stream);  // this rank's kind of memory
+  void copyLocal(void* dst, const void* src, size_t bytes, loomStream_t stream);
+  int exchangeRoot(int rank) const;  // the exchange's rank that stands for `rank`
   // failOnError, but a bad argument is the caller's mistake: reported, the communicator lives on.
   template <typename Body>
   void failOnErrorExceptArguments(Body&& body) {
@@ -232,8 +247,26 @@ class Comm {
   bool composed_ = false;
   std::unique_ptr<Comm> clusterComm_;  // this rank's cluster, where it collapses to its leader
   std::unique_ptr<Comm> leaderComm_;   // the exchange, on the host CPU (its members only)
-  bool sharedMemory_ = false;          // a single node: the flat arena algorithms apply
-  std::string tcpInterface_;           // "eth0 10.0.0.2" when some peers are on other nodes
+  // Known on every rank (setUpComposition): which clusters collapse; each rank's rank in the
+  // exchange (-1: not a member, its leader stands for it; split key = global rank, so members are
+  // numbered in global rank order); the exchange's blocks (allgather, reduce-scatter): the global
+  // ranks each member stands for, member after member (exchangeFirst_: where each starts, and
+  // the end), and runs of consecutive global ranks with one member (reduce-scatter).
+  std::vector<char> collapses_;
+  std::vector<int> exchangeRank_;
+  std::vector<int> exchangeOrder_, exchangeFirst_;
+  bool exchangeInOrder_ = false;  // exchangeOrder_ is 0..nranks-1: no reorder
+  struct ExchangeRun {
+    int first, length, member;
+  };
+  std::vector<ExchangeRun> exchangeRuns_;
+  std::vector<size_t> exchangeCounts_;  // the allgather's alltoallv arrays, 4 x members
+  // The leaders' partial results and the exchange's blocks: device memory on device ranks
+  // (retired on growth while calls in flight may use it), host memory on the others.
+  std::unique_ptr<DeviceScratch> composedDevice_;
+  std::vector<char> composedHost_;
+  bool sharedMemory_ = false;  // a single node: the flat arena algorithms apply
+  std::string tcpInterface_;   // "eth0 10.0.0.2" when some peers are on other nodes
   ShmArena arena_;
   // Declared before the channels: they point into it, and it outlives them (and lingers).
   std::unique_ptr<RudpEngine> rudp_;

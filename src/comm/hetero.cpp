@@ -1,13 +1,18 @@
 // The heterogeneous side of the communicator: its clusters (topology/cluster_map), and how it runs
 // a collective across them. Flat: every rank in the host algorithm, elementwise calls in chunks
-// with device ranks pipelined through host memory (algorithms/chunked). Composed (allreduce):
-//   1. reduce inside each collapsing cluster (native collectives, several ranks) to its leader,
-//      with the cluster's own collectives (a CUDA cluster's kernels);
-//   2. the exchange: an allreduce on a host communicator of those leaders and every rank of the
-//      other clusters, device ranks pipelined through host memory: a collapsed cluster's bytes
-//      cross the device-host boundary once each way, on one rank;
-//   3. broadcast from the leader inside each collapsing cluster.
-// Every rank of every kind ends with the leaders' result: the same bits.
+// with device ranks pipelined through host memory (algorithms/chunked). Composed (allreduce,
+// reduce, broadcast, allgather, reduce-scatter; comm/hetero_composed.cpp): a cluster with native
+// collectives and several ranks collapses to its leader:
+//   1. the cluster's own collective inside each collapsing cluster (a CUDA cluster's kernels),
+//      to its leader (reduce, gather) or, for a broadcast, from a root inside it;
+//   2. the exchange, on a host communicator of those leaders and every rank of the other
+//      clusters, device ranks staged (pipelined in chunks where elementwise) through host
+//      memory: a collapsed cluster's bytes cross the device-host boundary once each way, on one
+//      rank;
+//   3. the cluster's own collective again, from its leader (broadcast, scatter) or, for a
+//      reduce, to a root inside it.
+// Here: deciding which calls compose (the same on every rank) and setting up the clusters' and
+// the exchange's sub-communicators. Every rank of every kind ends with the same bits.
 // On a device rank whose device runs host tasks every phase is enqueued on the caller's stream
 // and the call returns (comm/stream_calls.cpp).
 #include <algorithm>
@@ -61,7 +66,26 @@ std::string Comm::describeHeterogeneous() const {
          "runs host tasks\n"
       << "  other collectives and send/recv: the host algorithm below; device ranks stage the "
          "whole call through pinned host memory\n"
-      << selector_->explain();
+      << "  composed (LOOM_HETERO_ALGO=" << heteroAlgo_ << ": "
+      << (heteroAlgo_ == "flat"       ? "never"
+          : heteroAlgo_ == "composed" ? "every call, every cluster of several ranks collapses"
+                                      : "from 1 MiB, clusters with native collectives and several "
+                                        "ranks collapse")
+      << "): allreduce, reduce, broadcast, allgather, reduce-scatter (not avg) run the cluster's "
+         "own collective to its leader, an exchange of the leaders and the other ranks (chunked; "
+         "allgather: alltoallv then reorder; reduce-scatter: a reduce per run of ranks), the "
+         "cluster's own collective from its leader";
+  if (compositionReady_) {
+    out << "; ";
+    if (!composed_) out << "nothing collapses here";
+    for (int c = 0; c < clusters_.count() && composed_; ++c)
+      if (collapses_[c])
+        out << "cluster " << c << " collapses to rank " << clusters_.leader(c) << ", ";
+    if (composed_)
+      out << "the exchange has " << exchangeFirst_.size() - 1 << " members"
+          << (exchangeInOrder_ ? "" : " (allgather reorders its blocks)");
+  }
+  out << "\n" << selector_->explain();
   return out.str();
 }
 
@@ -86,12 +110,21 @@ void Comm::runInChunks(const CollArgs& args, size_t chunkSetting, Device* device
 }
 
 bool Comm::composes(const CollArgs& args) {
-  // Average divides once by the whole communicator's size: its phases would each divide.
-  if (args.func != loomFuncAllReduce || args.op == loomAvg || heteroAlgo_ == "flat") return false;
+  // Every rank decides the same from the call alone: a composed call is counted by the
+  // sub-communicators only, a flat one by this communicator.
+  const loomFunc_t f = args.func;
+  const bool reduces = f == loomFuncAllReduce || f == loomFuncReduce || f == loomFuncReduceScatter;
+  if (!reduces && f != loomFuncBroadcast && f != loomFuncAllGather) return false;
+  // Average divides once by the whole communicator's size: its phases would each divide (by
+  // their own size), so it runs flat.
+  if ((reduces && args.op == loomAvg) || heteroAlgo_ == "flat") return false;
   // Three phases cost three latencies: under 1 MiB (measured on one H100 with two CUDA ranks
   // sharing it beside two CPU ranks: 48 us composed against 18 us flat at 8 B) flat is faster.
+  // Allgather and reduce-scatter: the whole gathered (scattered) array.
   constexpr size_t kComposedMinBytes = 1 << 20;
-  if (heteroAlgo_ == "auto" && args.count * dtypeSize(args.dtype) < kComposedMinBytes) return false;
+  size_t bytes = args.count * dtypeSize(args.dtype);
+  if (f == loomFuncAllGather || f == loomFuncReduceScatter) bytes *= nranks_;
+  if (heteroAlgo_ == "auto" && bytes < kComposedMinBytes) return false;
   if (!compositionReady_) setUpComposition();
   return composed_;
 }
@@ -150,56 +183,51 @@ void Comm::setUpComposition() {
     const bool member = !clusterComm || clusters_.leader(cluster) == rank_;
     leaderComm = split(member ? 0 : -1, rank_, exchange);
   }
+  // What every rank knows of the composition: who collapses, the exchange's numbering (split
+  // key = global rank) and its blocks.
+  collapses_.assign(clusters_.count(), 0);
+  for (int c = 0; c < clusters_.count(); ++c) collapses_[c] = composed && collapses(c);
+  exchangeRank_.assign(nranks_, -1);
+  exchangeOrder_.clear();
+  exchangeFirst_.clear();
+  exchangeRuns_.clear();
+  int members = 0;
+  for (int g = 0; g < nranks_; ++g) {
+    const int c = clusters_.clusterOf(g);
+    if (collapses_[c] && clusters_.leader(c) != g) continue;
+    exchangeRank_[g] = members++;
+    exchangeFirst_.push_back(static_cast<int>(exchangeOrder_.size()));
+    if (collapses_[c])
+      exchangeOrder_.insert(exchangeOrder_.end(), clusters_.members(c).begin(),
+                            clusters_.members(c).end());
+    else
+      exchangeOrder_.push_back(g);
+  }
+  exchangeFirst_.push_back(nranks_);
+  exchangeInOrder_ = true;
+  for (int i = 0; i < nranks_; ++i) exchangeInOrder_ &= exchangeOrder_[i] == i;
+  for (int g = 0; g < nranks_; ++g) {
+    const int member = exchangeRoot(g);
+    if (!exchangeRuns_.empty() && exchangeRuns_.back().member == member)
+      ++exchangeRuns_.back().length;
+    else
+      exchangeRuns_.push_back({g, 1, member});
+  }
+  exchangeCounts_.assign(4 * static_cast<size_t>(members), 0);
   {
     std::lock_guard<std::mutex> lock(errorMutex_);
     composed_ = composed;
     clusterComm_ = std::move(clusterComm);
     leaderComm_ = std::move(leaderComm);
   }
-  LOOM_INFO(kSubsysInit, rank_, "heterogeneous allreduce: ",
-            composed_ ? "composed (reduce in each collapsed cluster, the exchange of its leaders "
-                        "and the other ranks, broadcast)"
+  LOOM_INFO(kSubsysInit, rank_,
+            "heterogeneous allreduce, reduce, broadcast, allgather, reduce-scatter: ",
+            composed_ ? "composed (each collapsed cluster's own collective to its leader, the "
+                        "exchange of the leaders and the other ranks, the cluster's own "
+                        "collective from its leader)"
                       : "flat (no cluster has native collectives and several ranks)",
             clusterComm_ ? "; this rank's cluster collapses: " + clusterComm_->deviceDescription()
                          : std::string());
-}
-
-void Comm::executeComposed(const CollArgs& args) {
-  const size_t bytes = args.count * dtypeSize(args.dtype);
-  // 1. Into the leader's output buffer.
-  if (clusterComm_) {
-    CollArgs reduce = args;
-    reduce.func = loomFuncReduce;
-    reduce.root = 0;
-    clusterComm_->collective(reduce);
-  } else if (args.send != args.recv && bytes > 0) {
-    if (onDevice())
-      device_->copyAsync(args.recv, args.send, bytes, CopyKind::kDeviceToDevice, args.stream);
-    else
-      std::memcpy(args.recv, args.send, bytes);
-  }
-  // 2. The leaders, in place on their output.
-  if (leaderComm_) {
-    CollArgs exchange = args;
-    exchange.send = args.recv;
-    // In chunks on every leader (the same boundaries), pipelined on device leaders: in stream
-    // order, a job of this communicator whose host part runs on the leaders' communicator.
-    if (jobs_)
-      enqueueChunked(exchange, *leaderComm_, heteroChunkBytes_);
-    else if (onDevice())
-      leaderComm_->collectiveInChunks(exchange, heteroChunkBytes_, device_.get(), staging_.get(),
-                                      stagingEvents_.get());
-    else
-      leaderComm_->collectiveInChunks(exchange, heteroChunkBytes_, nullptr, nullptr, nullptr);
-  }
-  // 3. From the leader to the rest of its cluster.
-  if (clusterComm_) {
-    CollArgs broadcast = args;
-    broadcast.func = loomFuncBroadcast;
-    broadcast.root = 0;
-    broadcast.send = args.recv;
-    clusterComm_->collective(broadcast);
-  }
 }
 
 void Comm::collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
@@ -210,6 +238,20 @@ void Comm::collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device*
     CollArgs a = args;
     if (a.accum < 0) a.accum = config_.accum;
     runInChunks(a, chunkSetting, device, staging, events);
+  });
+}
+
+void Comm::collectiveStaged(const CollArgs& args, Device* device, HostStaging* staging) {
+  beginOperation();
+  failOnError([&] {
+    beginCall(args);
+    CollArgs a = args;
+    if (a.accum < 0) a.accum = config_.accum;
+    const Algorithm& algo = selector_->select(a.func, a.count * dtypeSize(a.dtype));
+    if (device == nullptr)
+      runAlgorithm(algo, ctx_, a);
+    else
+      runStaged(algo, hostCtx_, *device, *staging, a);
   });
 }
 

@@ -58,6 +58,7 @@ void Comm::collectiveThroughDevice(const CollArgs& args) {
   if (extents.recvBytes > 0)
     device_->copyAsync(recv, deviceRecv, extents.recvBytes, CopyKind::kDeviceToHost, args.stream);
   device_->synchronize(args.stream);
+  hostCallScratch_->releaseRetired();  // the stream is done with what growing replaced
 }
 
 }  // namespace loom

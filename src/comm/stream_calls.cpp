@@ -2,9 +2,11 @@
 // side of the call is enqueued on the caller's stream and a job handed to the communicator's
 // progress thread; the job later runs the host side. Which halves:
 //   heterogeneous allreduce / reduce / broadcast: pipelined staging in chunks (algorithms/chunked);
-//   heterogeneous allreduce, composed: the cluster's reduce and broadcast are calls of the
-//     cluster's communicator (its own kernels or its own jobs), the leaders' exchange a chunked
-//     job of this communicator whose host part runs on the leaders' host communicator;
+//   heterogeneous allreduce, reduce, broadcast, allgather, reduce-scatter, composed
+//     (comm/hetero_composed.cpp): the phases inside a cluster are calls of the cluster's
+//     communicator (its own kernels or its own jobs), the leaders' exchange a job of this
+//     communicator whose host part runs on the leaders' host communicator (chunked, or for the
+//     allgather's alltoallv gated), the allgather's reorder copies on the stream between them;
 //   everything else: staged or mapped with one gate (algorithms/staged).
 #include "algorithms/partition.hpp"
 #include "base/dtype.hpp"
@@ -15,15 +17,16 @@ namespace loom {
 
 void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
   // The call's number and signature (the mismatch check) are taken when its host part runs, on
-  // the progress thread, in issue order (runJob).
+  // the progress thread, in issue order (runJob). A composed call is the sub-communicators'
+  // (counted and fingerprinted there), as on the ranks that do not run in stream order.
+  CollArgs a = args;
+  if (a.accum < 0) a.accum = config_.accum;
+  if (hetero_ && composes(a)) return executeComposed(a);
   if (checkMode_ >= 2) verifyFingerprint(args);
   LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " count ", args.count, " ",
             dtypeName(args.dtype), " -> ", algo.name,
             hetero_ && elementwise(args.func) ? " (heterogeneous: in chunks)" : "",
             " (in stream order)");
-  CollArgs a = args;
-  if (a.accum < 0) a.accum = config_.accum;
-  if (hetero_ && composes(a)) return executeComposed(a);
   if (hetero_ && elementwise(a.func)) return enqueueChunked(a, *this, heteroChunkBytes_);
   enqueueGated(algo, a);
 }
@@ -92,7 +95,7 @@ void Comm::enqueueGated(const Algorithm& algo, const CollArgs& args) {
 }
 
 void Comm::runJob(StreamJob& job) {
-  if (job.host != nullptr) return job.host->runLeaderChunks(job, *device_, jobs_->gate());
+  if (job.host != nullptr) return job.host->runLeaderJob(job, *device_, jobs_->gate());
   startClock();  // each call's host part has the communicator's timeout from its start
   beginCall(job.args);
   if (job.kind == StreamJob::Kind::kChunked) {
@@ -107,11 +110,46 @@ void Comm::runJob(StreamJob& job) {
   }
 }
 
-void Comm::runLeaderChunks(StreamJob& job, Device& device, StreamGate& gate) {
+void Comm::enqueueLeaderGated(const CollArgs& args, Comm& host) {
+  // A job of this communicator whose host part is one host algorithm of the leaders' host
+  // communicator (the composed allgather's alltoallv), staged through this rank's memory.
+  const Algorithm& algo = host.selector_->select(args.func, args.count * dtypeSize(args.dtype));
+  releaseStagingIfIdle();
+  StreamJob& job = jobs_->begin(args.stream);
+  checkUsable();
+  CollArgs a = args;
+  if (a.func == loomFuncAllToAllv) {
+    const size_t* arrays[4] = {a.sendCounts, a.sendDispls, a.recvCounts, a.recvDispls};
+    for (int i = 0; i < 4; ++i) job.counts[i].assign(arrays[i], arrays[i] + host.nranks_);
+    a.sendCounts = job.counts[0].data();
+    a.sendDispls = job.counts[1].data();
+    a.recvCounts = job.counts[2].data();
+    a.recvDispls = job.counts[3].data();
+  }
+  job.kind = StreamJob::Kind::kGated;
+  job.host = &host;
+  job.algo = &algo;
+  job.mapped = false;
+  try {
+    job.inputs.push_back(jobs_->takeEvent());
+    job.args = enqueueStaged(*device_, jobs_->gate(), *staging_, a, host.rank_, host.nranks_,
+                             *job.inputs[0]);
+  } catch (...) {
+    jobs_->abandon(args.stream);
+    throw;
+  }
+  jobs_->submit(args.stream);
+}
+
+void Comm::runLeaderJob(StreamJob& job, Device& device, StreamGate& gate) {
   // The leaders' host communicator, on the parent's progress thread (its only user).
   beginOperation();
   failOnError([&] {
     beginCall(job.args);
+    if (job.kind == StreamJob::Kind::kGated) {
+      runGated(*job.algo, hostCtx_, device, gate, job.args, *job.inputs[0]);
+      return;
+    }
     auto select = [&](size_t chunkBytes) -> const Algorithm& {
       return selector_->select(job.args.func, chunkBytes);
     };

@@ -550,6 +550,25 @@ TEST(EmuCollectives, StreamOrder) {
   expectMatch(reduced, outBcast, 0, m, 0, "broadcast of the allreduce's output, other stream");
 }
 
+TEST(EmuPlugin, FreeKeepsTheNeighboursOfItsPage) {
+  // Two small allocations share a page: freeing one read the other as zeros (the plug-in dropped
+  // the whole page), which corrupted a call whose input sat beside scratch that a composed
+  // collective freed.
+  void *freed = nullptr, *kept = nullptr;
+  ASSERT_EQ(gPlugin->memAlloc(0, 100, &freed), loomSuccess);
+  ASSERT_EQ(gPlugin->memAlloc(0, 100, &kept), loomSuccess);
+  std::vector<char> in(100), out(100, 0);
+  std::iota(in.begin(), in.end(), 1);
+  EXPECT_EQ(gPlugin->memcpyAsync(0, kept, in.data(), 100, loomMemcpyHostToDevice, nullptr),
+            loomSuccess);
+  EXPECT_EQ(gPlugin->memFree(0, freed), loomSuccess);
+  EXPECT_EQ(gPlugin->memcpyAsync(0, out.data(), kept, 100, loomMemcpyDeviceToHost, nullptr),
+            loomSuccess);
+  EXPECT_EQ(gPlugin->streamSynchronize(0, nullptr), loomSuccess);
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(gPlugin->memFree(0, kept), loomSuccess);
+}
+
 TEST(EmuCollectives, HostPointersAreRefused) {
   // A host buffer passed to an emulated-device communicator is the caller's mistake: refused
   // with loomInvalidArgument before anything moves, and the communicator stays usable.

@@ -15,6 +15,7 @@
 // LOOM_EMU_FAIL=init | copy:N (init fails; the Nth copy of the process fails), LOOM_EMU_VERSION
 // (the ABI version the table reports), LOOM_EMU_DELAY_US (default 20).
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -279,7 +280,18 @@ loomResult_t emuMemFree(int dev, void* ptr) {
   auto it = d->allocations.find(offset);
   if (it == d->allocations.end())
     return fail(loomInvalidArgument, "memFree of a pointer never allocated");
-  madvise(d->backing + offset, it->second, MADV_DONTNEED);  // freed memory reads as zeros again
+  // Freed memory reads as zeros again. madvise drops whole pages: only those inside this
+  // allocation (a page it shares with a live allocation would lose that one's data too).
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t end = offset + it->second;
+  const size_t first = (offset + page - 1) / page * page, last = end / page * page;
+  if (last > first) {
+    std::memset(d->backing + offset, 0, first - offset);
+    madvise(d->backing + first, last - first, MADV_DONTNEED);
+    std::memset(d->backing + last, 0, end - last);
+  } else {
+    std::memset(d->backing + offset, 0, it->second);
+  }
   d->holes[offset] = it->second;
   d->allocations.erase(it);
   return loomSuccess;
