@@ -86,38 +86,58 @@ KNOWN_GLOO_ONLY = {
 }
 
 
-def run_suite(backend, world, select):
-    with tempfile.TemporaryDirectory(prefix="loom-dist-suite-") as tmp:
-        os.mkdir(os.path.join(tmp, "barrier"))
-        os.mkdir(os.path.join(tmp, "test_dir"))
-        report = os.path.join(tmp, "report.xml")
-        env = dict(os.environ, BACKEND="gloo", WORLD_SIZE=str(world), TEMP_DIR=tmp,
-                   INIT_METHOD=f"file://{tmp}/shared_init_file", LOOM_DIST_SUITE=backend,
-                   LOOM_DIST_SUITE_START=os.environ.get(
-                       "LOOM_DIST_SUITE_START", "fork" if select is None else "spawn"),
-                   OMP_NUM_THREADS="1", PYTHONPATH=HERE + os.pathsep + os.environ.get(
-                       "PYTHONPATH", ""))
-        runner = os.path.join(HERE, "dist_suite_runner.py")
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               f"--junitxml={report}"]
-        if select is None:  # exactly the tests of SELECTED (SELECTED_3 at 3 ranks)
-            names = SELECTED if world == 2 else SELECTED_3
-            cmd += [f"{runner}::TestDistBackendWithSpawn::{name}" for name in names]
-        else:
-            cmd += [runner] + (["-k", select] if select else [])
-        proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True,
-                              timeout=3000)
-        if not os.path.exists(report) or "error" in proc.stdout.split("\n")[-2]:
-            pytest.fail(f"{backend} run produced no report:\n{proc.stdout[-5000:]}"
-                        f"\n{proc.stderr[-5000:]}")
-        outcomes = {}
-        for case in ET.parse(report).getroot().iter("testcase"):
-            kinds = {child.tag for child in case}
-            outcome = ("failed" if kinds & {"failure", "error"} else
-                       "skipped" if "skipped" in kinds else "passed")
-            outcomes[case.get("name")] = (outcome, "".join(
-                (child.get("message") or "") + (child.text or "")[-2000:] for child in case))
-        return outcomes, proc.stdout[-3000:]
+def run_suites(world, select, backends=("gloo", "loom")):
+    """Runs the suite once per backend, the runs side by side (they share nothing: a temporary
+    directory each, file:// rendezvous), since the suite mostly waits (about a third of CI's two
+    cores busy when run alone). Returns {backend: (outcomes, output tail)}."""
+    runs = {}
+    try:
+        for backend in backends:
+            tmp = tempfile.TemporaryDirectory(prefix=f"loom-dist-suite-{backend}-")
+            os.mkdir(os.path.join(tmp.name, "barrier"))
+            os.mkdir(os.path.join(tmp.name, "test_dir"))
+            report = os.path.join(tmp.name, "report.xml")
+            env = dict(os.environ, BACKEND="gloo", WORLD_SIZE=str(world), TEMP_DIR=tmp.name,
+                       INIT_METHOD=f"file://{tmp.name}/shared_init_file", LOOM_DIST_SUITE=backend,
+                       LOOM_DIST_SUITE_START=os.environ.get(
+                           "LOOM_DIST_SUITE_START", "fork" if select is None else "spawn"),
+                       OMP_NUM_THREADS="1", PYTHONPATH=HERE + os.pathsep + os.environ.get(
+                           "PYTHONPATH", ""))
+            runner = os.path.join(HERE, "dist_suite_runner.py")
+            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                   f"--junitxml={report}"]
+            if select is None:  # exactly the tests of SELECTED (SELECTED_3 at 3 ranks)
+                names = SELECTED if world == 2 else SELECTED_3
+                cmd += [f"{runner}::TestDistBackendWithSpawn::{name}" for name in names]
+            else:
+                cmd += [runner] + (["-k", select] if select else [])
+            proc = subprocess.Popen(cmd, env=env, cwd=tmp.name, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            runs[backend] = (tmp, report, proc)
+        results = {}
+        for backend, (tmp, report, proc) in runs.items():
+            try:
+                stdout, stderr = proc.communicate(timeout=3000)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the {backend} run of the suite hung")
+            if not os.path.exists(report) or "error" in stdout.split("\n")[-2]:
+                pytest.fail(f"{backend} run produced no report:\n{stdout[-5000:]}"
+                            f"\n{stderr[-5000:]}")
+            outcomes = {}
+            for case in ET.parse(report).getroot().iter("testcase"):
+                kinds = {child.tag for child in case}
+                outcome = ("failed" if kinds & {"failure", "error"} else
+                           "skipped" if "skipped" in kinds else "passed")
+                outcomes[case.get("name")] = (outcome, "".join(
+                    (child.get("message") or "") + (child.text or "")[-2000:] for child in case))
+            results[backend] = (outcomes, stdout[-3000:])
+        return results
+    finally:
+        for tmp, _, proc in runs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            tmp.cleanup()
 
 
 def counts(outcomes):
@@ -133,9 +153,10 @@ WORLDS = [int(w) for w in os.environ.get("LOOM_DIST_SUITE_WORLDS", "2,3").split(
 @pytest.mark.parametrize("world", WORLDS)
 def test_loom_passes_what_gloo_passes(world):
     select = os.environ.get("LOOM_DIST_SUITE_SELECT")
-    gloo, _ = run_suite("gloo", world, select)
+    results = run_suites(world, select)
+    gloo, _ = results["gloo"]
     assert counts(gloo)["passed"] > 0, "the Gloo run passed nothing: the harness is broken"
-    loom_outcomes, tail = run_suite("loom", world, select)
+    loom_outcomes, tail = results["loom"]
     print(f"\n_DistTestBase at {world} ranks: gloo {counts(gloo)}, loom {counts(loom_outcomes)}")
     record = os.environ.get("LOOM_DIST_SUITE_OUTCOMES")
     if record:  # every test's outcome on both backends, for choosing SELECTED
