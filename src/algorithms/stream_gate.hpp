@@ -5,17 +5,21 @@
 //
 // Roles:
 //   stream (the device's worker / CUDA's callback thread): the k-th gate task to run waits until
-//     release() was called more than k times, or the gate is open.
+//     release() was called more than k times, or the gate is open: a spin of a few microseconds,
+//     then a sleep on a condition variable.
 //   progress thread: release() once per gate task a call enqueued, in the same order, when the
 //     data the copies behind it read is ready; open() on failure, so no stream waits for ever.
 // A communicator's gate tasks run one after another (its calls are ordered on their streams), so
 // counting them is enough: no per-task state, nothing allocated per call.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 
+#include "base/wait.hpp"
 #include "device/device.hpp"
 
 namespace loom {
@@ -23,32 +27,46 @@ namespace loom {
 class StreamGate final : public HostTask {
  public:
   void run() noexcept override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t mine = passed_++;
-    changed_.wait(lock, [&] { return open_ || released_ > mine; });
+    const uint64_t mine = passed_.fetch_add(1, std::memory_order_relaxed);
+    auto ready = [&] {
+      return open_.load(std::memory_order_acquire) ||
+             released_.load(std::memory_order_acquire) > mine;
+    };
+    // The release usually comes within microseconds (the host part of the chunk before is
+    // running): a short spin saves the stream a sleep and a wake-up per gate (CUDA's callback
+    // thread, the emulated stream's worker), which cost tens of microseconds each.
+    const Deadline spinEnd = Clock::now() + kSpin;
+    for (int i = 0; !ready(); ++i) {
+      if ((i & 63) == 63 && Clock::now() > spinEnd) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, ready);
+        return;
+      }
+      cpuRelax();
+    }
   }
   void release() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++released_;
-    }
-    changed_.notify_all();
+    released_.fetch_add(1, std::memory_order_acq_rel);
+    notify();
   }
   // For good: every gate task, queued or to come, passes at once.
   void open() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      open_ = true;
-    }
-    changed_.notify_all();
+    open_.store(true, std::memory_order_release);
+    notify();
   }
 
  private:
+  static constexpr std::chrono::microseconds kSpin{20};
+  void notify() {
+    // Under the mutex, so a waiter between its last check and its sleep cannot miss it.
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    changed_.notify_all();
+  }
   std::mutex mutex_;
   std::condition_variable changed_;
-  uint64_t passed_ = 0;    // gate tasks that started
-  uint64_t released_ = 0;  // release() calls
-  bool open_ = false;
+  std::atomic<uint64_t> passed_{0};    // gate tasks that started
+  std::atomic<uint64_t> released_{0};  // release() calls
+  std::atomic<bool> open_{false};
 };
 
 }  // namespace loom
