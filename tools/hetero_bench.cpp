@@ -375,7 +375,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (factor < 2) die("-f needs a factor of at least 2");
+  if (factor < 2 || minBytes == 0) die("-f needs a factor of at least 2, -b at least 1 byte");
   if (b.iters < 1 || b.warmup < 0) die("-n needs at least 1 call, -w at least 0");
   ok(loomCommInitFromEnv(&b.world, nullptr), "init");
   loomCommUserRank(b.world, &b.rank);
