@@ -3,15 +3,20 @@
 # beside CPU and emulated-device ranks, then loom-hetero-bench (1 GPU rank + 3 and 7 CPU ranks,
 # and CI's shape, 1 emulated-device rank + 3 CPU ranks), 8 B to 256 MiB. Then, under CUDA MPS,
 # two CUDA ranks sharing the GPU beside two CPU ranks (GGCC): every collective with the composed
-# allreduce (the CUDA cluster's own kernels inside it), and the bench composed against flat.
+# allreduce (the CUDA cluster's own kernels inside it), and the bench composed against flat for
+# each of OPS.
 # The tests include StreamOrder (a call on the G rank returns while the test holds its stream;
 # user work before and after it on the stream), and the benches a blocking run (LOOM_DEVICE_BLOCKING).
 #
 #   bench/run_hetero.sh BUILD OUTDIR [MAXBYTES]
 #   PARTS: which parts run (default "tests bench mps"; a device session may split them over calls)
+#   OPS: the collectives the bench parts run, each its own table (default "allreduce"; e.g.
+#        "allreduce broadcast reduce allgather reducescatter"); files other than allreduce's end
+#        in _OP
 set -uo pipefail
 build=$1 out=$2 max=${3:-256M}
 PARTS=${PARTS:-tests bench mps}
+OPS=${OPS:-allreduce}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 mkdir -p "$out"
 export LOOM_DEVICE_PLUGIN=$PWD/$build/plugins/device/emu/libloom-device-emu.so
@@ -38,11 +43,15 @@ if part tests; then
   tests GGCE "0;1;2;3"
 fi
 bench() {
-  local placement=$1 tag=${2:-}
-  echo "=== loom-hetero-bench --placement $placement $tag"
-  "${run[@]}" "${#placement}" -- "$build/tools/loom-hetero-bench" --placement "$placement" \
-    -b 8 -e "$max" -f 4 -n 20 -w 5 2>&1 | grep -v '^\[[1-9]' | sed 's/^\[0\] //' |
-    tee "$out/bench_$placement$tag.txt" || status=1
+  local placement=$1 tag=${2:-} op suffix
+  for op in $OPS; do
+    suffix=$tag
+    [[ $op == allreduce ]] || suffix+=_$op
+    echo "=== loom-hetero-bench --placement $placement --op $op $tag"
+    "${run[@]}" "${#placement}" -- "$build/tools/loom-hetero-bench" --placement "$placement" \
+      --op "$op" -b 8 -e "$max" -f 4 -n 20 -w 5 2>&1 | grep -v '^\[[1-9]' | sed 's/^\[0\] //' |
+      tee "$out/bench_$placement$suffix.txt" || status=1
+  done
 }
 if part bench; then
   bench GCCC
@@ -61,8 +70,13 @@ if nvidia-cuda-mps-control -d; then
     --gtest_filter=*Reductions 2>&1 | grep -m2 "heterogeneous allreduce"
   tests GGCC
   tests GGCE
-  LOOM_HETERO_ALGO=flat bench GGCC _flat
-  bench GGCC _composed
+  # Flat against composed, op by op, side by side.
+  all_ops=$OPS
+  for OPS in $all_ops; do
+    LOOM_HETERO_ALGO=flat bench GGCC _flat
+    LOOM_HETERO_ALGO=composed bench GGCC _composed
+  done
+  OPS=$all_ops
 else
   echo "no CUDA MPS here: GGCC skipped"
 fi
