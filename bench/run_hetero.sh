@@ -9,7 +9,10 @@
 # user work before and after it on the stream), and the benches a blocking run (LOOM_DEVICE_BLOCKING).
 #
 #   bench/run_hetero.sh BUILD OUTDIR [MAXBYTES]
-#   PARTS: which parts run (default "tests bench mps"; a device session may split them over calls)
+#   PARTS: which parts run (default "tests bench mps"; a device session may split them over calls);
+#          "torch" adds the mixed-device torch job against staging through gloo
+#          (bench/hetero_torch_bench.py, 1 GPU rank + 3 and 7 CPU ranks), with the Python package
+#          of BUILD (configured with -DLOOM_BUILD_PYTHON=ON, targets _loom and _loom_torch)
 #   OPS: the collectives the bench parts run, each its own table (default "allreduce"; e.g.
 #        "allreduce broadcast reduce allgather reducescatter"); files other than allreduce's end
 #        in _OP
@@ -60,6 +63,17 @@ if part bench; then
   # The same calls blocking the host until done (the behaviour before stream order), side by side.
   LOOM_DEVICE_BLOCKING=1 bench GCCC _blocking
   LOOM_DEVICE_BLOCKING=1 bench ECCC _blocking
+fi
+if part torch; then
+  # The package as pip would install it, from this build's modules (no second build).
+  mkdir -p "$out/pkg/loom" && cp -r python/loom/. "$out/pkg/loom/" &&
+    cp "$build"/python/_loom*.so "$out/pkg/loom/" || status=1
+  for n in 4 8; do
+    echo "=== hetero_torch_bench.py -np $n --gpus 1 $OPS"
+    PYTHONPATH=$out/pkg${PYTHONPATH:+:$PYTHONPATH} timeout "${TORCH_TIMEOUT:-600}" \
+      "${PYTHON:-python3}" bench/hetero_torch_bench.py -np $n --gpus 1 -b 8 -e "$max" -f 4 \
+      -n 20 -w 5 $OPS 2>&1 | tee "$out/torch_G$((n - 1))C.txt" || status=1
+  done
 fi
 part mps || exit $status
 export CUDA_MPS_PIPE_DIRECTORY=$out/mps/pipe CUDA_MPS_LOG_DIRECTORY=$out/mps/log
