@@ -15,6 +15,24 @@
 
 namespace loom {
 
+namespace {
+
+// The call as its job runs it, after the call returned: an alltoallv's count arrays copied into
+// the job (the caller's may be gone by then).
+CollArgs withOwnCounts(StreamJob& job, const CollArgs& args, int nranks) {
+  CollArgs a = args;
+  if (a.func != loomFuncAllToAllv) return a;
+  const size_t* arrays[4] = {a.sendCounts, a.sendDispls, a.recvCounts, a.recvDispls};
+  for (int i = 0; i < 4; ++i) job.counts[i].assign(arrays[i], arrays[i] + nranks);
+  a.sendCounts = job.counts[0].data();
+  a.sendDispls = job.counts[1].data();
+  a.recvCounts = job.counts[2].data();
+  a.recvDispls = job.counts[3].data();
+  return a;
+}
+
+}  // namespace
+
 void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
   // The call's number and signature (the mismatch check) are taken when its host part runs, on
   // the progress thread, in issue order (runJob). A composed call is the sub-communicators'
@@ -65,16 +83,7 @@ void Comm::enqueueGated(const Algorithm& algo, const CollArgs& args) {
   releaseStagingIfIdle();
   StreamJob& job = jobs_->begin(args.stream);
   checkUsable();
-  CollArgs a = args;
-  if (a.func == loomFuncAllToAllv) {
-    // The job runs after the call returned: it keeps its own copy of the count arrays.
-    const size_t* arrays[4] = {a.sendCounts, a.sendDispls, a.recvCounts, a.recvDispls};
-    for (int i = 0; i < 4; ++i) job.counts[i].assign(arrays[i], arrays[i] + nranks_);
-    a.sendCounts = job.counts[0].data();
-    a.sendDispls = job.counts[1].data();
-    a.recvCounts = job.counts[2].data();
-    a.recvDispls = job.counts[3].data();
-  }
+  const CollArgs a = withOwnCounts(job, args, nranks_);
   job.kind = StreamJob::Kind::kGated;
   job.algo = &algo;
   job.mapped = mapped;
@@ -117,15 +126,7 @@ void Comm::enqueueLeaderGated(const CollArgs& args, Comm& host) {
   releaseStagingIfIdle();
   StreamJob& job = jobs_->begin(args.stream);
   checkUsable();
-  CollArgs a = args;
-  if (a.func == loomFuncAllToAllv) {
-    const size_t* arrays[4] = {a.sendCounts, a.sendDispls, a.recvCounts, a.recvDispls};
-    for (int i = 0; i < 4; ++i) job.counts[i].assign(arrays[i], arrays[i] + host.nranks_);
-    a.sendCounts = job.counts[0].data();
-    a.sendDispls = job.counts[1].data();
-    a.recvCounts = job.counts[2].data();
-    a.recvDispls = job.counts[3].data();
-  }
+  const CollArgs a = withOwnCounts(job, args, host.nranks_);
   job.kind = StreamJob::Kind::kGated;
   job.host = &host;
   job.algo = &algo;
