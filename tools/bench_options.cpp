@@ -283,6 +283,10 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
       found = true;
     }
   }
+  // nccl-tests name the collective in the binary (all_reduce_perf -b 8 ...): say where it goes.
+  if (!found && opName[0] == '-')
+    return usageError("name the collective first, before the options: loom-bench allreduce " +
+                      opName + " ... (OP: allreduce, allgather, reducescatter, ...)");
   if (!found) return usageError("unknown OP '" + opName + "'");
 
   for (int i = 2; i < argc; ++i) {

@@ -23,6 +23,13 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOOM_RANK LOOM_WORLD_SIZE LOOM
 "$BENCH" --version | grep -qE '^loom-bench \(Loom\) [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version"
 "$BENCH" -h >/dev/null || fail "-h exits $?"
 
+# Options first, as with nccl-tests' all_reduce_perf: the error says to name the collective.
+"$BENCH" -b 8 -e 1K >"$TMP/out" 2>"$TMP/err"
+status=$?
+[[ $status -eq 2 ]] || fail "options before OP exit $status, expected 2"
+grep -q "name the collective first, before the options: loom-bench allreduce -b" "$TMP/err" ||
+  fail "options before OP: $(cat "$TMP/err")"
+
 # A usage error is printed once per job (rank 0), not once per rank, and exits 2.
 "$LOOMRUN" -n 3 -- "$BENCH" allreduce -q 1 >"$TMP/out" 2>"$TMP/err"
 status=$?
