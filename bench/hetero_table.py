@@ -12,6 +12,8 @@ import pathlib
 import statistics
 import sys
 
+from tables import human_bytes  # bench/tables.py: "4 MiB", "524,280 B"
+
 OPS = ["allreduce", "broadcast", "reduce", "allgather", "reducescatter"]
 
 
@@ -23,13 +25,6 @@ def rows(text):
             out[int(p[0])] = dict(loom=float(p[1]), staged=float(p[3]), copies=float(p[4]),
                                   cpu=float(p[5]), check=p[8])
     return out
-
-
-def size(b):
-    for unit, name in ((1 << 20, "MiB"), (1 << 10, "KiB")):
-        if b >= unit and b % unit == 0:
-            return f"{b // unit} {name}"
-    return f"{b} B"
 
 
 def main(folder):
@@ -56,7 +51,7 @@ def main(folder):
                 med = lambda rs, k: statistics.median(r[b][k] for r in rs if b in r)
                 f, c = med(flat, "loom"), med(comp, "loom")
                 ok = all(r[b]["check"] == "ok" for r in flat + comp if b in r)
-                print(f"| {size(b)} | {f:.0f} | {c:.0f} | {c / f:.2f} | "
+                print(f"| {human_bytes(b)} | {f:.0f} | {c:.0f} | {c / f:.2f} | "
                       f"{med(flat + comp, 'staged'):.0f} | {med(flat + comp, 'copies'):.0f} | "
                       f"{med(flat + comp, 'cpu'):.0f} | {'ok' if ok else 'WRONG'} |")
 

@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+from tables import human_bytes  # bench/tables.py: "4 MiB", "524,280 B"
+
 OPS = ["allreduce", "broadcast", "allgather", "reducescatter"]
 ELEMENT = 4  # float32
 
@@ -64,13 +66,6 @@ def sizes(a):
     while s <= a.maxbytes:
         yield s
         s *= a.factor
-
-
-def size_name(b):
-    for unit, name in ((1 << 20, "MiB"), (1 << 10, "KiB")):
-        if b >= unit and b % unit == 0:
-            return f"{b // unit} {name}"
-    return f"{b} B"
 
 
 class Case:
@@ -203,7 +198,7 @@ def rank_main(a, rank, world):
             print("|---:|---:|---:|---:|")
             for o, b, lt, gt in results:
                 if o == op:
-                    print(f"| {size_name(b)} | {lt:.1f} | {gt:.1f} | {gt / lt:.2f} |")
+                    print(f"| {human_bytes(b)} | {lt:.1f} | {gt:.1f} | {gt / lt:.2f} |")
     dist.barrier(group=gloo)
     dist.destroy_process_group()
 

@@ -6,6 +6,7 @@
 #include "hetero_ops.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace loom::tool {
 namespace {
@@ -20,7 +21,7 @@ float gathered(int rank, size_t j, int nranks) {
 }  // namespace
 
 bool parseHeteroOp(const std::string& name, HeteroOp* op) {
-  for (int i = 0; i < 5; ++i)
+  for (int i = 0; i < static_cast<int>(std::size(kNames)); ++i)
     if (name == kNames[i]) {
       *op = static_cast<HeteroOp>(i);
       return true;
