@@ -8,12 +8,14 @@
 // data. Streams: one worker thread each, running copies and reductions in order some time after
 // they are issued (LOOM_EMU_DELAY_US per operation), so a missing wait shows as a wrong result.
 // Events: generation counters that a stream's worker advances. memFree waits for every stream of
-// the device first, as cudaFree does.
+// the device first, as cudaFree does. A stream holds a bounded number of pending operations, as a
+// GPU's launch queue does: one more blocks the caller until the worker has run one.
 //
 // Test knobs (read when the library loads): LOOM_EMU_DEVICES (devices, default 4),
 // LOOM_EMU_DISABLE=reduce,map_host,host_alloc,host_func (optional entries and flags switched off),
 // LOOM_EMU_FAIL=init | copy:N (init fails; the Nth copy of the process fails), LOOM_EMU_VERSION
-// (the ABI version the table reports), LOOM_EMU_DELAY_US (default 20).
+// (the ABI version the table reports), LOOM_EMU_DELAY_US (default 20), LOOM_EMU_QUEUE_DEPTH
+// (pending operations per stream before an enqueue blocks, default 1024; 0: unbounded).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -56,6 +58,7 @@ struct Options {
   long failCopyAt = -1;  // the Nth memcpyAsync fails (1-based); -1 never
   unsigned version = LOOM_DEVICE_PLUGIN_VERSION;
   long delayUs = 20;
+  size_t queueDepth = 1024;
 };
 
 Options readOptions() {
@@ -75,13 +78,16 @@ Options readOptions() {
   }
   if (const char* v = std::getenv("LOOM_EMU_VERSION")) o.version = std::atoi(v);
   if (const char* v = std::getenv("LOOM_EMU_DELAY_US")) o.delayUs = std::atol(v);
+  if (const char* v = std::getenv("LOOM_EMU_QUEUE_DEPTH"))
+    o.queueDepth = static_cast<size_t>(std::max(0L, std::atol(v)));
   return o;
 }
 
 // One stream: a worker thread that runs its tasks in order.
 class Stream {
  public:
-  explicit Stream(long delayUs) : delayUs_(delayUs), worker_([this] { loop(); }) {}
+  Stream(long delayUs, size_t depth)
+      : delayUs_(delayUs), depth_(depth), worker_([this] { loop(); }) {}
   ~Stream() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -92,7 +98,8 @@ class Stream {
   }
   void enqueue(std::function<void()> task) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::unique_lock<std::mutex> lock(mutex_);
+      idle_.wait(lock, [&] { return depth_ == 0 || tasks_.size() < depth_; });
       tasks_.push_back(std::move(task));
       ++issued_;
     }
@@ -121,6 +128,7 @@ class Stream {
     }
   }
   long delayUs_;
+  size_t depth_;  // pending tasks before enqueue blocks (0: unbounded)
   std::mutex mutex_;
   std::condition_variable wake_, idle_;
   std::deque<std::function<void()>> tasks_;
@@ -220,7 +228,7 @@ loomResult_t emuInit() {
       return fail(loomSystemError, "cannot reserve device address space");
     d.addresses = static_cast<char*>(addresses);
     d.backing = static_cast<char*>(backing);
-    d.defaultStream = new Stream(gState->options.delayUs);
+    d.defaultStream = new Stream(gState->options.delayUs, gState->options.queueDepth);
     d.streams.push_back(d.defaultStream);
   }
   gState->initialized = true;
@@ -307,7 +315,7 @@ loomResult_t emuMemIsDevice(int dev, const void* ptr, size_t bytes, int* isDevic
 loomResult_t emuStreamCreate(int dev, loomStream_t* stream) {
   Device* d = deviceOf(dev);
   if (d == nullptr) return noDevice(dev);
-  auto* created = new Stream(gState->options.delayUs);
+  auto* created = new Stream(gState->options.delayUs, gState->options.queueDepth);
   {
     std::lock_guard<std::mutex> lock(d->mutex);
     d->streams.push_back(created);
