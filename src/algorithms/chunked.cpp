@@ -132,13 +132,15 @@ void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx
 }
 
 int enqueuePipelinedStaged(Device& device, StreamGate& gate, char* host, const CollArgs& args,
-                           size_t chunkBytes, int rank, DeviceEvent* const* inputs) {
+                           size_t chunkBytes, int rank, DeviceEvent* const* inputs,
+                           EnqueueProgress& progress) {
   const size_t total = args.count * dtypeSize(args.dtype);
   const auto [hasInput, takesOutput] = rolesOf(args, rank);
   char* recv = static_cast<char*>(args.recv);
   const size_t n = chunkCount(total, chunkBytes);
   auto copyIn = [&](size_t i) {
     copyChunkIn(device, host, args, hasInput, i, total, chunkBytes, *inputs[i]);
+    progress.recorded.store(i + 1, std::memory_order_release);
   };
   // The blocking schedule's order on the stream: copies in run the lookahead ahead of the gate
   // and copy out of each chunk, so the copies of chunk c+k overlap the exchange of chunk c.
@@ -166,11 +168,17 @@ int enqueuePipelinedStaged(Device& device, StreamGate& gate, char* host, const C
 
 void runPipelinedHost(const ChunkAlgorithm& select, const AlgoContext& hostCtx, Device& device,
                       StreamGate& gate, char* host, const CollArgs& args, size_t chunkBytes,
-                      DeviceEvent* const* inputs) {
+                      DeviceEvent* const* inputs, const EnqueueProgress& progress) {
   const size_t elementBytes = dtypeSize(args.dtype), total = args.count * elementBytes;
   const bool takesOutput = rolesOf(args, hostCtx.rank).takesOutput;
   for (size_t i = 0, n = chunkCount(total, chunkBytes); i < n; ++i) {
     DeviceEvent& ready = *inputs[i];
+    auto recorded = [&] { return progress.recorded.load(std::memory_order_acquire) > i; };
+    hostCtx.wait([&] { return recorded() || progress.abandoned.load(std::memory_order_acquire); },
+                 -1);
+    if (!recorded())
+      LOOM_THROW(loomInternalError, "the call failed on its rank while its chunk ", i,
+                 " was enqueued on the stream");
     hostCtx.wait([&] { return device.eventDone(ready); }, -1);
     Chunk chunk = chunkAt(i, total, chunkBytes);
     runAlgorithm(select(chunk.bytes), hostCtx, hostChunkArgs(args, host, chunk, elementBytes));

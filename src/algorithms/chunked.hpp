@@ -10,13 +10,15 @@
 //     memory as soon as its copy is done; chunk c's host->device copy is enqueued behind it.
 //     The call returns when the last copy is done (the staging memory is reused by the next call).
 //   device rank in stream order (the device runs host tasks, caps().hostTasks): the same schedule
-//     split in two halves. Call time (enqueuePipelinedStaged): every copy is enqueued at once on
-//     the caller's stream, each host->device copy behind a gate task (algorithms/stream_gate), and
-//     the call returns. Progress thread (runPipelinedHost): chunk after chunk, waits for the
-//     chunk's input event, runs the host algorithm, releases the chunk's gate.
+//     split in two halves that run at the same time. Call time (enqueuePipelinedStaged): every
+//     copy is enqueued on the caller's stream, each host->device copy behind a gate task
+//     (algorithms/stream_gate), and the call returns. Progress thread (runPipelinedHost), started
+//     before the enqueue ends (EnqueueProgress): chunk after chunk, waits for the chunk's input
+//     event, runs the host algorithm, releases the chunk's gate.
 // Nothing is allocated per call: the staging and its events grow once and are reused.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -59,18 +61,34 @@ void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx
                         HostStaging& staging, StagingEvents& events, const CollArgs& args,
                         size_t chunkBytes);
 
+// How far a call's stream half has been enqueued, read by its host half on the progress thread.
+// The host half must start before the enqueue ends: a call of many chunks enqueues more than a
+// device's launch queue holds (CUDA then blocks the enqueue until the stream drains), and the
+// stream drains past its first gate only once the host half released it. The host half asks about
+// an input event only once it is recorded: a device reports an event never recorded as done.
+struct EnqueueProgress {
+  std::atomic<size_t> recorded{0};     // input events recorded, in chunk order
+  std::atomic<bool> abandoned{false};  // the enqueue failed: no more will be recorded
+  void reset() {
+    recorded.store(0, std::memory_order_relaxed);
+    abandoned.store(false, std::memory_order_relaxed);
+  }
+};
+
 // The stream half of runPipelinedStaged (device ranks whose device runs host tasks): enqueues on
 // args.stream the device->host copy of every chunk into `host` (the call's staging), each followed
-// by the recording of inputs[c] (chunkCount(bytes, chunkBytes) events, algorithms/partition.hpp),
-// and the host->device copies of the results, each behind a gate task of `gate`. Returns the number
-// of gate tasks it enqueued (one per chunk, or one at the end where this rank takes no output),
-// which runPipelinedHost releases.
+// by the recording of inputs[c] (chunkCount(bytes, chunkBytes) events, algorithms/partition.hpp)
+// and counted in `progress`, and the host->device copies of the results, each behind a gate task
+// of `gate`. Returns the number of gate tasks it enqueued (one per chunk, or one at the end where
+// this rank takes no output), which runPipelinedHost releases.
 int enqueuePipelinedStaged(Device& device, StreamGate& gate, char* host, const CollArgs& args,
-                           size_t chunkBytes, int rank, DeviceEvent* const* inputs);
+                           size_t chunkBytes, int rank, DeviceEvent* const* inputs,
+                           EnqueueProgress& progress);
 // The host half, on the communicator's progress thread: chunk after chunk, once inputs[c] is
-// done, the host algorithm in `host`, then the chunk's gate released.
+// recorded (`progress`) and done, the host algorithm in `host`, then the chunk's gate released.
+// Throws if the enqueue was abandoned before recording an input it needs.
 void runPipelinedHost(const ChunkAlgorithm& select, const AlgoContext& hostCtx, Device& device,
                       StreamGate& gate, char* host, const CollArgs& args, size_t chunkBytes,
-                      DeviceEvent* const* inputs);
+                      DeviceEvent* const* inputs, const EnqueueProgress& progress);
 
 }  // namespace loom

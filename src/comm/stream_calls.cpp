@@ -66,16 +66,19 @@ void Comm::enqueueChunked(const CollArgs& args, Comm& host, size_t chunkSetting)
   job.args = args;
   job.staging = staging;
   job.chunkBytes = chunk;
+  for (size_t i = 0, n = chunkCount(total, chunk); i < n; ++i)
+    job.inputs.push_back(jobs_->takeEvent());
+  // Handed over first: the host part must run while the stream side is enqueued (a call of many
+  // chunks can fill the device's launch queue behind its first gate; chunked.hpp).
+  jobs_->submitEarly();
   try {
-    for (size_t i = 0, n = chunkCount(total, chunk); i < n; ++i)
-      job.inputs.push_back(jobs_->takeEvent());
     enqueuePipelinedStaged(*device_, jobs_->gate(), staging, args, chunk, host.rank_,
-                           job.inputs.data());
+                           job.inputs.data(), job.progress);
   } catch (...) {
-    jobs_->abandon(args.stream);  // the failure aborts the communicator (the caller's)
+    jobs_->abandon(job, args.stream);  // the failure aborts the communicator (the caller's)
     throw;
   }
-  jobs_->submit(args.stream);
+  jobs_->enqueued(args.stream);
 }
 
 void Comm::enqueueGated(const Algorithm& algo, const CollArgs& args) {
@@ -97,7 +100,7 @@ void Comm::enqueueGated(const Algorithm& algo, const CollArgs& args) {
           enqueueStaged(*device_, jobs_->gate(), *staging_, a, rank_, nranks_, *job.inputs[0]);
     }
   } catch (...) {
-    jobs_->abandon(args.stream);
+    jobs_->abandon(job, args.stream);
     throw;
   }
   jobs_->submit(args.stream);
@@ -112,7 +115,7 @@ void Comm::runJob(StreamJob& job) {
       return selector_->select(job.args.func, chunkBytes);
     };
     runPipelinedHost(select, hostCtx_, *device_, jobs_->gate(), job.staging, job.args,
-                     job.chunkBytes, job.inputs.data());
+                     job.chunkBytes, job.inputs.data(), job.progress);
   } else {
     runGated(*job.algo, job.mapped ? ctx_ : hostCtx_, *device_, jobs_->gate(), job.args,
              *job.inputs[0]);
@@ -136,7 +139,7 @@ void Comm::enqueueLeaderGated(const CollArgs& args, Comm& host) {
     job.args = enqueueStaged(*device_, jobs_->gate(), *staging_, a, host.rank_, host.nranks_,
                              *job.inputs[0]);
   } catch (...) {
-    jobs_->abandon(args.stream);
+    jobs_->abandon(job, args.stream);
     throw;
   }
   jobs_->submit(args.stream);
@@ -155,7 +158,7 @@ void Comm::runLeaderJob(StreamJob& job, Device& device, StreamGate& gate) {
       return selector_->select(job.args.func, chunkBytes);
     };
     runPipelinedHost(select, hostCtx_, device, gate, job.staging, job.args, job.chunkBytes,
-                     job.inputs.data());
+                     job.inputs.data(), job.progress);
   });
 }
 

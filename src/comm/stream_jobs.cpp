@@ -23,16 +23,20 @@ StreamJob& StreamJobs::begin(loomStream_t stream) {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [&] { return queued_ < kMaxJobs; });
   StreamJob& job = slots_[(head_ + queued_) % kMaxJobs];
+  // Its last use is done: its events go back to the pool only now, since a job handed over early
+  // may have failed on the progress thread while its caller was still recording them.
+  freeEvents_.insert(freeEvents_.end(), job.inputs.begin(), job.inputs.end());
+  job.inputs.clear();
   lock.unlock();
   // A call on another stream than the previous one: its copies into the staging memory and its
   // gate tasks come after the previous call's (the gate counts its tasks in order).
   if (haveLast_ && stream != lastStream_) device_.waitEvent(stream, *lastEnd_);
-  job.inputs.clear();
   for (auto& counts : job.counts) counts.clear();
   job.host = nullptr;
   job.algo = nullptr;
   job.mapped = false;
   job.staging = nullptr;
+  job.progress.reset();
   return job;
 }
 
@@ -49,9 +53,11 @@ DeviceEvent* StreamJobs::takeEvent() {
 }
 
 void StreamJobs::submit(loomStream_t stream) {
-  device_.recordEvent(*lastEnd_, stream);
-  lastStream_ = stream;
-  haveLast_ = true;
+  enqueued(stream);
+  submitEarly();
+}
+
+void StreamJobs::submitEarly() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++queued_;
@@ -59,7 +65,14 @@ void StreamJobs::submit(loomStream_t stream) {
   changed_.notify_all();
 }
 
-void StreamJobs::abandon(loomStream_t stream) {
+void StreamJobs::enqueued(loomStream_t stream) {
+  device_.recordEvent(*lastEnd_, stream);
+  lastStream_ = stream;
+  haveLast_ = true;
+}
+
+void StreamJobs::abandon(StreamJob& job, loomStream_t stream) {
+  job.progress.abandoned.store(true, std::memory_order_release);
   try {
     device_.recordEvent(*lastEnd_, stream);
     lastStream_ = stream;
@@ -152,8 +165,6 @@ void StreamJobs::loop() {
       }
     }
     lock.lock();
-    for (DeviceEvent* event : job.inputs) freeEvents_.push_back(event);
-    job.inputs.clear();
     head_ = (head_ + 1) % kMaxJobs;
     --queued_;
     changed_.notify_all();

@@ -8,7 +8,9 @@
 //     queue blocks the caller, as a full launch queue does) and orders the stream after the
 //     previous call's stream work when the stream changed; the caller enqueues the copies, the
 //     input events (takeEvent) and the gate tasks (gate()) and fills the job; submit() records
-//     the end event and hands the job over.
+//     the end event and hands the job over. A chunked job is handed over before its stream work
+//     is enqueued (submitEarly(), then enqueued() records the end event): its enqueue may block
+//     on a full launch queue until the host part has released gates (EnqueueProgress).
 //   progress thread: runs each job's host part (Hooks::run: waits for its input events, runs the
 //     host algorithm, releases its gates). A failure aborts the communicator (Hooks::fail) and
 //     opens the gate for good, so every stream runs to its end and no caller waits for ever; the
@@ -25,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/chunked.hpp"
 #include "algorithms/context.hpp"
 #include "algorithms/stream_gate.hpp"
 #include "base/error.hpp"
@@ -43,6 +46,7 @@ struct StreamJob {
   char* staging = nullptr;           // kChunked: the call's host memory
   size_t chunkBytes = 0;             // kChunked
   std::vector<DeviceEvent*> inputs;  // one per chunk (kGated: one)
+  EnqueueProgress progress;          // kChunked: handed over before its stream work is enqueued
   std::array<std::vector<size_t>, 4> counts;  // alltoallv's arrays, owned: the caller's may go
 };
 
@@ -64,9 +68,14 @@ class StreamJobs {
   DeviceEvent* takeEvent();
   StreamGate& gate() { return *gate_; }
   void submit(loomStream_t stream);
+  // A job whose inputs, staging and arguments are filled, handed over before its stream work is
+  // enqueued; enqueued() follows once it is (records the end event).
+  void submitEarly();
+  void enqueued(loomStream_t stream);
   // The call failed while enqueuing (after begin()): what it enqueued may still write into the
-  // staging memory, so the end event goes behind it all the same; the job is not run.
-  void abandon(loomStream_t stream);
+  // staging memory, so the end event goes behind it all the same; the job is not run (one handed
+  // over early stops at the first input not recorded, and fails the communicator).
+  void abandon(StreamJob& job, loomStream_t stream);
   // Waits until the host part of every submitted call ran (the progress thread is idle).
   void drain();
   // True, without waiting, when no call is queued and the last one's stream work is done.
