@@ -18,7 +18,7 @@ namespace loom::rudp {
 namespace {
 
 constexpr uint64_t kMs = 1'000'000;
-const MacKey kKey = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+const PacketKeys kKeys(MacKey{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
 constexpr uint64_t kComm = 0xc0ffee;
 
 struct LinkConfig {
@@ -40,7 +40,7 @@ class Link {
     h.src = src;
     h.dst = dst;
     std::vector<char> d(kHeaderBytes + o.payload.size());
-    encodeHeader(h, kKey, o.payload, d.data());
+    encodeHeader(h, kKeys, o.payload, d.data());
     std::memcpy(d.data() + kHeaderBytes, o.payload.data(), o.payload.size());
     int copies = uniform() < cfg.dup ? 2 : 1;
     for (int i = 0; i < copies; ++i) {
@@ -56,7 +56,7 @@ class Link {
       queue_.erase(queue_.begin());
       Header h;
       std::span<const char> payload;
-      ParseResult r = parseDatagram(d.data(), d.size(), kKey, kComm, dst, h, payload);
+      ParseResult r = parseDatagram(d.data(), d.size(), kKeys, kComm, dst, h, payload);
       ASSERT_EQ(r, ParseResult::kOk);
       flow.onPacket(h, payload, now);
     }

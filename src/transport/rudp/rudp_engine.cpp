@@ -69,6 +69,13 @@ void signal(const Fd& eventFd) {
   (void)r;
 }
 
+rudp::MacKey macKeyOf(const JobSecret& secret) {
+  JobSecret derived = deriveSecret(secret, 0, "rudp-mac");
+  rudp::MacKey key;
+  std::memcpy(key.data(), derived.bytes.data(), key.size());
+  return key;
+}
+
 void drain(int fd) {
   char buf[64];
   while (read(fd, buf, sizeof(buf)) > 0) {
@@ -93,15 +100,14 @@ RudpEngine::RudpEngine(const RudpSetup& s)
     : rank_(s.rank),
       classes_(s.classes),
       names_(s.names),
+      keys_(macKeyOf(s.secret)),
       lingerMs_(s.lingerMs),
       faultRng_(0x5eed + static_cast<uint64_t>(s.rank)),
       gso_(s.gso) {
   LOOM_CHECK_ARG(s.paths >= 1 && s.paths <= 16, "LOOM_RUDP_PATHS=", s.paths,
                  " is out of range (1 to 16)");
   // Keys and the communicator's identity come from the (already derived) secret.
-  JobSecret macKey = deriveSecret(s.secret, 0, "rudp-mac");
   JobSecret idKey = deriveSecret(s.secret, 0, "rudp-comm-id");
-  std::memcpy(key_.data(), macKey.bytes.data(), key_.size());
   std::memcpy(&commId_, idKey.bytes.data(), sizeof(commId_));
   if (!s.faults.empty()) {
     std::istringstream in(s.faults);
@@ -254,7 +260,7 @@ void RudpEngine::run() {
         h.cls = static_cast<uint8_t>(st->cls);
         h.tsval = now;
         char header[rudp::kHeaderBytes];
-        rudp::encodeHeader(h, key_, {}, header);
+        rudp::encodeHeader(h, keys_, {}, header);
         {
           std::lock_guard<std::mutex> send(sendMu_);
           transmit(0, st->peer, header, {}, now);
@@ -386,7 +392,7 @@ void RudpEngine::deliver(const char* data, size_t bytes, uint64_t now) {
   rudp::Header h;
   std::span<const char> payload;
   rudp::ParseResult r =
-      rudp::parseDatagram(data, bytes, key_, commId_, static_cast<uint32_t>(rank_), h, payload);
+      rudp::parseDatagram(data, bytes, keys_, commId_, static_cast<uint32_t>(rank_), h, payload);
   RudpFlowState* st =
       r == rudp::ParseResult::kOk ? flowOf(static_cast<int>(h.src), h.cls) : nullptr;
   if (st == nullptr) {
@@ -435,7 +441,7 @@ void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
     o.h.cls = static_cast<uint8_t>(st.cls);
     o.h.path = static_cast<uint8_t>(path);
     char* header = headers_.data() + i * rudp::kHeaderBytes;
-    rudp::encodeHeader(o.h, key_, o.payload, header);
+    rudp::encodeHeader(o.h, keys_, o.payload, header);
     transmit(path, st.peer, header, o.payload, now);
   }
   flush();

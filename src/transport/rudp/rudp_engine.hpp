@@ -123,7 +123,7 @@ class RudpEngine {
   int classes_;
   std::vector<std::string> names_;
   uint64_t commId_ = 0;
-  rudp::MacKey key_{};
+  rudp::PacketKeys keys_;
   size_t mss_ = 0;
   std::vector<Fd> sockets_;                            // one per path
   std::vector<std::vector<sockaddr_storage>> addr_;    // [peer][path]
