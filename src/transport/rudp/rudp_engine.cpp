@@ -22,10 +22,10 @@ namespace loom {
 namespace {
 
 constexpr size_t kBatch = 32;             // datagrams per sendmmsg when GSO is off
-constexpr size_t kRecvBatch = 8;          // buffers per recvmmsg of one path before the next path
 constexpr size_t kRoom = 256;             // datagrams a flow may emit per round
 constexpr size_t kMaxSegments = 64;       // datagrams per GSO burst (the kernel's older limit)
 constexpr size_t kMaxBurstBytes = 65000;  // a GSO burst is one IP datagram before segmentation
+constexpr uint64_t kFlowletTrains = 16;   // trains sent on one path before the next (~1 MiB)
 constexpr int kSocketBuffer = 8 << 20;    // bursts of a whole window must not overflow the kernel
 
 uint64_t nowNs() {
@@ -138,6 +138,7 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       // Coalesced receive: one recvmmsg buffer then holds a whole GSO burst of one sender.
       int on = 1;
       if (setsockopt(fd.get(), SOL_UDP, UDP_GRO, &on, sizeof(on)) != 0) gso_ = false;
+      gro_ = gso_;
     }
     socklen_t len;
     sockaddr_storage addr = resolve(s.itf.address, 0, len);
@@ -172,7 +173,7 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       flows_[peer * s.classes + cls] = std::make_unique<RudpFlowState>(peer, cls, fc);
   }
   wakeFd_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  recvBufs_.resize(kRecvBatch * 65536);
+  recvBufs_.resize(kRecvScratchBytes);
   headers_.resize(kRoom * rudp::kHeaderBytes);
   burst_.iov.reserve(4 * kMaxSegments);
   thread_ = std::thread([this] { run(); });
@@ -237,8 +238,8 @@ std::string RudpEngine::describeCounters() const {
       << " pkts (" << f.bytesSent << " B), retransmits " << f.retransmits << ", timeouts "
       << f.timeouts << ", srtt " << f.srttNs / 1000 << " us, rttvar " << f.rttvarNs / 1000
       << " us, rto " << f.rtoNs / 1000 << " us, cwnd " << static_cast<uint64_t>(f.cwnd)
-      << ", received " << f.packetsReceived << " pkts, duplicates " << f.duplicates
-      << ", out-of-order " << f.outOfOrder << ", probes " << f.probes;
+      << ", received " << f.packetsReceived << " pkts (" << f.inPlace << " in place), duplicates "
+      << f.duplicates << ", out-of-order " << f.outOfOrder << ", probes " << f.probes;
   }
   return o.str();
 }
@@ -299,14 +300,20 @@ void RudpEngine::run() {
     now = nowNs();
     if (ready > 0) {
       if (pfds.back().revents & POLLIN) drain(wakeFd_.get());
-      // Paths in turn, a few buffers each: draining one path before the next would deliver its
-      // later bursts before the other path's earlier ones (reordering made by the reader).
-      std::vector<bool> more(sockets_.size());
-      for (size_t p = 0; p < sockets_.size(); ++p) more[p] = (pfds[p].revents & POLLIN) != 0;
-      for (int round = 0; round < 64; ++round) {
+      // A path at a time, drained, starting with the one read last: the sender moves to the
+      // next path only after a flowlet of trains, so the older trains wait on the path being
+      // read, and the newer ones on the next. (Reading the paths in turn, a few trains each,
+      // delivered a third of the packets out of order when one path had a backlog.)
+      const size_t paths = sockets_.size();
+      for (int round = 0; round < 4; ++round) {
         bool any = false;
-        for (size_t p = 0; p < sockets_.size(); ++p)
-          if (more[p]) any |= (more[p] = receive(static_cast<int>(p), now));
+        for (size_t i = 0; i < paths; ++i) {
+          const int p = static_cast<int>((readPath_ + i) % paths);
+          for (int n = 0; n < 64 && receive(p, now); ++n) {
+            any = true;
+            readPath_ = static_cast<size_t>(p);
+          }
+        }
         if (!any) break;
       }
       wakeReaders();
@@ -341,39 +348,6 @@ void RudpEngine::sendNow(RudpFlowState& st) {
   }
 }
 
-bool RudpEngine::receive(int path, uint64_t now) {
-  mmsghdr msgs[kRecvBatch];
-  iovec iov[kRecvBatch];
-  constexpr size_t kCtrl = CMSG_SPACE(sizeof(int));
-  alignas(cmsghdr) char ctrl[kRecvBatch][kCtrl];
-  for (size_t i = 0; i < kRecvBatch; ++i) {
-    iov[i] = {recvBufs_.data() + i * 65536, 65536};
-    msgs[i] = {};
-    msgs[i].msg_hdr.msg_iov = &iov[i];
-    msgs[i].msg_hdr.msg_iovlen = 1;
-    msgs[i].msg_hdr.msg_control = ctrl[i];
-    msgs[i].msg_hdr.msg_controllen = kCtrl;
-  }
-  int n = recvmmsg(sockets_[path].get(), msgs, kRecvBatch, MSG_DONTWAIT, nullptr);
-  if (n <= 0) return false;
-  for (int i = 0; i < n; ++i) {
-    // A GRO buffer is a train of datagrams of segment bytes each, the last possibly shorter.
-    size_t seg = msgs[i].msg_len;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c != nullptr;
-         c = CMSG_NXTHDR(&msgs[i].msg_hdr, c)) {
-      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-        int v;
-        std::memcpy(&v, CMSG_DATA(c), sizeof(v));
-        if (v > 0) seg = static_cast<size_t>(v);
-      }
-    }
-    const char* data = static_cast<const char*>(iov[i].iov_base);
-    for (size_t off = 0; off < msgs[i].msg_len; off += seg)
-      deliver(data + off, std::min<size_t>(seg, msgs[i].msg_len - off), now);
-  }
-  return static_cast<size_t>(n) == kRecvBatch;
-}
-
 void RudpEngine::wakeReaders() {
   // One wake-up per flow and batch, not per packet.
   for (RudpFlowState* st : touched_) {
@@ -386,27 +360,6 @@ void RudpEngine::wakeReaders() {
     }
   }
   touched_.clear();
-}
-
-void RudpEngine::deliver(const char* data, size_t bytes, uint64_t now) {
-  rudp::Header h;
-  std::span<const char> payload;
-  rudp::ParseResult r =
-      rudp::parseDatagram(data, bytes, keys_, commId_, static_cast<uint32_t>(rank_), h, payload);
-  RudpFlowState* st =
-      r == rudp::ParseResult::kOk ? flowOf(static_cast<int>(h.src), h.cls) : nullptr;
-  if (st == nullptr) {
-    refused_ += 1;  // a stranger, another communicator or job, or garbage
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(st->mu);
-    st->flow.onPacket(h, payload, now);
-  }
-  if (!st->touched) {
-    st->touched = true;
-    touched_.push_back(st);
-  }
 }
 
 void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
@@ -425,13 +378,13 @@ void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
   // Payloads stay valid unlocked: data lies in ring space the channel cannot reuse before this
   // thread processes its ACK, and the SACK bitmap changes only in collect(), on this thread.
   const int paths = static_cast<int>(sockets_.size());
-  int path = static_cast<int>(st.pathCounter++ % paths);
+  int path = static_cast<int>(st.trains++ % paths);
   size_t inBurst = 0;
   for (size_t i = 0; i < out_.size(); ++i) {
     rudp::Outgoing& o = out_[i];
     // A new path per burst: each path's datagrams stay in order, the flow still spreads.
     if (inBurst == kMaxSegments) {
-      path = static_cast<int>(st.pathCounter++ % paths);
+      path = static_cast<int>(st.trains++ % paths);
       inBurst = 0;
     }
     inBurst += 1;

@@ -67,7 +67,7 @@ struct RudpFlowState {
   Fd roomPipe[2];  // one-page pipe: the write end polls POLLOUT unless sendBlocked
   bool sendBlocked = false;
   bool touched = false;  // progress thread only: in touched_ this batch
-  uint64_t pathCounter = 0;
+  uint64_t trains = 0;   // bursts sent: which path the next one takes
 };
 
 class RudpEngine {
@@ -104,8 +104,29 @@ class RudpEngine {
   };
   RudpFlowState* flowOf(int peer, int cls) const;
   void run();
-  // One recvmmsg on a path; true when it filled every buffer (more may be waiting).
+  // Where the payloads of the message a path's peeked first header starts go: `slots` ring
+  // slots of mss bytes from `ring` on, for stream offsets `offset` + j * mss of flow st (none:
+  // the whole message goes to scratch).
+  struct Placement {
+    RudpFlowState* st = nullptr;
+    uint64_t offset = 0;
+    char* ring = nullptr;
+    size_t slots = 0;
+  };
+  // A datagram of a train whose payload was not where it belongs, waiting in the stash.
+  struct Stashed {
+    rudp::Header h;
+    RudpFlowState* st;
+    size_t at;
+  };
+  // Reads a few messages of a path; true when it read them all (more may be waiting).
   bool receive(int path, uint64_t now);
+  // Without GRO: one recvmmsg of datagrams into scratch.
+  bool receiveBatch(int path, uint64_t now);
+  // One GRO message, its payloads in place where the peeked header says; false when none.
+  bool receiveOne(int path, uint64_t now);
+  Placement place(const char* first, size_t bytes);
+  void noteTouched(RudpFlowState& st);
   // Signals the readers (and blocked writers) of the flows that got packets.
   void wakeReaders();
   void sendFlow(RudpFlowState& st, uint64_t now);
@@ -146,7 +167,18 @@ class RudpEngine {
 
   // Progress-thread scratch, allocated once.
   std::vector<rudp::Outgoing> out_;
+  // Receive scratch: the message buffer (kRecvBatch of them without GRO), the train's headers,
+  // the stash.
+  static constexpr size_t kRecvBatch = 8;
+  static constexpr size_t kMessageBytes = 65536;  // a GRO train (IPv4's limit on one datagram)
+  static constexpr size_t kMaxTrain = kMessageBytes / (rudp::kHeaderBytes + 64) + 1;
+  static constexpr size_t kRecvScratchBytes =
+      kRecvBatch * kMessageBytes + kMaxTrain * rudp::kHeaderBytes + kMessageBytes;
   std::vector<char> recvBufs_;
+  std::vector<iovec> recvIov_;
+  std::vector<Stashed> stashed_;
+  bool gro_ = false;     // the sockets coalesce trains (UDP_GRO)
+  size_t readPath_ = 0;  // the path that last had something to read
   std::vector<char> headers_;
   std::vector<RudpFlowState*> touched_;  // flows that got packets in this receive batch
   // The burst being built: datagrams to one peer on one path; all but the last are segBytes long.

@@ -71,7 +71,7 @@ bool Flow::onPacket(const Header& h, std::span<const char> payload, uint64_t now
   switch (h.type) {
     case PacketType::kData: {
       uint64_t before = rcvInOrderOff_;
-      onData(h, payload, now);
+      onData(h, payload.data(), payload.size(), now);
       return rcvInOrderOff_ != before;
     }
     case PacketType::kAck:
@@ -87,7 +87,26 @@ bool Flow::onPacket(const Header& h, std::span<const char> payload, uint64_t now
   return false;
 }
 
-void Flow::onData(const Header& h, std::span<const char> payload, uint64_t /*now*/) {
+std::span<char> Flow::receiveSpace(uint64_t offset) {
+  const size_t w = cfg_.windowBytes;
+  if (failed() || offset < rcvFrontier_ || offset < rcvInOrderOff_ || offset >= rcvReadOff_ + w)
+    return {};
+  size_t pos = offset % w;
+  return {rcvRing_.data() + pos, std::min<uint64_t>(rcvReadOff_ + w - offset, w - pos)};
+}
+
+bool Flow::onDataInPlace(const Header& h, uint64_t now) {
+  lastHeard_ = now;
+  probeCount_ = 0;
+  nextProbe_ = 0;
+  stats_.packetsReceived += 1;
+  stats_.inPlace += 1;
+  uint64_t before = rcvInOrderOff_;
+  onData(h, nullptr, h.payloadBytes, now);
+  return rcvInOrderOff_ != before;
+}
+
+void Flow::onData(const Header& h, const char* payload, size_t bytes, uint64_t /*now*/) {
   const uint64_t s = h.seq;
   const size_t w = cfg_.windowBytes;
   // Any data packet deserves an ACK, a duplicate most of all: it means our ACK was lost.
@@ -98,16 +117,18 @@ void Flow::onData(const Header& h, std::span<const char> payload, uint64_t /*now
     return;
   }
   // Beyond what the sender may have in flight, or outside the ring: not a packet of this stream.
-  if (s >= rcvNxt_ + maxPkts_ || h.offset < rcvInOrderOff_ ||
-      h.offset + payload.size() > rcvReadOff_ + w) {
+  if (s >= rcvNxt_ + maxPkts_ || h.offset < rcvInOrderOff_ || h.offset + bytes > rcvReadOff_ + w) {
     stats_.refused += 1;
     return;
   }
-  size_t pos = h.offset % w;
-  size_t first = std::min(payload.size(), w - pos);
-  std::memcpy(rcvRing_.data() + pos, payload.data(), first);
-  std::memcpy(rcvRing_.data(), payload.data() + first, payload.size() - first);
-  slots_[s % maxPkts_] = {s, h.offset, h.offset + payload.size()};
+  if (payload != nullptr) {
+    size_t pos = h.offset % w;
+    size_t first = std::min(bytes, w - pos);
+    std::memcpy(rcvRing_.data() + pos, payload, first);
+    std::memcpy(rcvRing_.data(), payload + first, bytes - first);
+  }
+  slots_[s % maxPkts_] = {s, h.offset, h.offset + bytes};
+  rcvFrontier_ = std::max(rcvFrontier_, h.offset + bytes);
   if (s != rcvNxt_) stats_.outOfOrder += 1;
   rcvHighest_ = std::max(rcvHighest_, s);
   while (slots_[rcvNxt_ % maxPkts_].seq == rcvNxt_) {

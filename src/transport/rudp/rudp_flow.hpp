@@ -50,6 +50,7 @@ struct FlowConfig {
 struct FlowStats {
   uint64_t packetsSent = 0, bytesSent = 0, retransmits = 0, timeouts = 0, probes = 0;
   uint64_t packetsReceived = 0, duplicates = 0, outOfOrder = 0, refused = 0;
+  uint64_t inPlace = 0;  // data packets the kernel wrote straight into the receive ring
   uint64_t srttNs = 0, rttvarNs = 0, rtoNs = 0;
   double cwnd = 0;
 };
@@ -85,6 +86,14 @@ class Flow {
   // ---- network side ----
   // An authenticated packet of this flow arrived. Returns true when new bytes became readable.
   bool onPacket(const Header& h, std::span<const char> payload, uint64_t now);
+  // Receive ring space no packet has filled yet, from stream offset `offset` on: contiguous, up
+  // to the ring's end or the receive limit; empty when offset lies below what arrived or beyond
+  // the limit. The engine lets the kernel write a datagram train's payloads there (other bytes
+  // than the expected ones only ever land in space nobody reads).
+  std::span<char> receiveSpace(uint64_t offset);
+  // An authenticated data packet whose payload already lies in the ring at its offset (written
+  // into receiveSpace). Returns true when new bytes became readable.
+  bool onDataInPlace(const Header& h, uint64_t now);
   // Appends at most `room` datagrams to send now (ACK, retransmissions, new data, probes).
   size_t collect(uint64_t now, std::vector<Outgoing>& out, size_t room);
   // When collect() should run again at the latest; UINT64_MAX when nothing is pending.
@@ -119,7 +128,8 @@ class Flow {
   void listRemove(uint64_t seq);
   void listAppend(uint64_t seq);
   void onAck(const Header& h, std::span<const char> sack, uint64_t now);
-  void onData(const Header& h, std::span<const char> payload, uint64_t now);
+  // payload is null when the bytes already lie in the ring at h.offset.
+  void onData(const Header& h, const char* payload, size_t bytes, uint64_t now);
   void delivered(uint64_t seq, uint64_t tsecr, uint64_t now);
   void detectLosses(uint64_t now);
   void markLost(uint64_t seq);
@@ -163,6 +173,7 @@ class Flow {
   // Receiver.
   std::vector<char> rcvRing_;
   uint64_t rcvReadOff_ = 0, rcvInOrderOff_ = 0, rcvNxt_ = 1, rcvHighest_ = 0;
+  uint64_t rcvFrontier_ = 0;  // the end of the furthest packet received: beyond it, free space
   uint64_t advertised_ = 0;
   std::vector<Slot> slots_;
   bool ackPending_ = false;
