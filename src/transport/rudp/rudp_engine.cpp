@@ -378,13 +378,21 @@ void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
   // Payloads stay valid unlocked: data lies in ring space the channel cannot reuse before this
   // thread processes its ACK, and the SACK bitmap changes only in collect(), on this thread.
   const int paths = static_cast<int>(sockets_.size());
-  int path = static_cast<int>(st.trains++ % paths);
+  // Trains (as many full datagrams as one GSO send takes) go out on one path in flowlets of
+  // kFlowletTrains, then on the next: a fabric that hashes on ports still spreads a flow over
+  // every path, and the packets of one flowlet arrive in order. Switching at every train made
+  // the kernel itself reorder a third of the packets (trains of two sockets in flight at once
+  // on two CPUs), which cost receiving in place and made RACK resend some.
+  const size_t perBurst =
+      std::clamp<size_t>(kMaxBurstBytes / (rudp::kHeaderBytes + mss_), 1, kMaxSegments);
+  auto pathNow = [&] { return static_cast<int>(st.trains / kFlowletTrains % paths); };
+  int path = pathNow();
   size_t inBurst = 0;
   for (size_t i = 0; i < out_.size(); ++i) {
     rudp::Outgoing& o = out_[i];
-    // A new path per burst: each path's datagrams stay in order, the flow still spreads.
-    if (inBurst == kMaxSegments) {
-      path = static_cast<int>(st.trains++ % paths);
+    if (inBurst == perBurst) {
+      st.trains += 1;
+      path = pathNow();
       inBurst = 0;
     }
     inBurst += 1;
@@ -397,6 +405,7 @@ void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
     rudp::encodeHeader(o.h, keys_, o.payload, header);
     transmit(path, st.peer, header, o.payload, now);
   }
+  if (inBurst > 0) st.trains += 1;
   flush();
 }
 

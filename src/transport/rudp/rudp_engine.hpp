@@ -67,7 +67,7 @@ struct RudpFlowState {
   Fd roomPipe[2];  // one-page pipe: the write end polls POLLOUT unless sendBlocked
   bool sendBlocked = false;
   bool touched = false;  // progress thread only: in touched_ this batch
-  uint64_t trains = 0;   // bursts sent: which path the next one takes
+  uint64_t trains = 0;   // datagram trains sent: which path the next one takes
 };
 
 class RudpEngine {
