@@ -96,6 +96,20 @@ RudpFlowState::RudpFlowState(int p, int c, const rudp::FlowConfig& config)
   fcntl(fds[1], F_SETPIPE_SZ, 4096);
 }
 
+void RudpFlowState::notifyData() {
+  if (dataSignalled) return;
+  dataSignalled = true;
+  signal(dataReady);
+}
+
+void RudpFlowState::takeWakeup() {
+  if (!dataSignalled) return;
+  dataSignalled = false;
+  uint64_t count;
+  ssize_t r = read(dataReady.get(), &count, sizeof(count));
+  (void)r;
+}
+
 RudpEngine::RudpEngine(const RudpSetup& s)
     : rank_(s.rank),
       classes_(s.classes),
@@ -269,7 +283,7 @@ void RudpEngine::run() {
         }
         std::lock_guard<std::mutex> lock(st->mu);
         st->flow.fail("this rank's communicator failed (" + resetWhy_ + ")");
-        signal(st->dataReady);
+        st->notifyData();
         drain(st->roomPipe[0].get());
       }
     }
@@ -353,7 +367,7 @@ void RudpEngine::wakeReaders() {
   for (RudpFlowState* st : touched_) {
     st->touched = false;
     std::lock_guard<std::mutex> lock(st->mu);
-    if (st->flow.readableBytes() > 0 || st->flow.failed()) signal(st->dataReady);
+    if (st->flow.readableBytes() > 0 || st->flow.failed()) st->notifyData();
     if (st->sendBlocked && (st->flow.writable() > 0 || st->flow.failed())) {
       drain(st->roomPipe[0].get());
       st->sendBlocked = false;
@@ -370,7 +384,7 @@ void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
     st.flow.collect(now, out_, kRoom);
     if (!wasFailed && st.flow.failed()) {
       LOOM_WARN(kSubsysNet, rank_, "rudp: ", names_[st.peer], ": ", st.flow.failure());
-      signal(st.dataReady);
+      st.notifyData();
       drain(st.roomPipe[0].get());
     }
   }

@@ -60,11 +60,16 @@ struct RudpSetup {
 // One flow plus what its channel and the progress thread share. Guarded by mu.
 struct RudpFlowState {
   RudpFlowState(int peer, int cls, const rudp::FlowConfig& config);
+  // With mu held: makes dataReady readable, unless it already is.
+  void notifyData();
+  // With mu held: drains dataReady if it was signalled.
+  void takeWakeup();
   int peer, cls;
   std::mutex mu;
   rudp::Flow flow;
-  Fd dataReady;    // eventfd: readable when bytes arrived (the channel drains it)
-  Fd roomPipe[2];  // one-page pipe: the write end polls POLLOUT unless sendBlocked
+  Fd dataReady;                // eventfd: readable when bytes arrived (the channel drains it)
+  bool dataSignalled = false;  // dataReady holds a count (both change only under mu)
+  Fd roomPipe[2];              // one-page pipe: the write end polls POLLOUT unless sendBlocked
   bool sendBlocked = false;
   bool touched = false;  // progress thread only: in touched_ this batch
   uint64_t trains = 0;   // datagram trains sent: which path the next one takes
