@@ -88,8 +88,16 @@ size_t RudpChannel::tryReceive(void* dst, size_t bytes) {
   bool tell = false;
   {
     std::lock_guard<std::mutex> lock(st_.mu);
+    // The rest of this transfer's real bytes go straight to their destination as they arrive;
+    // those already in the ring are copied below.
+    if (done < bytes) st_.flow.post(out + done, bytes - done);
     size_t moved = 0;
     while (done < padded && moved < 4 * kCopySlice) {
+      if (size_t direct = st_.flow.readableDirect(); direct > 0) {
+        tell |= st_.flow.consume(direct);  // already in place
+        done += direct;
+        continue;
+      }
       std::span<const char> span = st_.flow.readable(padded - done);
       if (span.empty()) break;
       size_t n = span.size();

@@ -228,6 +228,17 @@ std::unique_ptr<Channel> RudpEngine::channel(int peer, int cls) {
 void RudpEngine::wake() { signal(wakeFd_); }
 
 void RudpEngine::reset(const std::string& why) {
+  // Now, not when the thread comes round: a caller's buffer posted for receiving must receive
+  // nothing more once its call fails (a train being written into it is waited for).
+  for (auto& st : flows_) {
+    if (!st) continue;
+    std::unique_lock<std::mutex> lock(st->mu);
+    st->flow.fail("this rank's communicator failed (" + why + ")");
+    st->placed.wait(lock, [&] { return !st->flow.placing(); });
+    st->flow.abandonPost();
+    st->notifyData();
+    drain(st->roomPipe[0].get());
+  }
   {
     // Written before the flag; read by the thread only after it sees the flag.
     resetWhy_ = why;

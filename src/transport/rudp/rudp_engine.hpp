@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -67,9 +68,10 @@ struct RudpFlowState {
   int peer, cls;
   std::mutex mu;
   rudp::Flow flow;
-  Fd dataReady;                // eventfd: readable when bytes arrived (the channel drains it)
-  bool dataSignalled = false;  // dataReady holds a count (both change only under mu)
-  Fd roomPipe[2];              // one-page pipe: the write end polls POLLOUT unless sendBlocked
+  Fd dataReady;                    // eventfd: readable when bytes arrived (the channel drains it)
+  bool dataSignalled = false;      // dataReady holds a count (both change only under mu)
+  std::condition_variable placed;  // a train placed in the flow's space was processed
+  Fd roomPipe[2];                  // one-page pipe: the write end polls POLLOUT unless sendBlocked
   bool sendBlocked = false;
   bool touched = false;  // progress thread only: in touched_ this batch
   uint64_t trains = 0;   // datagram trains sent: which path the next one takes

@@ -86,13 +86,13 @@ RudpEngine::Placement RudpEngine::place(const char* first, size_t bytes) {
   RudpFlowState* st = flowOf(static_cast<int>(load32(first + 16)), static_cast<uint8_t>(first[6]));
   if (st == nullptr) return pl;
   const uint64_t offset = load64(first + 40);
-  std::span<char> space;
-  {
-    std::lock_guard<std::mutex> lock(st->mu);
-    space = st->flow.receiveSpace(offset);
-  }
+  std::lock_guard<std::mutex> lock(st->mu);
+  std::span<char> space = st->flow.receiveSpace(offset);
   pl.slots = std::min(space.size() / mss_, kMessageBytes / (rudp::kHeaderBytes + mss_));
   if (pl.slots == 0) return pl;
+  // Until the train is processed the space must stay where it is (no new post) and no one may
+  // give a posted buffer up (reset waits).
+  st->flow.setPlacing(true);
   pl.st = st;
   pl.offset = offset;
   pl.ring = space.data();
@@ -105,6 +105,18 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
   ssize_t peeked = recv(fd, first, sizeof(first), MSG_PEEK | MSG_DONTWAIT);
   if (peeked < 0) return false;  // nothing waiting (or an error the next poll reports)
   const Placement pl = place(first, static_cast<size_t>(peeked));
+  // Whatever happens below, the space is released once the train is processed.
+  struct Release {
+    RudpFlowState* st;
+    ~Release() {
+      if (st == nullptr) return;
+      {
+        std::lock_guard<std::mutex> lock(st->mu);
+        st->flow.setPlacing(false);
+      }
+      st->placed.notify_all();
+    }
+  } release{pl.st};
   char* scratch = recvBufs_.data();
   char* headers = scratch + kRecvBatch * kMessageBytes;
   char* stash = headers + kMaxTrain * rudp::kHeaderBytes;
@@ -175,10 +187,15 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
       refused_ += 1;  // a stranger, another communicator or job, or garbage
       continue;
     }
+    bool inPlace = false;
     if (st == pl.st && h.type == rudp::PacketType::kData && h.offset == pl.offset + j * mss_) {
       std::lock_guard<std::mutex> lock(st->mu);
-      st->flow.onDataInPlace(h, now);
-    } else {
+      // Where the flow keeps these bytes (the ring, or the caller's posted buffer) is where the
+      // kernel put them.
+      inPlace = st->flow.placeOf(h.offset, payload.size()) == payload.data();
+      if (inPlace) st->flow.onDataInPlace(h, now);
+    }
+    if (!inPlace) {
       // Its place may be another slot of this train, not read yet: move it out of the way
       // first, deliver it after the train.
       std::memcpy(stash + stashUsed, payload.data(), payload.size());
