@@ -75,6 +75,10 @@ struct RudpFlowState {
   bool sendBlocked = false;
   bool touched = false;  // progress thread only: in touched_ this batch
   uint64_t trains = 0;   // datagram trains sent: which path the next one takes
+  // Progress thread only: its last train came whole (consecutive packets from the peeked
+  // offset), so the next one is received in place; one with holes (reordering inside trains)
+  // turns that off until a train read into scratch would have fitted again.
+  bool predictable = true;
 };
 
 class RudpEngine {
@@ -115,7 +119,8 @@ class RudpEngine {
   // slots of mss bytes from `ring` on, for stream offsets `offset` + j * mss of flow st (none:
   // the whole message goes to scratch).
   struct Placement {
-    RudpFlowState* st = nullptr;
+    RudpFlowState* named = nullptr;  // the flow the peeked header names (unauthenticated)
+    RudpFlowState* st = nullptr;     // where the slots are, when there are any
     uint64_t offset = 0;
     char* ring = nullptr;
     size_t slots = 0;

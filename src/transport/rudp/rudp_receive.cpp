@@ -86,6 +86,9 @@ RudpEngine::Placement RudpEngine::place(const char* first, size_t bytes) {
   RudpFlowState* st = flowOf(static_cast<int>(load32(first + 16)), static_cast<uint8_t>(first[6]));
   if (st == nullptr) return pl;
   const uint64_t offset = load64(first + 40);
+  pl.named = st;
+  pl.offset = offset;
+  if (!st->predictable) return pl;
   std::lock_guard<std::mutex> lock(st->mu);
   std::span<char> space = st->flow.receiveSpace(offset);
   pl.slots = std::min(space.size() / mss_, kMessageBytes / (rudp::kHeaderBytes + mss_));
@@ -102,9 +105,16 @@ RudpEngine::Placement RudpEngine::place(const char* first, size_t bytes) {
 bool RudpEngine::receiveOne(int path, uint64_t now) {
   const int fd = sockets_[path].get();
   char first[rudp::kHeaderBytes];
-  ssize_t peeked = recv(fd, first, sizeof(first), MSG_PEEK | MSG_DONTWAIT);
+  // MSG_TRUNC: the whole message's length, not the bytes copied.
+  ssize_t peeked = recv(fd, first, sizeof(first), MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
   if (peeked < 0) return false;  // nothing waiting (or an error the next poll reports)
-  const Placement pl = place(first, static_cast<size_t>(peeked));
+  if (static_cast<size_t>(peeked) <= rudp::kHeaderBytes + mss_) {
+    // One datagram, not a train (an ACK, a retransmission, a message's short tail): nothing to
+    // place, and several such are read in one recvmmsg rather than two calls each.
+    receiveBatch(path, now);
+    return true;
+  }
+  const Placement pl = place(first, std::min(sizeof(first), static_cast<size_t>(peeked)));
   // Whatever happens below, the space is released once the train is processed.
   struct Release {
     RudpFlowState* st;
@@ -146,6 +156,17 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
   }
   if (seg == 0) return true;
   if (pl.slots == 0) {
+    if (pl.named != nullptr && !pl.named->predictable) {
+      // Would this train have fitted? Then the next one is placed again.
+      bool whole = seg == rudp::kHeaderBytes + mss_;
+      for (size_t j = 0, off = 0; whole && off < n; ++j, off += seg)
+        whole = std::min(seg, n - off) >= rudp::kHeaderBytes &&
+                static_cast<rudp::PacketType>(scratch[off + 5]) == rudp::PacketType::kData &&
+                flowOf(static_cast<int>(load32(scratch + off + 16)),
+                       static_cast<uint8_t>(scratch[off + 6])) == pl.named &&
+                load64(scratch + off + 40) == pl.offset + j * mss_;
+      pl.named->predictable = whole;
+    }
     for (size_t off = 0; off < n; off += seg) deliver(scratch + off, std::min(seg, n - off), now);
     return true;
   }
@@ -165,7 +186,7 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
   // Datagram j of the train: header j in scratch and its payload in ring slot j, or, past the
   // slots, whole in the scratch buffer at the end of the list.
   stashed_.clear();
-  size_t stashUsed = 0;
+  size_t stashUsed = 0, misses = 0;
   for (size_t j = 0, off = 0; off < n; ++j, off += seg) {
     const size_t len = std::min(seg, n - off);
     if (j >= pl.slots) {
@@ -196,6 +217,7 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
       if (inPlace) st->flow.onDataInPlace(h, now);
     }
     if (!inPlace) {
+      misses += st == pl.st;
       // Its place may be another slot of this train, not read yet: move it out of the way
       // first, deliver it after the train.
       std::memcpy(stash + stashUsed, payload.data(), payload.size());
@@ -204,6 +226,9 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
     }
     noteTouched(*st);
   }
+  // A train with holes or strangers in it: the next ones go to scratch (one copy, not two)
+  // until one would have fitted.
+  pl.st->predictable = misses == 0;
   for (const Stashed& s : stashed_) {
     std::lock_guard<std::mutex> lock(s.st->mu);
     s.st->flow.onPacket(s.h, {stash + s.at, s.h.payloadBytes}, now);
