@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Markdown table of bench/rudp_vs_tcp.sh's CSV: algbw (GB/s, out-of-place, best over reps) of
-tcp and rudp per condition, op and size, and the rudp/tcp ratio. Usage: rudp_table.py FILE.csv"""
+tcp and rudp per condition, op and size, and the rudp/tcp ratio; with the base build's rudp
+(BASE=...) its column and ratio too. Usage: rudp_table.py FILE.csv"""
 import csv
 import sys
 from collections import defaultdict
@@ -11,12 +12,18 @@ for row in csv.DictReader(open(sys.argv[1])):
     key = (row["condition"], row["benchop"], int(row["bytes"]), row["transport"])
     best[key] = max(best[key], float(row["oop_algbw"]))
     wrong[key] += int(row["oop_wrong"] or 0)
-print("| loss | op | size | tcp GB/s | rudp GB/s | rudp/tcp | wrong |")
-print("|---|---|---|---|---|---|---|")
+base = any(k[3] == "rudp-base" for k in best)
+extra = " base rudp GB/s | base/tcp |" if base else ""
+print("| loss | op | size | tcp GB/s | rudp GB/s | rudp/tcp |" + extra + " wrong |")
+print("|---|---|---|---|---|---|" + ("---|---|" if base else "") + "---|")
 conds = sorted({k[:3] for k in best}, key=lambda k: (k[0] == "reorder", float(k[0]) if k[0] != "reorder" else 0, k[1], k[2]))
 for cond, op, size in conds:
     t, r = best.get((cond, op, size, "tcp"), 0), best.get((cond, op, size, "rudp"), 0)
-    w = wrong[(cond, op, size, "tcp")] + wrong[(cond, op, size, "rudp")]
+    w = sum(wrong[(cond, op, size, x)] for x in ("tcp", "rudp", "rudp-base"))
     ratio = f"{r / t:.2f}" if t > 0 else "-"
     label = "reorder (rudp fault layer; tcp: none)" if cond == "reorder" else f"{cond} %"
-    print(f"| {label} | {op} | {size >> 20} MiB | {t:.3f} | {r:.3f} | {ratio} | {w} |")
+    cells = ""
+    if base:
+        b = best.get((cond, op, size, "rudp-base"), 0)
+        cells = f" {b:.3f} | {b / t:.2f} |" if t > 0 else f" {b:.3f} | - |"
+    print(f"| {label} | {op} | {size >> 20} MiB | {t:.3f} | {r:.3f} | {ratio} |{cells} {w} |")

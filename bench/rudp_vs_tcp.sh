@@ -8,9 +8,12 @@
 # runs without it.
 # Usage: bench/rudp_vs_tcp.sh BUILD_DIR [OUT.csv]
 # Environment: LOSSES (default "0 0.1 1 5 reorder"), SIZES ("-b 1M -e 256M -f 16"), REPS (2),
-#   ITERS (3).
+#   ITERS (3), BASE (another build, e.g. main's: its rudp runs too, interleaved, as transport
+#   "rudp-base", for an A/B in the same minutes).
 set -uo pipefail
 BUILD=$(cd "$1" && pwd)
+BASE=${BASE:+$(cd "$BASE" && pwd)}
+TRANSPORTS="tcp rudp${BASE:+ rudp-base}"
 OUT=${2:-/dev/stdout}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NODES="$HERE/../tests/multinode/nodes.sh"
@@ -35,17 +38,18 @@ priority 0; }' && nft add rule inet loomt out oifname loomt0 numgen random mod 1
   fi
   cmds=()
   for i in 0 1; do
-    cmds+=("$prefix && port=29500 && for rep in \$(seq $REPS); do for t in tcp rudp; do \
+    cmds+=("$prefix && port=29500 && for rep in \$(seq $REPS); do for t in $TRANSPORTS; do \
       for op in allreduce sendrecv; do port=\$((port + 1)); \
-        LOOM_TRANSPORT=\$t LOOM_RUDP_FAULTS=\$( [ \$t = rudp ] && echo '$faults') \
-        $BUILD/tools/loomrun --nnodes 2 --node-rank $i --master \$LOOMT_MASTER:\$port -n 1 \
-        --timeout 900 -- $BUILD/tools/loom-bench \$op $SIZES -n $ITERS -w 1 -c 1 --csv \
+        b=$BUILD; [ \$t = rudp-base ] && b=$BASE; \
+        LOOM_TRANSPORT=\${t%-base} LOOM_RUDP_FAULTS=\$( [ \$t != tcp ] && echo '$faults') \
+        \$b/tools/loomrun --nnodes 2 --node-rank $i --master \$LOOMT_MASTER:\$port -n 1 \
+        --timeout 900 -- \$b/tools/loom-bench \$op $SIZES -n $ITERS -w 1 -c 1 --csv \
         | sed \"s/^/$cond,\$t,\$rep,\$op,/\" || exit 1; done; done; done")
   done
   echo "== $cond" >&2
   "$NODES" -q -t 1800 -o "$tmp/$cond" -- "${cmds[@]}" || echo "condition $cond failed" >&2
   # loomrun puts "[rank] " in front of each line: drop it, keep the data rows.
   sed -E 's/^([^,]*,[^,]*,[^,]*,[^,]*,)\[[0-9]+\] /\1/' "$tmp/$cond/node0.out" |
-    grep -E "^$cond,(tcp|rudp),[0-9]+,[a-z]+,[a-z]+,[0-9]" >>"$tmp/all.csv"
+    grep -E "^$cond,(tcp|rudp|rudp-base),[0-9]+,[a-z]+,[a-z]+,[0-9]" >>"$tmp/all.csv"
 done
 cp "$tmp/all.csv" "$OUT"

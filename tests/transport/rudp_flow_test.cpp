@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <vector>
@@ -18,7 +19,7 @@ namespace loom::rudp {
 namespace {
 
 constexpr uint64_t kMs = 1'000'000;
-const MacKey kKey = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+const PacketKeys kKeys(MacKey{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
 constexpr uint64_t kComm = 0xc0ffee;
 
 struct LinkConfig {
@@ -40,7 +41,7 @@ class Link {
     h.src = src;
     h.dst = dst;
     std::vector<char> d(kHeaderBytes + o.payload.size());
-    encodeHeader(h, kKey, o.payload, d.data());
+    encodeHeader(h, kKeys, o.payload, d.data());
     std::memcpy(d.data() + kHeaderBytes, o.payload.data(), o.payload.size());
     int copies = uniform() < cfg.dup ? 2 : 1;
     for (int i = 0; i < copies; ++i) {
@@ -56,7 +57,7 @@ class Link {
       queue_.erase(queue_.begin());
       Header h;
       std::span<const char> payload;
-      ParseResult r = parseDatagram(d.data(), d.size(), kKey, kComm, dst, h, payload);
+      ParseResult r = parseDatagram(d.data(), d.size(), kKeys, kComm, dst, h, payload);
       ASSERT_EQ(r, ParseResult::kOk);
       flow.onPacket(h, payload, now);
     }
@@ -90,12 +91,18 @@ struct Result {
 
 // Runs both endpoints until each has received what the other sent, a flow fails, or the virtual
 // time limit passes. Both directions carry data at once, so ACKs and data share each link.
-Result run(Endpoint& a, Endpoint& b, Link& ab, Link& ba, uint64_t limitNs, uint64_t start = 1) {
+// `reader`, when given, takes what an endpoint received instead of the plain readable() loop.
+Result run(Endpoint& a, Endpoint& b, Link& ab, Link& ba, uint64_t limitNs, uint64_t start = 1,
+           const std::function<void(Endpoint&)>& reader = {}) {
   uint64_t now = start;
   std::vector<Outgoing> out;
   auto pump = [&](Endpoint& e) {
     if (e.written < e.out.size())
       e.written += e.flow.write(e.out.data() + e.written, e.out.size() - e.written);
+    if (reader) {
+      reader(e);
+      return;
+    }
     for (;;) {
       std::span<const char> r = e.flow.readable(1 << 20);
       if (r.empty()) break;
@@ -191,6 +198,77 @@ TEST(RudpFlow, ReorderingIsNotLoss) {
   EXPECT_GT(rs.outOfOrder, 100u);  // the link did reorder
   EXPECT_LT(s.retransmits * 20, s.packetsSent)
       << "retransmits " << s.retransmits << " of " << s.packetsSent;
+}
+
+TEST(RudpFlow, ReceivesStraightIntoAPostedBuffer) {
+  // The receiver reads transfers of 300 KiB the way the channel's tryReceive does: it posts the
+  // rest of the transfer, takes what already lies there (readableDirect) and copies what lies in
+  // the ring, over a link that loses, duplicates and reorders. Every byte lands right, and most
+  // of them without passing through the ring.
+  FlowConfig cfg = smallConfig();
+  const size_t total = 3 << 20, transfer = 300 << 10;
+  Endpoint a{Flow(cfg), pattern(total, 31), 0, {}};
+  Endpoint b{Flow(cfg), {}, 0, {}};
+  Link ab({0.02, 0.05, 100'000, 300'000, false}, 32), ba({0.02, 0, 100'000, 0, false}, 33);
+  std::vector<char> dst(total, 0);
+  size_t done = 0, direct = 0;
+  auto reader = [&](Endpoint& e) {
+    if (&e != &b) return;
+    while (done < total) {
+      size_t end = std::min(total, (done / transfer + 1) * transfer);  // this transfer's end
+      e.flow.post(dst.data() + done, end - done);
+      if (size_t n = e.flow.readableDirect(); n > 0) {
+        ASSERT_LE(done + n, end);
+        e.flow.consume(n);
+        done += n;
+        direct += n;
+        continue;
+      }
+      std::span<const char> r = e.flow.readable(end - done);
+      if (r.empty()) break;
+      std::memcpy(dst.data() + done, r.data(), r.size());
+      e.flow.consume(r.size());
+      done += r.size();
+    }
+    e.in.resize(done);  // run() waits for as many bytes as were sent
+  };
+  Result r = run(a, b, ab, ba, 600'000 * kMs, 1, reader);
+  ASSERT_TRUE(r.completed) << a.flow.failure() << b.flow.failure();
+  EXPECT_EQ(dst, a.out);
+  EXPECT_FALSE(b.flow.posted());  // released at the end of the last transfer
+  EXPECT_GT(direct, total / 2);
+}
+
+TEST(RudpFlow, AGivenUpBufferGetsNothingMore) {
+  // A posted buffer's bytes are never read from the ring, and once the reader gives it up
+  // (its call fails) no packet is stored in it and none of its bytes look readable.
+  FlowConfig cfg = smallConfig();
+  Flow tx(cfg), rx(cfg);
+  std::vector<char> data = pattern(200 << 10, 41), dst(data.size(), 0);
+  ASSERT_EQ(tx.write(data.data(), data.size()), data.size());
+  std::vector<Outgoing> out;
+  tx.collect(1, out, 256);
+  rx.post(dst.data(), dst.size());
+  ASSERT_TRUE(rx.posted());
+  // The first two packets arrive; the third is "in flight".
+  for (int i = 0; i < 2; ++i) rx.onPacket(out[i].h, out[i].payload, 2);
+  size_t two = out[0].payload.size() + out[1].payload.size();
+  EXPECT_EQ(rx.readableDirect(), two);
+  EXPECT_TRUE(rx.readable(1 << 20).empty());  // the ring has none of it
+  EXPECT_EQ(std::memcmp(dst.data(), data.data(), two), 0);
+  // Where the next packet belongs is the posted buffer, and that is the free space offered.
+  const Outgoing& third = out[2];
+  EXPECT_EQ(rx.placeOf(third.h.offset, third.payload.size()), dst.data() + third.h.offset);
+  EXPECT_EQ(rx.receiveSpace(third.h.offset).data(), dst.data() + third.h.offset);
+  rx.fail("test");
+  rx.abandonPost();
+  EXPECT_FALSE(rx.posted());
+  EXPECT_EQ(rx.readableDirect(), 0u);
+  EXPECT_TRUE(rx.readable(1 << 20).empty());
+  std::vector<char> before = dst;
+  rx.onPacket(third.h, third.payload, 3);
+  EXPECT_EQ(dst, before);
+  EXPECT_TRUE(rx.receiveSpace(third.h.offset).empty());
 }
 
 TEST(RudpFlow, SmallWindowBackPressure) {

@@ -15,11 +15,12 @@ namespace loom::rudp {
 namespace {
 
 const MacKey kKey = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+const PacketKeys kKeys(kKey);
 
 std::vector<char> datagram(const Header& h, const std::vector<char>& payload,
-                           const MacKey& key = kKey) {
+                           const PacketKeys& keys = kKeys) {
   std::vector<char> d(kHeaderBytes + payload.size());
-  encodeHeader(h, key, payload, d.data());
+  encodeHeader(h, keys, payload, d.data());
   std::memcpy(d.data() + kHeaderBytes, payload.data(), payload.size());
   return d;
 }
@@ -45,6 +46,47 @@ TEST(RudpPacket, SipHashReferenceVector) {
   EXPECT_EQ(sipHash24(kKey, msg.data(), msg.size()), 0xa129ca6149be45e5ull);
 }
 
+TEST(RudpPacket, NhMatchesItsDefinition) {
+  // The vector code against the formula, for every length up to 200 (whole 32-byte blocks,
+  // 8-byte words and a partial word alike).
+  std::mt19937_64 rng(7);
+  std::vector<uint32_t> key(2 * 200 / 8 + 8);
+  for (uint32_t& k : key) k = static_cast<uint32_t>(rng());
+  std::vector<char> data(200);
+  for (char& c : data) c = static_cast<char>(rng());
+  for (size_t n = 0; n <= data.size(); ++n) {
+    std::vector<char> padded(data.begin(), data.begin() + static_cast<long>(n));
+    padded.resize((n + 7) / 8 * 8, 0);
+    uint64_t a = 0, b = 0;
+    for (size_t i = 0; i < padded.size() / 4; i += 2) {
+      uint32_t m0, m1;
+      std::memcpy(&m0, padded.data() + 4 * i, 4);
+      std::memcpy(&m1, padded.data() + 4 * i + 4, 4);
+      a += uint64_t{static_cast<uint32_t>(m0 + key[i])} * static_cast<uint32_t>(m1 + key[i + 1]);
+      b +=
+          uint64_t{static_cast<uint32_t>(m0 + key[i + 4])} * static_cast<uint32_t>(m1 + key[i + 5]);
+    }
+    std::array<uint64_t, 2> got = nhHash(key.data(), data.data(), n);
+    EXPECT_EQ(got[0], a) << n;
+    EXPECT_EQ(got[1], b) << n;
+  }
+}
+
+TEST(RudpPacket, EveryPayloadByteIsAuthenticated) {
+  std::vector<char> payload(333);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 13);
+  std::vector<char> d = datagram(dataHeader(), payload);
+  Header out;
+  std::span<const char> got;
+  for (size_t i = kHeaderBytes; i < d.size(); ++i) {
+    std::vector<char> forged = d;
+    forged[i] ^= static_cast<char>(1 << (i % 8));
+    EXPECT_EQ(parseDatagram(forged.data(), forged.size(), kKeys, 77, 5, out, got),
+              ParseResult::kBadMac)
+        << i;
+  }
+}
+
 TEST(RudpPacket, RoundTrip) {
   std::vector<char> payload(1001);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7);
@@ -52,7 +94,7 @@ TEST(RudpPacket, RoundTrip) {
   std::vector<char> d = datagram(in, payload);
   Header out;
   std::span<const char> got;
-  ASSERT_EQ(parseDatagram(d.data(), d.size(), kKey, 77, 5, out, got), ParseResult::kOk);
+  ASSERT_EQ(parseDatagram(d.data(), d.size(), kKeys, 77, 5, out, got), ParseResult::kOk);
   EXPECT_EQ(out.seq, in.seq);
   EXPECT_EQ(out.offset, in.offset);
   EXPECT_EQ(out.tsval, in.tsval);
@@ -71,25 +113,27 @@ TEST(RudpPacket, RefusesStrangersForgeriesAndOtherCommunicators) {
   // Another job's key (a stale job, or a stranger guessing).
   MacKey other = kKey;
   other[0] ^= 1;
-  EXPECT_EQ(parseDatagram(d.data(), d.size(), other, 77, 5, out, got), ParseResult::kBadMac);
+  EXPECT_EQ(parseDatagram(d.data(), d.size(), PacketKeys(other), 77, 5, out, got),
+            ParseResult::kBadMac);
   // A valid packet of another communicator, or meant for another rank.
-  EXPECT_EQ(parseDatagram(d.data(), d.size(), kKey, 78, 5, out, got), ParseResult::kForeign);
-  EXPECT_EQ(parseDatagram(d.data(), d.size(), kKey, 77, 4, out, got), ParseResult::kForeign);
+  EXPECT_EQ(parseDatagram(d.data(), d.size(), kKeys, 78, 5, out, got), ParseResult::kForeign);
+  EXPECT_EQ(parseDatagram(d.data(), d.size(), kKeys, 77, 4, out, got), ParseResult::kForeign);
   // A forged payload under a valid header.
   std::vector<char> forged = d;
   forged[kHeaderBytes + 10] ^= 0x40;
-  EXPECT_EQ(parseDatagram(forged.data(), forged.size(), kKey, 77, 5, out, got),
+  EXPECT_EQ(parseDatagram(forged.data(), forged.size(), kKeys, 77, 5, out, got),
             ParseResult::kBadMac);
   // A forged sequence number.
   forged = d;
   forged[32] ^= 1;
-  EXPECT_EQ(parseDatagram(forged.data(), forged.size(), kKey, 77, 5, out, got),
+  EXPECT_EQ(parseDatagram(forged.data(), forged.size(), kKeys, 77, 5, out, got),
             ParseResult::kBadMac);
   // Truncated, padded, junk.
-  EXPECT_EQ(parseDatagram(d.data(), 20, kKey, 77, 5, out, got), ParseResult::kShort);
-  EXPECT_EQ(parseDatagram(d.data(), d.size() - 1, kKey, 77, 5, out, got), ParseResult::kBadLength);
+  EXPECT_EQ(parseDatagram(d.data(), 20, kKeys, 77, 5, out, got), ParseResult::kShort);
+  EXPECT_EQ(parseDatagram(d.data(), d.size() - 1, kKeys, 77, 5, out, got), ParseResult::kBadLength);
   std::vector<char> junk(200, 'j');
-  EXPECT_EQ(parseDatagram(junk.data(), junk.size(), kKey, 77, 5, out, got), ParseResult::kBadMagic);
+  EXPECT_EQ(parseDatagram(junk.data(), junk.size(), kKeys, 77, 5, out, got),
+            ParseResult::kBadMagic);
 }
 
 TEST(RudpPacket, FuzzParserAndFlow) {
@@ -134,7 +178,7 @@ TEST(RudpPacket, FuzzParserAndFlow) {
     }
     Header h;
     std::span<const char> payload;
-    if (parseDatagram(d.data(), d.size(), kKey, 77, 5, h, payload) == ParseResult::kOk) {
+    if (parseDatagram(d.data(), d.size(), kKeys, 77, 5, h, payload) == ParseResult::kOk) {
       accepted += 1;
       mutatedAccepted += mutated;
       flow.onPacket(h, payload, static_cast<uint64_t>(iter) + 1);

@@ -21,6 +21,10 @@ void RudpChannel::throwFailed() const {
 }
 
 void RudpChannel::noteEmpty() {
+  // A wake-up still pending is stale (its bytes were read): drain it, so that the next wait
+  // blocks until new bytes arrive. Only here, and only when one was signalled: reading the
+  // eventfd on every call cost a system call per piece while the bytes were flowing.
+  st_.takeWakeup();
   st_.flow.setReceiveWaiting(true);
   if (st_.flow.failed()) throwFailed();
 }
@@ -55,10 +59,6 @@ size_t RudpChannel::trySend(const void* data, size_t bytes) {
 }
 
 std::span<const char> RudpChannel::peek(size_t maxBytes) {
-  // Drain the wake-up first: bytes that arrive after the check below signal it again.
-  uint64_t count;
-  ssize_t r = read(st_.dataReady.get(), &count, sizeof(count));
-  (void)r;
   std::lock_guard<std::mutex> lock(st_.mu);
   std::span<const char> span = st_.flow.readable(roundUp8(maxBytes));
   // Whole 8-byte groups only: a reduction must never see part of an element.
@@ -85,14 +85,19 @@ size_t RudpChannel::tryReceive(void* dst, size_t bytes) {
   char* out = static_cast<char*>(dst);
   const size_t padded = roundUp8(bytes);
   size_t done = recvAhead_;
-  uint64_t count;
-  ssize_t r = read(st_.dataReady.get(), &count, sizeof(count));
-  (void)r;
   bool tell = false;
   {
     std::lock_guard<std::mutex> lock(st_.mu);
+    // The rest of this transfer's real bytes go straight to their destination as they arrive;
+    // those already in the ring are copied below.
+    if (done < bytes) st_.flow.post(out + done, bytes - done);
     size_t moved = 0;
     while (done < padded && moved < 4 * kCopySlice) {
+      if (size_t direct = st_.flow.readableDirect(); direct > 0) {
+        tell |= st_.flow.consume(direct);  // already in place
+        done += direct;
+        continue;
+      }
       std::span<const char> span = st_.flow.readable(padded - done);
       if (span.empty()) break;
       size_t n = span.size();

@@ -23,6 +23,8 @@ class RudpChannel final : public Channel {
   std::span<const char> peek(size_t maxBytes) override;
   void consume(size_t bytes) override;
   size_t tryReceive(void* dst, size_t bytes) override;
+  // The rest of a transfer is received straight into its destination (Flow::post).
+  bool receivesDirect() const override { return true; }
   int pollFd(bool sending) const override {
     return sending ? st_.roomPipe[1].get() : st_.dataReady.get();
   }

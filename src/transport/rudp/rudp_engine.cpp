@@ -22,10 +22,10 @@ namespace loom {
 namespace {
 
 constexpr size_t kBatch = 32;             // datagrams per sendmmsg when GSO is off
-constexpr size_t kRecvBatch = 8;          // buffers per recvmmsg of one path before the next path
 constexpr size_t kRoom = 256;             // datagrams a flow may emit per round
 constexpr size_t kMaxSegments = 64;       // datagrams per GSO burst (the kernel's older limit)
 constexpr size_t kMaxBurstBytes = 65000;  // a GSO burst is one IP datagram before segmentation
+constexpr uint64_t kFlowletTrains = 16;   // trains sent on one path before the next (~1 MiB)
 constexpr int kSocketBuffer = 8 << 20;    // bursts of a whole window must not overflow the kernel
 
 uint64_t nowNs() {
@@ -69,6 +69,13 @@ void signal(const Fd& eventFd) {
   (void)r;
 }
 
+rudp::MacKey macKeyOf(const JobSecret& secret) {
+  JobSecret derived = deriveSecret(secret, 0, "rudp-mac");
+  rudp::MacKey key;
+  std::memcpy(key.data(), derived.bytes.data(), key.size());
+  return key;
+}
+
 void drain(int fd) {
   char buf[64];
   while (read(fd, buf, sizeof(buf)) > 0) {
@@ -89,19 +96,32 @@ RudpFlowState::RudpFlowState(int p, int c, const rudp::FlowConfig& config)
   fcntl(fds[1], F_SETPIPE_SZ, 4096);
 }
 
+void RudpFlowState::notifyData() {
+  if (dataSignalled) return;
+  dataSignalled = true;
+  signal(dataReady);
+}
+
+void RudpFlowState::takeWakeup() {
+  if (!dataSignalled) return;
+  dataSignalled = false;
+  uint64_t count;
+  ssize_t r = read(dataReady.get(), &count, sizeof(count));
+  (void)r;
+}
+
 RudpEngine::RudpEngine(const RudpSetup& s)
     : rank_(s.rank),
       classes_(s.classes),
       names_(s.names),
+      keys_(macKeyOf(s.secret)),
       lingerMs_(s.lingerMs),
       faultRng_(0x5eed + static_cast<uint64_t>(s.rank)),
       gso_(s.gso) {
   LOOM_CHECK_ARG(s.paths >= 1 && s.paths <= 16, "LOOM_RUDP_PATHS=", s.paths,
                  " is out of range (1 to 16)");
   // Keys and the communicator's identity come from the (already derived) secret.
-  JobSecret macKey = deriveSecret(s.secret, 0, "rudp-mac");
   JobSecret idKey = deriveSecret(s.secret, 0, "rudp-comm-id");
-  std::memcpy(key_.data(), macKey.bytes.data(), key_.size());
   std::memcpy(&commId_, idKey.bytes.data(), sizeof(commId_));
   if (!s.faults.empty()) {
     std::istringstream in(s.faults);
@@ -132,6 +152,7 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       // Coalesced receive: one recvmmsg buffer then holds a whole GSO burst of one sender.
       int on = 1;
       if (setsockopt(fd.get(), SOL_UDP, UDP_GRO, &on, sizeof(on)) != 0) gso_ = false;
+      gro_ = gso_;
     }
     socklen_t len;
     sockaddr_storage addr = resolve(s.itf.address, 0, len);
@@ -166,7 +187,7 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       flows_[peer * s.classes + cls] = std::make_unique<RudpFlowState>(peer, cls, fc);
   }
   wakeFd_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  recvBufs_.resize(kRecvBatch * 65536);
+  recvBufs_.resize(kRecvScratchBytes);
   headers_.resize(kRoom * rudp::kHeaderBytes);
   burst_.iov.reserve(4 * kMaxSegments);
   thread_ = std::thread([this] { run(); });
@@ -207,6 +228,17 @@ std::unique_ptr<Channel> RudpEngine::channel(int peer, int cls) {
 void RudpEngine::wake() { signal(wakeFd_); }
 
 void RudpEngine::reset(const std::string& why) {
+  // Now, not when the thread comes round: a caller's buffer posted for receiving must receive
+  // nothing more once its call fails (a train being written into it is waited for).
+  for (auto& st : flows_) {
+    if (!st) continue;
+    std::unique_lock<std::mutex> lock(st->mu);
+    st->flow.fail("this rank's communicator failed (" + why + ")");
+    st->placed.wait(lock, [&] { return !st->flow.placing(); });
+    st->flow.abandonPost();
+    st->notifyData();
+    drain(st->roomPipe[0].get());
+  }
   {
     // Written before the flag; read by the thread only after it sees the flag.
     resetWhy_ = why;
@@ -231,8 +263,8 @@ std::string RudpEngine::describeCounters() const {
       << " pkts (" << f.bytesSent << " B), retransmits " << f.retransmits << ", timeouts "
       << f.timeouts << ", srtt " << f.srttNs / 1000 << " us, rttvar " << f.rttvarNs / 1000
       << " us, rto " << f.rtoNs / 1000 << " us, cwnd " << static_cast<uint64_t>(f.cwnd)
-      << ", received " << f.packetsReceived << " pkts, duplicates " << f.duplicates
-      << ", out-of-order " << f.outOfOrder << ", probes " << f.probes;
+      << ", received " << f.packetsReceived << " pkts (" << f.inPlace << " in place), duplicates "
+      << f.duplicates << ", out-of-order " << f.outOfOrder << ", probes " << f.probes;
   }
   return o.str();
 }
@@ -254,7 +286,7 @@ void RudpEngine::run() {
         h.cls = static_cast<uint8_t>(st->cls);
         h.tsval = now;
         char header[rudp::kHeaderBytes];
-        rudp::encodeHeader(h, key_, {}, header);
+        rudp::encodeHeader(h, keys_, {}, header);
         {
           std::lock_guard<std::mutex> send(sendMu_);
           transmit(0, st->peer, header, {}, now);
@@ -262,7 +294,7 @@ void RudpEngine::run() {
         }
         std::lock_guard<std::mutex> lock(st->mu);
         st->flow.fail("this rank's communicator failed (" + resetWhy_ + ")");
-        signal(st->dataReady);
+        st->notifyData();
         drain(st->roomPipe[0].get());
       }
     }
@@ -293,14 +325,20 @@ void RudpEngine::run() {
     now = nowNs();
     if (ready > 0) {
       if (pfds.back().revents & POLLIN) drain(wakeFd_.get());
-      // Paths in turn, a few buffers each: draining one path before the next would deliver its
-      // later bursts before the other path's earlier ones (reordering made by the reader).
-      std::vector<bool> more(sockets_.size());
-      for (size_t p = 0; p < sockets_.size(); ++p) more[p] = (pfds[p].revents & POLLIN) != 0;
-      for (int round = 0; round < 64; ++round) {
+      // A path at a time, drained, starting with the one read last: the sender moves to the
+      // next path only after a flowlet of trains, so the older trains wait on the path being
+      // read, and the newer ones on the next. (Reading the paths in turn, a few trains each,
+      // delivered a third of the packets out of order when one path had a backlog.)
+      const size_t paths = sockets_.size();
+      for (int round = 0; round < 4; ++round) {
         bool any = false;
-        for (size_t p = 0; p < sockets_.size(); ++p)
-          if (more[p]) any |= (more[p] = receive(static_cast<int>(p), now));
+        for (size_t i = 0; i < paths; ++i) {
+          const int p = static_cast<int>((readPath_ + i) % paths);
+          for (int n = 0; n < 64 && receive(p, now); ++n) {
+            any = true;
+            readPath_ = static_cast<size_t>(p);
+          }
+        }
         if (!any) break;
       }
       wakeReaders();
@@ -335,72 +373,18 @@ void RudpEngine::sendNow(RudpFlowState& st) {
   }
 }
 
-bool RudpEngine::receive(int path, uint64_t now) {
-  mmsghdr msgs[kRecvBatch];
-  iovec iov[kRecvBatch];
-  constexpr size_t kCtrl = CMSG_SPACE(sizeof(int));
-  alignas(cmsghdr) char ctrl[kRecvBatch][kCtrl];
-  for (size_t i = 0; i < kRecvBatch; ++i) {
-    iov[i] = {recvBufs_.data() + i * 65536, 65536};
-    msgs[i] = {};
-    msgs[i].msg_hdr.msg_iov = &iov[i];
-    msgs[i].msg_hdr.msg_iovlen = 1;
-    msgs[i].msg_hdr.msg_control = ctrl[i];
-    msgs[i].msg_hdr.msg_controllen = kCtrl;
-  }
-  int n = recvmmsg(sockets_[path].get(), msgs, kRecvBatch, MSG_DONTWAIT, nullptr);
-  if (n <= 0) return false;
-  for (int i = 0; i < n; ++i) {
-    // A GRO buffer is a train of datagrams of segment bytes each, the last possibly shorter.
-    size_t seg = msgs[i].msg_len;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c != nullptr;
-         c = CMSG_NXTHDR(&msgs[i].msg_hdr, c)) {
-      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-        int v;
-        std::memcpy(&v, CMSG_DATA(c), sizeof(v));
-        if (v > 0) seg = static_cast<size_t>(v);
-      }
-    }
-    const char* data = static_cast<const char*>(iov[i].iov_base);
-    for (size_t off = 0; off < msgs[i].msg_len; off += seg)
-      deliver(data + off, std::min<size_t>(seg, msgs[i].msg_len - off), now);
-  }
-  return static_cast<size_t>(n) == kRecvBatch;
-}
-
 void RudpEngine::wakeReaders() {
   // One wake-up per flow and batch, not per packet.
   for (RudpFlowState* st : touched_) {
     st->touched = false;
     std::lock_guard<std::mutex> lock(st->mu);
-    if (st->flow.readableBytes() > 0 || st->flow.failed()) signal(st->dataReady);
+    if (st->flow.readableBytes() > 0 || st->flow.failed()) st->notifyData();
     if (st->sendBlocked && (st->flow.writable() > 0 || st->flow.failed())) {
       drain(st->roomPipe[0].get());
       st->sendBlocked = false;
     }
   }
   touched_.clear();
-}
-
-void RudpEngine::deliver(const char* data, size_t bytes, uint64_t now) {
-  rudp::Header h;
-  std::span<const char> payload;
-  rudp::ParseResult r =
-      rudp::parseDatagram(data, bytes, key_, commId_, static_cast<uint32_t>(rank_), h, payload);
-  RudpFlowState* st =
-      r == rudp::ParseResult::kOk ? flowOf(static_cast<int>(h.src), h.cls) : nullptr;
-  if (st == nullptr) {
-    refused_ += 1;  // a stranger, another communicator or job, or garbage
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(st->mu);
-    st->flow.onPacket(h, payload, now);
-  }
-  if (!st->touched) {
-    st->touched = true;
-    touched_.push_back(st);
-  }
 }
 
 void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
@@ -411,7 +395,7 @@ void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
     st.flow.collect(now, out_, kRoom);
     if (!wasFailed && st.flow.failed()) {
       LOOM_WARN(kSubsysNet, rank_, "rudp: ", names_[st.peer], ": ", st.flow.failure());
-      signal(st.dataReady);
+      st.notifyData();
       drain(st.roomPipe[0].get());
     }
   }
@@ -419,13 +403,21 @@ void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
   // Payloads stay valid unlocked: data lies in ring space the channel cannot reuse before this
   // thread processes its ACK, and the SACK bitmap changes only in collect(), on this thread.
   const int paths = static_cast<int>(sockets_.size());
-  int path = static_cast<int>(st.pathCounter++ % paths);
+  // Trains (as many full datagrams as one GSO send takes) go out on one path in flowlets of
+  // kFlowletTrains, then on the next: a fabric that hashes on ports still spreads a flow over
+  // every path, and the packets of one flowlet arrive in order. Switching at every train made
+  // the kernel itself reorder a third of the packets (trains of two sockets in flight at once
+  // on two CPUs), which cost receiving in place and made RACK resend some.
+  const size_t perBurst =
+      std::clamp<size_t>(kMaxBurstBytes / (rudp::kHeaderBytes + mss_), 1, kMaxSegments);
+  auto pathNow = [&] { return static_cast<int>(st.trains / kFlowletTrains % paths); };
+  int path = pathNow();
   size_t inBurst = 0;
   for (size_t i = 0; i < out_.size(); ++i) {
     rudp::Outgoing& o = out_[i];
-    // A new path per burst: each path's datagrams stay in order, the flow still spreads.
-    if (inBurst == kMaxSegments) {
-      path = static_cast<int>(st.pathCounter++ % paths);
+    if (inBurst == perBurst) {
+      st.trains += 1;
+      path = pathNow();
       inBurst = 0;
     }
     inBurst += 1;
@@ -435,9 +427,10 @@ void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
     o.h.cls = static_cast<uint8_t>(st.cls);
     o.h.path = static_cast<uint8_t>(path);
     char* header = headers_.data() + i * rudp::kHeaderBytes;
-    rudp::encodeHeader(o.h, key_, o.payload, header);
+    rudp::encodeHeader(o.h, keys_, o.payload, header);
     transmit(path, st.peer, header, o.payload, now);
   }
+  if (inBurst > 0) st.trains += 1;
   flush();
 }
 

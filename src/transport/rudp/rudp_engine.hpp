@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -60,14 +61,24 @@ struct RudpSetup {
 // One flow plus what its channel and the progress thread share. Guarded by mu.
 struct RudpFlowState {
   RudpFlowState(int peer, int cls, const rudp::FlowConfig& config);
+  // With mu held: makes dataReady readable, unless it already is.
+  void notifyData();
+  // With mu held: drains dataReady if it was signalled.
+  void takeWakeup();
   int peer, cls;
   std::mutex mu;
   rudp::Flow flow;
-  Fd dataReady;    // eventfd: readable when bytes arrived (the channel drains it)
-  Fd roomPipe[2];  // one-page pipe: the write end polls POLLOUT unless sendBlocked
+  Fd dataReady;                    // eventfd: readable when bytes arrived (the channel drains it)
+  bool dataSignalled = false;      // dataReady holds a count (both change only under mu)
+  std::condition_variable placed;  // a train placed in the flow's space was processed
+  Fd roomPipe[2];                  // one-page pipe: the write end polls POLLOUT unless sendBlocked
   bool sendBlocked = false;
   bool touched = false;  // progress thread only: in touched_ this batch
-  uint64_t pathCounter = 0;
+  uint64_t trains = 0;   // datagram trains sent: which path the next one takes
+  // Progress thread only: its last train came whole (consecutive packets from the peeked
+  // offset), so the next one is received in place; one with holes (reordering inside trains)
+  // turns that off until a train read into scratch would have fitted again.
+  bool predictable = true;
 };
 
 class RudpEngine {
@@ -104,8 +115,30 @@ class RudpEngine {
   };
   RudpFlowState* flowOf(int peer, int cls) const;
   void run();
-  // One recvmmsg on a path; true when it filled every buffer (more may be waiting).
+  // Where the payloads of the message a path's peeked first header starts go: `slots` ring
+  // slots of mss bytes from `ring` on, for stream offsets `offset` + j * mss of flow st (none:
+  // the whole message goes to scratch).
+  struct Placement {
+    RudpFlowState* named = nullptr;  // the flow the peeked header names (unauthenticated)
+    RudpFlowState* st = nullptr;     // where the slots are, when there are any
+    uint64_t offset = 0;
+    char* ring = nullptr;
+    size_t slots = 0;
+  };
+  // A datagram of a train whose payload was not where it belongs, waiting in the stash.
+  struct Stashed {
+    rudp::Header h;
+    RudpFlowState* st;
+    size_t at;
+  };
+  // Reads a few messages of a path; true when it read them all (more may be waiting).
   bool receive(int path, uint64_t now);
+  // Without GRO: one recvmmsg of datagrams into scratch.
+  bool receiveBatch(int path, uint64_t now);
+  // One GRO message, its payloads in place where the peeked header says; false when none.
+  bool receiveOne(int path, uint64_t now);
+  Placement place(const char* first, size_t bytes);
+  void noteTouched(RudpFlowState& st);
   // Signals the readers (and blocked writers) of the flows that got packets.
   void wakeReaders();
   void sendFlow(RudpFlowState& st, uint64_t now);
@@ -123,7 +156,7 @@ class RudpEngine {
   int classes_;
   std::vector<std::string> names_;
   uint64_t commId_ = 0;
-  rudp::MacKey key_{};
+  rudp::PacketKeys keys_;
   size_t mss_ = 0;
   std::vector<Fd> sockets_;                            // one per path
   std::vector<std::vector<sockaddr_storage>> addr_;    // [peer][path]
@@ -146,7 +179,18 @@ class RudpEngine {
 
   // Progress-thread scratch, allocated once.
   std::vector<rudp::Outgoing> out_;
+  // Receive scratch: the message buffer (kRecvBatch of them without GRO), the train's headers,
+  // the stash.
+  static constexpr size_t kRecvBatch = 8;
+  static constexpr size_t kMessageBytes = 65536;  // a GRO train (IPv4's limit on one datagram)
+  static constexpr size_t kMaxTrain = kMessageBytes / (rudp::kHeaderBytes + 64) + 1;
+  static constexpr size_t kRecvScratchBytes =
+      kRecvBatch * kMessageBytes + kMaxTrain * rudp::kHeaderBytes + kMessageBytes;
   std::vector<char> recvBufs_;
+  std::vector<iovec> recvIov_;
+  std::vector<Stashed> stashed_;
+  bool gro_ = false;     // the sockets coalesce trains (UDP_GRO)
+  size_t readPath_ = 0;  // the path that last had something to read
   std::vector<char> headers_;
   std::vector<RudpFlowState*> touched_;  // flows that got packets in this receive batch
   // The burst being built: datagrams to one peer on one path; all but the last are segBytes long.

@@ -47,12 +47,36 @@ size_t Flow::write(const void* src, size_t n) {
 std::span<const char> Flow::readable(size_t maxBytes) const {
   const size_t w = cfg_.windowBytes;
   size_t pos = rcvReadOff_ % w;
-  size_t len = std::min<uint64_t>({rcvInOrderOff_ - rcvReadOff_, w - pos, maxBytes});
+  uint64_t upTo = rcvInOrderOff_;
+  if (posted() && rcvReadOff_ < post_.end) upTo = std::min(upTo, post_.begin);
+  if (upTo <= rcvReadOff_) return {};
+  size_t len = std::min<uint64_t>({upTo - rcvReadOff_, w - pos, maxBytes});
   return {rcvRing_.data() + pos, len};
+}
+
+void Flow::post(char* dst, size_t bytes) {
+  // Below this a copy costs less than the bookkeeping.
+  constexpr size_t kMinPost = 64 << 10;
+  if (posted() || placing_ || failed()) return;
+  const uint64_t begin = std::max(rcvReadOff_, rcvFrontier_), end = rcvReadOff_ + bytes;
+  if (end < begin + kMinPost) return;
+  post_ = {dst + (begin - rcvReadOff_), begin, end};
+}
+
+void Flow::abandonPost() {
+  if (!posted()) return;
+  rcvInOrderOff_ = std::max(rcvReadOff_, std::min(rcvInOrderOff_, post_.begin));
+  unpost();
+}
+
+size_t Flow::readableDirect() const {
+  if (!posted() || rcvReadOff_ < post_.begin || rcvReadOff_ >= post_.end) return 0;
+  return std::min(rcvInOrderOff_, post_.end) - rcvReadOff_;
 }
 
 bool Flow::consume(size_t n) {
   rcvReadOff_ += std::min<uint64_t>(n, rcvInOrderOff_ - rcvReadOff_);
+  if (posted() && rcvReadOff_ >= post_.end) unpost();  // all of it arrived: no more writes
   // Tell the peer once a quarter of the ring has opened up since the last advertisement.
   if (rcvReadOff_ + cfg_.windowBytes - advertised_ >= cfg_.windowBytes / 4 && !ackPending_) {
     ackPending_ = true;
@@ -71,7 +95,7 @@ bool Flow::onPacket(const Header& h, std::span<const char> payload, uint64_t now
   switch (h.type) {
     case PacketType::kData: {
       uint64_t before = rcvInOrderOff_;
-      onData(h, payload, now);
+      onData(h, payload.data(), payload.size(), now);
       return rcvInOrderOff_ != before;
     }
     case PacketType::kAck:
@@ -87,9 +111,64 @@ bool Flow::onPacket(const Header& h, std::span<const char> payload, uint64_t now
   return false;
 }
 
-void Flow::onData(const Header& h, std::span<const char> payload, uint64_t /*now*/) {
+std::span<char> Flow::receiveSpace(uint64_t offset) {
+  const size_t w = cfg_.windowBytes;
+  if (failed() || offset < rcvFrontier_ || offset < rcvInOrderOff_ || offset >= rcvReadOff_ + w)
+    return {};
+  const uint64_t limit = rcvReadOff_ + w;
+  if (posted() && offset >= post_.begin && offset < post_.end)
+    return {post_.dst + (offset - post_.begin), std::min(post_.end, limit) - offset};
+  size_t pos = offset % w;
+  uint64_t len = std::min<uint64_t>(limit - offset, w - pos);
+  if (posted() && offset < post_.begin) len = std::min(len, post_.begin - offset);
+  return {rcvRing_.data() + pos, len};
+}
+
+const char* Flow::placeOf(uint64_t offset, size_t n) const {
+  if (posted() && offset < post_.end && offset + n > post_.begin) {
+    if (offset < post_.begin || offset + n > post_.end) return nullptr;  // straddles an edge
+    return post_.dst + (offset - post_.begin);
+  }
+  const size_t w = cfg_.windowBytes;
+  size_t pos = offset % w;
+  return pos + n <= w ? rcvRing_.data() + pos : nullptr;
+}
+
+void Flow::store(uint64_t offset, const char* src, size_t n) {
+  const size_t w = cfg_.windowBytes;
+  while (n > 0) {
+    size_t len;
+    if (posted() && offset >= post_.begin && offset < post_.end) {
+      len = std::min<uint64_t>(n, post_.end - offset);
+      std::memcpy(post_.dst + (offset - post_.begin), src, len);
+    } else {
+      size_t pos = offset % w;
+      len = std::min<uint64_t>(n, w - pos);
+      if (posted() && offset < post_.begin) len = std::min<uint64_t>(len, post_.begin - offset);
+      std::memcpy(rcvRing_.data() + pos, src, len);
+    }
+    offset += len;
+    src += len;
+    n -= len;
+  }
+}
+
+bool Flow::onDataInPlace(const Header& h, uint64_t now) {
+  lastHeard_ = now;
+  probeCount_ = 0;
+  nextProbe_ = 0;
+  stats_.packetsReceived += 1;
+  stats_.inPlace += 1;
+  uint64_t before = rcvInOrderOff_;
+  onData(h, nullptr, h.payloadBytes, now);
+  return rcvInOrderOff_ != before;
+}
+
+void Flow::onData(const Header& h, const char* payload, size_t bytes, uint64_t /*now*/) {
   const uint64_t s = h.seq;
   const size_t w = cfg_.windowBytes;
+  // A failed flow stores nothing more: its reader may have given its buffer up.
+  if (failed()) return;
   // Any data packet deserves an ACK, a duplicate most of all: it means our ACK was lost.
   ackPending_ = true;
   echo_ = h.tsval;
@@ -98,16 +177,13 @@ void Flow::onData(const Header& h, std::span<const char> payload, uint64_t /*now
     return;
   }
   // Beyond what the sender may have in flight, or outside the ring: not a packet of this stream.
-  if (s >= rcvNxt_ + maxPkts_ || h.offset < rcvInOrderOff_ ||
-      h.offset + payload.size() > rcvReadOff_ + w) {
+  if (s >= rcvNxt_ + maxPkts_ || h.offset < rcvInOrderOff_ || h.offset + bytes > rcvReadOff_ + w) {
     stats_.refused += 1;
     return;
   }
-  size_t pos = h.offset % w;
-  size_t first = std::min(payload.size(), w - pos);
-  std::memcpy(rcvRing_.data() + pos, payload.data(), first);
-  std::memcpy(rcvRing_.data(), payload.data() + first, payload.size() - first);
-  slots_[s % maxPkts_] = {s, h.offset, h.offset + payload.size()};
+  if (payload != nullptr) store(h.offset, payload, bytes);
+  slots_[s % maxPkts_] = {s, h.offset, h.offset + bytes};
+  rcvFrontier_ = std::max(rcvFrontier_, h.offset + bytes);
   if (s != rcvNxt_) stats_.outOfOrder += 1;
   rcvHighest_ = std::max(rcvHighest_, s);
   while (slots_[rcvNxt_ % maxPkts_].seq == rcvNxt_) {

@@ -50,6 +50,7 @@ struct FlowConfig {
 struct FlowStats {
   uint64_t packetsSent = 0, bytesSent = 0, retransmits = 0, timeouts = 0, probes = 0;
   uint64_t packetsReceived = 0, duplicates = 0, outOfOrder = 0, refused = 0;
+  uint64_t inPlace = 0;  // data packets the kernel wrote straight into the receive ring
   uint64_t srttNs = 0, rttvarNs = 0, rtoNs = 0;
   double cwnd = 0;
 };
@@ -73,6 +74,23 @@ class Flow {
   uint64_t readableBytes() const { return rcvInOrderOff_ - rcvReadOff_; }
   // Releases n read bytes; true when the peer should hear about the larger window now.
   bool consume(size_t n);
+  // Receiving straight into the caller's buffer: the next `bytes` stream bytes from the read
+  // offset on belong at dst onwards; those beyond every byte received so far are written there
+  // when they arrive (by a copy or by the kernel, see receiveSpace) instead of into the ring.
+  // Does nothing while one is posted, a train is being placed, the flow failed, or too few bytes
+  // are left to be worth it. Released when the read offset passes its end, or by unpost().
+  void post(char* dst, size_t bytes);
+  void unpost() { post_ = {}; }
+  // The caller gives the posted buffer up (its call fails): no more writes into it, and none of
+  // the bytes that went there can be read from the ring either. With fail().
+  void abandonPost();
+  bool posted() const { return post_.dst != nullptr; }
+  // In-order bytes from the read offset on that already lie in the posted buffer (readable()
+  // does not show them: consume() them).
+  size_t readableDirect() const;
+  // The engine is letting the kernel write a train into this flow's space: post() must wait.
+  void setPlacing(bool placing) { placing_ = placing; }
+  bool placing() const { return placing_; }
   // A reader found nothing: from now on a silent peer is probed (and eventually declared dead).
   void setReceiveWaiting(bool waiting) { recvWaiting_ = waiting; }
 
@@ -85,6 +103,18 @@ class Flow {
   // ---- network side ----
   // An authenticated packet of this flow arrived. Returns true when new bytes became readable.
   bool onPacket(const Header& h, std::span<const char> payload, uint64_t now);
+  // Space no packet has filled yet, from stream offset `offset` on, where those bytes belong (the
+  // ring, or the posted buffer): contiguous, up to the ring's end, the posted buffer's start or
+  // end, or the receive limit; empty when offset lies below what arrived or beyond the limit.
+  // The engine lets the kernel write a datagram train's payloads there (other bytes than the
+  // expected ones only ever land in space nobody reads).
+  std::span<char> receiveSpace(uint64_t offset);
+  // Where the stream bytes [offset, offset + n) belong, when that is one contiguous piece of
+  // memory; null when not.
+  const char* placeOf(uint64_t offset, size_t n) const;
+  // An authenticated data packet whose payload already lies where it belongs (placeOf). Returns
+  // true when new bytes became readable.
+  bool onDataInPlace(const Header& h, uint64_t now);
   // Appends at most `room` datagrams to send now (ACK, retransmissions, new data, probes).
   size_t collect(uint64_t now, std::vector<Outgoing>& out, size_t room);
   // When collect() should run again at the latest; UINT64_MAX when nothing is pending.
@@ -119,7 +149,10 @@ class Flow {
   void listRemove(uint64_t seq);
   void listAppend(uint64_t seq);
   void onAck(const Header& h, std::span<const char> sack, uint64_t now);
-  void onData(const Header& h, std::span<const char> payload, uint64_t now);
+  // payload is null when the bytes already lie where they belong.
+  void onData(const Header& h, const char* payload, size_t bytes, uint64_t now);
+  // Copies stream bytes [offset, offset + n) where they belong: ring (wrapping) or posted buffer.
+  void store(uint64_t offset, const char* src, size_t n);
   void delivered(uint64_t seq, uint64_t tsecr, uint64_t now);
   void detectLosses(uint64_t now);
   void markLost(uint64_t seq);
@@ -163,6 +196,12 @@ class Flow {
   // Receiver.
   std::vector<char> rcvRing_;
   uint64_t rcvReadOff_ = 0, rcvInOrderOff_ = 0, rcvNxt_ = 1, rcvHighest_ = 0;
+  uint64_t rcvFrontier_ = 0;  // the end of the furthest packet received: beyond it, free space
+  struct Posted {
+    char* dst = nullptr;  // holds stream bytes [begin, end)
+    uint64_t begin = 0, end = 0;
+  } post_;
+  bool placing_ = false;
   uint64_t advertised_ = 0;
   std::vector<Slot> slots_;
   bool ackPending_ = false;

@@ -1,6 +1,11 @@
 #include "transport/rudp/rudp_packet.hpp"
 
+#include <algorithm>
 #include <cstring>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace loom::rudp {
 
@@ -22,9 +27,60 @@ uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
 
 // Field offsets inside the header.
 constexpr size_t kOffCommId = 8, kOffSrc = 16, kOffDst = 20, kOffLen = 24, kOffSeq = 32,
-                 kOffOffset = 40, kOffTsval = 48, kOffTsecr = 56, kOffDup = 64, kOffDigest = 72,
-                 kOffMac = 80;
+                 kOffOffset = 40, kOffTsval = 48, kOffTsecr = 56, kOffDup = 64, kOffMac = 72;
 static_assert(kOffMac + 8 == kHeaderBytes);
+// NH key words: two per 8 payload bytes, and the second sum's key starts 4 words further.
+constexpr size_t kNhWords = (kMaxPayload + 7) / 8 * 2 + 4;
+
+}  // namespace
+
+std::array<uint64_t, 2> nhHash(const uint32_t* k, const void* data, size_t bytes) {
+  // Two sums with keys 4 words apart (Toeplitz): two payloads collide under both with a chance
+  // of about 2^-64.
+  const char* p = static_cast<const char*>(data);
+  uint64_t a = 0, b = 0;
+  size_t i = 0;
+#if defined(__AVX2__)
+  __m256i va = _mm256_setzero_si256(), vb = _mm256_setzero_si256();
+  for (; i + 32 <= bytes; i += 32) {
+    __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
+    const uint32_t* kk = k + i / 4;
+    __m256i ta = _mm256_add_epi32(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kk)));
+    __m256i tb = _mm256_add_epi32(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kk + 4)));
+    // The odd words shifted onto the even ones: mul_epu32 multiplies the even words.
+    va = _mm256_add_epi64(va, _mm256_mul_epu32(ta, _mm256_srli_epi64(ta, 32)));
+    vb = _mm256_add_epi64(vb, _mm256_mul_epu32(tb, _mm256_srli_epi64(tb, 32)));
+  }
+  alignas(32) uint64_t la[4], lb[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(la), va);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lb), vb);
+  a = la[0] + la[1] + la[2] + la[3];
+  b = lb[0] + lb[1] + lb[2] + lb[3];
+#endif
+  auto pair = [&](uint32_t m0, uint32_t m1, const uint32_t* kk) {
+    a += static_cast<uint64_t>(m0 + kk[0]) * static_cast<uint32_t>(m1 + kk[1]);
+    b += static_cast<uint64_t>(m0 + kk[4]) * static_cast<uint32_t>(m1 + kk[5]);
+  };
+  for (; i + 8 <= bytes; i += 8) pair(load32(p + i), load32(p + i + 4), k + i / 4);
+  if (i < bytes) {
+    char last[8] = {};
+    std::memcpy(last, p + i, bytes - i);
+    pair(load32(last), load32(last + 4), k + i / 4);
+  }
+  return {a, b};
+}
+
+namespace {
+
+// The MAC: SipHash over the header's fields and the payload's NH sums.
+uint64_t mac(const PacketKeys& keys, const char* header, std::span<const char> payload) {
+  char in[kOffMac + 16];
+  std::memcpy(in, header, kOffMac);
+  std::array<uint64_t, 2> sums = keys.payloadHash(payload.data(), payload.size());
+  store64(in + kOffMac, sums[0]);
+  store64(in + kOffMac + 8, sums[1]);
+  return sipHash24(keys.mac(), in, sizeof(in));
+}
 
 }  // namespace
 
@@ -69,40 +125,24 @@ uint64_t sipHash24(const MacKey& key, const void* data, size_t bytes) {
   return v0 ^ v1 ^ v2 ^ v3;
 }
 
-uint64_t payloadDigest(const void* data, size_t bytes) {
-  // Four lanes, each folding 16 bytes per step through one 64x64->128-bit multiply (the high and
-  // low halves xored) into a rotate-and-add chain: the multiplies stay off the chain, so the loop
-  // runs near one multiply per cycle (several times the multiply-rotate chain it replaced, which
-  // cost more than the payload copies). The chain makes the result depend on every block's
-  // position. This guards against corruption and binds the payload to the MAC'd header; it is not
-  // itself a MAC.
-  constexpr uint64_t kS[8] = {0xa0761d6478bd642full, 0xe7037ed1a0b428dbull, 0x8ebc6af09c88c6e3ull,
-                              0x589965cc75374cc3ull, 0x1d8e4e27c47d124full, 0x243f6a8885a308d3ull,
-                              0x13198a2e03707344ull, 0xa4093822299f31d0ull};
-  auto fold = [](uint64_t a, uint64_t b) {
-    unsigned __int128 r = static_cast<unsigned __int128>(a) * b;
-    return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
-  };
-  const char* p = static_cast<const char*>(data);
-  uint64_t h[4] = {bytes ^ kS[0], kS[1], kS[2], kS[3]};
-  size_t i = 0;
-  for (; i + 64 <= bytes; i += 64)
-    for (int l = 0; l < 4; ++l)
-      h[l] = rotl(h[l], 23) +
-             fold(load64(p + i + 16 * l) ^ kS[2 * l], load64(p + i + 16 * l + 8) ^ kS[2 * l + 1]);
-  for (; i + 8 <= bytes; i += 8) h[0] = rotl(h[0], 23) + fold(load64(p + i) ^ kS[4], kS[5]);
-  uint64_t tail = 0;
-  for (size_t j = 0; i + j < bytes; ++j)
-    tail |= static_cast<uint64_t>(static_cast<uint8_t>(p[i + j])) << (8 * j);
-  h[1] = rotl(h[1], 23) + fold(tail ^ kS[6], kS[7]);
-  uint64_t out = fold(h[0] ^ kS[1], h[1] ^ kS[2]) ^ fold(h[2] ^ kS[3], h[3] ^ kS[4]);
-  out ^= out >> 33;
-  out *= 0xff51afd7ed558ccdull;
-  out ^= out >> 33;
-  return out;
+PacketKeys::PacketKeys(const MacKey& secret) : mac_(secret), nh_(kNhWords + 1) {
+  // NH's key: SipHash of a counter under the same secret, in 12-byte inputs (the MAC's are 88
+  // bytes long: SipHash's length byte keeps the two uses apart).
+  char in[12] = {'r', 'u', 'd', 'p', '-', 'n', 'h', '\0'};
+  for (size_t i = 0; i < nh_.size(); i += 2) {
+    store32(in + 8, static_cast<uint32_t>(i));
+    uint64_t v = sipHash24(mac_, in, sizeof(in));
+    nh_[i] = static_cast<uint32_t>(v);
+    if (i + 1 < nh_.size()) nh_[i + 1] = static_cast<uint32_t>(v >> 32);
+  }
 }
 
-void encodeHeader(const Header& h, const MacKey& key, std::span<const char> payload, char* out) {
+std::array<uint64_t, 2> PacketKeys::payloadHash(const void* data, size_t bytes) const {
+  return nhHash(nh_.data(), data, std::min(bytes, kMaxPayload));
+}
+
+void encodeHeader(const Header& h, const PacketKeys& keys, std::span<const char> payload,
+                  char* out) {
   std::memset(out, 0, kHeaderBytes);
   store32(out, kMagic);
   out[4] = static_cast<char>(kVersion);
@@ -118,24 +158,28 @@ void encodeHeader(const Header& h, const MacKey& key, std::span<const char> payl
   store64(out + kOffTsval, h.tsval);
   store64(out + kOffTsecr, h.tsecr);
   store64(out + kOffDup, h.dupCount);
-  uint64_t digest = payloadDigest(payload.data(), payload.size());
-  store64(out + kOffDigest, digest);
-  store64(out + kOffMac, sipHash24(key, out, kOffMac));
+  store64(out + kOffMac, mac(keys, out, payload));
 }
 
-ParseResult parseDatagram(const char* data, size_t bytes, const MacKey& key, uint64_t commId,
+ParseResult parseDatagram(const char* data, size_t bytes, const PacketKeys& keys, uint64_t commId,
                           uint32_t rank, Header& h, std::span<const char>& payload) {
   if (bytes < kHeaderBytes) return ParseResult::kShort;
+  std::span<const char> p{data + kHeaderBytes, bytes - kHeaderBytes};
+  ParseResult r = parsePacket(data, p, keys, commId, rank, h);
+  if (r == ParseResult::kOk) payload = p;
+  return r;
+}
+
+ParseResult parsePacket(const char* data, std::span<const char> payload, const PacketKeys& keys,
+                        uint64_t commId, uint32_t rank, Header& h) {
   if (load32(data) != kMagic) return ParseResult::kBadMagic;
   if (static_cast<uint8_t>(data[4]) != kVersion) return ParseResult::kBadVersion;
   uint8_t type = static_cast<uint8_t>(data[5]);
   if (type < 1 || type > 4) return ParseResult::kBadType;
   uint32_t len = load32(data + kOffLen);
-  if (len != bytes - kHeaderBytes) return ParseResult::kBadLength;
+  if (len != payload.size() || len > kMaxPayload) return ParseResult::kBadLength;
   // Authenticate before trusting anything else in the header.
-  if (sipHash24(key, data, kOffMac) != load64(data + kOffMac)) return ParseResult::kBadMac;
-  if (payloadDigest(data + kHeaderBytes, len) != load64(data + kOffDigest))
-    return ParseResult::kBadMac;
+  if (mac(keys, data, payload) != load64(data + kOffMac)) return ParseResult::kBadMac;
   h.type = static_cast<PacketType>(type);
   h.cls = static_cast<uint8_t>(data[6]);
   h.path = static_cast<uint8_t>(data[7]);
@@ -150,7 +194,6 @@ ParseResult parseDatagram(const char* data, size_t bytes, const MacKey& key, uin
   h.dupCount = load64(data + kOffDup);
   if (h.commId != commId || h.dst != rank) return ParseResult::kForeign;
   if (h.type == PacketType::kAck && len % 8 != 0) return ParseResult::kBadLength;
-  payload = {data + kHeaderBytes, len};
   return ParseResult::kOk;
 }
 

@@ -2,10 +2,14 @@
 // by a payload: stream bytes (kData) or the selective-ACK bitmap (kAck). All fields are
 // little-endian. The header names the communicator (commId), the sending and receiving rank and
 // the channel class, so that one set of sockets carries every flow of a communicator, and it ends
-// with a MAC: SipHash-2-4, keyed with a secret derived from the job secret, over the header, which
-// includes a digest of the payload. A datagram of a stranger, another communicator or a stale job
-// fails the MAC or the identity check and is dropped and counted; replays of valid datagrams are
-// old sequence numbers or old acknowledgements, which the flow ignores.
+// with a MAC: SipHash-2-4, keyed with a secret derived from the job secret, over the header's
+// fields followed by a keyed universal hash of the payload (two NH sums, UMAC's NH with 32-bit
+// words, keys 4 words apart; RFC 4418). The NH sums never travel, so a forger who changes the
+// payload must guess them (a chance of about 2^-64 per try), and NH reads the payload at memory
+// speed with vector multiplies where a cryptographic hash over every byte would cost more than
+// the copies. A datagram of a stranger, another communicator or a stale job fails the MAC or the
+// identity check and is dropped and counted; replays of valid datagrams are old sequence numbers
+// or old acknowledgements, which the flow ignores.
 //
 // Sequence numbers are 64-bit packet numbers starting at 1; a retransmission reuses its packet's
 // number and stream offset. An ACK says: every packet below `ack` has arrived, and bit i of the
@@ -17,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace loom::rudp {
 
@@ -44,8 +49,8 @@ struct Header {
 };
 
 constexpr uint32_t kMagic = 0x55524d4c;  // "LMRU"
-constexpr uint8_t kVersion = 1;
-constexpr size_t kHeaderBytes = 88;
+constexpr uint8_t kVersion = 2;
+constexpr size_t kHeaderBytes = 80;
 constexpr size_t kMaxDatagram = 65507;  // IPv4's UDP limit
 constexpr size_t kMaxPayload = kMaxDatagram - kHeaderBytes;
 constexpr size_t kMaxSackWords = (kMaxPayload / 8);
@@ -63,14 +68,37 @@ enum class ParseResult {
 };
 
 uint64_t sipHash24(const MacKey& key, const void* data, size_t bytes);
-// A fast, unkeyed 64-bit digest of the payload; the keyed MAC covers it.
-uint64_t payloadDigest(const void* data, size_t bytes);
+
+// NH (RFC 4418, 32-bit words, pairs of adjacent words), twice with keys 4 words apart: sum over
+// pairs of (m[2i] + k[2i]) * (m[2i+1] + k[2i+1]) (additions mod 2^32, products and sum mod 2^64),
+// then the same with k shifted by 4. The data is zero-padded to whole 8-byte words; the key
+// needs 2 words per 8 bytes plus 4.
+std::array<uint64_t, 2> nhHash(const uint32_t* key, const void* data, size_t bytes);
+
+// The keys of a communicator's packets, both derived from one secret: SipHash's, and NH's for
+// payloads up to kMaxPayload bytes.
+class PacketKeys {
+ public:
+  explicit PacketKeys(const MacKey& secret);
+  const MacKey& mac() const { return mac_; }
+  // The payload's two NH sums (the payload zero-padded to whole 8-byte words; its length is in
+  // the MAC'd header). bytes <= kMaxPayload.
+  std::array<uint64_t, 2> payloadHash(const void* data, size_t bytes) const;
+
+ private:
+  MacKey mac_;
+  std::vector<uint32_t> nh_;
+};
 
 // Writes the header (MAC included) for this payload into out[0, kHeaderBytes).
-void encodeHeader(const Header& h, const MacKey& key, std::span<const char> payload, char* out);
+void encodeHeader(const Header& h, const PacketKeys& keys, std::span<const char> payload,
+                  char* out);
 
 // Parses and authenticates a datagram meant for (commId, rank). On kOk, h and payload are set.
-ParseResult parseDatagram(const char* data, size_t bytes, const MacKey& key, uint64_t commId,
+ParseResult parseDatagram(const char* data, size_t bytes, const PacketKeys& keys, uint64_t commId,
                           uint32_t rank, Header& h, std::span<const char>& payload);
+// The same for a header and a payload that lie apart (a payload received in place).
+ParseResult parsePacket(const char* header, std::span<const char> payload, const PacketKeys& keys,
+                        uint64_t commId, uint32_t rank, Header& h);
 
 }  // namespace loom::rudp
