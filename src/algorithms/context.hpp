@@ -32,6 +32,7 @@ class AlgoContext {
   const ShmArena* arena = nullptr;                  // null when the ranks do not share a host
   const std::vector<Channel*>* channels = nullptr;  // collective channels, by rank of this context
   uint64_t* step = nullptr;                         // shared step counter of the communicator
+  CoreSharing peers;  // the ranks on this host (base/wait.hpp): whom a wait may yield to
   // Throws on timeout, abort, or when `peer` (the rank of this context being waited for; -1: none
   // in particular) is gone. Only the awaited peer matters: a rank that finished its part and exited
   // is no fault.
@@ -53,7 +54,8 @@ class AlgoContext {
 
   template <typename Ready>
   void wait(Ready&& ready, int peer) const {
-    waitUntil(ready, [&] { check(peer); });
+    waitUntil(
+        ready, [&] { check(peer); }, peers);
   }
   // Writes part of a call's result; outputBytes is the whole result's size on this rank.
   void copyOut(void* dst, const void* src, size_t bytes, size_t outputBytes) const {

@@ -75,7 +75,7 @@ class Exchange {
     };
     thread_local PollSet pollSet;
     while (!done()) {
-      if (!pass()) waitUntil(pass, check, gather, pollSet);
+      if (!pass()) waitUntil(pass, check, gather, pollSet, ctx_.peers);
     }
   }
 

@@ -65,7 +65,7 @@ void runTransfers(const AlgoContext& ctx, std::vector<Transfer>& list) {
   };
   thread_local PollSet pollSet;
   while (!done()) {
-    if (!pass()) waitUntil(pass, check, gather, pollSet);
+    if (!pass()) waitUntil(pass, check, gather, pollSet, ctx.peers);
   }
 }
 

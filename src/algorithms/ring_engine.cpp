@@ -88,7 +88,7 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
   };
   thread_local PollSet pollSet;
   while (!finished()) {
-    if (!progress()) waitUntil(progress, checkNeighbours, gather, pollSet);
+    if (!progress()) waitUntil(progress, checkNeighbours, gather, pollSet, ctx.peers);
   }
 }
 

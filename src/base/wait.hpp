@@ -1,5 +1,6 @@
-// Bounded waiting. Ranks may outnumber cores, so a wait spins briefly, then yields, then sleeps
-// with a growing interval; every few iterations it runs the caller's health check, which throws
+// Bounded waiting. Ranks may outnumber cores and share them with other processes, so a wait spins
+// briefly, yields only to a peer rank that shares its core, and sleeps with a growing interval
+// once it has waited long; every few iterations it runs the caller's health check, which throws
 // when the deadline passed, the communicator was aborted or a peer died. A wait on network
 // channels blocks in poll on their sockets instead of yielding and sleeping. Nothing here waits
 // forever.
@@ -9,6 +10,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -83,45 +85,133 @@ class PollSet {
   bool networked_ = false;
 };
 
-// Waits until ready() returns true; check() runs periodically and throws to give up.
-// Phases by elapsed time, not iteration counts: spin ~20 us (the common case: a peer a few
-// microseconds behind), then yield until 2 ms (returns at once on an otherwise idle core, and
-// lets a descheduled peer run when ranks outnumber cores), then sleep with a growing interval.
-// Sleeping only after 2 ms matters in VMs: a vCPU woken from sleep can take ~40 us, which makes
-// the peers overrun a short spin and sleep too, a slow state that would otherwise persist.
-template <typename Ready, typename Check>
-void waitUntil(Ready&& ready, Check&& check) {
+// The cores this process may run on (its affinity mask, as taskset or a container set it).
+int usableCores();
+
+// One line per rank in the shared memory of the ranks on a host (the communicator's arena),
+// written only by that rank's waiting threads: the core it last waited on, whether it sleeps, and
+// its last look at how crowded the host is.
+struct alignas(64) WaitPresence {
+  std::atomic<int32_t> cpu{-1};
+  std::atomic<int32_t> sleeping{0};  // 1 while asleep in a wait: not runnable
+  std::atomic<int32_t> crowded{0};
+  std::atomic<int64_t> crowdedAtNs{INT64_MIN / 2};  // steady clock
+};
+
+// What a waiter knows of the ranks it shares a host with. A yield is only worth it when a peer
+// rank is runnable on the waiter's own core: the yield hands that peer the core, with no wake-up.
+// Otherwise the core's other tasks are strangers (data loaders, compilers, another job), and a
+// yield gives one of them a whole time slice (EEVDF moves the yielder's deadline a slice back),
+// milliseconds for a wait of microseconds; spinning there costs nobody more than their fair share,
+// which the scheduler enforces anyway. Lines are read relaxed: a stale one costs one wrong choice,
+// never correctness.
+class CoreSharing {
+ public:
+  CoreSharing() = default;  // no peers on this host: waits never yield to one
+  // cores: how many cores the ranks may run on (usableCores()).
+  CoreSharing(WaitPresence* lines, int nranks, int self, int cores)
+      : lines_(lines), nranks_(nranks), self_(self), cores_(cores) {}
+  explicit operator bool() const { return lines_ != nullptr && nranks_ > 1; }
+  // The calling thread's core, published (a store only when it moved since the last wait).
+  int publishCpu() const;
+  void markSleeping(bool sleeping) const {
+    lines_[self_].sleeping.store(sleeping ? 1 : 0, std::memory_order_relaxed);
+  }
+  bool peerRunnableOn(int cpu) const;
+  // More threads runnable on the host than there are cores (or more ranks than cores): a peer on
+  // this core cannot move to an idle one, so a waiter yields to it at once. Otherwise two ranks on
+  // one core is a passing placement that the scheduler's balancing undoes, unless they keep handing
+  // the core to each other (a pair that yields at once looks cache-hot and stays, at 5x the
+  // latency); then a waiter spins first, as it would without a peer there. Reads the kernel's
+  // count of runnable threads (/proc/loadavg) at most once a millisecond per rank.
+  bool crowded() const;
+
+ private:
+  WaitPresence* lines_ = nullptr;
+  int nranks_ = 0;
+  int self_ = 0;
+  int cores_ = 1;
+};
+
+enum class WaitAction { kSpin, kYield, kSleep };
+
+// A wait's phases by elapsed time, not iteration counts: spin ~20 us (the common case: a peer a
+// few microseconds behind), then until 2 ms either spin or yield, then sleep with a growing
+// interval. Sleeping only after 2 ms matters in VMs: a vCPU woken from sleep can take ~40 us,
+// which makes the peers overrun a short spin and sleep too, a slow state that would otherwise
+// persist. With CoreSharing (knowsPeers):
+// - a peer runnable on this core (peerHere) gets it by a yield, whatever the time, since that peer
+//   is what the wait needs: at once when the host is crowded (CoreSharing::crowded), after the
+//   first spin otherwise;
+// - with none, the middle phase spins, unless the wait has already lost its core while spinning
+//   (preempted): a stranger shares the core and takes its turns anyway, so the waiter sleeps,
+//   keeping the scheduler's credit for the moment its data arrives rather than spending it on
+//   spinning (16 cores, 8 ranks beside 24 busy processes: about 2/3 of the time of spinning on
+//   at 512 KiB-4 MiB). Its core is busy, so the wake-up is prompt even in a VM.
+// Without CoreSharing (no shared memory: a device event, a thread) the middle phase yields.
+inline WaitAction nextWaitAction(Clock::duration elapsed, bool knowsPeers, bool peerHere,
+                                 bool crowded, bool preempted) {
   constexpr auto kSpinFor = std::chrono::microseconds(20);
   constexpr auto kYieldFor = std::chrono::milliseconds(2);
+  if (knowsPeers && peerHere && (crowded || elapsed >= kSpinFor)) return WaitAction::kYield;
+  if (elapsed < kSpinFor) return WaitAction::kSpin;
+  if (elapsed < kYieldFor && knowsPeers) return preempted ? WaitAction::kSleep : WaitAction::kSpin;
+  if (elapsed < kYieldFor) return WaitAction::kYield;
+  return WaitAction::kSleep;
+}
+
+// Waits until ready() returns true; check() runs periodically and throws to give up. The next
+// action is chosen every 16 or 64 spins, every 8 yields and after every sleep (nextWaitAction).
+template <typename Ready, typename Check>
+void waitUntil(Ready&& ready, Check&& check, const CoreSharing& peers = CoreSharing()) {
   constexpr long kMaxSleepNs = 200 * 1000;
   if (ready()) return;
-  enum class Phase { kSpin, kYield, kSleep } phase = Phase::kSpin;
+  const bool knowsPeers = static_cast<bool>(peers);
+  // A peer waiting for the core this wait spins on costs the spin's length on every hand-over:
+  // with peers to look for, look every 16 spins (under a microsecond), else every 64.
+  const uint32_t spinMask = knowsPeers ? 15 : 63;
+  // Clears this rank's sleeping mark however the wait ends (ready, or check() throwing).
+  struct SleepMark {
+    const CoreSharing& peers;
+    bool set = false;
+    void operator()(bool sleeping) {
+      if (sleeping != set) peers.markSleeping(set = sleeping);
+    }
+    ~SleepMark() {
+      if (set) peers.markSleeping(false);
+    }
+  } mark{peers};
+  WaitAction action = WaitAction::kSpin;
   const Clock::time_point start = Clock::now();
+  Clock::time_point lastLook = start;
+  bool preempted = false;  // a gap between two looks while spinning: descheduled
   long sleepNs = 2000;
   for (uint32_t i = 1;; ++i) {
     if (ready()) return;
-    switch (phase) {
-      case Phase::kSpin:
+    switch (action) {
+      case WaitAction::kSpin:
         cpuRelax();
-        if ((i & 63) == 0) {
-          if (checkUnlessReady(ready, check)) return;
-          if (Clock::now() - start >= kSpinFor) phase = Phase::kYield;
-        }
         break;
-      case Phase::kYield:
+      case WaitAction::kYield:
         sched_yield();
-        if ((i & 7) == 0) {
-          if (checkUnlessReady(ready, check)) return;
-          if (Clock::now() - start >= kYieldFor) phase = Phase::kSleep;
-        }
         break;
-      case Phase::kSleep: {
+      case WaitAction::kSleep: {
         timespec ts{0, sleepNs};
         nanosleep(&ts, nullptr);
         if (sleepNs < kMaxSleepNs) sleepNs += sleepNs / 2;
-        if (checkUnlessReady(ready, check)) return;
         break;
       }
+    }
+    if (action == WaitAction::kSleep || (i & (action == WaitAction::kSpin ? spinMask : 7)) == 0) {
+      if (checkUnlessReady(ready, check)) return;
+      bool peerHere = knowsPeers && peers.peerRunnableOn(peers.publishCpu());
+      const Clock::time_point now = Clock::now();
+      if (action == WaitAction::kSpin && now - lastLook > std::chrono::microseconds(100))
+        preempted = true;
+      lastLook = now;
+      action =
+          nextWaitAction(now - start, knowsPeers, peerHere, peerHere && peers.crowded(), preempted);
+      if (knowsPeers) mark(action == WaitAction::kSleep);
     }
   }
 }
@@ -134,14 +224,15 @@ void waitUntil(Ready&& ready, Check&& check) {
 // between health checks (an abort or a deadline is seen within that); an incomplete one (shared
 // memory too) blocks no longer than a sleep would. No descriptors: the plain waitUntil.
 template <typename Ready, typename Check, typename Gather>
-void waitUntil(Ready&& ready, Check&& check, Gather&& gather, PollSet& set) {
+void waitUntil(Ready&& ready, Check&& check, Gather&& gather, PollSet& set,
+               const CoreSharing& peers = CoreSharing()) {
   constexpr auto kSpinFor = std::chrono::microseconds(20);
   constexpr long kPollSliceNs = 2 * 1000 * 1000;
   constexpr long kMaxPartialNs = 200 * 1000;
   if (ready()) return;
   set.clear();
   gather(set);
-  if (set.empty()) return waitUntil(ready, check);  // shared memory only
+  if (set.empty()) return waitUntil(ready, check, peers);  // shared memory only
   const Clock::time_point start = Clock::now();
   for (uint32_t i = 1;; ++i) {
     if (ready()) return;
@@ -164,7 +255,7 @@ void waitUntil(Ready&& ready, Check&& check, Gather&& gather, PollSet& set) {
     if (ready()) return;
     set.clear();
     gather(set);
-    if (set.empty()) return waitUntil(ready, check);
+    if (set.empty()) return waitUntil(ready, check, peers);
   }
 }
 

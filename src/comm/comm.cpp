@@ -137,6 +137,9 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ctx_.nranks = nranks_;
   ctx_.device = device_.get();
   ctx_.arena = sharedMemory_ ? &arena_ : nullptr;
+  // The ranks on this host, whichever algorithm runs: whom a wait may yield its core to.
+  ctx_.peers =
+      CoreSharing(arena_.presence(), arena_.nranks(), nodes_.localIndex(rank_), usableCores());
   for (auto& channel : collChannels_) collChannelViews_.push_back(channel.get());
   ctx_.channels = &collChannelViews_;
   ctx_.step = &step_;

@@ -55,5 +55,103 @@ TEST(WaitUntil, FailedCheckWithoutProgressThrows) {
   EXPECT_EQ(checks, 3);
 }
 
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+// Issue 19: a yield hands the core to whatever else is runnable there; when that is a stranger
+// (a busy process beside the job) it is a whole time slice, so with the host's ranks known a wait
+// yields only for a peer rank on its own core, and spins otherwise until it sleeps.
+TEST(NextWaitAction, YieldsOnlyForAPeerOnItsCoreWhenItKnowsThePeers) {
+  for (bool crowded : {false, true}) {
+    EXPECT_EQ(nextWaitAction(microseconds(100), true, false, crowded, false), WaitAction::kSpin);
+    EXPECT_EQ(nextWaitAction(microseconds(1900), true, false, crowded, false), WaitAction::kSpin);
+    EXPECT_EQ(nextWaitAction(microseconds(100), true, true, crowded, false), WaitAction::kYield);
+    // Past 2 ms a peer on this core still gets the core; with none the wait sleeps.
+    EXPECT_EQ(nextWaitAction(milliseconds(5), true, true, crowded, true), WaitAction::kYield);
+    EXPECT_EQ(nextWaitAction(milliseconds(5), true, false, crowded, false), WaitAction::kSleep);
+  }
+}
+
+TEST(NextWaitAction, YieldsAtOnceToAPeerOnItsCoreOnlyWhenCrowded) {
+  EXPECT_EQ(nextWaitAction(microseconds(3), true, true, true, false), WaitAction::kYield);
+  // Not crowded: two ranks on one core is a placement the scheduler undoes; spin first.
+  EXPECT_EQ(nextWaitAction(microseconds(3), true, true, false, false), WaitAction::kSpin);
+  EXPECT_EQ(nextWaitAction(microseconds(3), true, false, true, false), WaitAction::kSpin);
+}
+
+// A wait that lost its core while spinning shares it with a stranger: it sleeps after the first
+// spin rather than spin on (a peer on its core still gets a yield).
+TEST(NextWaitAction, SleepsOnceAStrangerTookItsCore) {
+  EXPECT_EQ(nextWaitAction(microseconds(3), true, false, false, true), WaitAction::kSpin);
+  EXPECT_EQ(nextWaitAction(microseconds(100), true, false, false, true), WaitAction::kSleep);
+  EXPECT_EQ(nextWaitAction(microseconds(100), true, true, false, true), WaitAction::kYield);
+}
+
+TEST(NextWaitAction, WithoutPeersSpinsThenYieldsThenSleeps) {
+  for (bool preempted : {false, true}) {
+    EXPECT_EQ(nextWaitAction(microseconds(3), false, false, false, preempted), WaitAction::kSpin);
+    EXPECT_EQ(nextWaitAction(microseconds(100), false, false, false, preempted),
+              WaitAction::kYield);
+    EXPECT_EQ(nextWaitAction(milliseconds(5), false, false, false, preempted), WaitAction::kSleep);
+  }
+}
+
+TEST(CoreSharing, APeerIsRunnableOnACoreWhileItsLineNamesThatCoreAndItIsAwake) {
+  WaitPresence lines[3];
+  CoreSharing mine(lines, 3, 0, 2), peer1(lines, 3, 1, 2), peer2(lines, 3, 2, 2);
+  ASSERT_TRUE(mine);
+  EXPECT_TRUE(mine.crowded());           // 3 ranks, 2 cores
+  EXPECT_FALSE(mine.peerRunnableOn(0));  // nobody has waited yet
+  lines[1].cpu = 5;
+  lines[2].cpu = 7;
+  EXPECT_TRUE(mine.peerRunnableOn(5));
+  EXPECT_TRUE(mine.peerRunnableOn(7));
+  EXPECT_FALSE(mine.peerRunnableOn(6));
+  peer1.markSleeping(true);
+  EXPECT_FALSE(mine.peerRunnableOn(5));
+  peer1.markSleeping(false);
+  EXPECT_TRUE(mine.peerRunnableOn(5));
+  // Its own line never counts.
+  int here = mine.publishCpu();
+  EXPECT_EQ(lines[0].cpu.load(), here);
+  lines[1].cpu = -1;
+  lines[2].cpu = -1;
+  EXPECT_FALSE(mine.peerRunnableOn(here));
+  EXPECT_FALSE(CoreSharing(lines, 1, 0, 2));  // alone on the host: nobody to yield to
+  (void)peer2;
+}
+
+// Crowded: more ranks than cores, or more runnable threads on the host than cores (the kernel's
+// count, read at most once a millisecond and kept in the rank's own line).
+TEST(CoreSharing, IsCrowdedWithMoreRanksThanCoresOrMoreRunnableThreadsThanCores) {
+  WaitPresence lines[2];
+  EXPECT_TRUE(CoreSharing(lines, 2, 0, 1).crowded());
+  CoreSharing roomy(lines, 2, 0, 1 << 20);  // no host runs a million threads at once
+  EXPECT_FALSE(roomy.crowded());
+  EXPECT_EQ(lines[0].crowded.load(), 0);
+  lines[0].crowded = 1;  // within the millisecond the last look stands
+  EXPECT_TRUE(roomy.crowded() ||
+              Clock::now().time_since_epoch().count() - lines[0].crowdedAtNs.load() >= 1000 * 1000);
+}
+
+// A wait that sleeps marks its rank asleep (peers then do not yield to it) and clears the mark
+// however it ends, here by its check throwing.
+TEST(WaitUntil, ClearsItsSleepingMarkWhenItEnds) {
+  WaitPresence lines[2];
+  CoreSharing mine(lines, 2, 0, 2);
+  const Clock::time_point start = Clock::now();
+  bool sawAsleep = false;
+  EXPECT_THROW(waitUntil([] { return false; },
+                         [&] {
+                           sawAsleep = sawAsleep || lines[0].sleeping.load() == 1;
+                           if (Clock::now() - start > milliseconds(20))
+                             throw std::runtime_error("deadline");
+                         },
+                         mine),
+               std::runtime_error);
+  EXPECT_TRUE(sawAsleep);
+  EXPECT_EQ(lines[0].sleeping.load(), 0);
+}
+
 }  // namespace
 }  // namespace loom

@@ -24,6 +24,8 @@ ArenaLayout ArenaLayout::compute(int nranks, size_t slotBytes, size_t channelByt
   size_t offset = roundUp(sizeof(ArenaHeader), 4096);
   layout.flagsOffset = offset;
   offset = roundUp(offset + sizeof(RankFlags) * nranks, 4096);
+  layout.presenceOffset = offset;  // rewritten rarely, read by waiters: away from the step flags
+  offset = roundUp(offset + sizeof(WaitPresence) * nranks, 4096);
   layout.signaturesOffset = offset;  // pages of their own (shm_arena.hpp)
   offset = roundUp(offset + sizeof(SignatureSlots) * nranks, 4096);
   layout.reasonsOffset = offset;
@@ -50,6 +52,8 @@ ShmArena ShmArena::create(const std::string& name, const ArenaLayout& layout) {
   h->slotBytes = layout.slotBytes;
   h->channelBytes = layout.channelBytes;
   h->abortWord.store(0);
+  // No rank has waited yet: none is on a core (0 would name core 0).
+  for (int r = 0; r < layout.nranks; ++r) new (arena.presence() + r) WaitPresence();
   return arena;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/shm_segment.hpp"
+#include "base/wait.hpp"
 #include "loom/loom.h"
 
 namespace loom {
@@ -96,8 +97,8 @@ struct ArenaLayout {
   // Rounds the requested sizes up to what every algorithm needs (pages; a slot fits one 8-byte
   // element per rank twice; a channel at least 4 KiB).
   size_t channelBytes = 0;  // ring capacity of each pair channel (multiple of 64)
-  size_t flagsOffset = 0, signaturesOffset = 0, reasonsOffset = 0, slotsOffset = 0,
-         channelsOffset = 0, totalBytes = 0;
+  size_t flagsOffset = 0, presenceOffset = 0, signaturesOffset = 0, reasonsOffset = 0,
+         slotsOffset = 0, channelsOffset = 0, totalBytes = 0;
   static ArenaLayout compute(int nranks, size_t slotBytes, size_t channelBytes);
 };
 
@@ -118,6 +119,10 @@ class ShmArena {
   ArenaHeader* header() const { return reinterpret_cast<ArenaHeader*>(segment_.data()); }
   RankFlags& flags(int rank) const {
     return reinterpret_cast<RankFlags*>(segment_.data() + layout_.flagsOffset)[rank];
+  }
+  // Every rank's WaitPresence line, rank 0 first (base/wait.hpp: whom a waiter may yield to).
+  WaitPresence* presence() const {
+    return reinterpret_cast<WaitPresence*>(segment_.data() + layout_.presenceOffset);
   }
   SignatureSlots& signatures(int rank) const {
     return reinterpret_cast<SignatureSlots*>(segment_.data() + layout_.signaturesOffset)[rank];

@@ -1,0 +1,73 @@
+#include "base/wait.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace loom {
+
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
+
+namespace {
+
+// The kernel's count of runnable threads on the whole host, the reader included (the fourth
+// field of /proc/loadavg, "running/total"); -1 where it cannot be read.
+int runnableThreads() {
+  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char text[128];
+  ssize_t n = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  // "0.12 0.34 0.56 3/245 12345": skip three fields to the fourth.
+  const char* p = text;
+  for (int field = 0; field < 3; ++field) {
+    while (*p != '\0' && *p != ' ') ++p;
+    while (*p == ' ') ++p;
+  }
+  char* end = nullptr;
+  long running = std::strtol(p, &end, 10);
+  return end == p || *end != '/' ? -1 : static_cast<int>(running);
+}
+
+}  // namespace
+
+int CoreSharing::publishCpu() const {
+  int cpu = sched_getcpu();
+  std::atomic<int32_t>& mine = lines_[self_].cpu;
+  if (mine.load(std::memory_order_relaxed) != cpu) mine.store(cpu, std::memory_order_relaxed);
+  return cpu;
+}
+
+bool CoreSharing::peerRunnableOn(int cpu) const {
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == self_) continue;
+    const WaitPresence& p = lines_[r];
+    if (p.cpu.load(std::memory_order_relaxed) == cpu &&
+        p.sleeping.load(std::memory_order_relaxed) == 0)
+      return true;
+  }
+  return false;
+}
+
+bool CoreSharing::crowded() const {
+  if (nranks_ > cores_) return true;
+  WaitPresence& mine = lines_[self_];
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  if (now - mine.crowdedAtNs.load(std::memory_order_relaxed) < 1000 * 1000)
+    return mine.crowded.load(std::memory_order_relaxed) != 0;
+  bool crowded = runnableThreads() > cores_;
+  mine.crowded.store(crowded ? 1 : 0, std::memory_order_relaxed);
+  mine.crowdedAtNs.store(now, std::memory_order_relaxed);
+  return crowded;
+}
+
+}  // namespace loom
