@@ -13,7 +13,8 @@
 # TARGET_BYTES (256M), ITERS_MIN (10), ITERS_MAX (2000), GLOO_ITERS (100), BUSY_SESSION (same: the busy loops share
 # the job's session and so its scheduling group under autogroup; own: each its own, as another
 # user's work would), BASE_BUILD (a second Loom build to measure beside, e.g. the last release),
-# BUILD_DIR, MPIRUN, MPI_BENCH, PYTHON, RESULTS_DIR.
+# RUN_LIMIT (seconds per run, 300: a run that collapses under contention leaves its cell empty
+# rather than stall the table), BUILD_DIR, MPIRUN, MPI_BENCH, PYTHON, RESULTS_DIR.
 set -uo pipefail
 
 [[ $# -ge 1 && $# -le 2 && "$1" =~ ^[0-9]+$ ]] || {
@@ -34,6 +35,7 @@ ITERS_MIN=${ITERS_MIN:-10}
 ITERS_MAX=${ITERS_MAX:-2000}
 GLOO_ITERS=${GLOO_ITERS:-100}
 BUSY_SESSION=${BUSY_SESSION:-same}
+RUN_LIMIT=${RUN_LIMIT:-300}
 BASE_BUILD=${BASE_BUILD:-}
 MPIRUN=${MPIRUN:-mpirun}
 PYTHON=${PYTHON:-python3}
@@ -79,7 +81,7 @@ trap stop_busy EXIT
 rows() {  # source, command...: appends loom-bench CSV data rows tagged with state, rep, source
   local source=$1
   shift
-  "$@" 2>/dev/null | grep -E '^[a-z]+,[0-9]+,' | sed "s/^/$state,$rep,$source,/" >>"$OUT.tmp"
+  timeout -k 5 "$RUN_LIMIT" "$@" 2>/dev/null | grep -E '^[a-z]+,[0-9]+,' | sed "s/^/$state,$rep,$source,/" >>"$OUT.tmp"
 }
 
 mkdir -p "$RESULTS_DIR"
