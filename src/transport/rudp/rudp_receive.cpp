@@ -97,7 +97,6 @@ RudpEngine::Placement RudpEngine::place(const char* first, size_t bytes) {
   // give a posted buffer up (reset waits).
   st->flow.setPlacing(true);
   pl.st = st;
-  pl.offset = offset;
   pl.ring = space.data();
   return pl;
 }
