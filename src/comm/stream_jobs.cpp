@@ -74,9 +74,7 @@ void StreamJobs::enqueued(loomStream_t stream) {
 void StreamJobs::abandon(StreamJob& job, loomStream_t stream) {
   job.progress.abandoned.store(true, std::memory_order_release);
   try {
-    device_.recordEvent(*lastEnd_, stream);
-    lastStream_ = stream;
-    haveLast_ = true;
+    enqueued(stream);
   } catch (const std::exception&) {
     lostTrack_ = true;
   }
