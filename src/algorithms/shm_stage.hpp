@@ -26,12 +26,19 @@ namespace loom {
 
 class ShmStage {
  public:
-  explicit ShmStage(const AlgoContext& ctx)
+  // How a step may reuse the slots of two steps back. kAfterAllDone waits until every rank
+  // published `done` there. kOrderedByCaller waits for nothing: the caller already knows every
+  // rank has finished reading the input slots of two steps back, and writes its output slot only
+  // once it knows the same of the output slots (algorithms/pipelined.cpp, which overlaps steps).
+  enum class Reuse { kAfterAllDone, kOrderedByCaller };
+
+  explicit ShmStage(const AlgoContext& ctx, Reuse reuse = Reuse::kAfterAllDone)
       : ctx_(ctx),
         arena_(*ctx.arena),
         check_(ctx.callCheck != nullptr && ctx.callCheck->enabled ? ctx.callCheck : nullptr),
         step_(++*ctx.step) {
-    if (step_ <= 2) return;
+    // An unverified step left pending here is checked at the next waitAllIn instead.
+    if (step_ <= 2 || reuse == Reuse::kOrderedByCaller) return;
     // The step of two steps back: every rank must have finished reading it (and, if this rank
     // left it unverified, its signature is checked against each rank's `done` as it is seen).
     uint64_t need = step_ - 2;
