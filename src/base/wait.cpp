@@ -57,11 +57,27 @@ bool CoreSharing::peerRunnableOn(int cpu) const {
   return false;
 }
 
+namespace {
+constexpr int64_t kStrangerMemoryNs = 50 * 1000 * 1000;
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void CoreSharing::noteStranger() const {
+  lines_[self_].strangerAtNs.store(steadyNs(), std::memory_order_relaxed);
+}
+
+bool CoreSharing::strangerSeenLately() const {
+  return steadyNs() - lines_[self_].strangerAtNs.load(std::memory_order_relaxed) <
+         kStrangerMemoryNs;
+}
+
 bool CoreSharing::crowded() const {
   if (nranks_ > cores_) return true;
   WaitPresence& mine = lines_[self_];
-  const int64_t now =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  const int64_t now = steadyNs();
   if (now - mine.crowdedAtNs.load(std::memory_order_relaxed) < 1000 * 1000)
     return mine.crowded.load(std::memory_order_relaxed) != 0;
   bool crowded = runnableThreads() > cores_;

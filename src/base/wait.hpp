@@ -95,7 +95,8 @@ struct alignas(64) WaitPresence {
   std::atomic<int32_t> cpu{-1};
   std::atomic<int32_t> sleeping{0};  // 1 while asleep in a wait: not runnable
   std::atomic<int32_t> crowded{0};
-  std::atomic<int64_t> crowdedAtNs{INT64_MIN / 2};  // steady clock
+  std::atomic<int64_t> crowdedAtNs{INT64_MIN / 2};   // steady clock
+  std::atomic<int64_t> strangerAtNs{INT64_MIN / 2};  // a yield last lost the core for a slice
 };
 
 // What a waiter knows of the ranks it shares a host with. A yield is only worth it when a peer
@@ -119,12 +120,18 @@ class CoreSharing {
   }
   bool peerRunnableOn(int cpu) const;
   // More threads runnable on the host than there are cores (or more ranks than cores): a peer on
-  // this core cannot move to an idle one, so a waiter yields to it at once. Otherwise two ranks on
+  // this core cannot move to an idle one, so a waiter yields to it at once, and a wait that
+  // outlasts its first spin sleeps rather than spin on a core someone needs. Otherwise two ranks on
   // one core is a passing placement that the scheduler's balancing undoes, unless they keep handing
   // the core to each other (a pair that yields at once looks cache-hot and stays, at 5x the
   // latency); then a waiter spins first, as it would without a peer there. Reads the kernel's
   // count of runnable threads (/proc/loadavg) at most once a millisecond per rank.
   bool crowded() const;
+  // A yield of this rank gave its core to a stranger: it came back only after a time slice.
+  // Remembered for 50 ms: the stranger is likely still there at the next waits, and each yield to
+  // it would cost another slice.
+  void noteStranger() const;
+  bool strangerSeenLately() const;
 
  private:
   WaitPresence* lines_ = nullptr;
@@ -135,27 +142,45 @@ class CoreSharing {
 
 enum class WaitAction { kSpin, kYield, kSleep };
 
+// How long every wait spins before anything else: a peer is usually a few microseconds behind.
+inline constexpr auto kWaitSpinFor = std::chrono::microseconds(20);
+
+// What a waiter knows when it chooses its next action (CoreSharing's view of its host).
+struct WaitSituation {
+  bool knowsPeers = false;    // CoreSharing present: the fields below are known
+  bool peerHere = false;      // a peer rank is runnable on this core
+  bool crowded = false;       // CoreSharing::crowded (looked at once past the first spin)
+  bool preempted = false;     // this wait lost its core while spinning
+  bool strangerHere = false;  // a yield of this rank lately gave the core to a stranger
+};
+
 // A wait's phases by elapsed time, not iteration counts: spin ~20 us (the common case: a peer a
-// few microseconds behind), then until 2 ms either spin or yield, then sleep with a growing
-// interval. Sleeping only after 2 ms matters in VMs: a vCPU woken from sleep can take ~40 us,
-// which makes the peers overrun a short spin and sleep too, a slow state that would otherwise
-// persist. With CoreSharing (knowsPeers):
+// few microseconds behind), then until 2 ms spin, yield or sleep as below, then sleep with a
+// growing interval. On a host with idle cores, sleeping only after 2 ms matters in VMs: a vCPU
+// woken from sleep can take ~40 us, which makes the peers overrun a short spin and sleep too, a
+// slow state that would otherwise persist. With CoreSharing (knowsPeers):
 // - a peer runnable on this core (peerHere) gets it by a yield, whatever the time, since that peer
 //   is what the wait needs: at once when the host is crowded (CoreSharing::crowded), after the
-//   first spin otherwise;
-// - with none, the middle phase spins, unless the wait has already lost its core while spinning
-//   (preempted): a stranger shares the core and takes its turns anyway, so the waiter sleeps,
-//   keeping the scheduler's credit for the moment its data arrives rather than spending it on
-//   spinning (16 cores, 8 ranks beside 24 busy processes: about 2/3 of the time of spinning on
-//   at 512 KiB-4 MiB). Its core is busy, so the wake-up is prompt even in a VM.
+//   first spin otherwise. Unless a stranger shares the core too (strangerHere): then the waiter
+//   sleeps instead. A yield moves the yielder's deadline a slice back (EEVDF), so the scheduler
+//   runs the stranger, for a whole slice, before the peer or the yielder, at every yield; a sleep
+//   leaves the core to whoever is earliest and keeps the sleeper's place (4 ranks beside 2 busy
+//   processes on 2 cores, allreduce 4 MiB: 31 ms a call yielding, 2.5 ms sleeping);
+// - with no peer here, the middle phase spins, unless the wait has already lost its core while
+//   spinning (preempted: a stranger shares the core and takes its turns anyway) or the host is
+//   crowded (whoever the wait is for may be waiting for a core, perhaps this one). Then the
+//   waiter sleeps, keeping the scheduler's credit for the moment its data arrives rather than
+//   spending it on spinning (16 cores, 8 ranks beside 24 busy processes: about 2/3 of the time of
+//   spinning on at 512 KiB-4 MiB; 2 cores, 4 ranks beside 2 busy processes, 4 MiB: 2.5 ms against
+//   26 ms). Its core is busy, so the wake-up is prompt even in a VM.
 // Without CoreSharing (no shared memory: a device event, a thread) the middle phase yields.
-inline WaitAction nextWaitAction(Clock::duration elapsed, bool knowsPeers, bool peerHere,
-                                 bool crowded, bool preempted) {
-  constexpr auto kSpinFor = std::chrono::microseconds(20);
+inline WaitAction nextWaitAction(Clock::duration elapsed, const WaitSituation& s) {
   constexpr auto kYieldFor = std::chrono::milliseconds(2);
-  if (knowsPeers && peerHere && (crowded || elapsed >= kSpinFor)) return WaitAction::kYield;
-  if (elapsed < kSpinFor) return WaitAction::kSpin;
-  if (elapsed < kYieldFor && knowsPeers) return preempted ? WaitAction::kSleep : WaitAction::kSpin;
+  if (s.knowsPeers && s.peerHere && (s.crowded || elapsed >= kWaitSpinFor))
+    return s.strangerHere ? WaitAction::kSleep : WaitAction::kYield;
+  if (elapsed < kWaitSpinFor) return WaitAction::kSpin;
+  if (elapsed < kYieldFor && s.knowsPeers)
+    return s.preempted || s.crowded ? WaitAction::kSleep : WaitAction::kSpin;
   if (elapsed < kYieldFor) return WaitAction::kYield;
   return WaitAction::kSleep;
 }
@@ -165,6 +190,7 @@ inline WaitAction nextWaitAction(Clock::duration elapsed, bool knowsPeers, bool 
 template <typename Ready, typename Check>
 void waitUntil(Ready&& ready, Check&& check, const CoreSharing& peers = CoreSharing()) {
   constexpr long kMaxSleepNs = 200 * 1000;
+  constexpr auto kStrangerSlice = std::chrono::milliseconds(1);  // EEVDF's slice: 0.75-3 ms
   if (ready()) return;
   const bool knowsPeers = static_cast<bool>(peers);
   // A peer waiting for the core this wait spins on costs the spin's length on every hand-over:
@@ -192,9 +218,13 @@ void waitUntil(Ready&& ready, Check&& check, const CoreSharing& peers = CoreShar
       case WaitAction::kSpin:
         cpuRelax();
         break;
-      case WaitAction::kYield:
+      case WaitAction::kYield: {
+        const Clock::time_point before = Clock::now();
         sched_yield();
+        // Peers hand the core back within their step's work; a stranger keeps it for a slice.
+        if (knowsPeers && Clock::now() - before > kStrangerSlice) peers.noteStranger();
         break;
+      }
       case WaitAction::kSleep: {
         timespec ts{0, sleepNs};
         nanosleep(&ts, nullptr);
@@ -209,8 +239,12 @@ void waitUntil(Ready&& ready, Check&& check, const CoreSharing& peers = CoreShar
       if (action == WaitAction::kSpin && now - lastLook > std::chrono::microseconds(100))
         preempted = true;
       lastLook = now;
-      action =
-          nextWaitAction(now - start, knowsPeers, peerHere, peerHere && peers.crowded(), preempted);
+      const Clock::duration elapsed = now - start;
+      WaitSituation situation{
+          knowsPeers, peerHere,
+          knowsPeers && (peerHere || elapsed >= kWaitSpinFor) && peers.crowded(), preempted,
+          peerHere && peers.strangerSeenLately()};
+      action = nextWaitAction(elapsed, situation);
       if (knowsPeers) mark(action == WaitAction::kSleep);
     }
   }
@@ -226,7 +260,6 @@ void waitUntil(Ready&& ready, Check&& check, const CoreSharing& peers = CoreShar
 template <typename Ready, typename Check, typename Gather>
 void waitUntil(Ready&& ready, Check&& check, Gather&& gather, PollSet& set,
                const CoreSharing& peers = CoreSharing()) {
-  constexpr auto kSpinFor = std::chrono::microseconds(20);
   constexpr long kPollSliceNs = 2 * 1000 * 1000;
   constexpr long kMaxPartialNs = 200 * 1000;
   if (ready()) return;
@@ -239,7 +272,7 @@ void waitUntil(Ready&& ready, Check&& check, Gather&& gather, PollSet& set,
     cpuRelax();
     if ((i & 63) == 0) {
       if (checkUnlessReady(ready, check)) return;
-      if (Clock::now() - start >= kSpinFor) break;
+      if (Clock::now() - start >= kWaitSpinFor) break;
     }
   }
   long partialNs = 20 * 1000;

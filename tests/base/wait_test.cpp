@@ -58,42 +58,80 @@ TEST(WaitUntil, FailedCheckWithoutProgressThrows) {
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
+// The situations of the rule's table (nextWaitAction's comment), by name.
+WaitSituation withPeers(bool peerHere, bool crowded = false, bool preempted = false,
+                        bool strangerHere = false) {
+  return {true, peerHere, crowded, preempted, strangerHere};
+}
+WaitSituation alone(bool preempted = false) { return {false, false, false, preempted, false}; }
+
 // Issue 19: a yield hands the core to whatever else is runnable there; when that is a stranger
 // (a busy process beside the job) it is a whole time slice, so with the host's ranks known a wait
 // yields only for a peer rank on its own core, and spins otherwise until it sleeps.
 TEST(NextWaitAction, YieldsOnlyForAPeerOnItsCoreWhenItKnowsThePeers) {
+  EXPECT_EQ(nextWaitAction(microseconds(100), withPeers(false)), WaitAction::kSpin);
+  EXPECT_EQ(nextWaitAction(microseconds(1900), withPeers(false)), WaitAction::kSpin);
   for (bool crowded : {false, true}) {
-    EXPECT_EQ(nextWaitAction(microseconds(100), true, false, crowded, false), WaitAction::kSpin);
-    EXPECT_EQ(nextWaitAction(microseconds(1900), true, false, crowded, false), WaitAction::kSpin);
-    EXPECT_EQ(nextWaitAction(microseconds(100), true, true, crowded, false), WaitAction::kYield);
+    EXPECT_EQ(nextWaitAction(microseconds(100), withPeers(true, crowded)), WaitAction::kYield);
     // Past 2 ms a peer on this core still gets the core; with none the wait sleeps.
-    EXPECT_EQ(nextWaitAction(milliseconds(5), true, true, crowded, true), WaitAction::kYield);
-    EXPECT_EQ(nextWaitAction(milliseconds(5), true, false, crowded, false), WaitAction::kSleep);
+    EXPECT_EQ(nextWaitAction(milliseconds(5), withPeers(true, crowded, true)), WaitAction::kYield);
+    EXPECT_EQ(nextWaitAction(milliseconds(5), withPeers(false, crowded)), WaitAction::kSleep);
   }
 }
 
 TEST(NextWaitAction, YieldsAtOnceToAPeerOnItsCoreOnlyWhenCrowded) {
-  EXPECT_EQ(nextWaitAction(microseconds(3), true, true, true, false), WaitAction::kYield);
+  EXPECT_EQ(nextWaitAction(microseconds(3), withPeers(true, true)), WaitAction::kYield);
   // Not crowded: two ranks on one core is a placement the scheduler undoes; spin first.
-  EXPECT_EQ(nextWaitAction(microseconds(3), true, true, false, false), WaitAction::kSpin);
-  EXPECT_EQ(nextWaitAction(microseconds(3), true, false, true, false), WaitAction::kSpin);
+  EXPECT_EQ(nextWaitAction(microseconds(3), withPeers(true, false)), WaitAction::kSpin);
+  EXPECT_EQ(nextWaitAction(microseconds(3), withPeers(false, true)), WaitAction::kSpin);
 }
 
 // A wait that lost its core while spinning shares it with a stranger: it sleeps after the first
 // spin rather than spin on (a peer on its core still gets a yield).
 TEST(NextWaitAction, SleepsOnceAStrangerTookItsCore) {
-  EXPECT_EQ(nextWaitAction(microseconds(3), true, false, false, true), WaitAction::kSpin);
-  EXPECT_EQ(nextWaitAction(microseconds(100), true, false, false, true), WaitAction::kSleep);
-  EXPECT_EQ(nextWaitAction(microseconds(100), true, true, false, true), WaitAction::kYield);
+  EXPECT_EQ(nextWaitAction(microseconds(3), withPeers(false, false, true)), WaitAction::kSpin);
+  EXPECT_EQ(nextWaitAction(microseconds(100), withPeers(false, false, true)), WaitAction::kSleep);
+  EXPECT_EQ(nextWaitAction(microseconds(100), withPeers(true, false, true)), WaitAction::kYield);
+}
+
+// On a crowded host a wait past its first spin sleeps even where no stranger took its core yet:
+// the rank it waits for may be waiting for a core (4 ranks and 2 busy processes on 2 cores:
+// spinning on made allreduce 4 MiB ten times slower).
+TEST(NextWaitAction, SleepsPastTheFirstSpinOnACrowdedHost) {
+  EXPECT_EQ(nextWaitAction(microseconds(3), withPeers(false, true)), WaitAction::kSpin);
+  EXPECT_EQ(nextWaitAction(microseconds(100), withPeers(false, true)), WaitAction::kSleep);
+}
+
+// A yield that came back only after a time slice gave the core to a stranger; while that is
+// recent, a peer on the core gets it by a sleep instead (EEVDF runs the stranger first after
+// every yield), at once on a crowded host.
+TEST(NextWaitAction, SleepsInsteadOfYieldingWhereAStrangerSharesTheCore) {
+  EXPECT_EQ(nextWaitAction(microseconds(3), withPeers(true, true, false, true)),
+            WaitAction::kSleep);
+  EXPECT_EQ(nextWaitAction(microseconds(100), withPeers(true, false, false, true)),
+            WaitAction::kSleep);
+  EXPECT_EQ(nextWaitAction(microseconds(3), withPeers(true, false, false, true)),
+            WaitAction::kSpin);
 }
 
 TEST(NextWaitAction, WithoutPeersSpinsThenYieldsThenSleeps) {
   for (bool preempted : {false, true}) {
-    EXPECT_EQ(nextWaitAction(microseconds(3), false, false, false, preempted), WaitAction::kSpin);
-    EXPECT_EQ(nextWaitAction(microseconds(100), false, false, false, preempted),
-              WaitAction::kYield);
-    EXPECT_EQ(nextWaitAction(milliseconds(5), false, false, false, preempted), WaitAction::kSleep);
+    EXPECT_EQ(nextWaitAction(microseconds(3), alone(preempted)), WaitAction::kSpin);
+    EXPECT_EQ(nextWaitAction(microseconds(100), alone(preempted)), WaitAction::kYield);
+    EXPECT_EQ(nextWaitAction(milliseconds(5), alone(preempted)), WaitAction::kSleep);
   }
+}
+
+// A rank remembers, in its own line, that a yield lost its core to a stranger, for a while.
+TEST(CoreSharing, RemembersAStrangerOnItsCore) {
+  WaitPresence lines[2];
+  CoreSharing mine(lines, 2, 0, 2);
+  EXPECT_FALSE(mine.strangerSeenLately());
+  mine.noteStranger();
+  EXPECT_TRUE(mine.strangerSeenLately());
+  EXPECT_FALSE(CoreSharing(lines, 2, 1, 2).strangerSeenLately());             // the peer's own line
+  lines[0].strangerAtNs = lines[0].strangerAtNs.load() - 1000 * 1000 * 1000;  // a second ago
+  EXPECT_FALSE(mine.strangerSeenLately());
 }
 
 TEST(CoreSharing, APeerIsRunnableOnACoreWhileItsLineNamesThatCoreAndItIsAwake) {
