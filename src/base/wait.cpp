@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace loom {
@@ -18,7 +19,7 @@ namespace {
 
 // The kernel's count of runnable threads on the whole host, the reader included (the fourth
 // field of /proc/loadavg, "running/total"); -1 where it cannot be read.
-int runnableThreads() {
+int hostRunnableThreads() {
   int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   char text[128];
@@ -74,16 +75,29 @@ bool CoreSharing::strangerSeenLately() const {
          kStrangerMemoryNs;
 }
 
-bool CoreSharing::crowded() const {
-  if (nranks_ > cores_) return true;
+int CoreSharing::runnableThreads() const {
   WaitPresence& mine = lines_[self_];
   const int64_t now = steadyNs();
-  if (now - mine.crowdedAtNs.load(std::memory_order_relaxed) < 1000 * 1000)
-    return mine.crowded.load(std::memory_order_relaxed) != 0;
-  bool crowded = runnableThreads() > cores_;
-  mine.crowded.store(crowded ? 1 : 0, std::memory_order_relaxed);
-  mine.crowdedAtNs.store(now, std::memory_order_relaxed);
-  return crowded;
+  if (now - mine.runnableAtNs.load(std::memory_order_relaxed) < 1000 * 1000)
+    return mine.runnable.load(std::memory_order_relaxed);
+  int runnable = hostRunnableThreads();
+  mine.runnable.store(runnable, std::memory_order_relaxed);
+  mine.runnableAtNs.store(now, std::memory_order_relaxed);
+  return runnable;
+}
+
+bool CoreSharing::crowded() const { return nranks_ > cores_ || runnableThreads() > cores_; }
+
+bool CoreSharing::oversubscribed() const {
+  int runnable = runnableThreads();
+  if (runnable < 0) return false;
+  // Strangers: the runnable threads that are not this host's awake ranks. Counted with every rank,
+  // awake or not, so that ranks going to sleep (which this answer makes them do) do not turn it.
+  int awake = 0;
+  for (int r = 0; r < nranks_; ++r)
+    awake += lines_[r].sleeping.load(std::memory_order_relaxed) == 0;
+  int strangers = std::max(0, runnable - awake);
+  return strangers + nranks_ > cores_ + std::max(2, cores_ / 4);
 }
 
 }  // namespace loom

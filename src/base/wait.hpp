@@ -93,9 +93,9 @@ int usableCores();
 // its last look at how crowded the host is.
 struct alignas(64) WaitPresence {
   std::atomic<int32_t> cpu{-1};
-  std::atomic<int32_t> sleeping{0};  // 1 while asleep in a wait: not runnable
-  std::atomic<int32_t> crowded{0};
-  std::atomic<int64_t> crowdedAtNs{INT64_MIN / 2};   // steady clock
+  std::atomic<int32_t> sleeping{0};                  // 1 while asleep in a wait: not runnable
+  std::atomic<int32_t> runnable{0};                  // the host's runnable threads at the last look
+  std::atomic<int64_t> runnableAtNs{INT64_MIN / 2};  // steady clock
   std::atomic<int64_t> strangerAtNs{INT64_MIN / 2};  // a yield last lost the core for a slice
 };
 
@@ -120,13 +120,19 @@ class CoreSharing {
   }
   bool peerRunnableOn(int cpu) const;
   // More threads runnable on the host than there are cores (or more ranks than cores): a peer on
-  // this core cannot move to an idle one, so a waiter yields to it at once, and a wait that
-  // outlasts its first spin sleeps rather than spin on a core someone needs. Otherwise two ranks on
+  // this core cannot move to an idle one, so a waiter yields to it at once. Otherwise two ranks on
   // one core is a passing placement that the scheduler's balancing undoes, unless they keep handing
   // the core to each other (a pair that yields at once looks cache-hot and stays, at 5x the
   // latency); then a waiter spins first, as it would without a peer there. Reads the kernel's
   // count of runnable threads (/proc/loadavg) at most once a millisecond per rank.
   bool crowded() const;
+  // The host's ranks and the strangers runnable beside them (runnable threads that are not awake
+  // ranks) exceed the cores by a quarter (at least 2): the rank a wait is for may be waiting for a
+  // core, perhaps this one, so a wait that outlasts its first spin sleeps rather than spin on.
+  // Not at one or two threads over (a launcher or a kernel worker waking beside 16 ranks on 16
+  // cores: sleeping there put quiet calls into a slow state, 1 KiB 4.3 -> 51 us), nor from the
+  // plain count of runnable threads, which falls as the ranks go to sleep.
+  bool oversubscribed() const;
   // A yield of this rank gave its core to a stranger: it came back only after a time slice.
   // Remembered for 50 ms: the stranger is likely still there at the next waits, and each yield to
   // it would cost another slice.
@@ -135,6 +141,8 @@ class CoreSharing {
 
  private:
   WaitPresence* lines_ = nullptr;
+  int runnableThreads() const;  // the host's, looked at once a millisecond at most
+
   int nranks_ = 0;
   int self_ = 0;
   int cores_ = 1;
@@ -147,11 +155,12 @@ inline constexpr auto kWaitSpinFor = std::chrono::microseconds(20);
 
 // What a waiter knows when it chooses its next action (CoreSharing's view of its host).
 struct WaitSituation {
-  bool knowsPeers = false;    // CoreSharing present: the fields below are known
-  bool peerHere = false;      // a peer rank is runnable on this core
-  bool crowded = false;       // CoreSharing::crowded (looked at once past the first spin)
-  bool preempted = false;     // this wait lost its core while spinning
-  bool strangerHere = false;  // a yield of this rank lately gave the core to a stranger
+  bool knowsPeers = false;      // CoreSharing present: the fields below are known
+  bool peerHere = false;        // a peer rank is runnable on this core
+  bool crowded = false;         // CoreSharing::crowded (looked at only with a peer here)
+  bool oversubscribed = false;  // CoreSharing::oversubscribed (looked at past the first spin)
+  bool preempted = false;       // this wait lost its core while spinning
+  bool strangerHere = false;    // a yield of this rank lately gave the core to a stranger
 };
 
 // A wait's phases by elapsed time, not iteration counts: spin ~20 us (the common case: a peer a
@@ -168,7 +177,7 @@ struct WaitSituation {
 //   processes on 2 cores, allreduce 4 MiB: 31 ms a call yielding, 2.5 ms sleeping);
 // - with no peer here, the middle phase spins, unless the wait has already lost its core while
 //   spinning (preempted: a stranger shares the core and takes its turns anyway) or the host is
-//   crowded (whoever the wait is for may be waiting for a core, perhaps this one). Then the
+//   oversubscribed (whoever the wait is for may be waiting for a core, perhaps this one). Then the
 //   waiter sleeps, keeping the scheduler's credit for the moment its data arrives rather than
 //   spending it on spinning (16 cores, 8 ranks beside 24 busy processes: about 2/3 of the time of
 //   spinning on at 512 KiB-4 MiB; 2 cores, 4 ranks beside 2 busy processes, 4 MiB: 2.5 ms against
@@ -180,7 +189,7 @@ inline WaitAction nextWaitAction(Clock::duration elapsed, const WaitSituation& s
     return s.strangerHere ? WaitAction::kSleep : WaitAction::kYield;
   if (elapsed < kWaitSpinFor) return WaitAction::kSpin;
   if (elapsed < kYieldFor && s.knowsPeers)
-    return s.preempted || s.crowded ? WaitAction::kSleep : WaitAction::kSpin;
+    return s.preempted || s.oversubscribed ? WaitAction::kSleep : WaitAction::kSpin;
   if (elapsed < kYieldFor) return WaitAction::kYield;
   return WaitAction::kSleep;
 }
@@ -240,10 +249,13 @@ void waitUntil(Ready&& ready, Check&& check, const CoreSharing& peers = CoreShar
         preempted = true;
       lastLook = now;
       const Clock::duration elapsed = now - start;
-      WaitSituation situation{
-          knowsPeers, peerHere,
-          knowsPeers && (peerHere || elapsed >= kWaitSpinFor) && peers.crowded(), preempted,
-          peerHere && peers.strangerSeenLately()};
+      WaitSituation situation{.knowsPeers = knowsPeers,
+                              .peerHere = peerHere,
+                              .crowded = peerHere && peers.crowded(),
+                              .oversubscribed = knowsPeers && !peerHere &&
+                                                elapsed >= kWaitSpinFor && peers.oversubscribed(),
+                              .preempted = preempted,
+                              .strangerHere = peerHere && peers.strangerSeenLately()};
       action = nextWaitAction(elapsed, situation);
       if (knowsPeers) mark(action == WaitAction::kSleep);
     }

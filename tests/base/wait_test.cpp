@@ -61,9 +61,16 @@ using std::chrono::milliseconds;
 // The situations of the rule's table (nextWaitAction's comment), by name.
 WaitSituation withPeers(bool peerHere, bool crowded = false, bool preempted = false,
                         bool strangerHere = false) {
-  return {true, peerHere, crowded, preempted, strangerHere};
+  return {.knowsPeers = true,
+          .peerHere = peerHere,
+          .crowded = crowded,
+          .preempted = preempted,
+          .strangerHere = strangerHere};
 }
-WaitSituation alone(bool preempted = false) { return {false, false, false, preempted, false}; }
+WaitSituation oversubscribed() {
+  return {.knowsPeers = true, .crowded = true, .oversubscribed = true};
+}
+WaitSituation alone(bool preempted = false) { return {.preempted = preempted}; }
 
 // Issue 19: a yield hands the core to whatever else is runnable there; when that is a stranger
 // (a busy process beside the job) it is a whole time slice, so with the host's ranks known a wait
@@ -94,12 +101,15 @@ TEST(NextWaitAction, SleepsOnceAStrangerTookItsCore) {
   EXPECT_EQ(nextWaitAction(microseconds(100), withPeers(true, false, true)), WaitAction::kYield);
 }
 
-// On a crowded host a wait past its first spin sleeps even where no stranger took its core yet:
+// On an oversubscribed host a wait past its first spin sleeps even where no stranger took its core
+// yet:
 // the rank it waits for may be waiting for a core (4 ranks and 2 busy processes on 2 cores:
 // spinning on made allreduce 4 MiB ten times slower).
-TEST(NextWaitAction, SleepsPastTheFirstSpinOnACrowdedHost) {
-  EXPECT_EQ(nextWaitAction(microseconds(3), withPeers(false, true)), WaitAction::kSpin);
-  EXPECT_EQ(nextWaitAction(microseconds(100), withPeers(false, true)), WaitAction::kSleep);
+TEST(NextWaitAction, SleepsPastTheFirstSpinOnAnOversubscribedHost) {
+  EXPECT_EQ(nextWaitAction(microseconds(3), oversubscribed()), WaitAction::kSpin);
+  EXPECT_EQ(nextWaitAction(microseconds(100), oversubscribed()), WaitAction::kSleep);
+  // Crowded alone (a thread or two over, or ranks sharing cores): spin on.
+  EXPECT_EQ(nextWaitAction(microseconds(100), withPeers(false, true)), WaitAction::kSpin);
 }
 
 // A yield that came back only after a time slice gave the core to a stranger; while that is
@@ -160,16 +170,40 @@ TEST(CoreSharing, APeerIsRunnableOnACoreWhileItsLineNamesThatCoreAndItIsAwake) {
 }
 
 // Crowded: more ranks than cores, or more runnable threads on the host than cores (the kernel's
-// count, read at most once a millisecond and kept in the rank's own line).
-TEST(CoreSharing, IsCrowdedWithMoreRanksThanCoresOrMoreRunnableThreadsThanCores) {
+// count, read at most once a millisecond and kept in the rank's own line). Oversubscribed: the
+// ranks and the runnable strangers, a quarter (at least 2) over the cores.
+TEST(CoreSharing, IsCrowdedWithMoreRanksOrRunnableThreadsThanCores) {
   WaitPresence lines[2];
-  EXPECT_TRUE(CoreSharing(lines, 2, 0, 1).crowded());
+  CoreSharing squeezed(lines, 2, 0, 1);
+  EXPECT_TRUE(squeezed.crowded());
   CoreSharing roomy(lines, 2, 0, 1 << 20);  // no host runs a million threads at once
   EXPECT_FALSE(roomy.crowded());
-  EXPECT_EQ(lines[0].crowded.load(), 0);
-  lines[0].crowded = 1;  // within the millisecond the last look stands
-  EXPECT_TRUE(roomy.crowded() ||
-              Clock::now().time_since_epoch().count() - lines[0].crowdedAtNs.load() >= 1000 * 1000);
+  EXPECT_FALSE(roomy.oversubscribed());
+  EXPECT_GE(lines[0].runnable.load(), 1);  // the reader itself runs
+  // Within the millisecond the last look stands.
+  lines[0].runnable = 3;
+  lines[0].runnableAtNs = lines[0].runnableAtNs.load() + 10LL * 1000 * 1000 * 1000;
+  CoreSharing twoCores(lines, 2, 0, 2);
+  EXPECT_TRUE(twoCores.crowded());
+  EXPECT_FALSE(twoCores.oversubscribed());  // 3 threads: not 2 over 2 cores
+  lines[0].runnable = 5;
+  EXPECT_TRUE(twoCores.oversubscribed());
+  // 2 ranks asleep, 3 strangers runnable: still 5 threads that want the 2 cores.
+  lines[0].runnable = 3;
+  lines[0].sleeping = 1;
+  lines[1].sleeping = 1;
+  EXPECT_TRUE(twoCores.oversubscribed());
+  lines[0].sleeping = 0;
+  lines[1].sleeping = 0;
+  WaitPresence many[16];
+  CoreSharing sixteen(many, 16, 0, 16);
+  (void)sixteen.crowded();  // a first look at the host, then a made-up one in its place
+  many[0].runnable = 18;  // 16 ranks on 16 cores, and a launcher or two
+  many[0].runnableAtNs = many[0].runnableAtNs.load() + 10LL * 1000 * 1000 * 1000;
+  EXPECT_TRUE(sixteen.crowded());
+  EXPECT_FALSE(sixteen.oversubscribed());
+  many[0].runnable = 21;
+  EXPECT_TRUE(sixteen.oversubscribed());
 }
 
 // A wait that sleeps marks its rank asleep (peers then do not yield to it) and clears the mark
