@@ -113,13 +113,18 @@ TEST(NextWaitAction, SleepsPastTheFirstSpinOnAnOversubscribedHost) {
 }
 
 // A yield that came back only after a time slice gave the core to a stranger; while that is
-// recent, a peer on the core gets it by a sleep instead (EEVDF runs the stranger first after
-// every yield), at once on a crowded host.
+// recent and the host is oversubscribed, a peer on the core gets it by a sleep instead (EEVDF
+// runs the stranger first after every yield), at once on a crowded host. On a host with cores to
+// spare the stranger is a passing guest: the peer gets its yield.
 TEST(NextWaitAction, SleepsInsteadOfYieldingWhereAStrangerSharesTheCore) {
+  WaitSituation busy = withPeers(true, true, false, true);
+  busy.oversubscribed = true;
+  EXPECT_EQ(nextWaitAction(microseconds(3), busy), WaitAction::kSleep);
+  EXPECT_EQ(nextWaitAction(milliseconds(5), busy), WaitAction::kSleep);
   EXPECT_EQ(nextWaitAction(microseconds(3), withPeers(true, true, false, true)),
-            WaitAction::kSleep);
+            WaitAction::kYield);
   EXPECT_EQ(nextWaitAction(microseconds(100), withPeers(true, false, false, true)),
-            WaitAction::kSleep);
+            WaitAction::kYield);
   EXPECT_EQ(nextWaitAction(microseconds(3), withPeers(true, false, false, true)),
             WaitAction::kSpin);
 }
@@ -198,7 +203,7 @@ TEST(CoreSharing, IsCrowdedWithMoreRanksOrRunnableThreadsThanCores) {
   WaitPresence many[16];
   CoreSharing sixteen(many, 16, 0, 16);
   (void)sixteen.crowded();  // a first look at the host, then a made-up one in its place
-  many[0].runnable = 18;  // 16 ranks on 16 cores, and a launcher or two
+  many[0].runnable = 18;    // 16 ranks on 16 cores, and a launcher or two
   many[0].runnableAtNs = many[0].runnableAtNs.load() + 10LL * 1000 * 1000 * 1000;
   EXPECT_TRUE(sixteen.crowded());
   EXPECT_FALSE(sixteen.oversubscribed());
