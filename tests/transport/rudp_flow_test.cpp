@@ -42,7 +42,9 @@ class Link {
     h.dst = dst;
     std::vector<char> d(kHeaderBytes + o.payload.size());
     encodeHeader(h, kKeys, o.payload, d.data());
-    std::memcpy(d.data() + kHeaderBytes, o.payload.data(), o.payload.size());
+    // ACKs and probes carry no payload (and a null data pointer memcpy must not see).
+    if (!o.payload.empty())
+      std::memcpy(d.data() + kHeaderBytes, o.payload.data(), o.payload.size());
     int copies = uniform() < cfg.dup ? 2 : 1;
     for (int i = 0; i < copies; ++i) {
       uint64_t jitter = cfg.jitterNs == 0 ? 0 : rng_() % cfg.jitterNs;

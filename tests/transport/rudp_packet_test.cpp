@@ -21,7 +21,7 @@ std::vector<char> datagram(const Header& h, const std::vector<char>& payload,
                            const PacketKeys& keys = kKeys) {
   std::vector<char> d(kHeaderBytes + payload.size());
   encodeHeader(h, keys, payload, d.data());
-  std::memcpy(d.data() + kHeaderBytes, payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(d.data() + kHeaderBytes, payload.data(), payload.size());
   return d;
 }
 
