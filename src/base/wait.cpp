@@ -17,6 +17,13 @@ int usableCores() {
 
 namespace {
 
+constexpr int64_t kStrangerMemoryNs = 50 * 1000 * 1000;
+
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
 // The kernel's count of runnable threads on the whole host, the reader included (the fourth
 // field of /proc/loadavg, "running/total"); -1 where it cannot be read.
 int hostRunnableThreads() {
@@ -57,14 +64,6 @@ bool CoreSharing::peerRunnableOn(int cpu) const {
   }
   return false;
 }
-
-namespace {
-constexpr int64_t kStrangerMemoryNs = 50 * 1000 * 1000;
-int64_t steadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 void CoreSharing::noteStranger() const {
   lines_[self_].strangerAtNs.store(steadyNs(), std::memory_order_relaxed);
