@@ -21,8 +21,9 @@
 
 namespace loom {
 
-struct RingStep;   // ring_engine.hpp
-struct Hierarchy;  // below
+struct RingStep;      // ring_engine.hpp
+struct PairTransfer;  // pairwise.hpp
+struct Hierarchy;     // below
 
 class AlgoContext {
  public:
@@ -42,6 +43,8 @@ class AlgoContext {
   // Per-communicator workspaces, sized at init or grown once, so no call allocates.
   std::vector<const void*>* sources = nullptr;  // one entry per rank, for reductions
   std::vector<RingStep>* ringSteps = nullptr;
+  std::vector<PairTransfer>* transfers = nullptr;
+  PollSet* pollSet = nullptr;  // the descriptors of a wait on network channels (base/wait.hpp)
   // Communicators whose backend has native collectives: they run the native algorithms.
   NativeCollectives* native = nullptr;
   // Ranks on several nodes: the sub-groups the hierarchical algorithms compose (null otherwise).

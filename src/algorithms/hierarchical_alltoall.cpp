@@ -73,9 +73,8 @@ class Exchange {
         if (s.next < s.end)
           set.add(ctx_.channel(s.peer).pollFd(s.isSend), s.isSend ? POLLOUT : POLLIN);
     };
-    thread_local PollSet pollSet;
     while (!done()) {
-      if (!pass()) waitUntil(pass, check, gather, pollSet, ctx_.peers);
+      if (!pass()) waitUntil(pass, check, gather, *ctx_.pollSet, ctx_.peers);
     }
   }
 

@@ -4,6 +4,8 @@
 // first exchanges the byte counts of every pair, so a mismatch is an error (and, through the abort,
 // one for every rank) rather than a desynchronised stream); barrier: a token to rank 0 from
 // everyone, then one back.
+#include "algorithms/pairwise.hpp"
+
 #include <algorithm>
 #include <vector>
 
@@ -16,31 +18,22 @@ namespace loom {
 
 namespace {
 
-struct Transfer {
-  int peer = 0;
-  bool isSend = false;
-  char* data = nullptr;
-  size_t bytes = 0;
-  size_t position = 0;
-};
-
-// Reused per thread: no allocation per call once the largest call has been seen.
-std::vector<Transfer>& transferList() {
-  thread_local std::vector<Transfer> list;
-  list.clear();
-  return list;
+// The communicator's list, emptied for this call.
+std::vector<PairTransfer>& transferList(const AlgoContext& ctx) {
+  ctx.transfers->clear();
+  return *ctx.transfers;
 }
 
-void add(std::vector<Transfer>& list, int peer, bool isSend, const void* data, size_t bytes) {
+void add(std::vector<PairTransfer>& list, int peer, bool isSend, const void* data, size_t bytes) {
   if (bytes > 0) list.push_back({peer, isSend, static_cast<char*>(const_cast<void*>(data)), bytes});
 }
 
 // Progresses every transfer together until all are done. A pair has at most one transfer per
 // direction in a list, so stream order never matters between them.
-void runTransfers(const AlgoContext& ctx, std::vector<Transfer>& list) {
+void runTransfers(const AlgoContext& ctx, std::vector<PairTransfer>& list) {
   auto pass = [&]() -> bool {
     bool moved = false;
-    for (Transfer& t : list) {
+    for (PairTransfer& t : list) {
       if (t.position == t.bytes) continue;
       Channel& ch = ctx.channel(t.peer);
       size_t n = t.isSend ? ch.trySend(t.data + t.position, t.bytes - t.position)
@@ -52,26 +45,25 @@ void runTransfers(const AlgoContext& ctx, std::vector<Transfer>& list) {
   };
   auto done = [&] {
     return std::all_of(list.begin(), list.end(),
-                       [](const Transfer& t) { return t.position == t.bytes; });
+                       [](const PairTransfer& t) { return t.position == t.bytes; });
   };
   auto check = [&] {
-    for (const Transfer& t : list)
+    for (const PairTransfer& t : list)
       if (t.position < t.bytes) ctx.check(t.peer);
   };
   auto gather = [&](PollSet& set) {
-    for (const Transfer& t : list)
+    for (const PairTransfer& t : list)
       if (t.position < t.bytes)
         set.add(ctx.channel(t.peer).pollFd(t.isSend), t.isSend ? POLLOUT : POLLIN);
   };
-  thread_local PollSet pollSet;
   while (!done()) {
-    if (!pass()) waitUntil(pass, check, gather, pollSet, ctx.peers);
+    if (!pass()) waitUntil(pass, check, gather, *ctx.pollSet, ctx.peers);
   }
 }
 
 void gatherPairwise(const AlgoContext& ctx, const CollArgs& a) {
   size_t block = a.count * dtypeSize(a.dtype);
-  std::vector<Transfer>& list = transferList();
+  std::vector<PairTransfer>& list = transferList(ctx);
   if (ctx.rank == a.root) {
     char* recv = static_cast<char*>(a.recv);
     for (int p = 0; p < ctx.nranks; ++p)
@@ -85,7 +77,7 @@ void gatherPairwise(const AlgoContext& ctx, const CollArgs& a) {
 
 void scatterPairwise(const AlgoContext& ctx, const CollArgs& a) {
   size_t block = a.count * dtypeSize(a.dtype);
-  std::vector<Transfer>& list = transferList();
+  std::vector<PairTransfer>& list = transferList(ctx);
   if (ctx.rank == a.root) {
     const char* send = static_cast<const char*>(a.send);
     for (int p = 0; p < ctx.nranks; ++p)
@@ -101,7 +93,7 @@ void allToAllPairwise(const AlgoContext& ctx, const CollArgs& a) {
   size_t block = a.count * dtypeSize(a.dtype);
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
-  std::vector<Transfer>& list = transferList();
+  std::vector<PairTransfer>& list = transferList(ctx);
   for (int p = 0; p < ctx.nranks; ++p) {
     if (p == ctx.rank) continue;
     add(list, p, true, send + p * block, block);
@@ -120,7 +112,7 @@ void allToAllvPairwise(const AlgoContext& ctx, const CollArgs& a) {
   if (scratch.size() < 2 * n * sizeof(uint64_t)) scratch.resize(2 * n * sizeof(uint64_t));
   auto* mine = reinterpret_cast<uint64_t*>(scratch.data());
   uint64_t* theirs = mine + n;
-  std::vector<Transfer>& list = transferList();
+  std::vector<PairTransfer>& list = transferList(ctx);
   for (int p = 0; p < n; ++p) {
     mine[p] = a.sendCounts[p];
     if (p == r) continue;
@@ -151,7 +143,7 @@ void barrierPairwise(const AlgoContext& ctx, const CollArgs&) {
   thread_local std::vector<uint64_t> tokens;
   if (tokens.size() < static_cast<size_t>(ctx.nranks)) tokens.resize(ctx.nranks);
   for (bool toRoot : {true, false}) {
-    std::vector<Transfer>& list = transferList();
+    std::vector<PairTransfer>& list = transferList(ctx);
     if (ctx.rank == 0) {
       for (int p = 1; p < ctx.nranks; ++p) add(list, p, !toRoot, &tokens[p], sizeof(uint64_t));
     } else {

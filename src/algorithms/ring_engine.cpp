@@ -86,9 +86,8 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
     if (!recvsDone()) set.add(left.pollFd(false), POLLIN);
     if (sendBlocked) set.add(right.pollFd(true), POLLOUT);
   };
-  thread_local PollSet pollSet;
   while (!finished()) {
-    if (!progress()) waitUntil(progress, checkNeighbours, gather, pollSet, ctx.peers);
+    if (!progress()) waitUntil(progress, checkNeighbours, gather, *ctx.pollSet, ctx.peers);
   }
 }
 

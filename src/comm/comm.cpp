@@ -154,6 +154,8 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ringSteps_.reserve(2 * nranks_);
   ctx_.sources = &sources_;
   ctx_.ringSteps = &ringSteps_;
+  ctx_.transfers = &transfers_;
+  ctx_.pollSet = &pollSet_;
   ctx_.streamingMinBytes = static_cast<size_t>(std::max<int64_t>(env::streamingMinBytes(), 0));
   ctx_.native = native_.get();
   hostCtx_ = ctx_;
@@ -232,8 +234,7 @@ void Comm::setUpSharedMemory() {
   // Each node's leader created its node's arena; everyone takes their own leader's name. The
   // same exchange compares what must agree for collectives to meet: the mismatch check (its
   // headers are in the channels' streams) and the selector's settings.
-  std::string settings = "LOOM_CHECK=" + std::to_string(checkMode_) +
-                         " LOOM_ALGO=" + config_.algo +
+  std::string settings = "LOOM_CHECK=" + std::to_string(checkMode_) + " LOOM_ALGO=" + config_.algo +
                          " LOOM_DIRECT_MAX_BYTES=" + std::to_string(env::directMaxBytes());
   std::vector<std::string> all =
       withBootstrap([&](Bootstrap& b) { return b.allGather(name + '\n' + settings); });

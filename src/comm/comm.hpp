@@ -14,6 +14,7 @@
 #include "algorithms/chunked.hpp"
 #include "algorithms/context.hpp"
 #include "algorithms/p2p.hpp"
+#include "algorithms/pairwise.hpp"
 #include "algorithms/ring_engine.hpp"
 #include "algorithms/staged.hpp"
 #include "base/error.hpp"
@@ -306,6 +307,8 @@ class Comm {
   std::vector<char> scratch_;
   std::vector<const void*> sources_;
   std::vector<RingStep> ringSteps_;
+  std::vector<PairTransfer> transfers_;
+  PollSet pollSet_;  // the algorithms' waits on network channels
   Deadline deadline_;
   std::vector<Clock::time_point> nextPeerCheck_;  // [0]: no peer in particular, [r+1]: rank r
   int64_t checkMode_ = 1;  // LOOM_CHECK, the same on every rank (checked at init)
