@@ -204,10 +204,12 @@ TEST(NonBlocking, RandomOrdersTagsAndSizes) {
     }
     std::shuffle(requests.begin(), requests.end(), mine);
     waitAll(requests);
-    for (int m = 0; m < count; ++m)
-      if (msgs[m].to == gRank)
+    for (int m = 0; m < count; ++m) {
+      if (msgs[m].to == gRank) {
         EXPECT_TRUE(recv[m] == message(msgs[m].from, gRank, m + round * 1000, msgs[m].n))
             << "round " << round << " message " << m << " from " << msgs[m].from;
+      }
+    }
   }
   EXPECT_LOOM(loomBarrier(gWorld, nullptr));
 }
