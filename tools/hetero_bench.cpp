@@ -46,12 +46,15 @@ constexpr const char* kTool = "loom-hetero-bench";
 void ok(loomResult_t r, const char* what) { loom::tool::ok(kTool, r, what); }
 size_t parseSize(const char* text) { return loom::tool::sizeArg(kTool, text); }
 
-// This rank's memory: device memory with copies to and from the host, or host memory.
+// This rank's memory: device memory with copies to and from the host, or host memory. It owns
+// what it hands out: malloc'd blocks are freed here, the rest by the concrete memory.
 class Memory {
  public:
-  virtual ~Memory() = default;
+  virtual ~Memory() {
+    for (void* p : mallocd_) std::free(p);
+  }
   virtual void* allocate(size_t bytes) = 0;
-  virtual void* allocateHost(size_t bytes) { return std::malloc(bytes); }
+  virtual void* allocateHost(size_t bytes) { return mallocd(bytes); }
   virtual void toHost(void* host, const void* dev, size_t bytes) { std::memcpy(host, dev, bytes); }
   virtual void toDevice(void* dev, const void* host, size_t bytes) {
     std::memcpy(dev, host, bytes);
@@ -64,11 +67,19 @@ class Memory {
   virtual void synchronize() {}
   virtual loomStream_t stream() { return nullptr; }
   virtual const char* device() const = 0;
+
+ protected:
+  void* mallocd(size_t bytes) { return mallocd_.emplace_back(std::malloc(bytes)); }
+  // The device or pinned blocks a concrete memory handed out, for its destructor to free.
+  std::vector<void*> device_, pinned_;
+
+ private:
+  std::vector<void*> mallocd_;
 };
 
 class HostMemory : public Memory {
  public:
-  void* allocate(size_t bytes) override { return std::malloc(bytes); }
+  void* allocate(size_t bytes) override { return mallocd(bytes); }
   const char* device() const override { return "cpu"; }
 };
 
@@ -81,16 +92,20 @@ class EmuMemory : public Memory {
       p_ = static_cast<const loomDevicePlugin_v1*>(dlsym(lib, LOOM_DEVICE_PLUGIN_SYMBOL));
     if (p_ == nullptr) die("E ranks need LOOM_DEVICE_PLUGIN naming the emulated-device plug-in");
   }
+  ~EmuMemory() override {
+    for (void* p : device_) p_->memFree(0, p);
+    for (void* p : pinned_) p_->hostFree(0, p);
+  }
   void* allocate(size_t bytes) override {
     void* ptr = nullptr;
     ok(p_->memAlloc(0, bytes, &ptr), "emu memAlloc");
-    return ptr;
+    return device_.emplace_back(ptr);
   }
   void* allocateHost(size_t bytes) override {
     void* ptr = nullptr;
-    if (p_->hostAlloc == nullptr) return std::malloc(bytes);
+    if (p_->hostAlloc == nullptr) return mallocd(bytes);
     ok(p_->hostAlloc(0, bytes, &ptr), "emu hostAlloc");
-    return ptr;
+    return pinned_.emplace_back(ptr);
   }
   void toHost(void* host, const void* dev, size_t bytes) override {
     ok(p_->memcpyAsync(0, host, dev, bytes, loomMemcpyDeviceToHost, nullptr), "emu copy");
@@ -115,15 +130,20 @@ void cudaOk(cudaError_t e, const char* what) {
 class CudaMemory : public Memory {
  public:
   CudaMemory() { cudaOk(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"); }
+  ~CudaMemory() override {
+    for (void* p : device_) cudaFree(p);
+    for (void* p : pinned_) cudaFreeHost(p);
+    cudaStreamDestroy(stream_);
+  }
   void* allocate(size_t bytes) override {
     void* ptr = nullptr;
     cudaOk(cudaMalloc(&ptr, bytes), "cudaMalloc");
-    return ptr;
+    return device_.emplace_back(ptr);
   }
   void* allocateHost(size_t bytes) override {
     void* ptr = nullptr;
     cudaOk(cudaMallocHost(&ptr, bytes), "cudaMallocHost");
-    return ptr;
+    return pinned_.emplace_back(ptr);
   }
   void toHost(void* host, const void* dev, size_t bytes) override {
     cudaOk(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_), "copy");
