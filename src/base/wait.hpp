@@ -89,8 +89,9 @@ class PollSet {
 int usableCores();
 
 // One line per rank in the shared memory of the ranks on a host (the communicator's arena),
-// written only by that rank's waiting threads: the core it last waited on, whether it sleeps, and
-// its last look at how crowded the host is.
+// written only by that rank's waiting threads: the core it last waited on, whether it sleeps, its
+// last look at how many threads the host runs, and when a yield of it last lost the core to a
+// stranger.
 struct alignas(64) WaitPresence {
   std::atomic<int32_t> cpu{-1};
   std::atomic<int32_t> sleeping{0};                  // 1 while asleep in a wait: not runnable
@@ -140,9 +141,9 @@ class CoreSharing {
   bool strangerSeenLately() const;
 
  private:
-  WaitPresence* lines_ = nullptr;
   int runnableThreads() const;  // the host's, looked at once a millisecond at most
 
+  WaitPresence* lines_ = nullptr;
   int nranks_ = 0;
   int self_ = 0;
   int cores_ = 1;
