@@ -19,9 +19,8 @@ namespace {
 
 constexpr int64_t kStrangerMemoryNs = 50 * 1000 * 1000;
 
-int64_t steadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
+int64_t steadyNs(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 // The kernel's count of runnable threads on the whole host, the reader included (the fourth
@@ -65,18 +64,18 @@ bool CoreSharing::peerRunnableOn(int cpu) const {
   return false;
 }
 
-void CoreSharing::noteStranger() const {
-  lines_[self_].strangerAtNs.store(steadyNs(), std::memory_order_relaxed);
+void CoreSharing::noteStranger(Clock::time_point now) const {
+  lines_[self_].strangerAtNs.store(steadyNs(now), std::memory_order_relaxed);
 }
 
-bool CoreSharing::strangerSeenLately() const {
-  return steadyNs() - lines_[self_].strangerAtNs.load(std::memory_order_relaxed) <
+bool CoreSharing::strangerSeenLately(Clock::time_point now) const {
+  return steadyNs(now) - lines_[self_].strangerAtNs.load(std::memory_order_relaxed) <
          kStrangerMemoryNs;
 }
 
-int CoreSharing::runnableThreads() const {
+int CoreSharing::runnableThreads(Clock::time_point at) const {
   WaitPresence& mine = lines_[self_];
-  const int64_t now = steadyNs();
+  const int64_t now = steadyNs(at);
   if (now - mine.runnableAtNs.load(std::memory_order_relaxed) < 1000 * 1000)
     return mine.runnable.load(std::memory_order_relaxed);
   int runnable = hostRunnableThreads();
@@ -85,10 +84,12 @@ int CoreSharing::runnableThreads() const {
   return runnable;
 }
 
-bool CoreSharing::crowded() const { return nranks_ > cores_ || runnableThreads() > cores_; }
+bool CoreSharing::crowded(Clock::time_point now) const {
+  return nranks_ > cores_ || runnableThreads(now) > cores_;
+}
 
-bool CoreSharing::oversubscribed() const {
-  int runnable = runnableThreads();
+bool CoreSharing::oversubscribed(Clock::time_point now) const {
+  int runnable = runnableThreads(now);
   if (runnable < 0) return false;
   // Strangers: the runnable threads that are not this host's awake ranks. Counted with every rank,
   // awake or not, so that ranks going to sleep (which this answer makes them do) do not turn it.

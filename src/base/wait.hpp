@@ -126,22 +126,22 @@ class CoreSharing {
   // the core to each other (a pair that yields at once looks cache-hot and stays, at 5x the
   // latency); then a waiter spins first, as it would without a peer there. Reads the kernel's
   // count of runnable threads (/proc/loadavg) at most once a millisecond per rank.
-  bool crowded() const;
+  bool crowded(Clock::time_point now = Clock::now()) const;
   // The host's ranks and the strangers runnable beside them (runnable threads that are not awake
   // ranks) exceed the cores by a quarter (at least 2): the rank a wait is for may be waiting for a
   // core, perhaps this one, so a wait that outlasts its first spin sleeps rather than spin on.
   // Not at one or two threads over (a launcher or a kernel worker waking beside 16 ranks on 16
   // cores: sleeping there put quiet calls into a slow state, 1 KiB 4.3 -> 51 us), nor from the
   // plain count of runnable threads, which falls as the ranks go to sleep.
-  bool oversubscribed() const;
+  bool oversubscribed(Clock::time_point now = Clock::now()) const;
   // A yield of this rank gave its core to a stranger: it came back only after a time slice.
   // Remembered for 50 ms: the stranger is likely still there at the next waits, and each yield to
   // it would cost another slice.
-  void noteStranger() const;
-  bool strangerSeenLately() const;
+  void noteStranger(Clock::time_point now = Clock::now()) const;
+  bool strangerSeenLately(Clock::time_point now = Clock::now()) const;
 
  private:
-  int runnableThreads() const;  // the host's, looked at once a millisecond at most
+  int runnableThreads(Clock::time_point now) const;  // the host's, looked at once a ms at most
 
   WaitPresence* lines_ = nullptr;
   int nranks_ = 0;
@@ -226,6 +226,9 @@ void waitUntil(Ready&& ready, Check&& check, const CoreSharing& peers = CoreShar
   const Clock::time_point start = Clock::now();
   Clock::time_point lastLook = start;
   bool preempted = false;  // a gap between two looks while spinning: descheduled
+  // Time the yields for strangers only where the answer is used (an oversubscribed host): two
+  // clock reads a yield cost about a tenth of a small call where ranks outnumber cores.
+  bool watchYields = false;
   long sleepNs = 2000;
   for (uint32_t i = 1;; ++i) {
     if (ready()) return;
@@ -234,10 +237,15 @@ void waitUntil(Ready&& ready, Check&& check, const CoreSharing& peers = CoreShar
         cpuRelax();
         break;
       case WaitAction::kYield: {
+        if (!watchYields) {
+          sched_yield();
+          break;
+        }
         const Clock::time_point before = Clock::now();
         sched_yield();
         // Peers hand the core back within their step's work; a stranger keeps it for a slice.
-        if (knowsPeers && Clock::now() - before > kStrangerSlice) peers.noteStranger();
+        const Clock::time_point after = Clock::now();
+        if (after - before > kStrangerSlice) peers.noteStranger(after);
         break;
       }
       case WaitAction::kSleep: {
@@ -257,13 +265,14 @@ void waitUntil(Ready&& ready, Check&& check, const CoreSharing& peers = CoreShar
       const Clock::duration elapsed = now - start;
       WaitSituation situation{.knowsPeers = knowsPeers,
                               .peerHere = peerHere,
-                              .crowded = peerHere && peers.crowded(),
+                              .crowded = peerHere && peers.crowded(now),
                               .oversubscribed = knowsPeers &&
                                                 (peerHere || elapsed >= kWaitSpinFor) &&
-                                                peers.oversubscribed(),
+                                                peers.oversubscribed(now),
                               .preempted = preempted,
-                              .strangerHere = peerHere && peers.strangerSeenLately()};
+                              .strangerHere = peerHere && peers.strangerSeenLately(now)};
       action = nextWaitAction(elapsed, situation);
+      watchYields = situation.oversubscribed;
       if (knowsPeers) mark(action == WaitAction::kSleep);
     }
   }
