@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -54,6 +55,18 @@ class NativeCollectives {
   virtual void pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) = 0;
   // Makes in-flight work of this communicator give up, and keeps it giving up (abort).
   virtual void stop() = 0;
+  // Collective, in the same order on every rank: rank's part [ptr, ptr + bytes) of window `id`
+  // (loomCommWindowRegister), which calls whose buffers lie in it at the same offset on every
+  // rank may use directly. False, the same on every rank, with `why`, when this engine cannot
+  // (then calls on it run as on any buffer).
+  virtual bool registerWindow(uint64_t id, void* ptr, size_t bytes, std::string& why) {
+    (void)id, (void)ptr, (void)bytes;
+    why = "this device's collectives do not use windows";
+    return false;
+  }
+  // Collective: window `id` (registered here) is no longer used; returns once no peer can reach
+  // this rank's part any more.
+  virtual void deregisterWindow(uint64_t id) { (void)id; }
   // One line for logs and loom-info: how peers reach each other ("p2p windows of 4 MiB").
   virtual std::string describe() const = 0;
 };

@@ -59,6 +59,10 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
     algorithms_.push_back({func, "simple"});
     protocols_.push_back(Protocol::kSimple);
   }
+  for (loomFunc_t func : {loomFuncAllGather, loomFuncAllToAll}) {
+    algorithms_.push_back({func, "ce"});
+    protocols_.push_back(Protocol::kCopyEngine);
+  }
   algorithms_.push_back({loomFuncBarrier, "ll"});
   protocols_.push_back(Protocol::kLL);
   LOOM_CHECK_ARG(setup_.nranks <= cuda::kMaxRanks, "a CUDA communicator holds at most ",
@@ -81,8 +85,9 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   windows_.setUp(windows);
 
   const size_t counterWords = static_cast<size_t>(cuda::kChannels) * setup_.nranks;
-  LOOM_CUDA_CHECK(cudaMalloc(&counters_, 2 * counterWords * sizeof(uint64_t)));
-  LOOM_CUDA_CHECK(cudaMemset(counters_, 0, 2 * counterWords * sizeof(uint64_t)));
+  const size_t counterBytes = (2 * counterWords + cuda::kMaxBlocks) * sizeof(uint64_t);
+  LOOM_CUDA_CHECK(cudaMalloc(&counters_, counterBytes));
+  LOOM_CUDA_CHECK(cudaMemset(counters_, 0, counterBytes));
   LOOM_CUDA_CHECK(cudaMalloc(&barrierScratch_, 64));
   LOOM_CUDA_CHECK(cudaMemset(barrierScratch_, 0, 64));
   LOOM_CUDA_CHECK(cudaHostAlloc(&status_, sizeof(cuda::DevStatus), cudaHostAllocMapped));
@@ -90,7 +95,17 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   void* statusOnDevice = nullptr;
   LOOM_CUDA_CHECK(cudaHostGetDevicePointer(&statusOnDevice, status_, 0));
   LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&streamSwitch_, cudaEventDisableTiming));
+  LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&ceDone_, cudaEventDisableTiming));
+  LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&rescueStream_, cudaStreamNonBlocking));
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+  windowsEnabled_ = env::cudaWindows();
+  userWindows_ =
+      std::make_unique<UserWindows>(driver_, setup_.rank, setup_.nranks, setup_.allGather);
+  // The same answer on every rank: one rank without stream memory operations turns the copy
+  // engines off for all (their calls then run the zero-copy kernels).
+  const bool memOps = !windows_.viaHost() && driver_.streamMemOps(device_.ordinal());
+  ceUsable_ = true;
+  for (const std::string& v : setup_.allGather(memOps ? "1" : "0")) ceUsable_ &= v == "1";
 
   dev_.rank = setup_.rank;
   dev_.nranks = setup_.nranks;
@@ -103,9 +118,11 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
     dev_.llSlots[q] = base + layout_.llSlotsOffset();
     dev_.ready[q] = reinterpret_cast<uint64_t*>(base + layout_.readyOffset());
     dev_.acks[q] = reinterpret_cast<uint64_t*>(base + layout_.acksOffset());
+    dev_.sync[q] = reinterpret_cast<cuda::SyncFlag*>(base + layout_.syncOffset());
   }
   dev_.sentSeq = counters_;
   dev_.recvSeq = counters_ + counterWords;
+  dev_.syncSeq = counters_ + 2 * counterWords;
   dev_.status = static_cast<cuda::DevStatus*>(statusOnDevice);
   watchdog_ = std::thread([this] { watch(); });
   const DeviceIdentity& id = device_.identity();
@@ -131,7 +148,10 @@ CudaEngine::~CudaEngine() {
   cudaSetDevice(device_.ordinal());
   cudaDeviceSynchronize();
   cudaGetLastError();
+  userWindows_.reset();
   if (streamSwitch_ != nullptr) cudaEventDestroy(streamSwitch_);
+  if (ceDone_ != nullptr) cudaEventDestroy(ceDone_);
+  if (rescueStream_ != nullptr) cudaStreamDestroy(rescueStream_);
   if (counters_ != nullptr) cudaFree(counters_);
   if (barrierScratch_ != nullptr) cudaFree(barrierScratch_);
   if (status_ != nullptr) cudaFreeHost(status_);
@@ -173,18 +193,29 @@ void CudaEngine::fitSharedGpus() {
 
 std::vector<NativeSelectorRow> CudaEngine::selectorRows() const {
   const int64_t llMax = env::cudaLLMaxBytes();
+  const int64_t ceMin = env::cudaCopyEngineMinBytes();
+  auto llRowMax = [&](loomFunc_t func) {
+    return llMax >= 0 ? static_cast<size_t>(llMax) : defaultLLMax(func);
+  };
   std::vector<NativeSelectorRow> rows;
   for (size_t i = 0; i < algorithms_.size(); ++i) {
     const loomFunc_t func = algorithms_[i].func;
     const int index = static_cast<int>(i);
+    const bool hasCopyEngine = func == loomFuncAllGather || func == loomFuncAllToAll;
+    // The copy engines take calls from LOOM_CUDA_CE_MIN_BYTES on (none by default: not yet
+    // measured where they win; LOOM_ALGO=allgather:ce forces them).
+    const bool ceRows = hasCopyEngine && ceMin >= 0;
+    const size_t ceFrom = ceRows ? std::max<size_t>(static_cast<size_t>(ceMin), 1) : SIZE_MAX;
     if (func == loomFuncBarrier) {
       rows.push_back({func, SIZE_MAX, index});
     } else if (protocols_[i] == Protocol::kLL) {
       // alltoallv: counts differ per rank, so no rank knows the size of the whole exchange:
       // LL only when asked for by size.
       if (func == loomFuncAllToAllv && llMax < 0) continue;
-      rows.push_back({func, llMax >= 0 ? static_cast<size_t>(llMax) : defaultLLMax(func), index});
-    } else {
+      rows.push_back({func, std::min(llRowMax(func), ceFrom - 1), index});
+    } else if (protocols_[i] == Protocol::kSimple) {
+      if (ceFrom - 1 > llRowMax(func) || !ceRows) rows.push_back({func, ceFrom - 1, index});
+    } else if (ceRows) {
       rows.push_back({func, SIZE_MAX, index});
     }
   }
@@ -200,6 +231,7 @@ std::string CudaEngine::describe() const {
 void CudaEngine::stop() {
   volatile cuda::DevStatus* status = status_;
   status->abort = 1;
+  releaseCopyEngineWaits();
 }
 
 void CudaEngine::watch() {
@@ -211,13 +243,21 @@ void CudaEngine::watch() {
     if (stopWatch_) break;
     volatile cuda::DevStatus* status = status_;
     if (setup_.aborted != nullptr && setup_.aborted->load()) status->abort = 1;
+    watchCopyEngine();
     if (!reported && status->error != cuda::kDevOk) {
       reported = true;
       int peer = status->errorPeer;
-      setup_.fail(Error(loomTimeout, "a GPU kernel waited more than " +
-                                         std::to_string(setup_.timeoutMs / 1000.0) +
-                                         " s for rank " + std::to_string(peer) +
-                                         " (LOOM_TIMEOUT / config timeoutMs)"));
+      if (status->error == cuda::kDevWindowMismatch)
+        setup_.fail(Error(loomInvalidUsage,
+                          "rank " + std::to_string(peer) +
+                              " called a collective on registered windows with other buffer "
+                              "offsets or sizes than this rank (calls on windows must use the "
+                              "same offsets on every rank)"));
+      else
+        setup_.fail(Error(loomTimeout, "a GPU kernel waited more than " +
+                                           std::to_string(setup_.timeoutMs / 1000.0) +
+                                           " s for rank " + std::to_string(peer) +
+                                           " (LOOM_TIMEOUT / config timeoutMs)"));
       continue;
     }
     if (reported || status->abort != 0) continue;
@@ -300,10 +340,13 @@ void CudaEngine::barrier(cudaStream_t stream) {
 }
 
 void CudaEngine::run(int algorithm, const CollArgs& call) {
-  const Protocol protocol = protocols_.at(algorithm);
+  Protocol protocol = protocols_.at(algorithm);
   device_.makeCurrent();
   cudaStream_t stream = orderStream(call.stream);
   if (call.func == loomFuncBarrier) return barrier(stream);
+  if (runOnWindows(protocol, call, stream)) return;
+  // The copy engines need windows: other buffers run the simple protocol.
+  if (protocol == Protocol::kCopyEngine) protocol = Protocol::kSimple;
   const int n = setup_.nranks;
   const size_t bytes = call.count * dtypeSize(call.dtype);
   if (call.func == loomFuncAllReduce && protocol == Protocol::kSimple && n > 1 && bytes > 0) {

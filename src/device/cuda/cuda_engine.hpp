@@ -1,10 +1,14 @@
 // The GPU side of a communicator whose ranks own CUDA devices: the peer windows (cuda_ipc
 // transport), the kernels' sequence counters and status words, the launches of every collective
 // on the caller's stream, and a watchdog thread that turns a dead peer or a host-side abort into
-// kernels that stop, and a kernel's timeout into the communicator's error.
+// kernels that stop, and a kernel's timeout into the communicator's error. Calls on buffers in
+// registered windows (user_windows.hpp) run zero-copy kernels or copy-engine transfers instead
+// (cuda_engine_windows.cpp).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -13,18 +17,22 @@
 #include "base/error.hpp"
 #include "device/cuda/collectives/dev_comm.hpp"
 #include "device/cuda/collectives/exchange.hpp"
+#include "device/cuda/collectives/zero_copy.hpp"
 #include "device/cuda/cuda_device.hpp"
+#include "device/cuda/cuda_driver.hpp"
 #include "device/cuda/peer_windows.hpp"
+#include "device/cuda/user_windows.hpp"
 #include "device/native.hpp"
 
 namespace loom {
 
 // The CUDA backend's native collectives: for every collective "ll" (LL packets, one network
 // step; allreduce is one-shot) and "simple" (bulk chunks with flags; allreduce is two-shot
-// reduce-scatter + all-gather), with the selector rows measured for them.
+// reduce-scatter + all-gather), with the selector rows measured for them; for allgather and
+// alltoall also "ce" (copy engines, no kernel; only on registered windows).
 class CudaEngine final : public NativeCollectives {
  public:
-  enum class Protocol { kLL, kSimple };
+  enum class Protocol { kLL, kSimple, kCopyEngine };
 
   CudaEngine(CudaDevice& device, const NativeSetup& setup);
   ~CudaEngine() override;
@@ -37,8 +45,21 @@ class CudaEngine final : public NativeCollectives {
   void pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) override;
   void stop() override;
   std::string describe() const override;
+  bool registerWindow(uint64_t id, void* ptr, size_t bytes, std::string& why) override;
+  void deregisterWindow(uint64_t id) override;
 
  private:
+  // Calls whose buffers lie in registered windows: zero-copy kernels, or the copy engines where
+  // the selector chose "ce". False when the call's buffers are not (all) in windows.
+  bool runOnWindows(Protocol protocol, const CollArgs& call, cudaStream_t stream);
+  void runCopyEngine(const cuda::ZeroCopyArgs& args, cudaStream_t stream);
+  // The copy-engine handshake word of rank `owner`'s window for `phase` (0 arrive, 1 depart)
+  // and source rank `source`, as mapped here.
+  uint64_t* ceFlag(int owner, int phase, int source) const;
+  // Watchdog: a copy-engine call's stream waits that can no longer end (dead peer, timeout,
+  // abort) are released, so that the stream drains and the error reaches the caller.
+  void watchCopyEngine();
+  void releaseCopyEngineWaits();
   cudaStream_t orderStream(loomStream_t stream);
   void launchExchange(const cuda::ExchangeArgs& args, bool reduce, const CollArgs& call,
                       Protocol protocol, cudaStream_t stream);
@@ -61,6 +82,16 @@ class CudaEngine final : public NativeCollectives {
   int p2pBlocks_ = cuda::kP2PChannels;  // grid of a send/recv kernel
 
   std::vector<char> p2pTaken_;  // pointToPoint's scratch
+
+  CudaDriver driver_;
+  std::unique_ptr<UserWindows> userWindows_;
+  bool windowsEnabled_ = true;  // LOOM_CUDA_WINDOWS
+  bool ceUsable_ = false;       // stream memory operations on peer windows
+  uint64_t ceSeq_ = 0;          // copy-engine calls so far (the same count on every rank)
+  cudaEvent_t ceDone_ = nullptr;
+  cudaStream_t rescueStream_ = nullptr;
+  std::atomic<uint64_t> ceIssuedNs_{0};  // when the last copy-engine call was enqueued; 0: none
+  std::atomic<bool> ceReleased_{false};
 
   cudaStream_t lastStream_ = nullptr;
   bool haveLastStream_ = false;

@@ -28,7 +28,7 @@ struct DevStatus {
   int waiting;    // set by kernels while a wait has lasted over a millisecond: check the peers
 };
 
-enum DevError : int { kDevOk = 0, kDevTimeout = 1, kDevAborted = 2 };
+enum DevError : int { kDevOk = 0, kDevTimeout = 1, kDevAborted = 2, kDevWindowMismatch = 3 };
 
 // A rank's window, the part of its device (or pinned host) memory that peers write into:
 //   slots   [kChannels][nranks][kSlotsPerChannel][slotBytes]: data from rank q on channel b
@@ -36,6 +36,14 @@ enum DevError : int { kDevOk = 0, kDevTimeout = 1, kDevAborted = 2 };
 //           protocol where it polls for packets (data can look like a flag).
 //   ready   [kChannels][nranks] uint64: last sequence number rank q posted into those slots
 //   acks    [kChannels][nranks] uint64: last sequence number rank p consumed of this rank's data
+//   sync    [2][kMaxBlocks][nranks] SyncFlag: the zero-copy kernels' arrival (0) and departure
+//           (1) of block b of rank q (user_window_kernels.cu)
+//   ceSync  [2][nranks] uint64: the same for the copy-engine collectives, written by the streams
+struct SyncFlag {
+  uint64_t seq;
+  uint64_t tag;  // arrival: what the caller passed (offsets into its windows), compared by peers
+};
+
 struct WindowLayout {
   size_t slotBytes = 0;
   int nranks = 0;
@@ -43,7 +51,11 @@ struct WindowLayout {
   size_t flagBytes() const { return sizeof(uint64_t) * kChannels * nranks; }
   size_t readyOffset() const { return 0; }
   size_t acksOffset() const { return flagBytes(); }
-  size_t slotsOffset() const { return (2 * flagBytes() + 4095) / 4096 * 4096; }
+  size_t syncOffset() const { return 2 * flagBytes(); }
+  size_t syncBytes() const { return sizeof(SyncFlag) * 2 * kMaxBlocks * nranks; }
+  size_t ceSyncOffset() const { return syncOffset() + syncBytes(); }
+  size_t ceSyncBytes() const { return sizeof(uint64_t) * 2 * nranks; }
+  size_t slotsOffset() const { return (ceSyncOffset() + ceSyncBytes() + 4095) / 4096 * 4096; }
   size_t slotsBytes(size_t bytesPerSlot) const {
     return static_cast<size_t>(kChannels) * nranks * kSlotsPerChannel * bytesPerSlot;
   }
@@ -62,9 +74,11 @@ struct DevComm {
   char* llSlots[kMaxRanks];
   uint64_t* ready[kMaxRanks];
   uint64_t* acks[kMaxRanks];
+  SyncFlag* sync[kMaxRanks];  // [2][kMaxBlocks][nranks] in each rank's window
   // This rank's counters, [kChannels][nranks]: sequence numbers sent to / received from a peer.
   uint64_t* sentSeq;
   uint64_t* recvSeq;
+  uint64_t* syncSeq;  // [kMaxBlocks]: zero-copy calls block b took part in
   DevStatus* status;  // host-mapped
 };
 

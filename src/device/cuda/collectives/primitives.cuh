@@ -39,6 +39,12 @@ __device__ __forceinline__ void storeRelaxed(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+// A flag that publishes data written before it (by this thread, or by the block's threads
+// before a barrier): system-scope release.
+__device__ __forceinline__ void storeRelease(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 __device__ __forceinline__ uint4 loadVolatile16(const void* p) {
   uint4 v;
   asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -52,6 +58,18 @@ __device__ __forceinline__ void storeVolatile16(void* p, uint4 v) {
   asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
                "r"(v.z), "r"(v.w)
                : "memory");
+}
+
+// Records why this rank's kernels stop (the first reason wins) and raises the abort, so every
+// other block and kernel of this rank stops as well.
+__device__ __forceinline__ void giveUp(const DevComm& comm, int error, int peer) {
+  volatile DevStatus* status = comm.status;
+  if (status->error == kDevOk) {
+    status->errorPeer = peer;
+    status->error = error;
+  }
+  __threadfence_system();
+  status->abort = 1;
 }
 
 // Gives up a wait: on the host's abort, or past the communicator's timeout (then it records why
@@ -69,12 +87,7 @@ struct Waiter {
     if (start == 0) start = now;
     if (now - start > 1000000) status->waiting = 1;  // the host's watchdog then checks the peers
     if (now - start <= comm.timeoutNs) return false;
-    if (status->error == kDevOk) {
-      status->errorPeer = peer;
-      status->error = kDevTimeout;
-    }
-    __threadfence_system();
-    status->abort = 1;
+    giveUp(comm, kDevTimeout, peer);
     return true;
   }
 };

@@ -1,0 +1,122 @@
+// Zero-copy collectives on registered windows; the steps are in zero_copy.hpp.
+//
+// Arrival and departure are flags in every rank's own communicator window (WindowLayout::sync),
+// one per (phase, block, source rank), holding monotonically growing sequence numbers: block b's
+// count of zero-copy calls (DevComm::syncSeq) is the same on every rank, since every rank runs
+// the same calls with the same grid. A rank can be at most one call ahead of a peer: its next
+// arrival waits for the peer's departure from this one. So a tag written with an arrival is read
+// by the peer before it can be overwritten.
+#include "base/error.hpp"
+#include "device/cuda/collectives/primitives.cuh"
+#include "device/cuda/collectives/reduce_ops.cuh"
+#include "device/cuda/collectives/zero_copy.hpp"
+
+namespace loom::cuda {
+
+namespace {
+
+enum Phase : int { kArrive = 0, kDepart = 1 };
+
+// Thread p tells block b of rank p that this block reached `phase` of call `seq`, then waits
+// until block b of rank p has too. False on every thread when a wait gave up or a peer's arrival
+// carried another tag (an asymmetric call: recorded as the kernel's error).
+__device__ __forceinline__ bool syncPeers(const DevComm& c, Phase phase, uint64_t seq,
+                                          uint64_t tag) {
+  __syncthreads();  // the block's accesses of the step before are complete
+  const int n = c.nranks, me = c.rank, p = threadIdx.x;
+  int stop = 0;
+  if (p < n && p != me) {
+    const size_t at = (static_cast<size_t>(phase) * kMaxBlocks + blockIdx.x) * n;
+    SyncFlag* to = c.sync[p] + at + me;
+    storeRelaxed(&to->tag, tag);
+    storeRelease(&to->seq, seq);  // after the block's writes into p's memory and the tag
+    const SyncFlag* from = c.sync[me] + at + p;
+    stop = !waitAtLeast<true>(c, &from->seq, seq, p);
+    if (!stop && phase == kArrive && loadRelaxed(&from->tag) != tag) {
+      giveUp(c, kDevWindowMismatch, p);
+      stop = 1;
+    }
+  }
+  return !__syncthreads_or(stop);
+}
+
+// The call's sequence number for this block (shared by its threads).
+__device__ __forceinline__ uint64_t openCall(const DevComm& c, uint64_t& shared) {
+  if (threadIdx.x == 0) shared = c.syncSeq[blockIdx.x] + 1;
+  __syncthreads();
+  return shared;
+}
+
+__device__ __forceinline__ void closeCall(const DevComm& c, uint64_t seq) {
+  if (threadIdx.x == 0) c.syncSeq[blockIdx.x] = seq;
+}
+
+__global__ void __launch_bounds__(kThreads) zeroCopyCopyKernel(DevComm c, ZeroCopyArgs a) {
+  __shared__ uint64_t shared;
+  const uint64_t seq = openCall(c, shared);
+  if (!syncPeers(c, kArrive, seq, a.tag)) return;
+  // Pieces in the order of their destinations from this rank on, so that not every rank writes
+  // into the same peer at once.
+  for (int i = 0; i < a.pieces; ++i) {
+    const int k = (i + c.rank) % a.pieces;
+    Range r = splitRange(a.bytes[k], blockIdx.x, a.blocks);
+    blockCopy<false>(a.dst[k] + r.begin, a.src[k] + r.begin, r.size());
+  }
+  if (!syncPeers(c, kDepart, seq, a.tag)) return;
+  closeCall(c, seq);
+}
+
+template <typename R>
+__global__ void __launch_bounds__(kThreads) zeroCopyReduceKernel(DevComm c, ZeroCopyArgs a) {
+  __shared__ uint64_t shared;
+  const uint64_t seq = openCall(c, shared);
+  if (!syncPeers(c, kArrive, seq, a.tag)) return;
+  const Range mine = splitRange(a.reduceBytes, blockIdx.x, a.blocks);
+  const size_t stride = static_cast<size_t>(blockDim.x) * 16;
+  // Every thread reads and writes the same 16 bytes of every buffer: in place, an offset is read
+  // from every input before any output at that offset is written.
+  for (size_t off = mine.begin + static_cast<size_t>(threadIdx.x) * 16; off < mine.end;
+       off += stride) {
+    const size_t len = mine.end - off < 16 ? mine.end - off : 16;
+    typename R::template Acc<16> acc;
+    for (int q = 0; q < c.nranks; ++q) {
+      uint4 v = loadBytes16(a.inputs[q] + off, len);
+      if (q == 0) {
+        R::template first<16>(acc, &v);
+      } else {
+        R::template next<16>(acc, &v);
+      }
+    }
+    uint4 out;
+    R::template finish<16>(&out, acc, a.divisor);
+    for (int j = 0; j < a.outputCount; ++j) storeBytes16(a.outputs[j] + off, out, len);
+  }
+  if (!syncPeers(c, kDepart, seq, a.tag)) return;
+  closeCall(c, seq);
+}
+
+void checkLaunch(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    LOOM_THROW(loomUnhandledCudaError, "launching the zero-copy ", what,
+               " kernel: ", cudaGetErrorString(err));
+}
+
+}  // namespace
+
+void launchZeroCopyCopy(const DevComm& comm, const ZeroCopyArgs& args, cudaStream_t stream) {
+  zeroCopyCopyKernel<<<args.blocks, kThreads, 0, stream>>>(comm, args);
+  checkLaunch("copy");
+}
+
+void launchZeroCopyReduce(const DevComm& comm, const ZeroCopyArgs& args, ReduceKey key,
+                          cudaStream_t stream) {
+  bool found = withReducer(key.dtype, key.op, static_cast<Accum>(key.accum), [&](auto reducer) {
+    zeroCopyReduceKernel<decltype(reducer)><<<args.blocks, kThreads, 0, stream>>>(comm, args);
+  });
+  if (!found)
+    LOOM_THROW(loomInvalidArgument, "no GPU reduction for this type, op and accumulation");
+  checkLaunch("reduce");
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,63 @@
+// Buffers the ranks of a CUDA communicator registered together as a window
+// (loomCommWindowRegister): every rank's part mapped into every process through CUDA IPC, so the
+// zero-copy kernels and the copy-engine collectives address a peer's buffer directly.
+//
+// A part may start anywhere inside an allocation: what travels is the allocation's IPC handle
+// and the part's offset in it. An allocation is opened once per process however many windows
+// lie in it (CUDA refuses a second open of one handle), and closed with its last window.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "device/cuda/collectives/dev_comm.hpp"
+#include "device/cuda/cuda_driver.hpp"
+
+namespace loom {
+
+struct UserWindow {
+  uint64_t id = 0;
+  char* base = nullptr;  // this rank's part
+  size_t bytes = 0;
+  char* part[cuda::kMaxRanks] = {};  // every rank's part as mapped here (part[rank] == base)
+};
+
+class UserWindows {
+ public:
+  UserWindows(const CudaDriver& driver, int rank, int nranks,
+              std::function<std::vector<std::string>(const std::string&)> allGather);
+  ~UserWindows();
+  UserWindows(const UserWindows&) = delete;
+  UserWindows& operator=(const UserWindows&) = delete;
+
+  // Collective. False on every rank, with why, when some rank's part cannot be mapped by some
+  // peer (nothing stays open then).
+  bool add(uint64_t id, void* ptr, size_t bytes, std::string& why);
+  // Collective, after this rank's device work is finished: closes the peers' parts and returns
+  // once every rank has closed this rank's.
+  void remove(uint64_t id);
+  bool empty() const { return windows_.empty(); }
+  // The window whose part holds [ptr, ptr + bytes), and ptr's offset in it; null if none.
+  const UserWindow* find(const void* ptr, size_t bytes, size_t& offset) const;
+
+ private:
+  struct Opened {
+    char* base;
+    int users;
+  };
+  char* open(const std::string& handle);
+  void close(const std::string& handle);
+
+  const CudaDriver& driver_;
+  int rank_, nranks_;
+  std::function<std::vector<std::string>(const std::string&)> allGather_;
+  std::vector<UserWindow> windows_;
+  std::vector<std::vector<std::string>> handles_;  // of windows_: each peer's allocation handle
+  std::map<std::string, Opened> opened_;           // allocation handle -> mapped here
+};
+
+}  // namespace loom
