@@ -147,6 +147,28 @@ loomResult_t loomCommDescribeTopology(const loomComm_t comm, char* text, size_t 
 loomResult_t loomCommGetAlgorithm(const loomComm_t comm, loomFunc_t func, size_t count,
                                   loomDataType_t datatype, const char** algorithm);
 
+/* Windows (as NCCL's ncclCommWindowRegister): a buffer every rank registers together, in the same
+ * order and with the same size. With LOOM_WIN_COLL_SYMMETRIC the caller promises that collectives
+ * on it use the same offsets on every rank; then, where the device can (CUDA GPUs of one host
+ * mapping each other's memory), allgather, alltoall, reduce-scatter and allreduce on it read and
+ * write the peers' buffers directly (no staging copy), and allgather/alltoall may run on the copy
+ * engines (LOOM_ALGO=allgather:ce). A call that breaks the promise fails with loomInvalidUsage.
+ * Elsewhere registration succeeds and calls run as on any buffer. Windows start anywhere in an
+ * allocation that can be shared between processes: loomMemAlloc's, or cudaMalloc's. Deregister
+ * (also collective) before freeing the buffer. */
+typedef struct loomWindow* loomWindow_t;
+#define LOOM_WIN_DEFAULT 0x00
+#define LOOM_WIN_COLL_SYMMETRIC 0x01
+/* Memory of the communicator's device for windows; free with loomMemFree. */
+loomResult_t loomMemAlloc(loomComm_t comm, void** ptr, size_t size);
+loomResult_t loomMemFree(loomComm_t comm, void* ptr);
+loomResult_t loomCommWindowRegister(loomComm_t comm, void* buff, size_t size, loomWindow_t* win,
+                                    int flags);
+loomResult_t loomCommWindowDeregister(loomComm_t comm, loomWindow_t win);
+/* *direct = 1 when collectives on the window use it directly, 0 when they run as on any buffer
+ * (LOOM_DEBUG=INFO says why at registration). */
+loomResult_t loomCommWindowIsDirect(loomComm_t comm, loomWindow_t win, int* direct);
+
 /* Group calls: operations between Start and End are issued together at End, so that
  * matching sends and receives in any order cannot deadlock. */
 loomResult_t loomGroupStart(void);

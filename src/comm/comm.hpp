@@ -112,6 +112,19 @@ class Comm {
   // "loom-emu:0 (loom Loom emulated accelerator; host algorithms staged through host memory)"
   const std::string& deviceDescription() const { return deviceDescription_; }
 
+  // Windows (loomCommWindowRegister): collective, in the same order on every rank, which all pass
+  // `bytes`. `symmetric`: the caller promises that collectives on the window use the same offsets
+  // on every rank, so the backend's native collectives may read and write peers' parts directly.
+  // Returns the window's id (the same on every rank).
+  uint64_t registerWindow(void* ptr, size_t bytes, bool symmetric);
+  // Collective, in the same order on every rank; waits for this rank's device work.
+  void deregisterWindow(uint64_t id);
+  // Whether collectives use window `id` directly, and if not, why.
+  bool windowUsed(uint64_t id, std::string* why = nullptr) const;
+  // Device memory of this communicator's device, for windows (loomMemAlloc).
+  void* allocateMemory(size_t bytes);
+  void releaseMemory(void* ptr);
+
   std::unique_ptr<Comm> split(int color, int key, const CommConfig& config);
   // A heterogeneous communicator's leaders' exchange: runs `args` (an elementwise collective of
   // this host communicator) in chunks; with `device`, its buffers are that device's memory,
@@ -313,6 +326,16 @@ class Comm {
   std::vector<Clock::time_point> nextPeerCheck_;  // [0]: no peer in particular, [r+1]: rank r
   int64_t checkMode_ = 1;  // LOOM_CHECK, the same on every rank (checked at init)
   CallCheck callCheck_;
+
+  struct CommWindow {
+    uint64_t id;
+    void* base;
+    size_t bytes;
+    bool used;        // the native collectives read and write it directly
+    std::string why;  // when not
+  };
+  std::vector<CommWindow> windows_;
+  uint64_t nextWindowId_ = 1;
 
   // The bootstrap is not thread-safe; loomCommAbort may report a failure from another thread.
   std::mutex bootstrapMutex_;

@@ -1,0 +1,74 @@
+// The communicator's windows: buffers every rank registers together, which a backend's native
+// collectives may read and write in peers' memory (device/native.hpp registerWindow), and the
+// device memory loomMemAlloc hands out for them.
+//
+// Registration is collective, and so are its failures: a rank's bad argument is exchanged
+// before anything else, so that every rank throws the same loomInvalidArgument instead of
+// leaving its peers waiting in the backend's exchange.
+#include <algorithm>
+
+#include "base/log.hpp"
+#include "comm/comm.hpp"
+
+namespace loom {
+
+uint64_t Comm::registerWindow(void* ptr, size_t bytes, bool symmetric) {
+  beginOperation();
+  std::string problem;
+  if (ptr == nullptr || bytes == 0) {
+    problem = "buffer is NULL or size is 0";
+  } else {
+    try {
+      device_->checkBuffer(ptr, bytes, "window buffer");
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  std::vector<std::string> problems =
+      withBootstrap([&](Bootstrap& b) { return b.allGather(problem.empty() ? "" : problem); });
+  for (int q = 0; q < nranks_; ++q)
+    LOOM_CHECK_ARG(problems[q].empty(), "rank ", q, ": ", problems[q]);
+  CommWindow w{nextWindowId_++, ptr, bytes, false, ""};
+  if (!native_) {
+    w.why = "this communicator runs host algorithms, which do not use windows";
+  } else if (!symmetric) {
+    w.why = "registered without LOOM_WIN_COLL_SYMMETRIC";
+  } else {
+    failOnErrorExceptArguments([&] { w.used = native_->registerWindow(w.id, ptr, bytes, w.why); });
+  }
+  if (!w.used)
+    LOOM_INFO(kSubsysColl, rank_, "window ", w.id, " (", bytes,
+              " bytes) registered; collectives on it run as on any buffer: ", w.why);
+  windows_.push_back(w);
+  return w.id;
+}
+
+void Comm::deregisterWindow(uint64_t id) {
+  checkUsable();
+  auto it = std::find_if(windows_.begin(), windows_.end(),
+                         [&](const CommWindow& w) { return w.id == id; });
+  LOOM_CHECK_ARG(it != windows_.end(), "window ", id, " is not registered with this communicator");
+  const bool used = it->used;
+  windows_.erase(it);
+  if (used) failOnErrorExceptArguments([&] { native_->deregisterWindow(id); });
+}
+
+bool Comm::windowUsed(uint64_t id, std::string* why) const {
+  for (const CommWindow& w : windows_) {
+    if (w.id != id) continue;
+    if (why != nullptr) *why = w.why;
+    return w.used;
+  }
+  return false;
+}
+
+void* Comm::allocateMemory(size_t bytes) {
+  LOOM_CHECK_ARG(bytes > 0, "size is 0");
+  return device_->allocate(bytes);
+}
+
+void Comm::releaseMemory(void* ptr) {
+  if (ptr != nullptr) device_->release(ptr);
+}
+
+}  // namespace loom
