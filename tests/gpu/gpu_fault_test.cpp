@@ -14,6 +14,8 @@
 //   before   the victim dies without entering the allreduce that the others enter.
 //   after    the victim dies right after enqueueing an allreduce (its GPU may still do its part of
 //            that one); the others enqueue two, of which the second cannot complete.
+// A "-window" suffix registers the buffers as windows first (the zero-copy kernels, or with
+// "-window-allgather" and LOOM_ALGO=allgather:ce the copy engines, whose waits are the stream's).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -70,6 +72,8 @@ void say(const std::string& text) {
 // memory and no stream (CPU collectives are blocking).
 struct RankBuffers {
   const bool cpu = cpuReferenceMode();
+  bool gather = false;  // allgather of count / nranks floats per rank instead of allreduce
+  int nranks = 1;
   size_t count = 0;
   cudaStream_t stream = nullptr;
   float* send = nullptr;
@@ -92,7 +96,16 @@ struct RankBuffers {
                cudaSuccess;
   }
   loomResult_t allReduce(loomComm_t comm) {
+    if (gather) return loomAllGather(send, recv, count / nranks, loomFloat32, comm, stream);
     return loomAllReduce(send, recv, count, loomFloat32, loomSum, comm, stream);
+  }
+  // Both buffers as windows (collective).
+  bool registerWindows(loomComm_t comm) {
+    loomWindow_t w = nullptr;
+    return loomCommWindowRegister(comm, send, count * sizeof(float), &w, LOOM_WIN_COLL_SYMMETRIC) ==
+               loomSuccess &&
+           loomCommWindowRegister(comm, recv, count * sizeof(float), &w, LOOM_WIN_COLL_SYMMETRIC) ==
+               loomSuccess;
   }
   cudaError_t query() const { return cpu ? cudaSuccess : cudaStreamQuery(stream); }
   // Waits for the stream; the result on the host.
@@ -108,7 +121,7 @@ struct RankBuffers {
   }
 };
 
-// An allreduce of ones: every element must be nranks.
+// An allreduce of ones: every element must be nranks (an allgather of ones: 1).
 bool checkedAllReduce(loomComm_t comm, RankBuffers& buffers, int nranks) {
   if (buffers.allReduce(comm) != loomSuccess) {
     say(std::string("warm-up allreduce failed: ") + loomGetLastError(nullptr));
@@ -119,8 +132,9 @@ bool checkedAllReduce(loomComm_t comm, RankBuffers& buffers, int nranks) {
     say("warm-up allreduce: the stream failed");
     return false;
   }
+  const float want = buffers.gather ? 1.0f : static_cast<float>(nranks);
   for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i] != static_cast<float>(nranks)) {
+    if (got[i] != want) {
       say("warm-up allreduce: wrong element " + std::to_string(i));
       return false;
     }
@@ -130,6 +144,7 @@ bool checkedAllReduce(loomComm_t comm, RankBuffers& buffers, int nranks) {
 
 int runRank(const std::string& scenario, size_t count) {
   gRankId = envInt({"LOOM_RANK"}, -1);
+  const bool after = scenario.rfind("after", 0) == 0;
   const bool cpu = cpuReferenceMode();
   int device = -1;
   if (cudaError_t e = cpu ? cudaSuccess : selectRankDevice(&device); e != cudaSuccess) {
@@ -147,8 +162,14 @@ int runRank(const std::string& scenario, size_t count) {
   }
   loomCommCount(comm, &nranks);
   RankBuffers buffers;
+  buffers.gather = scenario.find("-allgather") != std::string::npos;
+  buffers.nranks = nranks;
   if (!buffers.allocate(count)) {
     say("no device memory or stream");
+    return kRankSetupFailed;
+  }
+  if (scenario.find("-window") != std::string::npos && !buffers.registerWindows(comm)) {
+    say(std::string("loomCommWindowRegister failed: ") + loomGetLastError(nullptr));
     return kRankSetupFailed;
   }
   for (int i = 0; i < 3; ++i)
@@ -158,13 +179,13 @@ int runRank(const std::string& scenario, size_t count) {
   if (gRankId == kVictim) {
     // Late enough that every survivor finished the checked calls and waits in the next one.
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    if (scenario == "after") buffers.allReduce(comm);
+    if (after) buffers.allReduce(comm);
     raise(SIGKILL);
   }
 
   const Clock::time_point start = Clock::now();
   std::string how;
-  const int calls = scenario == "after" ? 2 : 1;
+  const int calls = after ? 2 : 1;
   for (int i = 0; i < calls && how.empty(); ++i) {
     loomResult_t r = buffers.allReduce(comm);
     if (r != loomSuccess)
@@ -222,7 +243,7 @@ int runRank(const std::string& scenario, size_t count) {
 // The driver
 
 struct Scenario {
-  const char* name;       // before | after
+  const char* name;       // before | after, optionally -window[-allgather]
   size_t count;           // floats per allreduce
   const char* algo;       // LOOM_ALGO
   const char* transport;  // LOOM_CUDA_TRANSPORT
@@ -371,6 +392,9 @@ int runDriver() {
       {"before", size_t{4} << 20, "allreduce:simple", ""},
       {"after", size_t{4} << 20, "allreduce:simple", ""},
       {"before", size_t{1} << 20, "", "host"},
+      {"before-window", size_t{4} << 20, "", ""},
+      {"before-window-allgather", size_t{4} << 20, "allgather:ce", ""},
+      {"after-window-allgather", size_t{4} << 20, "allgather:ce", ""},
   };
   int failed = 0;
   for (const Scenario& s : scenarios) failed += runJob(self, s, nranks) ? 0 : 1;

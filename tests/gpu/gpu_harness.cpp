@@ -124,6 +124,7 @@ const char* const kAlgoKeys[9] = {"allreduce", "broadcast", "reduce", "allgather
 std::string algoSpec(const char* algo) {
   std::string spec;
   if (algo == nullptr || algo[0] == '\0') return spec;
+  if (std::strchr(algo, ':') != nullptr) return algo;  // already "collective:algorithm,..."
   for (const char* key : kAlgoKeys) {
     if (!spec.empty()) spec += ',';
     spec.append(key).append(":").append(algo);

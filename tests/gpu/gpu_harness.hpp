@@ -72,7 +72,8 @@ inline void PrintTo(const GpuConfig& c, std::ostream* os) { *os << c.name; }
 
 // The nine collective keys of LOOM_ALGO.
 extern const char* const kAlgoKeys[9];
-// "allreduce:ALGO,broadcast:ALGO,..." for all nine keys, or "" for an empty algo.
+// "allreduce:ALGO,broadcast:ALGO,..." for all nine keys, "" for an empty algo, and an algo that
+// already names collectives ("allgather:ce,...") as it is.
 std::string algoSpec(const char* algo);
 // The sweep configs: auto, ll, simple, tiny-slot ll and simple, host transport (auto and tiny).
 // GPUTEST_CONFIGS=name,name,... (the same on every rank) runs only those.
