@@ -69,7 +69,8 @@ class CudaBackend final : public Backend {
   cudaEvent_t stop_ = nullptr;
   unsigned char* send_ = nullptr;
   unsigned char* recv_ = nullptr;
-  unsigned char* scratch_ = nullptr;  // barrier word, reduced scalars, broadcast bytes
+  loomWindow_t windows_[2] = {nullptr, nullptr};  // --window: send_ and recv_
+  unsigned char* scratch_ = nullptr;              // barrier word, reduced scalars, broadcast bytes
   // Staging for the check, allocated on its first use (runs with -c 0 never need it).
   std::unique_ptr<unsigned char[]> hostSend_;
   std::unique_ptr<unsigned char[]> hostRecv_;

@@ -255,6 +255,9 @@ std::string usageText() {
          "              device LOCAL_RANK % device count\n"
          "  --graph 0|1 capture the -n calls of each size into one CUDA graph and time its\n"
          "              launch (default 0); -G N is the same with N > 0\n"
+         "  --window 0|1 register the send and receive buffers as symmetric windows\n"
+         "              (loomCommWindowRegister), so that Loom's calls on them run zero-copy\n"
+         "              (default 0; NCCL, with --vs, uses them unregistered)\n"
          "  --vs nccl   also time NCCL on the same buffers and print its time, its busbw and\n"
          "              the loom/nccl time ratio; NCCL is loaded at run time: libnccl.so.2,\n"
          "              or the file $LOOM_BENCH_NCCL names\n"
@@ -349,6 +352,7 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
                                             "--op",
                                             "--device",
                                             "--graph",
+                                            "--window",
                                             "--vs"};
       for (const char* known : kValued) {
         if (flag == known) return usageError("flag " + flag + " needs a value");
@@ -439,6 +443,10 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
       auto v = parseInt(value, 0, 1);
       if (!v) return bad();
       opts.graph = *v == 1;
+    } else if (flag == "--window") {
+      auto v = parseInt(value, 0, 1);
+      if (!v) return bad();
+      opts.window = *v == 1;
     } else if (flag == "--vs") {
       if (value != "nccl") return bad();
       opts.vsNccl = true;
@@ -453,8 +461,8 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
     }
   }
   if (opts.minBytes > opts.maxBytes) return usageError("-b is larger than -e");
-  if (opts.device == DeviceChoice::kCpu && (opts.graph || opts.vsNccl)) {
-    return usageError("--graph and --vs run on CUDA devices only, not with --device cpu");
+  if (opts.device == DeviceChoice::kCpu && (opts.graph || opts.vsNccl || opts.window)) {
+    return usageError("--graph, --window and --vs run on CUDA devices only, not with --device cpu");
   }
   // Ops without a reduction run once per type, whatever -o says.
   if (!benchOpReduces(opts.op)) opts.redops = {loomSum};

@@ -57,6 +57,7 @@ struct BenchOptions {
   DeviceChoice device = DeviceChoice::kAuto;
   bool graph = false;   // CUDA only: time the -n calls as one captured CUDA graph
   bool vsNccl = false;  // CUDA only: time NCCL on the same buffers too
+  bool window = false;  // CUDA only: the buffers are registered windows (loomCommWindowRegister)
 };
 
 enum class ParseOutcome { kRun, kHelp, kVersion, kUsageError };

@@ -482,8 +482,9 @@ int benchMain(int argc, char** argv) {
       std::fprintf(stderr, "loom-bench: %s\n", shortfall.c_str());
       return 1;
     }
-    layout.deviceLine =
-        "# device: cuda, rank 0 on " + myDevice + "; graph: " + (opts.graph ? "1" : "0");
+    layout.deviceLine = "# device: cuda, rank 0 on " + myDevice +
+                        "; graph: " + (opts.graph ? "1" : "0") +
+                        "; window: " + (opts.window ? "1" : "0");
     config.device = "cuda";
     configArg = &config;
   }
