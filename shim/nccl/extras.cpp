@@ -201,8 +201,9 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   return result;
 }
 
-// Windows (NCCL 2.27+): collective registration for NCCL's symmetric kernels. Loom's kernels
-// take any buffer; on a Loom communicator a window is a recorded range.
+// Windows (NCCL 2.27+): collective registration for NCCL's symmetric kernels. On a Loom
+// communicator it is Loom's window (loomCommWindowRegister, NCCL's flags are Loom's): calls on
+// NCCL_WIN_COLL_SYMMETRIC windows read and write the peers' buffers directly where the GPUs can.
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                     int winFlags) {
   const Entry entry = Entry::kCommWindowRegister;
@@ -227,7 +228,15 @@ ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, nc
     }
     r->real = real;
   } else {
+    static_assert(NCCL_WIN_COLL_SYMMETRIC == LOOM_WIN_COLL_SYMMETRIC);
     count(entry, Route::kLoom);
+    ncclResult_t result = fromLoom(
+        entry, loomCommWindowRegister(c->loom, buff, size, &r->window,
+                                      winFlags & NCCL_WIN_COLL_SYMMETRIC));
+    if (result != ncclSuccess) {
+      delete r;
+      return result;
+    }
   }
   *win = reinterpret_cast<ncclWindow_t>(r);
   return ncclSuccess;
@@ -249,6 +258,8 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
                                                 static_cast<ncclWindow_t>(r->real)));
   } else {
     count(entry, Route::kLoom);
+    if (r->window != nullptr)
+      result = fromLoom(entry, loomCommWindowDeregister(c->loom, r->window));
   }
   r->magic = 0;
   delete r;

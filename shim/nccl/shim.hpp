@@ -67,6 +67,7 @@ struct Registration {
   void* buffer = nullptr;
   size_t bytes = 0;
   void* real = nullptr;  // the real NCCL's handle (ncclCommRegister / ncclCommWindowRegister)
+  loomWindow_t window = nullptr;  // a window of a Loom communicator (ncclCommWindowRegister)
 };
 
 }  // namespace loom::nccl_shim
