@@ -52,10 +52,12 @@ class Windows {
   std::vector<loomWindow_t> windows_;
 };
 
+// The selector keeps LL for small calls, so "simple" everywhere puts every size on windows.
 std::vector<GpuConfig> windowConfigs() {
   return {
-      {"windows", "", "", ""},
-      {"windows-ce", "allgather:ce,alltoall:ce", "", ""},
+      {"windows", "simple", "", ""},
+      {"windows-ce", "allreduce:simple,reducescatter:simple,allgather:ce,alltoall:ce", "", ""},
+      {"windows-auto", "", "", ""},
   };
 }
 
