@@ -103,7 +103,20 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
       std::make_unique<UserWindows>(driver_, setup_.rank, setup_.nranks, setup_.allGather);
   // The same answer on every rank: one rank without stream memory operations turns the copy
   // engines off for all (their calls then run the zero-copy kernels).
-  const bool memOps = !windows_.viaHost() && driver_.streamMemOps(device_.ordinal());
+  bool memOps = !windows_.viaHost() && driver_.streamMemOps(device_.ordinal());
+  if (memOps) {
+    // The copy engines' handshake writes into peers' windows from the stream: try it once (the
+    // words are zero and stay zero; no copy-engine call starts before the exchange below).
+    try {
+      for (int q = 0; q < setup_.nranks; ++q)
+        if (q != setup_.rank) driver_.writeValue(rescueStream_, ceFlag(q, 0, setup_.rank), 0);
+      memOps = cudaStreamSynchronize(rescueStream_) == cudaSuccess;
+    } catch (const Error& e) {
+      LOOM_INFO(kSubsysInit, setup_.rank, "no copy-engine collectives: ", e.what());
+      memOps = false;
+    }
+    cudaGetLastError();
+  }
   ceUsable_ = true;
   for (const std::string& v : setup_.allGather(memOps ? "1" : "0")) ceUsable_ &= v == "1";
 
