@@ -40,6 +40,7 @@ class CudaBackend final : public Backend {
   cudaStream_t cudaStream() const { return stream_; }
   unsigned char* sendBuffer() override { return send_; }
   unsigned char* recvBuffer() override { return recv_; }
+  size_t capacity() const { return capacity_; }
   unsigned char* hostView(unsigned char* buf) override;
   void upload(unsigned char* buf, size_t bytes) override;
   void download(unsigned char* buf, size_t bytes) override;
@@ -78,7 +79,9 @@ class CudaBackend final : public Backend {
 
 // Loads NCCL and creates its communicator over the same ranks and devices, sharing the unique
 // id through Loom; exits the process with a message when NCCL is missing or fails on any rank.
-std::unique_ptr<PeerLibrary> makeNcclPeer(CudaBackend& backend, int rank, int nranks);
+// window: NCCL gets buffers of its own, from ncclMemAlloc and registered as symmetric windows
+// (its symmetric kernels' conditions), at the same offsets as Loom's.
+std::unique_ptr<PeerLibrary> makeNcclPeer(CudaBackend& backend, int rank, int nranks, bool window);
 
 #endif  // LOOM_HAVE_CUDA
 

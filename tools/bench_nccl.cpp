@@ -1,5 +1,7 @@
 // NCCL as loom-bench's point of comparison (--vs nccl): the same buffers, counts and in-place
-// layouts as Loom's call, issued on the same stream, timed by the same code.
+// layouts as Loom's call, issued on the same stream, timed by the same code. With --window 1,
+// NCCL gets buffers of its own instead, from ncclMemAlloc and registered as symmetric windows
+// (what its symmetric kernels need), and each call uses them at the offsets of Loom's.
 #include "bench_gpu.hpp"
 
 #if LOOM_HAVE_CUDA
@@ -15,11 +17,24 @@
 namespace loom::bench {
 namespace {
 
+// NCCL's own registered buffer standing in for one of Loom's.
+struct Shadow {
+  const unsigned char* loom = nullptr;
+  unsigned char* own = nullptr;
+  nccl::Window window = nullptr;
+};
+
 class NcclPeer final : public PeerLibrary {
  public:
   NcclPeer(const nccl::Api& api, nccl::Comm comm, nccl::Stream stream, int rank, int nranks)
       : api_(api), comm_(comm), stream_(stream), rank_(rank), nranks_(nranks) {}
-  ~NcclPeer() override { api_.commDestroy(comm_); }
+  ~NcclPeer() override {
+    for (Shadow& s : shadows_) {
+      if (s.window != nullptr) api_.commWindowDeregister(comm_, s.window);
+      if (s.own != nullptr) api_.memFree(s.own);
+    }
+    api_.commDestroy(comm_);
+  }
   NcclPeer(const NcclPeer&) = delete;
   NcclPeer& operator=(const NcclPeer&) = delete;
 
@@ -27,8 +42,20 @@ class NcclPeer final : public PeerLibrary {
   std::string description() const override;
   bool supports(BenchOp op, loomDataType_t dtype, loomRedOp_t redop) const override;
   void issue(BenchOp op, const CallArgs& call, int root) override;
+  // Collective: NCCL's own windows in place of Loom's send and receive buffers; false (with a
+  // note on stderr) where this NCCL has no windows.
+  bool useWindows(const unsigned char* send, const unsigned char* recv, size_t bytes);
 
  private:
+  // Where a pointer into Loom's buffers lies in NCCL's own (itself without windows).
+  template <typename T>
+  T* mapped(T* p) const {
+    auto* b = reinterpret_cast<const unsigned char*>(p);
+    for (const Shadow& s : shadows_)
+      if (b >= s.loom && b < s.loom + shadowBytes_)
+        return reinterpret_cast<T*>(s.own + (b - s.loom));
+    return p;
+  }
   void check(nccl::Result result, const char* call) const;
   // nccl-tests' alltoall, gather, scatter and ring shift: NCCL has only send and receive.
   void issuePointToPoint(BenchOp op, const CallArgs& call, int root);
@@ -38,6 +65,8 @@ class NcclPeer final : public PeerLibrary {
   nccl::Stream stream_;
   int rank_;
   int nranks_;
+  Shadow shadows_[2];
+  size_t shadowBytes_ = 0;
 };
 
 std::string versionText(int code) {
@@ -50,7 +79,8 @@ std::string versionText(int code) {
 }
 
 std::string NcclPeer::description() const {
-  return "nccl " + versionText(api_.version) + " (" + api_.path + ")";
+  return "nccl " + versionText(api_.version) + " (" + api_.path + ")" +
+         (shadowBytes_ > 0 ? ", on its own symmetric windows" : "");
 }
 
 bool NcclPeer::supports(BenchOp op, loomDataType_t dtype, loomRedOp_t redop) const {
@@ -73,7 +103,38 @@ void NcclPeer::check(nccl::Result result, const char* call) const {
   std::exit(1);
 }
 
-void NcclPeer::issue(BenchOp op, const CallArgs& c, int root) {
+bool NcclPeer::useWindows(const unsigned char* send, const unsigned char* recv, size_t bytes) {
+  if (api_.memAlloc == nullptr || api_.commWindowRegister == nullptr) {
+    if (rank_ == 0)
+      std::fprintf(stderr,
+                   "loom-bench: --window 1: %s has no windows (NCCL 2.27+): NCCL runs "
+                   "on unregistered buffers\n",
+                   api_.path.c_str());
+    return false;
+  }
+  const unsigned char* loom[2] = {send, recv};
+  for (int i = 0; i < 2; ++i) {
+    Shadow& s = shadows_[i];
+    s.loom = loom[i];
+    void* p = nullptr;
+    check(api_.memAlloc(&p, bytes), "ncclMemAlloc");
+    s.own = static_cast<unsigned char*>(p);
+    // Zeros, as Loom's buffers start: no denormals to slow the reductions.
+    if (cudaMemset(s.own, 0, bytes) != cudaSuccess) {
+      std::fprintf(stderr, "loom-bench: cudaMemset of NCCL's window failed on rank %d\n", rank_);
+      std::exit(1);
+    }
+    check(api_.commWindowRegister(comm_, s.own, bytes, &s.window, nccl::kWinCollSymmetric),
+          "ncclCommWindowRegister");
+  }
+  shadowBytes_ = bytes;
+  return true;
+}
+
+void NcclPeer::issue(BenchOp op, const CallArgs& call, int root) {
+  CallArgs c = call;
+  c.send = mapped(call.send);
+  c.recv = mapped(call.recv);
   const nccl::DataType type = c.dtype;  // same numbering, see nccl_loader.hpp
   const nccl::RedOp redop = c.redop;
   switch (op) {
@@ -147,7 +208,7 @@ void NcclPeer::issuePointToPoint(BenchOp op, const CallArgs& c, int root) {
 
 }  // namespace
 
-std::unique_ptr<PeerLibrary> makeNcclPeer(CudaBackend& backend, int rank, int nranks) {
+std::unique_ptr<PeerLibrary> makeNcclPeer(CudaBackend& backend, int rank, int nranks, bool window) {
   // NVLink multicast (NVLS) stays off whatever the environment says: the comparison must use
   // the same NVLink paths Loom can use. NCCL reads the variable at its first call.
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
@@ -192,7 +253,9 @@ std::unique_ptr<PeerLibrary> makeNcclPeer(CudaBackend& backend, int rank, int nr
                  api->getErrorString(result));
     std::exit(1);
   }
-  return std::make_unique<NcclPeer>(*api, comm, backend.cudaStream(), rank, nranks);
+  auto peer = std::make_unique<NcclPeer>(*api, comm, backend.cudaStream(), rank, nranks);
+  if (window) peer->useWindows(backend.sendBuffer(), backend.recvBuffer(), backend.capacity());
+  return peer;  // (its description says whether it got windows)
 }
 
 }  // namespace loom::bench

@@ -535,7 +535,7 @@ int benchMain(int argc, char** argv) {
   if (cuda) {
     auto device = std::make_unique<CudaBackend>(opts, comm);
     if (opts.vsNccl) {
-      peer = makeNcclPeer(*device, rank, nranks);
+      peer = makeNcclPeer(*device, rank, nranks, opts.window);
       layout.deviceLine += "; vs: " + peer->description();
     }
     backend = std::move(device);

@@ -19,6 +19,9 @@ constexpr Result kSuccess = 0;
 struct OpaqueComm;
 using Comm = OpaqueComm*;  // ncclComm_t
 using Stream = void*;      // cudaStream_t
+struct OpaqueWindow;
+using Window = OpaqueWindow*;            // ncclWindow_t
+constexpr int kWinCollSymmetric = 0x01;  // NCCL_WIN_COLL_SYMMETRIC
 
 constexpr size_t kUniqueIdBytes = 128;
 struct UniqueId {
@@ -52,6 +55,12 @@ struct Api {
   Result (*groupStart)() = nullptr;
   Result (*groupEnd)() = nullptr;
   const char* (*getErrorString)(Result result) = nullptr;
+  // Optional (NCCL 2.19+ / 2.27+): null where the library lacks them.
+  Result (*memAlloc)(void** ptr, size_t size) = nullptr;
+  Result (*memFree)(void* ptr) = nullptr;
+  Result (*commWindowRegister)(Comm comm, void* buff, size_t size, Window* win,
+                               int flags) = nullptr;
+  Result (*commWindowDeregister)(Comm comm, Window win) = nullptr;
 };
 
 // Loads libnccl.so.2 (then libnccl.so; or only the file LOOM_BENCH_NCCL names) and resolves
