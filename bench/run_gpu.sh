@@ -11,12 +11,14 @@
 # Environment overrides: LOOMRUN, LOOM_BENCH, BUILD_DIR, PYTHON, OPS, DTYPES, MAXBYTES (1G),
 # ITERS (20), WARMUP (5), RUN_TIMEOUT (seconds per run, 300), LOOM_BENCH_NCCL (NCCL's path),
 # CHECK_MAXBYTES (16M; 0 skips the checked runs: the timed sweeps run with -c 0, since checking
-# a GiB on the host takes far longer than timing it, and separate short runs check results).
+# a GiB on the host takes far longer than timing it, and separate short runs check results),
+# WINDOW (1: every run with --window 1 too, named *-window: Loom on registered symmetric
+# windows against NCCL on its own; OPS then also takes alltoall).
 # Exits 1 if any run failed; the other runs still go on.
 set -uo pipefail
 
 usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -86,8 +88,16 @@ for n in $NLIST; do
   for op in $OPS; do
     for dtype in $DTYPES; do
       bench "gpu-$op-$dtype-$n" "$n" "$op" "${SIZES[@]}" -d "$dtype" -c 0 --vs nccl
+      if [[ "${WINDOW:-0}" == 1 ]]; then
+        bench "gpu-$op-$dtype-$n-window" "$n" "$op" "${SIZES[@]}" -d "$dtype" -c 0 --vs nccl \
+          --window 1
+      fi
     done
   done
+  if [[ "${WINDOW:-0}" == 1 ]]; then
+    bench "gpu-allreduce-float-$n-graph-window" "$n" allreduce "${SIZES[@]}" -d float -c 0 \
+      --vs nccl --graph 1 --window 1
+  fi
   bench "gpu-allreduce-float-$n-graph" "$n" allreduce "${SIZES[@]}" -d float -c 0 --vs nccl \
     --graph 1
   if [[ "$CHECK_MAXBYTES" != 0 ]]; then
@@ -95,6 +105,10 @@ for n in $NLIST; do
       for dtype in $DTYPES; do
         bench "check-$op-$dtype-$n" "$n" "$op" -b 8 -e "$CHECK_MAXBYTES" -f 8 -n 2 -w 1 \
           -d "$dtype" -c 1
+        if [[ "${WINDOW:-0}" == 1 ]]; then
+          bench "check-$op-$dtype-$n-window" "$n" "$op" -b 8 -e "$CHECK_MAXBYTES" -f 8 -n 2 \
+            -w 1 -d "$dtype" -c 1 --window 1
+        fi
       done
     done
   fi
