@@ -13,7 +13,7 @@
 # CHECK_MAXBYTES (16M; 0 skips the checked runs: the timed sweeps run with -c 0, since checking
 # a GiB on the host takes far longer than timing it, and separate short runs check results),
 # WINDOW (1: every run with --window 1 too, named *-window: Loom on registered symmetric
-# windows against NCCL on its own; OPS then also takes alltoall).
+# windows against NCCL on its own; OPS may then name alltoall too).
 # Exits 1 if any run failed; the other runs still go on.
 set -uo pipefail
 
