@@ -150,9 +150,8 @@ loomResult_t loomCommGetAlgorithm(const loomComm_t comm, loomFunc_t func, size_t
 /* Windows (as NCCL's ncclCommWindowRegister): a buffer every rank registers together, in the same
  * order and with the same size. With LOOM_WIN_COLL_SYMMETRIC the caller promises that collectives
  * on it use the same offsets on every rank; then, where the device can (CUDA GPUs of one host
- * mapping each other's memory), allgather, alltoall, reduce-scatter and allreduce on it (beyond
- * the small sizes that run LL packets) read and write the peers' buffers directly (no staging
- * copy), and allgather/alltoall may run on the copy engines (LOOM_ALGO=allgather:ce). A call that breaks the promise fails with loomInvalidUsage.
+ * mapping each other's memory), allgather, alltoall, reduce-scatter and allreduce on it read and
+ * write the peers' buffers directly (no staging copy), and allgather/alltoall may run on the copy engines (LOOM_ALGO=allgather:ce). A call that breaks the promise fails with loomInvalidUsage.
  * Elsewhere registration succeeds and calls run as on any buffer. Windows start anywhere in an
  * allocation that can be shared between processes: loomMemAlloc's, or cudaMalloc's. Deregister
  * (also collective) before freeing the buffer. */

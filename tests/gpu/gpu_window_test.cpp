@@ -52,7 +52,7 @@ class Windows {
   std::vector<loomWindow_t> windows_;
 };
 
-// The selector keeps LL for small calls, so "simple" everywhere puts every size on windows.
+// Windows take calls of every size whatever the protocol; "simple" and "ce" where it matters.
 std::vector<GpuConfig> windowConfigs() {
   return {
       {"windows", "simple", "", ""},

@@ -99,6 +99,10 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&rescueStream_, cudaStreamNonBlocking));
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
   windowsEnabled_ = env::cudaWindows();
+  const int64_t windowMin = env::cudaWindowMinBytes();
+  LOOM_CHECK_ARG(windowMin >= 0, "LOOM_CUDA_WINDOW_MIN_BYTES must not be negative, got ",
+                 windowMin);
+  windowMinBytes_ = static_cast<size_t>(windowMin);
   userWindows_ =
       std::make_unique<UserWindows>(driver_, setup_.rank, setup_.nranks, setup_.allGather);
   // The same answer on every rank: one rank without stream memory operations turns the copy

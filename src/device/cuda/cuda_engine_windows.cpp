@@ -1,9 +1,10 @@
 // CudaEngine's calls on registered windows: registration, the choice of a zero-copy plan per
 // collective, and the copy-engine collectives with their stream-side handshake.
 //
-// Calls the selector gives the bulk protocol ("simple") or the copy engines ("ce") run these
-// plans; LL calls (small) stay LL. Plans (n ranks, b bytes per rank's block; every buffer named
-// "window" must lie in a window at the same offset on every rank, which the kernels check):
+// Calls from LOOM_CUDA_WINDOW_MIN_BYTES on (every size by default: on one GPU shared by two
+// ranks, a call on windows beat LL at every size; on NVLink not measured yet) run these plans,
+// whatever protocol the selector chose. Plans (n ranks, b bytes per rank's block; every buffer
+// named "window" must lie in a window at the same offset on every rank, which the kernels check):
 //   allgather       recv in a window: push this rank's block into every rank's output.
 //   alltoall        recv in a window: push block q of the input into rank q's output.
 //   reduce-scatter  send in a window: pull this rank's block of every rank's input and reduce.
@@ -84,13 +85,9 @@ void CudaEngine::deregisterWindow(uint64_t id) {
 
 bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStream_t stream) {
   const int n = setup_.nranks, me = setup_.rank;
-  // Where the selector picked LL (small calls), LL stays: one step of packets carrying their own
-  // flags, where a call on windows takes an arrival, a read or write across the link and a
-  // departure. Windows replace the staging copies of the bulk protocol.
-  if (!windowsEnabled_ || userWindows_->empty() || n == 1 || protocol == Protocol::kLL)
-    return false;
+  if (!windowsEnabled_ || userWindows_->empty() || n == 1) return false;
   const size_t b = call.count * dtypeSize(call.dtype);
-  if (b == 0) return false;
+  if (b == 0 || b < windowMinBytes_) return false;
   const char* send = static_cast<const char*>(call.send);
   char* recv = static_cast<char*>(call.recv);
   cuda::ZeroCopyArgs a{};

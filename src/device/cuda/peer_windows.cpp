@@ -8,10 +8,10 @@
 #include <sstream>
 
 #include "base/env.hpp"
-#include "device/cuda/cuda_env.hpp"
 #include "base/log.hpp"
 #include "base/sha256.hpp"
 #include "device/cuda/cuda_check.hpp"
+#include "device/cuda/cuda_env.hpp"
 
 namespace loom {
 

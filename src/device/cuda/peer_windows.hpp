@@ -1,5 +1,5 @@
-// The CUDA backend's peer windows: one window of memory per rank that every peer's kernels can write,
-// mapped into every process of the communicator.
+// The CUDA backend's peer windows: one window of memory per rank that every peer's kernels can
+// write, mapped into every process of the communicator.
 //
 // p2p: each window is device memory of its rank's GPU, exported as a CUDA IPC handle, sent over
 // the bootstrap and opened by every peer (peer access enabled on the way). host: when some pair of
