@@ -73,23 +73,38 @@ __global__ void __launch_bounds__(kThreads) zeroCopyReduceKernel(DevComm c, Zero
   if (!syncPeers(c, kArrive, seq, a.tag)) return;
   const Range mine = splitRange(a.reduceBytes, blockIdx.x, a.blocks);
   const size_t stride = static_cast<size_t>(blockDim.x) * 16;
-  // Every thread reads and writes the same 16 bytes of every buffer: in place, an offset is read
-  // from every input before any output at that offset is written.
-  for (size_t off = mine.begin + static_cast<size_t>(threadIdx.x) * 16; off < mine.end;
-       off += stride) {
-    const size_t len = mine.end - off < 16 ? mine.end - off : 16;
-    typename R::template Acc<16> acc;
+  // kUnroll independent 16-byte loads in flight per input (peers' inputs are reads across the
+  // link). Every thread reads and writes the same offsets of every buffer: in place, an offset
+  // is read from every input before any output at that offset is written.
+  for (size_t base = mine.begin + static_cast<size_t>(threadIdx.x) * 16; base < mine.end;
+       base += kUnroll * stride) {
+    typename R::template Acc<16> acc[kUnroll];
     for (int q = 0; q < c.nranks; ++q) {
-      uint4 v = loadBytes16(a.inputs[q] + off, len);
-      if (q == 0) {
-        R::template first<16>(acc, &v);
-      } else {
-        R::template next<16>(acc, &v);
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        const size_t off = base + j * stride;
+        v[j] = off < mine.end ? loadBytes16(a.inputs[q] + off, mine.end - off)
+                              : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        if (q == 0) {
+          R::template first<16>(acc[j], &v[j]);
+        } else {
+          R::template next<16>(acc[j], &v[j]);
+        }
       }
     }
-    uint4 out;
-    R::template finish<16>(&out, acc, a.divisor);
-    for (int j = 0; j < a.outputCount; ++j) storeBytes16(a.outputs[j] + off, out, len);
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const size_t off = base + j * stride;
+      if (off >= mine.end) break;
+      const size_t len = mine.end - off < 16 ? mine.end - off : 16;
+      uint4 out;
+      R::template finish<16>(&out, acc[j], a.divisor);
+      for (int k = 0; k < a.outputCount; ++k) storeBytes16(a.outputs[k] + off, out, len);
+    }
   }
   if (!syncPeers(c, kDepart, seq, a.tag)) return;
   closeCall(c, seq);
