@@ -346,7 +346,7 @@ void RudpEngine::run() {
     std::lock_guard<std::mutex> send(sendMu_);
     releaseHeld(now, false);
     for (auto& st : flows_)
-      if (st) sendFlow(*st, now);
+      if (st) sendFlow(*st);
   }
   std::lock_guard<std::mutex> send(sendMu_);
   releaseHeld(nowNs(), true);
@@ -359,7 +359,7 @@ void RudpEngine::sendNow(RudpFlowState& st) {
     wake();
     return;
   }
-  sendFlow(st, nowNs());
+  sendFlow(st);
   sendMu_.unlock();
   uint64_t timer;
   {
@@ -387,7 +387,11 @@ void RudpEngine::wakeReaders() {
   touched_.clear();
 }
 
-void RudpEngine::sendFlow(RudpFlowState& st, uint64_t now) {
+void RudpEngine::sendFlow(RudpFlowState& st) {
+  // Read now, under sendMu_, not when the round began: send times must rise in the order the
+  // packets leave (RACK finds losses by them), and the thread, after receiving for a while, would
+  // stamp its packets earlier than those a caller sent meanwhile, which left before them.
+  const uint64_t now = nowNs();
   out_.clear();
   {
     std::lock_guard<std::mutex> lock(st.mu);

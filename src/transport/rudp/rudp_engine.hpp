@@ -141,7 +141,8 @@ class RudpEngine {
   void noteTouched(RudpFlowState& st);
   // Signals the readers (and blocked writers) of the flows that got packets.
   void wakeReaders();
-  void sendFlow(RudpFlowState& st, uint64_t now);
+  // With sendMu_ held.
+  void sendFlow(RudpFlowState& st);
   // Queues one datagram into the current burst (after the test-only fault layer).
   void transmit(int path, int peer, const char* header, std::span<const char> payload,
                 uint64_t now);
