@@ -141,6 +141,11 @@ RudpEngine::RudpEngine(const RudpSetup& s)
   mss_ = std::clamp<size_t>(mss_, 64, rudp::kMaxPayload & ~size_t{7});
   rudp::FlowConfig fc = s.flow;
   fc.mss = mss_;
+  // Flowlets of kFlowletTrains trains (as many full datagrams as one GSO send takes) per path.
+  fc.paths = static_cast<uint32_t>(s.paths);
+  fc.flowletPackets = static_cast<uint32_t>(
+      kFlowletTrains *
+      std::clamp<size_t>(kMaxBurstBytes / (rudp::kHeaderBytes + mss_), 1, kMaxSegments));
 
   std::string mine = s.itf.address;
   for (int p = 0; p < s.paths; ++p) {
@@ -264,7 +269,9 @@ std::string RudpEngine::describeCounters() const {
       << f.timeouts << ", srtt " << f.srttNs / 1000 << " us, rttvar " << f.rttvarNs / 1000
       << " us, rto " << f.rtoNs / 1000 << " us, cwnd " << static_cast<uint64_t>(f.cwnd)
       << ", received " << f.packetsReceived << " pkts (" << f.inPlace << " in place), duplicates "
-      << f.duplicates << ", out-of-order " << f.outOfOrder << ", probes " << f.probes;
+      << f.duplicates << ", out-of-order " << f.outOfOrder << ", probes " << f.probes
+      << ", losses found within a path " << f.pathLosses << ", path reordering seen "
+      << f.pathReorders;
   }
   return o.str();
 }
@@ -406,35 +413,22 @@ void RudpEngine::sendFlow(RudpFlowState& st) {
   if (out_.empty()) return;
   // Payloads stay valid unlocked: data lies in ring space the channel cannot reuse before this
   // thread processes its ACK, and the SACK bitmap changes only in collect(), on this thread.
-  const int paths = static_cast<int>(sockets_.size());
-  // Trains (as many full datagrams as one GSO send takes) go out on one path in flowlets of
-  // kFlowletTrains, then on the next: a fabric that hashes on ports still spreads a flow over
-  // every path, and the packets of one flowlet arrive in order. Switching at every train made
-  // the kernel itself reorder a third of the packets (trains of two sockets in flight at once
-  // on two CPUs), which cost receiving in place and made RACK resend some.
-  const size_t perBurst =
-      std::clamp<size_t>(kMaxBurstBytes / (rudp::kHeaderBytes + mss_), 1, kMaxSegments);
-  auto pathNow = [&] { return static_cast<int>(st.trains / kFlowletTrains % paths); };
-  int path = pathNow();
-  size_t inBurst = 0;
+  // The flow chose each datagram's path (FlowConfig::flowletPackets): trains go out on one path
+  // in flowlets of kFlowletTrains, then on the next, so a fabric that hashes on ports still
+  // spreads a flow over every path, and the packets of one flowlet arrive in order (which the
+  // flow's loss detection relies on). Switching at every train made the kernel itself reorder a
+  // third of the packets (trains of two sockets in flight at once on two CPUs), which cost
+  // receiving in place and made RACK resend some.
   for (size_t i = 0; i < out_.size(); ++i) {
     rudp::Outgoing& o = out_[i];
-    if (inBurst == perBurst) {
-      st.trains += 1;
-      path = pathNow();
-      inBurst = 0;
-    }
-    inBurst += 1;
     o.h.commId = commId_;
     o.h.src = static_cast<uint32_t>(rank_);
     o.h.dst = static_cast<uint32_t>(st.peer);
     o.h.cls = static_cast<uint8_t>(st.cls);
-    o.h.path = static_cast<uint8_t>(path);
     char* header = headers_.data() + i * rudp::kHeaderBytes;
     rudp::encodeHeader(o.h, keys_, o.payload, header);
-    transmit(path, st.peer, header, o.payload, now);
+    transmit(o.h.path, st.peer, header, o.payload, now);
   }
-  if (inBurst > 0) st.trains += 1;
   flush();
 }
 

@@ -10,10 +10,10 @@
 //    each flow's reader once per batch, then lets every flow emit ACKs, retransmissions, new data
 //    and probes. A flow's datagrams leave in bursts: consecutive datagrams to one peer are one
 //    system call (UDP GSO: the kernel cuts one buffer into equal datagrams, as TCP's TSO does;
-//    without it, sendmmsg), each burst on the next path, so a fabric that hashes on ports spreads
-//    a flow over paths in bursts and one path's datagrams arrive in order. It also serves flows
-//    nobody calls any more, so the last bytes of a collective still get retransmitted after the
-//    caller moved on.
+//    without it, sendmmsg), on one path for a flowlet of bursts, then on the next (the flow
+//    chooses: FlowConfig::flowletPackets), so a fabric that hashes on ports spreads a flow over
+//    paths and one path's datagrams arrive in order. It also serves flows nobody calls any
+//    more, so the last bytes of a collective still get retransmitted after the caller moved on.
 //  - Channels (rudp_channel.hpp) copy into and out of a flow's rings under its mutex; a send
 //    leaves from the caller's thread when the thread is not sending (sendNow), which wakes the
 //    thread only if it sleeps past the flow's timers; waits block on an eventfd (data arrived)
@@ -74,7 +74,6 @@ struct RudpFlowState {
   Fd roomPipe[2];                  // one-page pipe: the write end polls POLLOUT unless sendBlocked
   bool sendBlocked = false;
   bool touched = false;  // progress thread only: in touched_ this batch
-  uint64_t trains = 0;   // datagram trains sent: which path the next one takes
   // Progress thread only: its last train came whole (consecutive packets from the peeked
   // offset), so the next one is received in place; one with holes (reordering inside trains)
   // turns that off until a train read into scratch would have fitted again.

@@ -23,6 +23,8 @@ Flow::Flow(const FlowConfig& config)
       slots_(maxPkts_) {
   cfg_.mss = std::clamp<size_t>(cfg_.mss & ~size_t{7}, 8, kMaxPayload & ~size_t{7});
   cfg_.minCwnd = std::max<uint32_t>(cfg_.minCwnd, 1);
+  cfg_.paths = std::clamp<uint32_t>(cfg_.paths, 1, kMaxPaths);
+  cfg_.flowletPackets = std::max<uint32_t>(cfg_.flowletPackets, 1);
 }
 
 // ---------------------------------------------------------------- user side
@@ -206,8 +208,14 @@ void Flow::onAck(const Header& h, std::span<const char> sack, uint64_t now) {
   peerLimit_ = std::max(peerLimit_, h.offset);
   if (h.dupCount > peerDups_) {
     // The receiver saw duplicates: some "loss" was reordering; be slower to call the next one.
+    // Unless probes and timeouts explain them: those resend what may well have arrived.
+    const uint64_t dups = h.dupCount - peerDups_;
     peerDups_ = h.dupCount;
-    reoMult_ = std::min<uint32_t>(reoMult_ + 1, 16);
+    if (dups > probeRetx_) {
+      reoMult_ = std::min<uint32_t>(reoMult_ + 1, 16);
+      notePathReordering();
+    }
+    probeRetx_ -= std::min(dups, probeRetx_);
   }
   uint64_t newly = 0;
   for (uint64_t s = sndUna_; s < ack; ++s) {
@@ -262,6 +270,9 @@ void Flow::onAck(const Header& h, std::span<const char> sack, uint64_t now) {
     cwnd_ = std::min(cwnd_, static_cast<double>(maxPkts_));
   }
   if (recovery_ && sndUna_ >= recoveryEnd_) recovery_ = false;
+  // Acknowledged without a duplicate reported: those probes repaired losses, and explain no
+  // later duplicates.
+  if (sndUna_ > probeHigh_) probeRetx_ = 0;
   detectLosses(now);
 }
 
@@ -273,6 +284,28 @@ void Flow::delivered(uint64_t seq, uint64_t tsecr, uint64_t now) {
     rackXmit_ = p.lastSent;
     rackRtt_ = now - p.lastSent;
   }
+  // A first transmission below one of its path already delivered: that path reorders.
+  if (p.tx == 1 && seq < pathFack_[p.path]) notePathReordering();
+  pathFack_[p.path] = std::max(pathFack_[p.path], seq);
+  if (p.lastSent >= pathXmit_[p.path]) {
+    pathXmit_[p.path] = p.lastSent;
+    pathRtt_[p.path] = now - p.lastSent;
+  }
+}
+
+void Flow::notePathReordering() {
+  if (!pathReordering_) stats_.pathReorders += 1;
+  pathReordering_ = true;
+  quietEpisodes_ = 0;
+}
+
+uint64_t Flow::pathReorderWindow() const {
+  // RFC 8985's min RTT / 4 (with a floor), capped by SRTT: in-order delivery is the rule here,
+  // the window only covers the scheduling of the sender's and receiver's threads.
+  if (pathReordering_) return reorderWindow();
+  uint64_t w = minRtt_ == UINT64_MAX ? cfg_.pathReorderFloorNs
+                                     : std::max(minRtt_ / 4, cfg_.pathReorderFloorNs);
+  return haveRtt_ ? std::min(w, std::max(srtt_, cfg_.pathReorderFloorNs)) : w;
 }
 
 uint64_t Flow::reorderWindow() const {
@@ -289,15 +322,23 @@ uint64_t Flow::reorderWindow() const {
 
 void Flow::detectLosses(uint64_t now) {
   reorderTimer_ = 0;
-  const uint64_t reo = reorderWindow();
-  while (head_ >= 0) {
-    const Sent& p = sent_[head_];
+  const uint64_t reo = reorderWindow(), pathReo = pathReorderWindow();
+  // Oldest transmission first; only those sent before a delivered packet can be lost (the rest
+  // of the list is what was sent since), i.e. the holes.
+  for (int32_t i = head_; i >= 0;) {
+    const Sent& p = sent_[i];
+    i = p.next;
     if (p.lastSent >= rackXmit_) break;  // nothing sent after it was delivered yet
     uint64_t deadline = p.lastSent + rackRtt_ + reo;
-    if (deadline > now) {
-      reorderTimer_ = deadline;
-      break;
+    if (p.lastSent < pathXmit_[p.path]) {
+      // A later packet of its own path arrived: a much smaller window.
+      deadline = std::min(deadline, p.lastSent + pathRtt_[p.path] + pathReo);
     }
+    if (deadline > now) {
+      if (reorderTimer_ == 0 || deadline < reorderTimer_) reorderTimer_ = deadline;
+      continue;
+    }
+    if (p.lastSent + rackRtt_ + reo > now) stats_.pathLosses += 1;
     markLost(p.seq);
   }
 }
@@ -322,6 +363,8 @@ void Flow::enterRecovery() {
   // throughput; a real bottleneck still sees the window dip at every episode and stop growing.
   ssthresh_ = cwnd_;
   cwnd_ = std::max(cwnd_ * kBeta, static_cast<double>(cfg_.minCwnd));
+  // RFC 8985's reo_wnd_persist: reordering not seen again for 16 episodes is over.
+  if (pathReordering_ && ++quietEpisodes_ >= 16) pathReordering_ = false;
 }
 
 // ---------------------------------------------------------------- the in-flight list
@@ -388,7 +431,10 @@ void Flow::onTimers(uint64_t now) {
     stats_.timeouts += 1;
     uint64_t seq = sndUna_;
     while (seq < sndNxt_ && sent(seq).sacked) ++seq;
-    markLost(seq < sndNxt_ ? seq : sent_[head_].seq);
+    const uint64_t resend = seq < sndNxt_ ? seq : sent_[head_].seq;
+    markLost(resend);
+    probeRetx_ += 1;
+    probeHigh_ = std::max(probeHigh_, resend);
     forceOne_ = true;  // the rest of the flight still counts against the window
     backoff_ += 1;
     rtoArmed_ = now;
@@ -403,6 +449,8 @@ void Flow::onTimers(uint64_t now) {
     p.lost = true;
     lost_.insert(p.seq);
     tlpSent_ = true;
+    probeRetx_ += 1;
+    probeHigh_ = std::max(probeHigh_, p.seq);
     forceOne_ = true;
   }
 }
@@ -420,9 +468,12 @@ void Flow::transmit(uint64_t seq, uint64_t now, std::vector<Outgoing>& out) {
   p.tx += 1;
   p.lastSent = now;
   p.lost = false;
+  p.path = currentPath();
+  pathSent_ += 1;
   listAppend(seq);
   Outgoing o;
   o.h.type = PacketType::kData;
+  o.h.path = p.path;
   o.h.seq = seq;
   o.h.offset = p.offset;
   o.h.tsval = now;
@@ -449,6 +500,7 @@ size_t Flow::collect(uint64_t now, std::vector<Outgoing>& out, size_t room) {
     }
     Outgoing o;
     o.h.type = PacketType::kAck;
+    o.h.path = currentPath();
     o.h.seq = rcvNxt_;
     o.h.offset = advertised_ = rcvReadOff_ + cfg_.windowBytes;
     o.h.tsval = now;
@@ -506,6 +558,7 @@ size_t Flow::collect(uint64_t now, std::vector<Outgoing>& out, size_t room) {
       nextProbe_ = now + std::min(interval, cfg_.rtoMaxNs);
       Outgoing o;
       o.h.type = PacketType::kProbe;
+      o.h.path = currentPath();
       o.h.tsval = now;
       out.push_back(o);
     }
