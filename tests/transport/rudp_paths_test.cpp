@@ -1,8 +1,9 @@
 // The rudp flow's paths: packets go out in flowlets, one path after the other; a loss is found
 // within about an RTT when later packets of its own path arrived (one path delivers in order),
-// while a path that lags the others is reordering, not loss; reordering within a path, or
-// duplicates that no probe explains, bring the large window back. Virtual time over a simulated
-// two-path link; deterministic and bounded.
+// those of its own burst too (one send time: the packet number breaks the tie), while a path that
+// lags the others is reordering, not loss; reordering within a path, or duplicates that no probe
+// explains, bring the large window back. Virtual time over a simulated two-path link; deterministic
+// and bounded.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -64,7 +65,7 @@ std::vector<char> pattern(size_t n) {
 // Sends `data` from s to r (r's ACKs come back on `back`) until r has it all and s is drained;
 // returns what r read. `now` runs on.
 std::vector<char> transfer(Flow& s, Flow& r, Wire& fwd, Wire& back, const std::vector<char>& data,
-                           uint64_t& now) {
+                           uint64_t& now, size_t room = 64) {
   std::vector<char> got;
   std::vector<Outgoing> out;
   size_t written = 0;
@@ -79,7 +80,7 @@ std::vector<char> transfer(Flow& s, Flow& r, Wire& fwd, Wire& back, const std::v
     r.setReceiveWaiting(got.size() < data.size());
     if ((got.size() == data.size() && s.drained()) || s.failed() || r.failed()) break;
     out.clear();
-    s.collect(now, out, 64);
+    s.collect(now, out, room);
     for (const Outgoing& o : out) fwd.send(o, now);
     out.clear();
     r.collect(now, out, 64);
@@ -128,6 +129,34 @@ TEST(RudpPaths, ALossWithinAPathIsFoundWithinAboutAnRtt) {
   EXPECT_EQ(st.retransmits, 1u);
   EXPECT_EQ(st.timeouts, 0u);
   EXPECT_EQ(st.pathLosses, 1u);
+}
+
+// One burst (one collect(), one send time) of 40 packets, the 10th lost: the 30 behind it in the
+// burst arrive, so RACK finds it about an RTT later, although they left at the same time as it.
+TEST(RudpPaths, ALossInsideABurstIsFoundByTheRestOfTheBurst) {
+  FlowConfig cfg = config(1);
+  cfg.initialCwnd = 1024;
+  Flow s(cfg), r(cfg);
+  Wire fwd, back;
+  std::vector<char> warm = pattern(14000);
+  uint64_t now = 1;
+  ASSERT_EQ(transfer(s, r, fwd, back, warm, now, 1024), warm);  // an RTT sample: probes at 2 SRTT
+  const uint64_t lostSeq = 10 + 10;                             // the warm-up took 10 packets
+  fwd.drop = [&, dropped = false](const Header& h, uint64_t) mutable {
+    if (dropped || h.type != PacketType::kData || h.seq != lostSeq) return false;
+    dropped = true;
+    return true;
+  };
+  std::vector<char> data = pattern(40 * 1400);
+  ASSERT_EQ(transfer(s, r, fwd, back, data, now, 1024), data);
+  std::vector<uint64_t> times;
+  for (const auto& [t, h] : fwd.sent)
+    if (h.type == PacketType::kData && h.seq == lostSeq) times.push_back(t);
+  ASSERT_EQ(times.size(), 2u);
+  // RTT 200 us + the path's window (50 us); a tail probe would come at 2 SRTT, 400 us.
+  EXPECT_LT(times[1] - times[0], 350 * kUs);
+  EXPECT_EQ(s.stats().pathLosses, 1u);
+  EXPECT_EQ(s.stats().timeouts, 0u);
 }
 
 // Path 1 lags path 0 by 600 us (three RTTs): its packets arrive after later ones of path 0, all

@@ -280,15 +280,17 @@ void Flow::delivered(uint64_t seq, uint64_t tsecr, uint64_t now) {
   Sent& p = sent(seq);
   // An ACK for an earlier transmission of a retransmitted packet says nothing about the last one.
   if (p.tx > 1 && tsecr < p.lastSent) return;
-  if (p.lastSent >= rackXmit_) {
+  if (!sentBefore(p, rackXmit_, rackSeq_)) {
     rackXmit_ = p.lastSent;
+    rackSeq_ = seq;
     rackRtt_ = now - p.lastSent;
   }
   // A first transmission below one of its path already delivered: that path reorders.
   if (p.tx == 1 && seq < pathFack_[p.path]) notePathReordering();
   pathFack_[p.path] = std::max(pathFack_[p.path], seq);
-  if (p.lastSent >= pathXmit_[p.path]) {
+  if (!sentBefore(p, pathXmit_[p.path], pathSeq_[p.path])) {
     pathXmit_[p.path] = p.lastSent;
+    pathSeq_[p.path] = seq;
     pathRtt_[p.path] = now - p.lastSent;
   }
 }
@@ -328,9 +330,9 @@ void Flow::detectLosses(uint64_t now) {
   for (int32_t i = head_; i >= 0;) {
     const Sent& p = sent_[i];
     i = p.next;
-    if (p.lastSent >= rackXmit_) break;  // nothing sent after it was delivered yet
+    if (!sentBefore(p, rackXmit_, rackSeq_)) break;  // nothing sent after it was delivered yet
     uint64_t deadline = p.lastSent + rackRtt_ + reo;
-    if (p.lastSent < pathXmit_[p.path]) {
+    if (sentBefore(p, pathXmit_[p.path], pathSeq_[p.path])) {
       // A later packet of its own path arrived: a much smaller window.
       deadline = std::min(deadline, p.lastSent + pathRtt_[p.path] + pathReo);
     }

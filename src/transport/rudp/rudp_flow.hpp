@@ -169,6 +169,13 @@ class Flow {
   void store(uint64_t offset, const char* src, size_t n);
   void delivered(uint64_t seq, uint64_t tsecr, uint64_t now);
   void detectLosses(uint64_t now);
+  // Whether p left before the packet sent at xmit with number seq. One collect() stamps all its
+  // packets with one time and sends them in packet-number order (retransmissions, lowest first,
+  // then new data), so the number breaks ties (RFC 8985 does the same with end sequence numbers):
+  // without it, a packet lost among others of its burst was found only by a probe or a timeout.
+  static bool sentBefore(const Sent& p, uint64_t xmit, uint64_t seq) {
+    return p.lastSent < xmit || (p.lastSent == xmit && p.seq < seq);
+  }
   void markLost(uint64_t seq);
   void enterRecovery();
   void onTimers(uint64_t now);
@@ -210,13 +217,15 @@ class Flow {
   bool forceOne_ = false;  // a timeout or tail probe sends one packet whatever the window says  //
                            // the last ACK of new data or timeout
   bool tlpSent_ = false;   // one tail loss probe per flight, re-armed by an ACK of new data
-  uint64_t rackXmit_ = 0, rackRtt_ = 0, reorderTimer_ = 0;
+  // RACK: the send time and packet number of the latest-sent delivered packet, and its RTT.
+  uint64_t rackXmit_ = 0, rackSeq_ = 0, rackRtt_ = 0, reorderTimer_ = 0;
   uint64_t peerDups_ = 0;
   uint32_t reoMult_ = 1;
   static constexpr uint32_t kMaxPaths = 16;
-  // Per path: RACK's send time and RTT of the latest-sent delivered packet, and the highest
-  // packet number delivered (a first transmission below it came out of order).
-  uint64_t pathXmit_[kMaxPaths] = {}, pathRtt_[kMaxPaths] = {}, pathFack_[kMaxPaths] = {};
+  // Per path: RACK's send time, packet number and RTT of the latest-sent delivered packet, and
+  // the highest packet number delivered (a first transmission below it came out of order).
+  uint64_t pathXmit_[kMaxPaths] = {}, pathSeq_[kMaxPaths] = {}, pathRtt_[kMaxPaths] = {};
+  uint64_t pathFack_[kMaxPaths] = {};
   uint64_t pathSent_ = 0;        // data packets sent: the flowlet, so the path, of the next one
   bool pathReordering_ = false;  // seen lately: losses within a path wait the large window too
   uint32_t quietEpisodes_ = 0;   // loss episodes since pathReordering_ was last set
