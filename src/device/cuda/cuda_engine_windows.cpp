@@ -24,10 +24,10 @@
 // gives up by itself: the watchdog releases it when a peer died, the call outlived the timeout
 // or the communicator aborted, so that the stream drains and the error reaches the caller.
 #include <algorithm>
-#include <chrono>
 
 #include "base/dtype.hpp"
 #include "base/log.hpp"
+#include "base/wait.hpp"
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_engine.hpp"
 #include "device/cuda/cuda_env.hpp"
@@ -35,12 +35,6 @@
 namespace loom {
 
 namespace {
-
-uint64_t steadyNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
 
 // What every rank's call must agree on, folded into the tag the kernels compare.
 uint64_t callTag(loomFunc_t func, size_t sendOffset, size_t recvOffset, size_t bytes) {
@@ -194,7 +188,7 @@ void CudaEngine::runCopyEngine(const cuda::ZeroCopyArgs& a, cudaStream_t stream)
   }
   handshake(1);
   LOOM_CUDA_CHECK(cudaEventRecord(ceDone_, stream));
-  ceIssuedNs_.store(steadyNs());
+  ceIssuedNs_.store(steadyNowNs());
 }
 
 void CudaEngine::watchCopyEngine() {
@@ -208,7 +202,7 @@ void CudaEngine::watchCopyEngine() {
   }
   volatile cuda::DevStatus* status = status_;
   if (status->abort != 0) return releaseCopyEngineWaits();
-  const uint64_t waited = steadyNs() - issued;
+  const uint64_t waited = steadyNowNs() - issued;
   if (waited < 1'000'000) return;
   std::optional<Error> failure = setup_.peerFailure();
   if (!failure &&

@@ -9,12 +9,12 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstring>
 #include <sstream>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "base/wait.hpp"
 #include "transport/rudp/rudp_channel.hpp"
 
 namespace loom {
@@ -27,12 +27,6 @@ constexpr size_t kMaxSegments = 64;       // datagrams per GSO burst (the kernel
 constexpr size_t kMaxBurstBytes = 65000;  // a GSO burst is one IP datagram before segmentation
 constexpr uint64_t kFlowletTrains = 16;   // trains sent on one path before the next (~1 MiB)
 constexpr int kSocketBuffer = 8 << 20;    // bursts of a whole window must not overflow the kernel
-
-uint64_t nowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
 
 void setBuffer(int fd, int option, int forced) {
   // Root may exceed net.core.[rw]mem_max (the *FORCE options); others get what the limit allows.
@@ -200,8 +194,8 @@ RudpEngine::RudpEngine(const RudpSetup& s)
 
 RudpEngine::~RudpEngine() {
   // Linger: the peer may still need our last packets retransmitted.
-  const uint64_t until = nowNs() + static_cast<uint64_t>(lingerMs_) * 1'000'000;
-  while (nowNs() < until) {
+  const uint64_t until = steadyNowNs() + static_cast<uint64_t>(lingerMs_) * 1'000'000;
+  while (steadyNowNs() < until) {
     bool pending = false;
     for (auto& st : flows_) {
       if (!st) continue;
@@ -281,7 +275,7 @@ void RudpEngine::run() {
   for (const Fd& fd : sockets_) pfds.push_back({fd.get(), POLLIN, 0});
   pfds.push_back({wakeFd_.get(), POLLIN, 0});
   while (!stop_.load()) {
-    uint64_t now = nowNs();
+    uint64_t now = steadyNowNs();
     if (resetRequested_.exchange(false)) {
       for (auto& st : flows_) {
         if (!st) continue;
@@ -329,7 +323,7 @@ void RudpEngine::run() {
     plannedWake_.store(now + static_cast<uint64_t>(timeoutNs));
     int ready = ppoll(pfds.data(), pfds.size(), &ts, nullptr);
     sleeping_.store(false);
-    now = nowNs();
+    now = steadyNowNs();
     if (ready > 0) {
       if (pfds.back().revents & POLLIN) drain(wakeFd_.get());
       // A path at a time, drained, starting with the one read last: the sender moves to the
@@ -356,7 +350,7 @@ void RudpEngine::run() {
       if (st) sendFlow(*st);
   }
   std::lock_guard<std::mutex> send(sendMu_);
-  releaseHeld(nowNs(), true);
+  releaseHeld(steadyNowNs(), true);
 }
 
 void RudpEngine::sendNow(RudpFlowState& st) {
@@ -398,7 +392,7 @@ void RudpEngine::sendFlow(RudpFlowState& st) {
   // Read now, under sendMu_, not when the round began: send times must rise in the order the
   // packets leave (RACK finds losses by them), and the thread, after receiving for a while, would
   // stamp its packets earlier than those a caller sent meanwhile, which left before them.
-  const uint64_t now = nowNs();
+  const uint64_t now = steadyNowNs();
   out_.clear();
   {
     std::lock_guard<std::mutex> lock(st.mu);
