@@ -103,6 +103,8 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   LOOM_CHECK_ARG(windowMin >= 0, "LOOM_CUDA_WINDOW_MIN_BYTES must not be negative, got ",
                  windowMin);
   windowMinBytes_ = static_cast<size_t>(windowMin);
+  const int64_t oneShotMax = env::cudaOneShotMaxBytes();
+  oneShotMaxBytes_ = oneShotMax < 0 ? SIZE_MAX : static_cast<size_t>(oneShotMax);
   userWindows_ =
       std::make_unique<UserWindows>(driver_, setup_.rank, setup_.nranks, setup_.allGather);
   // The same answer on every rank: one rank without stream memory operations turns the copy

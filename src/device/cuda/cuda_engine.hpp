@@ -87,6 +87,7 @@ class CudaEngine final : public NativeCollectives {
   std::unique_ptr<UserWindows> userWindows_;
   bool windowsEnabled_ = true;  // LOOM_CUDA_WINDOWS
   size_t windowMinBytes_ = 0;   // LOOM_CUDA_WINDOW_MIN_BYTES
+  size_t oneShotMaxBytes_ = 0;  // LOOM_CUDA_ONESHOT_MAX_BYTES (-1: SIZE_MAX)
   bool ceUsable_ = false;       // stream memory operations on peer windows
   uint64_t ceSeq_ = 0;          // copy-engine calls so far (the same count on every rank)
   cudaEvent_t ceDone_ = nullptr;

@@ -124,9 +124,7 @@ bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStrea
       const UserWindow* out = userWindows_->find(recv, b, recvOffset);
       const bool inPlace = send == recv;
       if (!inPlace && overlaps(send, b, recv, b)) return false;
-      const int64_t oneShotMax = env::cudaOneShotMaxBytes();
-      const bool oneShot =
-          !inPlace && (out == nullptr || (oneShotMax >= 0 && b <= static_cast<size_t>(oneShotMax)));
+      const bool oneShot = !inPlace && (out == nullptr || b <= oneShotMaxBytes_);
       if (oneShot) {
         for (int q = 0; q < n; ++q) a.inputs[q] = in->part[q] + sendOffset;
         a.outputs[0] = recv;
