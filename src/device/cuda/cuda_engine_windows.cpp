@@ -156,11 +156,13 @@ bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStrea
     cuda::launchZeroCopyReduce(dev_, a, key, stream);
     return true;
   }
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (protocol == Protocol::kCopyEngine && ceUsable_ && capture == cudaStreamCaptureStatusNone) {
-    runCopyEngine(a, stream);
-    return true;
+  if (protocol == Protocol::kCopyEngine && ceUsable_) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture == cudaStreamCaptureStatusNone) {
+      runCopyEngine(a, stream);
+      return true;
+    }
   }
   cuda::launchZeroCopyCopy(dev_, a, stream);
   return true;
