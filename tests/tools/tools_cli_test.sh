@@ -72,14 +72,16 @@ grep -q "LOOM_JOB_SECRET=\$(openssl rand -hex 16) torchrun" "$TMP"/unauth.0 ||
 # have not arrived, and every rank's timeout error names them. Rank 1 starts once rank 0's root
 # listens (ss, without connecting to it): started with it, on a loaded machine rank 1 either gave
 # up connecting before the root listened or was still in the handshake when the root gave up.
+# 6 s, not 3: in a fresh-clone CI run rank 1 was still in the handshake (process start under the
+# load of two parallel tests) when a 3 s root gave up, and saw only the connection close.
 port=$((30000 + ($$ + 7) % 20000))
-LOOM_RANK=0 LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=3 \
+LOOM_RANK=0 LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=6 \
   "$INFO" --algos >/dev/null 2>"$TMP/missing.0" &
 for _ in $(seq 100); do
   ss -Hltn "sport = :$port" | grep -q . && break
   sleep 0.05
 done
-LOOM_RANK=1 LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=3 \
+LOOM_RANK=1 LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=6 \
   "$INFO" --algos >/dev/null 2>"$TMP/missing.1" &
 wait
 reports=$(grep -c "2 of 3 ranks arrived; waiting for ranks 2 (timeout in" "$TMP/missing.0")
