@@ -13,6 +13,7 @@
 //   4. acknowledge: thread q tells peer q its chunk was consumed (relaxed store).
 #include "base/error.hpp"
 #include "device/cuda/collectives/exchange_common.cuh"
+#include "device/cuda/collectives/launch.cuh"
 #include "device/cuda/collectives/reduce_ops.cuh"
 
 namespace loom::cuda {
@@ -124,27 +125,18 @@ __global__ void __launch_bounds__(kThreads) llReduceKernel(DevComm c, ExchangeAr
   closeChannels(c, channel, ch);
 }
 
-void checkLaunch() {
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    LOOM_THROW(loomUnhandledCudaError, "launching the LL kernel: ", cudaGetErrorString(err));
-}
-
 }  // namespace
 
 void launchLLCopy(const DevComm& comm, const ExchangeArgs& args, cudaStream_t stream) {
   llCopyKernel<<<args.blocks, kThreads, 0, stream>>>(comm, args);
-  checkLaunch();
+  checkLaunch("LL");
 }
 
 void launchLLReduce(const DevComm& comm, const ExchangeArgs& args, ReduceKey key,
                     cudaStream_t stream) {
-  bool found = withReducer(key.dtype, key.op, static_cast<Accum>(key.accum), [&](auto reducer) {
+  launchReducing(key, "LL", [&](auto reducer) {
     llReduceKernel<decltype(reducer)><<<args.blocks, kThreads, 0, stream>>>(comm, args);
   });
-  if (!found)
-    LOOM_THROW(loomInvalidArgument, "no GPU reduction for this type, op and accumulation");
-  checkLaunch();
 }
 
 }  // namespace loom::cuda

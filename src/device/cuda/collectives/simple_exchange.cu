@@ -13,6 +13,7 @@
 // Double-buffered slots let chunk k+1 travel while chunk k is consumed.
 #include "base/error.hpp"
 #include "device/cuda/collectives/exchange_common.cuh"
+#include "device/cuda/collectives/launch.cuh"
 #include "device/cuda/collectives/reduce_ops.cuh"
 
 namespace loom::cuda {
@@ -83,13 +84,6 @@ __global__ void __launch_bounds__(kThreads) simpleReduceKernel(DevComm c, Exchan
   closeChannels(c, channel, ch);
 }
 
-void checkLaunch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    LOOM_THROW(loomUnhandledCudaError, "launching the ", what,
-               " kernel: ", cudaGetErrorString(err));
-}
-
 }  // namespace
 
 void launchSimpleCopy(const DevComm& comm, const ExchangeArgs& args, cudaStream_t stream) {
@@ -99,12 +93,9 @@ void launchSimpleCopy(const DevComm& comm, const ExchangeArgs& args, cudaStream_
 
 void launchSimpleReduce(const DevComm& comm, const ExchangeArgs& args, ReduceKey key,
                         cudaStream_t stream) {
-  bool found = withReducer(key.dtype, key.op, static_cast<Accum>(key.accum), [&](auto reducer) {
+  launchReducing(key, "simple reduce", [&](auto reducer) {
     simpleReduceKernel<decltype(reducer)><<<args.blocks, kThreads, 0, stream>>>(comm, args);
   });
-  if (!found)
-    LOOM_THROW(loomInvalidArgument, "no GPU reduction for this type, op and accumulation");
-  checkLaunch("simple reduce");
 }
 
 }  // namespace loom::cuda

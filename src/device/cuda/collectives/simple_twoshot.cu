@@ -12,6 +12,7 @@
 // is safe: chunk k of a shard is read (steps 1-2) before any step writes it (2, 4).
 #include "base/error.hpp"
 #include "device/cuda/collectives/exchange.hpp"
+#include "device/cuda/collectives/launch.cuh"
 #include "device/cuda/collectives/primitives.cuh"
 #include "device/cuda/collectives/reduce_ops.cuh"
 
@@ -125,29 +126,19 @@ __global__ void __launch_bounds__(kThreads)
 
 void launchTwoShot(const DevComm& comm, const TwoShotArgs& args, ReduceKey key,
                    cudaStream_t stream) {
-  bool found = withReducer(key.dtype, key.op, static_cast<Accum>(key.accum), [&](auto reducer) {
+  launchReducing(key, "two-shot", [&](auto reducer) {
     twoShotKernel<decltype(reducer)><<<args.blocks, kThreads, 0, stream>>>(comm, args);
   });
-  if (!found)
-    LOOM_THROW(loomInvalidArgument, "no GPU reduction for this type, op and accumulation");
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    LOOM_THROW(loomUnhandledCudaError, "launching the two-shot kernel: ", cudaGetErrorString(err));
 }
 
 void launchLocalReduce(char* dst, const char* const* srcs, int nsrc, size_t bytes, ReduceKey key,
                        int divisor, cudaStream_t stream) {
   const int blocks = static_cast<int>((bytes / 16 + kThreads - 1) / kThreads);
   const int grid = blocks < 1 ? 1 : (blocks > 1024 ? 1024 : blocks);
-  bool found = withReducer(key.dtype, key.op, static_cast<Accum>(key.accum), [&](auto reducer) {
+  launchReducing(key, "reduce", [&](auto reducer) {
     localReduceKernel<decltype(reducer)>
         <<<grid, kThreads, 0, stream>>>(dst, srcs, nsrc, bytes, divisor);
   });
-  if (!found)
-    LOOM_THROW(loomInvalidArgument, "no GPU reduction for this type, op and accumulation");
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    LOOM_THROW(loomUnhandledCudaError, "launching the reduce kernel: ", cudaGetErrorString(err));
 }
 
 }  // namespace loom::cuda

@@ -7,6 +7,7 @@
 // arrival waits for the peer's departure from this one. So a tag written with an arrival is read
 // by the peer before it can be overwritten.
 #include "base/error.hpp"
+#include "device/cuda/collectives/launch.cuh"
 #include "device/cuda/collectives/primitives.cuh"
 #include "device/cuda/collectives/reduce_ops.cuh"
 #include "device/cuda/collectives/zero_copy.hpp"
@@ -110,28 +111,18 @@ __global__ void __launch_bounds__(kThreads) zeroCopyReduceKernel(DevComm c, Zero
   closeCall(c, seq);
 }
 
-void checkLaunch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    LOOM_THROW(loomUnhandledCudaError, "launching the zero-copy ", what,
-               " kernel: ", cudaGetErrorString(err));
-}
-
 }  // namespace
 
 void launchZeroCopyCopy(const DevComm& comm, const ZeroCopyArgs& args, cudaStream_t stream) {
   zeroCopyCopyKernel<<<args.blocks, kThreads, 0, stream>>>(comm, args);
-  checkLaunch("copy");
+  checkLaunch("zero-copy copy");
 }
 
 void launchZeroCopyReduce(const DevComm& comm, const ZeroCopyArgs& args, ReduceKey key,
                           cudaStream_t stream) {
-  bool found = withReducer(key.dtype, key.op, static_cast<Accum>(key.accum), [&](auto reducer) {
+  launchReducing(key, "zero-copy reduce", [&](auto reducer) {
     zeroCopyReduceKernel<decltype(reducer)><<<args.blocks, kThreads, 0, stream>>>(comm, args);
   });
-  if (!found)
-    LOOM_THROW(loomInvalidArgument, "no GPU reduction for this type, op and accumulation");
-  checkLaunch("reduce");
 }
 
 }  // namespace loom::cuda
