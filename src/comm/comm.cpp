@@ -338,6 +338,7 @@ void Comm::setUpRudp() {
   setup.flow.rtoMaxNs = static_cast<uint64_t>(rtoMax) * 1'000'000;
   setup.faults = env::rudpFaults();
   setup.gso = env::rudpGso();
+  setup.followCaller = env::rudpFollowCaller();
   setup.lingerMs = std::min<int64_t>(config_.timeoutMs, 2000);
   setup.allGather = [this](const std::string& mine) {
     return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });

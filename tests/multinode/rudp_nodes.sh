@@ -12,14 +12,15 @@
 #   3. a peer whose every packet is dropped: the survivors fail with loomRemoteError naming it,
 #      within the retransmission bound, not at LOOM_TIMEOUT;
 #   4. a stranger that sends forged and replayed-looking datagrams to every rudp port: they are
-#      refused (counted), the job still completes bit-exact.
+#      refused (counted), the job still completes bit-exact; the same counters show the progress
+#      threads following their callers' CPUs (LOOM_RUDP_FOLLOW_CALLER).
 # Usage: tests/multinode/rudp_nodes.sh LOOMRUN LOOM_BENCH COLLECTIVES_TEST FAULT_RANK
 # Environment: LOSSES (default "0 1 5 10"), LOSS_SUITE (default 1), MAX_BYTES (default 64M),
 #   RUN_TIMEOUT (per run, default 300 s), SUITE_FILTER (collectives_test's gtest filter, default *).
 # Exit: 0 all passed, 1 a check failed, 77 namespaces or nft are not available here.
 set -uo pipefail
 
-(($# == 4)) || { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+(($# == 4)) || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 LOOMRUN=$(abspath "$1")
 BENCH=$(abspath "$2")
@@ -182,6 +183,18 @@ else
   echo "FAIL: stranger (after $((SECONDS - start)) s)"
   grep -hE 'rror|refused|FAIL' "$dir"/node*.out "$dir"/node*.err | head -10 | sed 's/^/  /'
   failures=$((failures + 1))
+fi
+# The same counters: each progress thread pinned itself to its caller's CPU (LOOM_RUDP_FOLLOW_CALLER
+# is on by default) where the job may run on more than one CPU.
+if (($(nproc) > 1)); then
+  if grep -qE "progress thread moved [1-9][0-9]* times to its caller" "$dir"/node0.out \
+    "$dir"/node0.err; then
+    echo "   progress thread follows its caller: passed"
+  else
+    echo "FAIL: progress thread follows its caller: $(grep -hoE 'progress thread [^,]*' \
+      "$dir"/node0.* | head -1)"
+    failures=$((failures + 1))
+  fi
 fi
 rm -rf "$dir"
 

@@ -31,6 +31,7 @@ void RudpChannel::noteEmpty() {
 
 size_t RudpChannel::trySend(const void* data, size_t bytes) {
   if (bytes == 0) return 0;
+  engine_.noteCaller();
   const char* src = static_cast<const char*>(data);
   const size_t padded = roundUp8(bytes);
   size_t done = sentAhead_;
@@ -59,6 +60,7 @@ size_t RudpChannel::trySend(const void* data, size_t bytes) {
 }
 
 std::span<const char> RudpChannel::peek(size_t maxBytes) {
+  engine_.noteCaller();
   std::lock_guard<std::mutex> lock(st_.mu);
   std::span<const char> span = st_.flow.readable(roundUp8(maxBytes));
   // Whole 8-byte groups only: a reduction must never see part of an element.
@@ -82,6 +84,7 @@ void RudpChannel::consume(size_t bytes) {
 
 size_t RudpChannel::tryReceive(void* dst, size_t bytes) {
   if (bytes == 0) return 0;
+  engine_.noteCaller();
   char* out = static_cast<char*>(dst);
   const size_t padded = roundUp8(bytes);
   size_t done = recvAhead_;

@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -112,6 +113,7 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       lingerMs_(s.lingerMs),
       faultRng_(0x5eed + static_cast<uint64_t>(s.rank)),
       gso_(s.gso) {
+  follow_ = s.followCaller && usableCores() > 1;
   LOOM_CHECK_ARG(s.paths >= 1 && s.paths <= 16, "LOOM_RUDP_PATHS=", s.paths,
                  " is out of range (1 to 16)");
   // Keys and the communicator's identity come from the (already derived) secret.
@@ -249,7 +251,9 @@ void RudpEngine::reset(const std::string& why) {
 std::string RudpEngine::describeCounters() const {
   std::ostringstream o;
   o << "rudp: " << sockets_.size() << " paths, mss " << mss_ << " B, refused datagrams "
-    << refused_.load();
+    << refused_.load() << ", progress thread "
+    << (follow_ ? "moved " + std::to_string(moves_.load()) + " times to its caller's CPU"
+                : "not following its caller");
   for (size_t i = 0; i < flows_.size(); ++i) {
     RudpFlowState* st = flows_[i].get();
     if (!st) continue;
@@ -276,6 +280,7 @@ void RudpEngine::run() {
   pfds.push_back({wakeFd_.get(), POLLIN, 0});
   while (!stop_.load()) {
     uint64_t now = steadyNowNs();
+    if (follow_) followCaller(now);
     if (resetRequested_.exchange(false)) {
       for (auto& st : flows_) {
         if (!st) continue;
@@ -351,6 +356,25 @@ void RudpEngine::run() {
   }
   std::lock_guard<std::mutex> send(sendMu_);
   releaseHeld(steadyNowNs(), true);
+}
+
+void RudpEngine::followCaller(uint64_t now) {
+  // Why: the caller and this thread hand every message over to each other (a send, its ACKs, the
+  // wake-up of a waiting reader). Left to the scheduler, both ranks' four threads on a 2-core host
+  // piled onto one core for tens of milliseconds at a time (its wake-up affinity), or a rank's
+  // two threads woke each other across cores; on the caller's core, a hand-over is a switch on a
+  // core already awake. Measured between two namespace nodes: a 1 MiB sendrecv 1180-1580 us
+  // without, 457-474 us with (TCP 497-515 us).
+  const int want = callerCpu_.load(std::memory_order_relaxed);
+  if (want < 0 || want == threadCpu_ || now < nextMove_) return;
+  nextMove_ = now + 1'000'000;  // a caller the scheduler moves often is followed once per ms
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(want, &set);
+  if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0) {
+    threadCpu_ = want;
+    moves_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void RudpEngine::sendNow(RudpFlowState& st) {

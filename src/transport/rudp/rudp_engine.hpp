@@ -22,6 +22,7 @@
 // A test-only fault layer (LOOM_RUDP_FAULTS) drops, duplicates and delays outgoing datagrams.
 #pragma once
 
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -55,6 +56,7 @@ struct RudpSetup {
   std::string faults;  // LOOM_RUDP_FAULTS: "drop=P,dup=P,delay=P" (tests only)
   int64_t lingerMs = 2000;
   bool gso = true;  // LOOM_RUDP_GSO: UDP segmentation offload and GRO where the kernel has them
+  bool followCaller = true;  // LOOM_RUDP_FOLLOW_CALLER: the progress thread runs where its caller does
   std::function<std::vector<std::string>(const std::string&)> allGather;
 };
 
@@ -95,6 +97,13 @@ class RudpEngine {
   void wake();
   // From a channel: sends what the flow has now, from the calling thread when it can.
   void sendNow(RudpFlowState& st);
+  // From a channel call: the progress thread moves to this CPU (when following its caller).
+  void noteCaller() {
+    if (!follow_) return;
+    const int cpu = sched_getcpu();
+    if (cpu >= 0 && cpu != callerCpu_.load(std::memory_order_relaxed))
+      callerCpu_.store(cpu, std::memory_order_relaxed);
+  }
 
   // One line per remote peer: retransmissions, timeouts, RTT, duplicates, out-of-order, ...
   std::string describeCounters() const;
@@ -151,6 +160,8 @@ class RudpEngine {
   void sendBurst(size_t first, size_t count, bool gso);
   void deliver(const char* data, size_t bytes, uint64_t now);
   void releaseHeld(uint64_t now, bool all);
+  // Progress thread: pins itself to the CPU its caller last ran on, at most once a millisecond.
+  void followCaller(uint64_t now);
 
   int rank_;
   int classes_;
@@ -166,6 +177,13 @@ class RudpEngine {
   // Sending (the scratch below, the fault layer) belongs to one thread at a time: the progress
   // thread or a channel's caller (sendNow). Receiving is the progress thread's alone.
   std::mutex sendMu_;
+  // Following the caller (RudpSetup::followCaller, on a process allowed more than one CPU): the
+  // CPU of the latest channel call, and the one the thread is pinned to (progress thread only).
+  bool follow_ = false;
+  std::atomic<int> callerCpu_{-1};
+  int threadCpu_ = -1;
+  uint64_t nextMove_ = 0;
+  std::atomic<uint64_t> moves_{0};
   std::atomic<bool> sleeping_{false};
   std::atomic<uint64_t> plannedWake_{0};
   std::atomic<bool> stop_{false};
