@@ -16,12 +16,18 @@ base = any(k[3] == "rudp-base" for k in best)
 extra = " base rudp GB/s | base/tcp |" if base else ""
 print("| loss | op | size | tcp GB/s | rudp GB/s | rudp/tcp |" + extra + " wrong |")
 print("|---|---|---|---|---|---|" + ("---|---|" if base else "") + "---|")
-conds = sorted({k[:3] for k in best}, key=lambda k: (k[0] == "reorder", float(k[0]) if k[0] != "reorder" else 0, k[1], k[2]))
+def order(k):
+    loss = k[0].startswith("reorder")
+    return (loss, k[0] if loss else "", 0 if loss else float(k[0]), k[1], k[2])
+
+
+conds = sorted({k[:3] for k in best}, key=order)
 for cond, op, size in conds:
     t, r = best.get((cond, op, size, "tcp"), 0), best.get((cond, op, size, "rudp"), 0)
     w = sum(wrong[(cond, op, size, x)] for x in ("tcp", "rudp", "rudp-base"))
     ratio = f"{r / t:.2f}" if t > 0 else "-"
-    label = "reorder (rudp fault layer; tcp: none)" if cond == "reorder" else f"{cond} %"
+    label = {"reorder": "reorder (a fifth held 0-2 ms, both)",
+             "reorder-faults": "reorder (rudp fault layer; tcp: none)"}.get(cond, f"{cond} %")
     cells = ""
     if base:
         b = best.get((cond, op, size, "rudp-base"), 0)

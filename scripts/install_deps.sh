@@ -26,6 +26,8 @@ have mpirun || need+=(openmpi-bin)
 if [[ "${1:-}" == bench ]]; then
   # mpicc can exist (openmpi-bin's alternative) without the headers: compile against mpi.h.
   echo '#include <mpi.h>' | mpicc -x c -E - >/dev/null 2>&1 || need+=(libopenmpi-dev)
+  # bench/rudp_vs_tcp.sh's reordering: an NFQUEUE rule (this kernel's nft has no queue verdict).
+  have iptables || need+=(iptables)
 fi
 if [[ "${1:-}" == bench || "${1:-}" == plot ]]; then
   python3 -c "import matplotlib" 2>/dev/null || need+=(python3-matplotlib)
