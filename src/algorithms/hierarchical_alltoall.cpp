@@ -71,7 +71,7 @@ class Exchange {
     auto gather = [&](PollSet& set) {
       for (const Stream& s : streams_)
         if (s.next < s.end)
-          set.add(ctx_.channel(s.peer).pollFd(s.isSend), s.isSend ? POLLOUT : POLLIN);
+          set.add(ctx_.channel(s.peer).pollFd(s.isSend), ctx_.channel(s.peer).pollEvents(s.isSend));
     };
     while (!done()) {
       if (!pass()) waitUntil(pass, check, gather, *ctx_.pollSet, ctx_.peers);

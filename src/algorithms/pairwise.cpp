@@ -54,7 +54,7 @@ void runTransfers(const AlgoContext& ctx, std::vector<PairTransfer>& list) {
   auto gather = [&](PollSet& set) {
     for (const PairTransfer& t : list)
       if (t.position < t.bytes)
-        set.add(ctx.channel(t.peer).pollFd(t.isSend), t.isSend ? POLLOUT : POLLIN);
+        set.add(ctx.channel(t.peer).pollFd(t.isSend), ctx.channel(t.peer).pollEvents(t.isSend));
   };
   while (!done()) {
     if (!pass()) waitUntil(pass, check, gather, *ctx.pollSet, ctx.peers);

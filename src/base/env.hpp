@@ -45,6 +45,7 @@ int64_t rudpRetries();      // LOOM_RUDP_RETRIES: retransmissions of a packet be
 int64_t rudpRtoMaxMs();     // LOOM_RUDP_RTO_MAX_MS: ceiling of the backed-off timeout
 bool rudpGso();             // LOOM_RUDP_GSO: UDP segmentation offload / GRO bursts (1) or not (0)
 bool rudpFollowCaller();    // LOOM_RUDP_FOLLOW_CALLER: progress thread on its caller's CPU (1)
+bool rudpCallerReceives();  // LOOM_RUDP_CALLER_RECEIVES: a waiting caller reads the sockets (1)
 std::string rudpFaults();   // LOOM_RUDP_FAULTS: test-only "drop=P,dup=P,delay=P"
 
 }  // namespace loom::env

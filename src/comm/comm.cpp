@@ -339,6 +339,7 @@ void Comm::setUpRudp() {
   setup.faults = env::rudpFaults();
   setup.gso = env::rudpGso();
   setup.followCaller = env::rudpFollowCaller();
+  setup.callerReceives = env::rudpCallerReceives();
   setup.lingerMs = std::min<int64_t>(config_.timeoutMs, 2000);
   setup.allGather = [this](const std::string& mine) {
     return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });

@@ -3,6 +3,8 @@
 // splits an element of any data type. Calls never block; callers wait with waitUntil().
 #pragma once
 
+#include <poll.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -31,6 +33,9 @@ class Channel {
     (void)sending;
     return -1;
   }
+  // The poll events to wait for on pollFd(sending): by default POLLOUT for sending, POLLIN for
+  // receiving; a channel whose descriptor is a set (epoll) of several sources says POLLIN for both.
+  virtual short pollEvents(bool sending) const { return sending ? POLLOUT : POLLIN; }
 
   // Whether tryReceive saves a copy over peek + copy + consume (a network channel reads the
   // kernel's buffer straight into the destination).

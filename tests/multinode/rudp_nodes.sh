@@ -7,8 +7,8 @@
 #      LOSS_SUITE % loss;
 #   2. allreduce, allgather, reducescatter, alltoall and broadcast up to MAX_BYTES on 2 nodes (ranks
 #      0,2 | 1) at each rate of LOSSES, then with the transport's test-only fault layer
-#      (LOOM_RUDP_FAULTS: reordering by delay, duplication, drops), and without GSO
-#      (LOOM_RUDP_GSO=0) at 5 % loss;
+#      (LOOM_RUDP_FAULTS: reordering by delay, duplication, drops), with the progress thread
+#      receiving alone (LOOM_RUDP_CALLER_RECEIVES=0) and without GSO (LOOM_RUDP_GSO=0) at 5 % loss;
 #   3. a peer whose every packet is dropped: the survivors fail with loomRemoteError naming it,
 #      within the retransmission bound, not at LOOM_TIMEOUT;
 #   4. a stranger that sends forged and replayed-looking datagrams to every rudp port: they are
@@ -20,7 +20,7 @@
 # Exit: 0 all passed, 1 a check failed, 77 namespaces or nft are not available here.
 set -uo pipefail
 
-(($# == 4)) || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+(($# == 4)) || { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 LOOMRUN=$(abspath "$1")
 BENCH=$(abspath "$2")
@@ -117,6 +117,11 @@ echo "== reordering, duplication and 1% drops from the fault layer, 2 nodes"
 mapfile -t cmds < <(bench_cmds true "allreduce alltoall" \
   "LOOM_RUDP_FAULTS=delay=0.2,dup=0.1,drop=0.01")
 run "2 nodes, reorder+dup+drop" "${cmds[@]}"
+
+# The progress thread receiving alone (callers never read the sockets), under loss.
+echo "== progress thread receives (LOOM_RUDP_CALLER_RECEIVES=0), 5% loss, 2 nodes"
+mapfile -t cmds < <(bench_cmds "$(loss_prefix 5)" "allreduce alltoall" "LOOM_RUDP_CALLER_RECEIVES=0")
+run "2 nodes, thread receives, 5% loss" "${cmds[@]}"
 
 # The fallback without UDP segmentation offload (datagram by datagram, sendmmsg) under loss.
 echo "== datagram by datagram (LOOM_RUDP_GSO=0), 5% loss, 2 nodes"

@@ -32,7 +32,17 @@ void RudpChannel::noteEmpty() {
 size_t RudpChannel::trySend(const void* data, size_t bytes) {
   if (bytes == 0) return 0;
   engine_.noteCaller();
-  const char* src = static_cast<const char*>(data);
+  bool moved = false;
+  size_t r = sendOnce(static_cast<const char*>(data), bytes, moved);
+  if (!moved && engine_.callerReceives()) {
+    // No room: the ACKs that free it may be waiting in the sockets, which a waiting caller reads.
+    engine_.receiveHere(nullptr);
+    r = sendOnce(static_cast<const char*>(data), bytes, moved);
+  }
+  return r;
+}
+
+size_t RudpChannel::sendOnce(const char* src, size_t bytes, bool& movedAny) {
   const size_t padded = roundUp8(bytes);
   size_t done = sentAhead_;
   size_t moved = 0;
@@ -55,12 +65,22 @@ size_t RudpChannel::trySend(const void* data, size_t bytes) {
       st_.sendBlocked = true;
     }
   }
+  movedAny = moved > 0;
   if (moved > 0) engine_.sendNow(st_);
   return wholeGroups(done, bytes, padded, sentAhead_);
 }
 
 std::span<const char> RudpChannel::peek(size_t maxBytes) {
   engine_.noteCaller();
+  std::span<const char> span = peekOnce(maxBytes);
+  if (span.empty() && engine_.callerReceives()) {
+    engine_.receiveHere(&st_);
+    span = peekOnce(maxBytes);
+  }
+  return span;
+}
+
+std::span<const char> RudpChannel::peekOnce(size_t maxBytes) {
   std::lock_guard<std::mutex> lock(st_.mu);
   std::span<const char> span = st_.flow.readable(roundUp8(maxBytes));
   // Whole 8-byte groups only: a reduction must never see part of an element.
@@ -74,6 +94,7 @@ std::span<const char> RudpChannel::peek(size_t maxBytes) {
 }
 
 void RudpChannel::consume(size_t bytes) {
+  engine_.noteCaller();
   bool tell;
   {
     std::lock_guard<std::mutex> lock(st_.mu);
@@ -85,7 +106,18 @@ void RudpChannel::consume(size_t bytes) {
 size_t RudpChannel::tryReceive(void* dst, size_t bytes) {
   if (bytes == 0) return 0;
   engine_.noteCaller();
-  char* out = static_cast<char*>(dst);
+  bool moved = false;
+  size_t r = receiveOnce(static_cast<char*>(dst), bytes, moved);
+  if (!moved && engine_.callerReceives()) {
+    // Nothing yet: read the sockets here instead of waiting for the thread to read them and wake
+    // this caller (one wake-up per message instead of two).
+    engine_.receiveHere(&st_);
+    r = receiveOnce(static_cast<char*>(dst), bytes, moved);
+  }
+  return r;
+}
+
+size_t RudpChannel::receiveOnce(char* out, size_t bytes, bool& movedAny) {
   const size_t padded = roundUp8(bytes);
   size_t done = recvAhead_;
   bool tell = false;
@@ -110,7 +142,8 @@ size_t RudpChannel::tryReceive(void* dst, size_t bytes) {
       done += n;
       moved += n;
     }
-    if (done == recvAhead_) {
+    movedAny = done != recvAhead_;
+    if (!movedAny) {
       noteEmpty();
     } else {
       st_.flow.setReceiveWaiting(false);

@@ -1,14 +1,20 @@
 // A Channel over one rudp flow: trySend copies into the flow's send ring, the receive calls copy
-// out of its receive ring, both under the flow's mutex, and the engine's progress thread does
-// the receiving, the timers and whatever the callers leave. A send transmits from the calling
-// thread when no other thread is sending (RudpEngine::sendNow), so a message does not wait for
-// the thread to be scheduled. Waits block on descriptors the thread makes ready: an eventfd when
-// bytes arrive (POLLIN) and a one-page pipe whose write end polls POLLOUT unless a send found
-// the ring full. (Readers that also polled the sockets and read them themselves were measured
-// slower on a loaded 2-core host: the thread and the reader both woke for every datagram.) A failed
+// out of its receive ring, both under the flow's mutex. A call that finds nothing to read (or no
+// room to send) first reads the sockets itself (RudpEngine::receiveHere), then looks again; the
+// engine's progress thread does the timers, and the receiving while no channel is being called.
+// A send transmits from the calling thread when no other thread is sending (RudpEngine::sendNow),
+// so a message does not wait for the thread to be scheduled. Waits block on an epoll set of the
+// sockets plus an eventfd the thread signals when bytes arrive (receiving), or plus a one-page
+// pipe whose write end polls POLLOUT unless a send found the ring full (sending). (Readers that
+// read the sockets while the thread polled them too were measured slower on a loaded 2-core host:
+// both woke for every datagram; the thread now leaves the sockets alone while callers are
+// active.) With LOOM_RUDP_CALLER_RECEIVES=0 the thread alone receives and waits block on the
+// eventfd or the pipe. A failed
 // flow (peer unreachable or reset) makes every call throw loomRemoteError naming the peer, once the
 // bytes that did arrive have been read.
 #pragma once
+
+#include <poll.h>
 
 #include "transport/channel.hpp"
 #include "transport/rudp/rudp_engine.hpp"
@@ -26,13 +32,23 @@ class RudpChannel final : public Channel {
   // The rest of a transfer is received straight into its destination (Flow::post).
   bool receivesDirect() const override { return true; }
   int pollFd(bool sending) const override {
+    if (engine_.callerReceives()) return sending ? st_.sendWait.get() : st_.recvWait.get();
     return sending ? st_.roomPipe[1].get() : st_.dataReady.get();
+  }
+  // The epoll sets are readable when something is ready; the pipe's write end when it has room.
+  short pollEvents(bool sending) const override {
+    return sending && !engine_.callerReceives() ? POLLOUT : POLLIN;
   }
 
  private:
   [[noreturn]] void throwFailed() const;
   // With the lock held: nothing to read now; arm the wake-up and the liveness probes.
   void noteEmpty();
+  // One attempt of tryReceive / peek / trySend, under the flow's lock; `moved` says whether it
+  // moved anything (if not, the caller reads the sockets and tries once more).
+  size_t receiveOnce(char* out, size_t bytes, bool& moved);
+  std::span<const char> peekOnce(size_t maxBytes);
+  size_t sendOnce(const char* src, size_t bytes, bool& moved);
 
   RudpEngine& engine_;
   RudpFlowState& st_;

@@ -6,6 +6,7 @@
 #include <netinet/udp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -97,6 +98,8 @@ void RudpFlowState::notifyData() {
   signal(dataReady);
 }
 
+void RudpFlowState::drainRoom() { drain(roomPipe[0].get()); }
+
 void RudpFlowState::takeWakeup() {
   if (!dataSignalled) return;
   dataSignalled = false;
@@ -114,6 +117,7 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       faultRng_(0x5eed + static_cast<uint64_t>(s.rank)),
       gso_(s.gso) {
   follow_ = s.followCaller && usableCores() > 1;
+  callerReceives_ = s.callerReceives;
   LOOM_CHECK_ARG(s.paths >= 1 && s.paths <= 16, "LOOM_RUDP_PATHS=", s.paths,
                  " is out of range (1 to 16)");
   // Keys and the communicator's identity come from the (already derived) secret.
@@ -188,6 +192,28 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       flows_[peer * s.classes + cls] = std::make_unique<RudpFlowState>(peer, cls, fc);
   }
   wakeFd_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (callerReceives_) {
+    for (auto& st : flows_) {
+      if (!st) continue;
+      auto set = [&](Fd& ep, int own, uint32_t ownEvents) {
+        ep = Fd(epoll_create1(EPOLL_CLOEXEC));
+        if (!ep.valid())
+          LOOM_THROW(loomSystemError, "rudp transport: epoll_create1: ", std::strerror(errno));
+        epoll_event ev{};
+        for (const Fd& fd : sockets_) {
+          ev.events = EPOLLIN;
+          ev.data.fd = fd.get();
+          epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd.get(), &ev);
+        }
+        ev.events = ownEvents;
+        ev.data.fd = own;
+        if (epoll_ctl(ep.get(), EPOLL_CTL_ADD, own, &ev) != 0)
+          LOOM_THROW(loomSystemError, "rudp transport: epoll_ctl: ", std::strerror(errno));
+      };
+      set(st->recvWait, st->dataReady.get(), EPOLLIN);
+      set(st->sendWait, st->roomPipe[1].get(), EPOLLOUT);
+    }
+  }
   recvBufs_.resize(kRecvScratchBytes);
   headers_.resize(kRoom * rudp::kHeaderBytes);
   burst_.iov.reserve(4 * kMaxSegments);
@@ -275,9 +301,10 @@ std::string RudpEngine::describeCounters() const {
 }
 
 void RudpEngine::run() {
+  // The wake-up first: while callers receive, the thread polls it alone.
   std::vector<pollfd> pfds;
-  for (const Fd& fd : sockets_) pfds.push_back({fd.get(), POLLIN, 0});
   pfds.push_back({wakeFd_.get(), POLLIN, 0});
+  for (const Fd& fd : sockets_) pfds.push_back({fd.get(), POLLIN, 0});
   while (!stop_.load()) {
     uint64_t now = steadyNowNs();
     if (follow_) followCaller(now);
@@ -320,34 +347,25 @@ void RudpEngine::run() {
       std::lock_guard<std::mutex> send(sendMu_);
       for (const Held& h : held_) next = std::min(next, h.due);
     }
+    // A caller that called lately reads the sockets when it waits: leave them to it until it has
+    // been quiet for kCallerQuietNs, then read them here again (and before every timer).
+    const uint64_t callerUntil =
+        callerReceives_ ? lastCall_.load(std::memory_order_relaxed) + kCallerQuietNs : 0;
+    const bool callerActive = now < callerUntil;
+    if (callerActive) next = std::min(next, callerUntil);
     long timeoutNs = busy                 ? 0
                      : next == UINT64_MAX ? 100'000'000L
                      : next <= now        ? 0
                                    : static_cast<long>(std::min<uint64_t>(next - now, 100'000'000));
     timespec ts{timeoutNs / 1'000'000'000, timeoutNs % 1'000'000'000};
     plannedWake_.store(now + static_cast<uint64_t>(timeoutNs));
-    int ready = ppoll(pfds.data(), pfds.size(), &ts, nullptr);
+    int ready = ppoll(pfds.data(), callerActive ? 1 : pfds.size(), &ts, nullptr);
     sleeping_.store(false);
     now = steadyNowNs();
-    if (ready > 0) {
-      if (pfds.back().revents & POLLIN) drain(wakeFd_.get());
-      // A path at a time, drained, starting with the one read last: the sender moves to the
-      // next path only after a flowlet of trains, so the older trains wait on the path being
-      // read, and the newer ones on the next. (Reading the paths in turn, a few trains each,
-      // delivered a third of the packets out of order when one path had a backlog.)
-      const size_t paths = sockets_.size();
-      for (int round = 0; round < 4; ++round) {
-        bool any = false;
-        for (size_t i = 0; i < paths; ++i) {
-          const int p = static_cast<int>((readPath_ + i) % paths);
-          for (int n = 0; n < 64 && receive(p, now); ++n) {
-            any = true;
-            readPath_ = static_cast<size_t>(p);
-          }
-        }
-        if (!any) break;
-      }
-      wakeReaders();
+    if (ready > 0 || callerActive) {
+      if (pfds[0].revents & POLLIN) drain(wakeFd_.get());
+      std::lock_guard<std::mutex> receiving(recvMu_);
+      receivePass(now, nullptr);
     }
     std::lock_guard<std::mutex> send(sendMu_);
     releaseHeld(now, false);
@@ -398,20 +416,6 @@ void RudpEngine::sendNow(RudpFlowState& st) {
   }
 }
 
-void RudpEngine::wakeReaders() {
-  // One wake-up per flow and batch, not per packet.
-  for (RudpFlowState* st : touched_) {
-    st->touched = false;
-    std::lock_guard<std::mutex> lock(st->mu);
-    if (st->flow.readableBytes() > 0 || st->flow.failed()) st->notifyData();
-    if (st->sendBlocked && (st->flow.writable() > 0 || st->flow.failed())) {
-      drain(st->roomPipe[0].get());
-      st->sendBlocked = false;
-    }
-  }
-  touched_.clear();
-}
-
 void RudpEngine::sendFlow(RudpFlowState& st) {
   // Read now, under sendMu_, not when the round began: send times must rise in the order the
   // packets leave (RACK finds losses by them), and the thread, after receiving for a while, would
@@ -460,7 +464,13 @@ void RudpEngine::transmit(int path, int peer, const char* header, std::span<cons
       Held h{now + faultRng_() % 2'000'000, path, peer, {}};
       h.bytes.assign(header, header + rudp::kHeaderBytes);
       h.bytes.insert(h.bytes.end(), payload.begin(), payload.end());
+      const uint64_t due = h.due;
       held_.push_back(std::move(h));
+      // A caller's send: the thread releases it, and may be asleep past its time.
+      if (sleeping_.load()) {
+        const uint64_t planned = plannedWake_.load();
+        if (planned == 0 || due < planned) wake();
+      }
       return;
     }
     if (u(faultRng_) < fault_.dup) append(path, peer, header, payload);

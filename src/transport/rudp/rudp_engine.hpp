@@ -1,23 +1,35 @@
 // The rudp transport of one communicator: a few UDP sockets ("paths", LOOM_RUDP_PATHS) on the
-// chosen interface carry every flow to every remote peer, and one progress thread owns them.
+// chosen interface carry every flow to every remote peer; a waiting caller or the progress thread
+// reads them.
 //
 // Roles and steps:
 //  - Setup: bind the sockets, publish "address port port ..." through the bootstrap's
 //    all-gather, create one Flow per (remote peer, channel class), start the thread.
-//  - Progress thread: blocks in poll on the sockets and a wake-up descriptor, with a timeout at
-//    the earliest flow timer; receives in batches (recvmmsg; with UDP GRO one buffer holds up to
-//    64 KiB of datagrams of one sender), authenticates, hands each datagram to its flow, wakes
-//    each flow's reader once per batch, then lets every flow emit ACKs, retransmissions, new data
-//    and probes. A flow's datagrams leave in bursts: consecutive datagrams to one peer are one
-//    system call (UDP GSO: the kernel cuts one buffer into equal datagrams, as TCP's TSO does;
-//    without it, sendmmsg), on one path for a flowlet of bursts, then on the next (the flow
-//    chooses: FlowConfig::flowletPackets), so a fabric that hashes on ports spreads a flow over
-//    paths and one path's datagrams arrive in order. It also serves flows nobody calls any
-//    more, so the last bytes of a collective still get retransmitted after the caller moved on.
+//  - Receiving (receivePass, under recvMu_): whoever holds it reads every path. A channel whose
+//    caller finds nothing to read (or no room to send) reads them itself (receiveHere), and its
+//    waits block on an epoll set of the sockets plus the flow's own descriptor, so a datagram
+//    wakes the caller directly: one wake-up per message instead of the thread's and then the
+//    caller's (LOOM_RUDP_CALLER_RECEIVES; a 8 B message 60 -> 22-28 us between two namespace
+//    nodes, TCP 12). While a channel was called within kCallerQuietNs, the thread leaves the
+//    sockets to the callers (both would wake for every datagram) and reads them only when it
+//    wakes for a timer; after that it polls them again, so nothing waits longer than that.
+//  - Progress thread: blocks in poll on the sockets (see above) and a wake-up descriptor, with a
+//    timeout at the earliest flow timer; receives in batches (recvmmsg; with UDP GRO one buffer
+//    holds up to 64 KiB of datagrams of one sender), authenticates, hands each datagram to its
+//    flow, wakes each flow's reader once per batch, then lets every flow emit ACKs,
+//    retransmissions, new data and probes. A flow's datagrams leave in bursts: consecutive
+//    datagrams to one peer are one system call (UDP GSO: the kernel cuts one buffer into equal
+//    datagrams, as TCP's TSO does; without it, sendmmsg), on one path for a flowlet of bursts, then
+//    on the next (the flow chooses: FlowConfig::flowletPackets), so a fabric that hashes on ports
+//    spreads a flow over paths and one path's datagrams arrive in order. It also serves flows
+//    nobody calls any more, so the last bytes of a collective still get retransmitted after the
+//    caller moved on.
 //  - Channels (rudp_channel.hpp) copy into and out of a flow's rings under its mutex; a send
 //    leaves from the caller's thread when the thread is not sending (sendNow), which wakes the
-//    thread only if it sleeps past the flow's timers; waits block on an eventfd (data arrived)
-//    or a one-page pipe (room freed).
+//    thread only if it sleeps past the flow's timers; waits block on the epoll sets above (or,
+//    with LOOM_RUDP_CALLER_RECEIVES=0, on an eventfd (data arrived) or a one-page pipe (room
+//    freed) that the thread makes ready).
+//  - The thread pins itself to the CPU of the latest channel call (LOOM_RUDP_FOLLOW_CALLER).
 //  - Destruction lingers, bounded, until what was sent is acknowledged, then logs the counters.
 // A test-only fault layer (LOOM_RUDP_FAULTS) drops, duplicates and delays outgoing datagrams.
 #pragma once
@@ -35,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/wait.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "bootstrap/socket.hpp"
 #include "transport/channel.hpp"
@@ -56,7 +69,9 @@ struct RudpSetup {
   std::string faults;  // LOOM_RUDP_FAULTS: "drop=P,dup=P,delay=P" (tests only)
   int64_t lingerMs = 2000;
   bool gso = true;  // LOOM_RUDP_GSO: UDP segmentation offload and GRO where the kernel has them
-  bool followCaller = true;  // LOOM_RUDP_FOLLOW_CALLER: the progress thread runs where its caller does
+  bool followCaller =
+      true;  // LOOM_RUDP_FOLLOW_CALLER: the progress thread runs where its caller does
+  bool callerReceives = true;  // LOOM_RUDP_CALLER_RECEIVES: a waiting caller reads the sockets
   std::function<std::vector<std::string>(const std::string&)> allGather;
 };
 
@@ -67,6 +82,8 @@ struct RudpFlowState {
   void notifyData();
   // With mu held: drains dataReady if it was signalled.
   void takeWakeup();
+  // With mu held: empties the room pipe, so that its write end polls POLLOUT again.
+  void drainRoom();
   int peer, cls;
   std::mutex mu;
   rudp::Flow flow;
@@ -74,6 +91,9 @@ struct RudpFlowState {
   bool dataSignalled = false;      // dataReady holds a count (both change only under mu)
   std::condition_variable placed;  // a train placed in the flow's space was processed
   Fd roomPipe[2];                  // one-page pipe: the write end polls POLLOUT unless sendBlocked
+  // When callers receive (RudpSetup::callerReceives): epoll sets a waiting caller blocks on, the
+  // engine's sockets plus dataReady (receiving) or plus the room pipe's write end (sending).
+  Fd recvWait, sendWait;
   bool sendBlocked = false;
   bool touched = false;  // progress thread only: in touched_ this batch
   // Progress thread only: its last train came whole (consecutive packets from the peeked
@@ -97,13 +117,20 @@ class RudpEngine {
   void wake();
   // From a channel: sends what the flow has now, from the calling thread when it can.
   void sendNow(RudpFlowState& st);
-  // From a channel call: the progress thread moves to this CPU (when following its caller).
+  // From every channel call: the caller is active (the progress thread leaves the sockets to it
+  // for a while) and its CPU is where the progress thread moves (when following its caller).
   void noteCaller() {
+    if (callerReceives_) lastCall_.store(steadyNowNs(), std::memory_order_relaxed);
     if (!follow_) return;
     const int cpu = sched_getcpu();
     if (cpu >= 0 && cpu != callerCpu_.load(std::memory_order_relaxed))
       callerCpu_.store(cpu, std::memory_order_relaxed);
   }
+  // From a channel that found nothing to read or no room: reads what the sockets hold now and
+  // sends the ACKs and whatever else is due, unless another thread is reading them. `self` is
+  // the caller's flow: it looks again itself, so it is not signalled.
+  void receiveHere(RudpFlowState* self);
+  bool callerReceives() const { return callerReceives_; }
 
   // One line per remote peer: retransmissions, timeouts, RTT, duplicates, out-of-order, ...
   std::string describeCounters() const;
@@ -147,8 +174,10 @@ class RudpEngine {
   bool receiveOne(int path, uint64_t now);
   Placement place(const char* first, size_t bytes);
   void noteTouched(RudpFlowState& st);
-  // Signals the readers (and blocked writers) of the flows that got packets.
-  void wakeReaders();
+  // With recvMu_ held: reads every path until it is empty (or a bounded number of rounds).
+  void receivePass(uint64_t now, RudpFlowState* self);
+  // Signals the readers (and blocked writers) of the flows that got packets, except self's reader.
+  void wakeReaders(RudpFlowState* self);
   // With sendMu_ held.
   void sendFlow(RudpFlowState& st);
   // Queues one datagram into the current burst (after the test-only fault layer).
@@ -175,8 +204,16 @@ class RudpEngine {
   std::vector<std::unique_ptr<RudpFlowState>> flows_;  // [peer * classes + cls], null if local
   Fd wakeFd_;
   // Sending (the scratch below, the fault layer) belongs to one thread at a time: the progress
-  // thread or a channel's caller (sendNow). Receiving is the progress thread's alone.
+  // thread or a channel's caller (sendNow). So does receiving (the receive scratch, touched_):
+  // the progress thread, or a caller whose channel found nothing (receiveHere), under recvMu_.
   std::mutex sendMu_;
+  std::mutex recvMu_;
+  // Callers receive (RudpSetup::callerReceives): while a channel was called within the last
+  // kCallerQuietNs the progress thread does not poll the sockets (a datagram would wake both it
+  // and the waiting caller); it wakes for timers and when that time has passed, then reads them.
+  bool callerReceives_ = false;
+  std::atomic<uint64_t> lastCall_{0};
+  static constexpr uint64_t kCallerQuietNs = 200'000;
   // Following the caller (RudpSetup::followCaller, on a process allowed more than one CPU): the
   // CPU of the latest channel call, and the one the thread is pinned to (progress thread only).
   bool follow_ = false;

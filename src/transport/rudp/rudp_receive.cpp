@@ -260,4 +260,55 @@ void RudpEngine::noteTouched(RudpFlowState& st) {
   }
 }
 
+void RudpEngine::receiveHere(RudpFlowState* self) {
+  if (!callerReceives_) return;
+  {
+    std::unique_lock<std::mutex> receiving(recvMu_, std::try_to_lock);
+    if (!receiving.owns_lock()) return;  // the thread or another caller is reading them now
+    receivePass(steadyNowNs(), self);
+  }
+  // The ACKs of what arrived, retransmissions RACK found, data the window now lets go.
+  std::unique_lock<std::mutex> send(sendMu_, std::try_to_lock);
+  if (!send.owns_lock()) {
+    wake();
+    return;
+  }
+  for (auto& st : flows_)
+    if (st) sendFlow(*st);
+}
+
+void RudpEngine::receivePass(uint64_t now, RudpFlowState* self) {
+  // A path at a time, drained, starting with the one read last: the sender moves to the next
+  // path only after a flowlet of trains, so the older trains wait on the path being read, and the
+  // newer ones on the next. (Reading the paths in turn, a few trains each, delivered a third of
+  // the packets out of order when one path had a backlog.)
+  const size_t paths = sockets_.size();
+  for (int round = 0; round < 4; ++round) {
+    bool any = false;
+    for (size_t i = 0; i < paths; ++i) {
+      const int p = static_cast<int>((readPath_ + i) % paths);
+      for (int n = 0; n < 64 && receive(p, now); ++n) {
+        any = true;
+        readPath_ = static_cast<size_t>(p);
+      }
+    }
+    if (!any) break;
+  }
+  wakeReaders(self);
+}
+
+void RudpEngine::wakeReaders(RudpFlowState* self) {
+  // One wake-up per flow and batch, not per packet.
+  for (RudpFlowState* st : touched_) {
+    st->touched = false;
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (st != self && (st->flow.readableBytes() > 0 || st->flow.failed())) st->notifyData();
+    if (st->sendBlocked && (st->flow.writable() > 0 || st->flow.failed())) {
+      st->drainRoom();
+      st->sendBlocked = false;
+    }
+  }
+  touched_.clear();
+}
+
 }  // namespace loom
