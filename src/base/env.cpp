@@ -71,7 +71,7 @@ int64_t rudpWindowBytes() { return getInt("LOOM_RUDP_WINDOW_BYTES", 4 << 20); }
 int64_t rudpRetries() { return getInt("LOOM_RUDP_RETRIES", 15); }
 int64_t rudpRtoMaxMs() { return getInt("LOOM_RUDP_RTO_MAX_MS", 1000); }
 bool rudpGso() { return getInt("LOOM_RUDP_GSO", 1) != 0; }
-bool rudpFollowCaller() { return getInt("LOOM_RUDP_FOLLOW_CALLER", 1) != 0; }
+std::string rudpFollowCaller() { return getString("LOOM_RUDP_FOLLOW_CALLER", "auto"); }
 bool rudpCallerReceives() { return getInt("LOOM_RUDP_CALLER_RECEIVES", 1) != 0; }
 std::string rudpFaults() { return getString("LOOM_RUDP_FAULTS", ""); }
 

@@ -44,7 +44,8 @@ int64_t rudpWindowBytes();  // LOOM_RUDP_WINDOW_BYTES: send/receive ring per pee
 int64_t rudpRetries();      // LOOM_RUDP_RETRIES: retransmissions of a packet before failing
 int64_t rudpRtoMaxMs();     // LOOM_RUDP_RTO_MAX_MS: ceiling of the backed-off timeout
 bool rudpGso();             // LOOM_RUDP_GSO: UDP segmentation offload / GRO bursts (1) or not (0)
-bool rudpFollowCaller();    // LOOM_RUDP_FOLLOW_CALLER: progress thread on its caller's CPU (1)
+std::string rudpFollowCaller();  // LOOM_RUDP_FOLLOW_CALLER: progress thread on its caller's CPU
+                                 // (auto, 1, 0)
 bool rudpCallerReceives();  // LOOM_RUDP_CALLER_RECEIVES: a waiting caller reads the sockets (1)
 std::string rudpFaults();   // LOOM_RUDP_FAULTS: test-only "drop=P,dup=P,delay=P"
 

@@ -176,7 +176,8 @@ stranger='seen=0; for round in $(seq 200); do
   done
   sleep 0.05
 done 2>/dev/null'
-mapfile -t cmds < <(bench_cmds true "allreduce" "LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=NET")
+mapfile -t cmds < <(bench_cmds true "allreduce" \
+  "LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=NET LOOM_RUDP_FOLLOW_CALLER=1")
 cmds[0]="( $stranger ) & ${cmds[0]}; rc=\$?; wait; exit \$rc"
 dir=$(mktemp -d "${TMPDIR:-/tmp}/loomt-rudp.XXXXXX")
 start=$SECONDS
@@ -189,8 +190,8 @@ else
   grep -hE 'rror|refused|FAIL' "$dir"/node*.out "$dir"/node*.err | head -10 | sed 's/^/  /'
   failures=$((failures + 1))
 fi
-# The same counters: each progress thread pinned itself to its caller's CPU (LOOM_RUDP_FOLLOW_CALLER
-# is on by default) where the job may run on more than one CPU.
+# The same counters: each progress thread pinned itself to its caller's CPU (LOOM_RUDP_FOLLOW_CALLER=1
+# here; its default, auto, depends on the host's cores) where the job may run on more than one CPU.
 if (($(nproc) > 1)); then
   if grep -qE "progress thread moved [1-9][0-9]* times to its caller" "$dir"/node0.out \
     "$dir"/node0.err; then
