@@ -200,15 +200,14 @@ RudpEngine::RudpEngine(const RudpSetup& s)
         if (!ep.valid())
           LOOM_THROW(loomSystemError, "rudp transport: epoll_create1: ", std::strerror(errno));
         epoll_event ev{};
-        for (const Fd& fd : sockets_) {
-          ev.events = EPOLLIN;
-          ev.data.fd = fd.get();
-          epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd.get(), &ev);
-        }
-        ev.events = ownEvents;
-        ev.data.fd = own;
-        if (epoll_ctl(ep.get(), EPOLL_CTL_ADD, own, &ev) != 0)
-          LOOM_THROW(loomSystemError, "rudp transport: epoll_ctl: ", std::strerror(errno));
+        auto add = [&](int fd, uint32_t events) {
+          ev.events = events;
+          ev.data.fd = fd;
+          if (epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+            LOOM_THROW(loomSystemError, "rudp transport: epoll_ctl: ", std::strerror(errno));
+        };
+        for (const Fd& fd : sockets_) add(fd.get(), EPOLLIN);
+        add(own, ownEvents);
       };
       set(st->recvWait, st->dataReady.get(), EPOLLIN);
       set(st->sendWait, st->roomPipe[1].get(), EPOLLOUT);

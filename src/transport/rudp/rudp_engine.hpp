@@ -174,9 +174,12 @@ class RudpEngine {
   bool receiveOne(int path, uint64_t now);
   Placement place(const char* first, size_t bytes);
   void noteTouched(RudpFlowState& st);
-  // With recvMu_ held: reads every path until it is empty (or a bounded number of rounds).
-  void receivePass(uint64_t now, RudpFlowState* self);
-  // Signals the readers (and blocked writers) of the flows that got packets, except self's reader.
+  // With recvMu_ held: reads every path until it is empty (or a bounded number of rounds);
+  // true when a flow got packets.
+  bool receivePass(uint64_t now, RudpFlowState* self);
+  // Signals the readers (and blocked writers) of the flows that got packets, except self's reader:
+  // that caller looks again itself (one thread at a time calls a flow's channel: class 0 the
+  // collective caller, class 1 the point-to-point engine's).
   void wakeReaders(RudpFlowState* self);
   // With sendMu_ held.
   void sendFlow(RudpFlowState& st);

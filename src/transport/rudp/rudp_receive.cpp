@@ -263,21 +263,36 @@ void RudpEngine::noteTouched(RudpFlowState& st) {
 void RudpEngine::receiveHere(RudpFlowState* self) {
   if (!callerReceives_) return;
   {
-    std::unique_lock<std::mutex> receiving(recvMu_, std::try_to_lock);
-    if (!receiving.owns_lock()) return;  // the thread or another caller is reading them now
-    receivePass(steadyNowNs(), self);
+    // Blocking, not try_lock: while another thread reads, the sockets stay readable, so a caller
+    // that gave up would return from its poll at once and spin; waiting yields the core to the
+    // reader (pinned to this very core where cores are scarce).
+    std::lock_guard<std::mutex> receiving(recvMu_);
+    if (!receivePass(steadyNowNs(), self)) return;  // nothing arrived: the timers are the thread's
   }
   // The ACKs of what arrived, retransmissions RACK found, data the window now lets go.
-  std::unique_lock<std::mutex> send(sendMu_, std::try_to_lock);
-  if (!send.owns_lock()) {
-    wake();
-    return;
+  uint64_t timer = UINT64_MAX;
+  {
+    std::unique_lock<std::mutex> send(sendMu_, std::try_to_lock);
+    if (!send.owns_lock()) {
+      wake();
+      return;
+    }
+    for (auto& st : flows_)
+      if (st) sendFlow(*st);
   }
-  for (auto& st : flows_)
-    if (st) sendFlow(*st);
+  for (auto& st : flows_) {
+    if (!st) continue;
+    std::lock_guard<std::mutex> lock(st->mu);
+    timer = std::min(timer, st->flow.nextTimer());
+  }
+  // What was just sent may need a timer earlier than the one the thread sleeps to (sendNow).
+  if (sleeping_.load()) {
+    const uint64_t planned = plannedWake_.load();
+    if (planned == 0 || timer < planned) wake();
+  }
 }
 
-void RudpEngine::receivePass(uint64_t now, RudpFlowState* self) {
+bool RudpEngine::receivePass(uint64_t now, RudpFlowState* self) {
   // A path at a time, drained, starting with the one read last: the sender moves to the next
   // path only after a flowlet of trains, so the older trains wait on the path being read, and the
   // newer ones on the next. (Reading the paths in turn, a few trains each, delivered a third of
@@ -294,7 +309,9 @@ void RudpEngine::receivePass(uint64_t now, RudpFlowState* self) {
     }
     if (!any) break;
   }
+  const bool got = !touched_.empty();
   wakeReaders(self);
+  return got;
 }
 
 void RudpEngine::wakeReaders(RudpFlowState* self) {
