@@ -253,6 +253,12 @@ std::unique_ptr<Channel> RudpEngine::channel(int peer, int cls) {
 
 void RudpEngine::wake() { signal(wakeFd_); }
 
+void RudpEngine::wakeIfAsleepPast(uint64_t due) {
+  if (!sleeping_.load()) return;  // awake: it reads every timer before it sleeps again
+  const uint64_t planned = plannedWake_.load();
+  if (planned == 0 || due < planned) wake();
+}
+
 void RudpEngine::reset(const std::string& why) {
   // Now, not when the thread comes round: a caller's buffer posted for receiving must receive
   // nothing more once its call fails (a train being written into it is waited for).
@@ -408,11 +414,8 @@ void RudpEngine::sendNow(RudpFlowState& st) {
     std::lock_guard<std::mutex> lock(st.mu);
     timer = st.flow.nextTimer();
   }
-  // The thread runs the flow's timers (loss probe, timeout): wake it if it sleeps past them.
-  if (sleeping_.load()) {
-    uint64_t planned = plannedWake_.load();
-    if (planned == 0 || timer < planned) wake();
-  }
+  // The thread runs the flow's timers (loss probe, timeout).
+  wakeIfAsleepPast(timer);
 }
 
 void RudpEngine::sendFlow(RudpFlowState& st) {
@@ -465,11 +468,7 @@ void RudpEngine::transmit(int path, int peer, const char* header, std::span<cons
       h.bytes.insert(h.bytes.end(), payload.begin(), payload.end());
       const uint64_t due = h.due;
       held_.push_back(std::move(h));
-      // A caller's send: the thread releases it, and may be asleep past its time.
-      if (sleeping_.load()) {
-        const uint64_t planned = plannedWake_.load();
-        if (planned == 0 || due < planned) wake();
-      }
+      wakeIfAsleepPast(due);  // a caller's send: the thread releases it
       return;
     }
     if (u(faultRng_) < fault_.dup) append(path, peer, header, payload);

@@ -115,6 +115,9 @@ class RudpEngine {
   void reset(const std::string& why);
   // Wakes the progress thread.
   void wake();
+  // Wakes it if it sleeps past steady time `due` (the thread publishes plannedWake_ before it
+  // reads the timers, 0 meanwhile).
+  void wakeIfAsleepPast(uint64_t due);
   // From a channel: sends what the flow has now, from the calling thread when it can.
   void sendNow(RudpFlowState& st);
   // From every channel call: the caller is active (the progress thread leaves the sockets to it

@@ -285,11 +285,8 @@ void RudpEngine::receiveHere(RudpFlowState* self) {
     std::lock_guard<std::mutex> lock(st->mu);
     timer = std::min(timer, st->flow.nextTimer());
   }
-  // What was just sent may need a timer earlier than the one the thread sleeps to (sendNow).
-  if (sleeping_.load()) {
-    const uint64_t planned = plannedWake_.load();
-    if (planned == 0 || timer < planned) wake();
-  }
+  // What was just sent may need a timer earlier than the one the thread sleeps to.
+  wakeIfAsleepPast(timer);
 }
 
 bool RudpEngine::receivePass(uint64_t now, RudpFlowState* self) {
