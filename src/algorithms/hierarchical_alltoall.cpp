@@ -70,8 +70,7 @@ class Exchange {
     // Blocks in poll on the network streams once spinning stops paying (base/wait.hpp).
     auto gather = [&](PollSet& set) {
       for (const Stream& s : streams_)
-        if (s.next < s.end)
-          set.add(ctx_.channel(s.peer).pollFd(s.isSend), ctx_.channel(s.peer).pollEvents(s.isSend));
+        if (s.next < s.end) ctx_.channel(s.peer).addPollFds(set, s.isSend);
     };
     while (!done()) {
       if (!pass()) waitUntil(pass, check, gather, *ctx_.pollSet, ctx_.peers);

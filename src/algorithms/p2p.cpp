@@ -193,10 +193,10 @@ void gatherPointToPoint(const std::vector<P2POp*>& ops, PollSet& set) {
     if (op->done) continue;
     if (op->peer == kAnySource) {
       for (Channel* c : op->peers->channels)
-        if (c != nullptr) set.add(c->pollFd(false), c->pollEvents(false));
+        if (c != nullptr) c->addPollFds(set, false);
       continue;
     }
-    set.add(op->channel->pollFd(op->isSend), op->channel->pollEvents(op->isSend));
+    op->channel->addPollFds(set, op->isSend);
   }
 }
 

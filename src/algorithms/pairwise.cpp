@@ -53,8 +53,7 @@ void runTransfers(const AlgoContext& ctx, std::vector<PairTransfer>& list) {
   };
   auto gather = [&](PollSet& set) {
     for (const PairTransfer& t : list)
-      if (t.position < t.bytes)
-        set.add(ctx.channel(t.peer).pollFd(t.isSend), ctx.channel(t.peer).pollEvents(t.isSend));
+      if (t.position < t.bytes) ctx.channel(t.peer).addPollFds(set, t.isSend);
   };
   while (!done()) {
     if (!pass()) waitUntil(pass, check, gather, *ctx.pollSet, ctx.peers);

@@ -83,8 +83,8 @@ void runRing(const AlgoContext& ctx, const std::vector<RingStep>& steps, const R
   const bool networked = left.pollFd(false) >= 0 || right.pollFd(true) >= 0;
   auto gather = [&](PollSet& set) {
     if (networked) set.markNetworked();
-    if (!recvsDone()) set.add(left.pollFd(false), left.pollEvents(false));
-    if (sendBlocked) set.add(right.pollFd(true), right.pollEvents(true));
+    if (!recvsDone()) left.addPollFds(set, false);
+    if (sendBlocked) right.addPollFds(set, true);
   };
   while (!finished()) {
     if (!progress()) waitUntil(progress, checkNeighbours, gather, *ctx.pollSet, ctx.peers);

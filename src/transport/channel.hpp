@@ -3,12 +3,12 @@
 // splits an element of any data type. Calls never block; callers wait with waitUntil().
 #pragma once
 
-#include <poll.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <span>
+
+#include "base/wait.hpp"
 
 namespace loom {
 
@@ -33,9 +33,12 @@ class Channel {
     (void)sending;
     return -1;
   }
-  // The poll events to wait for on pollFd(sending): by default POLLOUT for sending, POLLIN for
-  // receiving; a channel whose descriptor is a set (epoll) of several sources says POLLIN for both.
-  virtual short pollEvents(bool sending) const { return sending ? POLLOUT : POLLIN; }
+  // Adds to a wait's set what the next trySend (sending) or receive waits for: by default
+  // pollFd(sending) for POLLOUT or POLLIN; a channel that can also make progress itself when
+  // other descriptors are ready (rudp's sockets) adds those too.
+  virtual void addPollFds(PollSet& set, bool sending) const {
+    set.add(pollFd(sending), sending ? POLLOUT : POLLIN);
+  }
 
   // Whether tryReceive saves a copy over peek + copy + consume (a network channel reads the
   // kernel's buffer straight into the destination).

@@ -29,7 +29,7 @@ class CheckedChannel final : public Channel {
   std::span<const char> peek(size_t maxBytes) override;
   void consume(size_t bytes) override { inner_->consume(bytes); }
   int pollFd(bool sending) const override { return inner_->pollFd(sending); }
-  short pollEvents(bool sending) const override { return inner_->pollEvents(sending); }
+  void addPollFds(PollSet& set, bool sending) const override { inner_->addPollFds(set, sending); }
   bool receivesDirect() const override { return inner_->receivesDirect(); }
   size_t tryReceive(void* dst, size_t bytes) override;
 

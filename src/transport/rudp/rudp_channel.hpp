@@ -3,9 +3,9 @@
 // room to send) first reads the sockets itself (RudpEngine::receiveHere), then looks again; the
 // engine's progress thread does the timers, and the receiving while no channel is being called.
 // A send transmits from the calling thread when no other thread is sending (RudpEngine::sendNow),
-// so a message does not wait for the thread to be scheduled. Waits block on an epoll set of the
-// sockets plus an eventfd the thread signals when bytes arrive (receiving), or plus a one-page
-// pipe whose write end polls POLLOUT unless a send found the ring full (sending). (Readers that
+// so a message does not wait for the thread to be scheduled. Waits poll the sockets (addPollFds)
+// and an eventfd the thread signals when bytes arrive (receiving), or a one-page pipe whose write
+// end polls POLLOUT unless a send found the ring full (sending). (Readers that
 // read the sockets while the thread polled them too were measured slower on a loaded 2-core host:
 // both woke for every datagram; the thread now leaves the sockets alone while callers are
 // active.) With LOOM_RUDP_CALLER_RECEIVES=0 the thread alone receives and waits block on the
@@ -13,8 +13,6 @@
 // flow (peer unreachable or reset) makes every call throw loomRemoteError naming the peer, once the
 // bytes that did arrive have been read.
 #pragma once
-
-#include <poll.h>
 
 #include "transport/channel.hpp"
 #include "transport/rudp/rudp_engine.hpp"
@@ -32,12 +30,12 @@ class RudpChannel final : public Channel {
   // The rest of a transfer is received straight into its destination (Flow::post).
   bool receivesDirect() const override { return true; }
   int pollFd(bool sending) const override {
-    if (engine_.callerReceives()) return sending ? st_.sendWait.get() : st_.recvWait.get();
     return sending ? st_.roomPipe[1].get() : st_.dataReady.get();
   }
-  // The epoll sets are readable when something is ready; the pipe's write end when it has room.
-  short pollEvents(bool sending) const override {
-    return sending && !engine_.callerReceives() ? POLLOUT : POLLIN;
+  // With callers receiving, a waiting caller also wakes for the sockets: it reads them itself.
+  void addPollFds(PollSet& set, bool sending) const override {
+    Channel::addPollFds(set, sending);
+    if (engine_.callerReceives()) engine_.addSockets(set);
   }
 
  private:

@@ -6,7 +6,6 @@
 #include <netinet/udp.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -192,27 +191,6 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       flows_[peer * s.classes + cls] = std::make_unique<RudpFlowState>(peer, cls, fc);
   }
   wakeFd_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (callerReceives_) {
-    for (auto& st : flows_) {
-      if (!st) continue;
-      auto set = [&](Fd& ep, int own, uint32_t ownEvents) {
-        ep = Fd(epoll_create1(EPOLL_CLOEXEC));
-        if (!ep.valid())
-          LOOM_THROW(loomSystemError, "rudp transport: epoll_create1: ", std::strerror(errno));
-        epoll_event ev{};
-        auto add = [&](int fd, uint32_t events) {
-          ev.events = events;
-          ev.data.fd = fd;
-          if (epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
-            LOOM_THROW(loomSystemError, "rudp transport: epoll_ctl: ", std::strerror(errno));
-        };
-        for (const Fd& fd : sockets_) add(fd.get(), EPOLLIN);
-        add(own, ownEvents);
-      };
-      set(st->recvWait, st->dataReady.get(), EPOLLIN);
-      set(st->sendWait, st->roomPipe[1].get(), EPOLLOUT);
-    }
-  }
   recvBufs_.resize(kRecvScratchBytes);
   headers_.resize(kRoom * rudp::kHeaderBytes);
   burst_.iov.reserve(4 * kMaxSegments);

@@ -7,7 +7,7 @@
 //    all-gather, create one Flow per (remote peer, channel class), start the thread.
 //  - Receiving (receivePass, under recvMu_): whoever holds it reads every path. A channel whose
 //    caller finds nothing to read (or no room to send) reads them itself (receiveHere), and its
-//    waits block on an epoll set of the sockets plus the flow's own descriptor, so a datagram
+//    waits poll the sockets as well as the flow's own descriptor, so a datagram
 //    wakes the caller directly: one wake-up per message instead of the thread's and then the
 //    caller's (LOOM_RUDP_CALLER_RECEIVES; a 8 B message 60 -> 22-28 us between two namespace
 //    nodes, TCP 12). While a channel was called within kCallerQuietNs, the thread leaves the
@@ -26,9 +26,8 @@
 //    caller moved on.
 //  - Channels (rudp_channel.hpp) copy into and out of a flow's rings under its mutex; a send
 //    leaves from the caller's thread when the thread is not sending (sendNow), which wakes the
-//    thread only if it sleeps past the flow's timers; waits block on the epoll sets above (or,
-//    with LOOM_RUDP_CALLER_RECEIVES=0, on an eventfd (data arrived) or a one-page pipe (room
-//    freed) that the thread makes ready).
+//    thread only if it sleeps past the flow's timers; waits poll an eventfd (data arrived) or a
+//    one-page pipe (room freed) that the thread makes ready, and the sockets (above).
 //  - The thread pins itself to the CPU of the latest channel call (LOOM_RUDP_FOLLOW_CALLER).
 //  - Destruction lingers, bounded, until what was sent is acknowledged, then logs the counters.
 // A test-only fault layer (LOOM_RUDP_FAULTS) drops, duplicates and delays outgoing datagrams.
@@ -91,9 +90,6 @@ struct RudpFlowState {
   bool dataSignalled = false;      // dataReady holds a count (both change only under mu)
   std::condition_variable placed;  // a train placed in the flow's space was processed
   Fd roomPipe[2];                  // one-page pipe: the write end polls POLLOUT unless sendBlocked
-  // When callers receive (RudpSetup::callerReceives): epoll sets a waiting caller blocks on, the
-  // engine's sockets plus dataReady (receiving) or plus the room pipe's write end (sending).
-  Fd recvWait, sendWait;
   bool sendBlocked = false;
   bool touched = false;  // progress thread only: in touched_ this batch
   // Progress thread only: its last train came whole (consecutive packets from the peeked
@@ -134,6 +130,10 @@ class RudpEngine {
   // the caller's flow: it looks again itself, so it is not signalled.
   void receiveHere(RudpFlowState* self);
   bool callerReceives() const { return callerReceives_; }
+  // The sockets, for a waiting caller's poll set (POLLIN).
+  void addSockets(PollSet& set) const {
+    for (const Fd& fd : sockets_) set.add(fd.get(), POLLIN);
+  }
 
   // One line per remote peer: retransmissions, timeouts, RTT, duplicates, out-of-order, ...
   std::string describeCounters() const;
