@@ -31,15 +31,8 @@ void RudpChannel::noteEmpty() {
 
 size_t RudpChannel::trySend(const void* data, size_t bytes) {
   if (bytes == 0) return 0;
-  engine_.noteCaller();
-  bool moved = false;
-  size_t r = sendOnce(static_cast<const char*>(data), bytes, moved);
-  if (!moved && engine_.callerReceives()) {
-    // No room: the ACKs that free it may be waiting in the sockets, which a waiting caller reads.
-    engine_.receiveHere(nullptr);
-    r = sendOnce(static_cast<const char*>(data), bytes, moved);
-  }
-  return r;
+  const char* src = static_cast<const char*>(data);
+  return withSocketsRead(nullptr, [&](bool& moved) { return sendOnce(src, bytes, moved); });
 }
 
 size_t RudpChannel::sendOnce(const char* src, size_t bytes, bool& movedAny) {
@@ -71,20 +64,15 @@ size_t RudpChannel::sendOnce(const char* src, size_t bytes, bool& movedAny) {
 }
 
 std::span<const char> RudpChannel::peek(size_t maxBytes) {
-  engine_.noteCaller();
-  std::span<const char> span = peekOnce(maxBytes);
-  if (span.empty() && engine_.callerReceives()) {
-    engine_.receiveHere(&st_);
-    span = peekOnce(maxBytes);
-  }
-  return span;
+  return withSocketsRead(&st_, [&](bool& moved) { return peekOnce(maxBytes, moved); });
 }
 
-std::span<const char> RudpChannel::peekOnce(size_t maxBytes) {
+std::span<const char> RudpChannel::peekOnce(size_t maxBytes, bool& moved) {
   std::lock_guard<std::mutex> lock(st_.mu);
   std::span<const char> span = st_.flow.readable(roundUp8(maxBytes));
   // Whole 8-byte groups only: a reduction must never see part of an element.
   span = span.first(span.size() & ~size_t{7});
+  moved = !span.empty();
   if (span.empty()) {
     noteEmpty();
   } else {
@@ -105,16 +93,8 @@ void RudpChannel::consume(size_t bytes) {
 
 size_t RudpChannel::tryReceive(void* dst, size_t bytes) {
   if (bytes == 0) return 0;
-  engine_.noteCaller();
-  bool moved = false;
-  size_t r = receiveOnce(static_cast<char*>(dst), bytes, moved);
-  if (!moved && engine_.callerReceives()) {
-    // Nothing yet: read the sockets here instead of waiting for the thread to read them and wake
-    // this caller (one wake-up per message instead of two).
-    engine_.receiveHere(&st_);
-    r = receiveOnce(static_cast<char*>(dst), bytes, moved);
-  }
-  return r;
+  char* out = static_cast<char*>(dst);
+  return withSocketsRead(&st_, [&](bool& moved) { return receiveOnce(out, bytes, moved); });
 }
 
 size_t RudpChannel::receiveOnce(char* out, size_t bytes, bool& movedAny) {

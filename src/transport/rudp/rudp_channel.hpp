@@ -5,13 +5,12 @@
 // A send transmits from the calling thread when no other thread is sending (RudpEngine::sendNow),
 // so a message does not wait for the thread to be scheduled. Waits poll the sockets (addPollFds)
 // and an eventfd the thread signals when bytes arrive (receiving), or a one-page pipe whose write
-// end polls POLLOUT unless a send found the ring full (sending). (Readers that
-// read the sockets while the thread polled them too were measured slower on a loaded 2-core host:
-// both woke for every datagram; the thread now leaves the sockets alone while callers are
-// active.) With LOOM_RUDP_CALLER_RECEIVES=0 the thread alone receives and waits block on the
-// eventfd or the pipe. A failed
-// flow (peer unreachable or reset) makes every call throw loomRemoteError naming the peer, once the
-// bytes that did arrive have been read.
+// end polls POLLOUT unless a send found the ring full (sending). (Readers that read the sockets
+// while the thread polled them too were measured slower on a loaded 2-core host: both woke for
+// every datagram; the thread now leaves the sockets alone while callers are active.) With
+// LOOM_RUDP_CALLER_RECEIVES=0 the thread alone receives and waits block on the eventfd or the
+// pipe. A failed flow (peer unreachable or reset) makes every call throw loomRemoteError naming
+// the peer, once the bytes that did arrive have been read.
 #pragma once
 
 #include "transport/channel.hpp"
@@ -43,10 +42,25 @@ class RudpChannel final : public Channel {
   // With the lock held: nothing to read now; arm the wake-up and the liveness probes.
   void noteEmpty();
   // One attempt of tryReceive / peek / trySend, under the flow's lock; `moved` says whether it
-  // moved anything (if not, the caller reads the sockets and tries once more).
+  // moved anything.
   size_t receiveOnce(char* out, size_t bytes, bool& moved);
-  std::span<const char> peekOnce(size_t maxBytes);
+  std::span<const char> peekOnce(size_t maxBytes, bool& moved);
   size_t sendOnce(const char* src, size_t bytes, bool& moved);
+  // A channel call: attempt(moved) once; if it moved nothing and callers receive, the sockets are
+  // read here (the bytes a reader waits for, the ACKs that free a full ring) instead of waiting for
+  // the thread to read them and wake this caller, and it is attempted once more. `self`: the
+  // flow whose reader is calling (not signalled, it looks again), null for a send.
+  template <typename Attempt>
+  auto withSocketsRead(RudpFlowState* self, Attempt&& attempt) {
+    engine_.noteCaller();
+    bool moved = false;
+    auto result = attempt(moved);
+    if (!moved && engine_.callerReceives()) {
+      engine_.receiveHere(self);
+      result = attempt(moved);
+    }
+    return result;
+  }
 
   RudpEngine& engine_;
   RudpFlowState& st_;

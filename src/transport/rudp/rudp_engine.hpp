@@ -68,8 +68,8 @@ struct RudpSetup {
   std::string faults;  // LOOM_RUDP_FAULTS: "drop=P,dup=P,delay=P" (tests only)
   int64_t lingerMs = 2000;
   bool gso = true;  // LOOM_RUDP_GSO: UDP segmentation offload and GRO where the kernel has them
-  bool followCaller =
-      true;  // LOOM_RUDP_FOLLOW_CALLER: the progress thread runs where its caller does
+  // LOOM_RUDP_FOLLOW_CALLER (comm resolves auto): the progress thread runs where its caller does.
+  bool followCaller = true;
   bool callerReceives = true;  // LOOM_RUDP_CALLER_RECEIVES: a waiting caller reads the sockets
   std::function<std::vector<std::string>(const std::string&)> allGather;
 };
