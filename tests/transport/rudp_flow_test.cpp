@@ -41,10 +41,17 @@ class Link {
     h.src = src;
     h.dst = dst;
     std::vector<char> d(kHeaderBytes + o.payload.size());
-    encodeHeader(h, kKeys, o.payload, d.data());
-    // ACKs and probes carry no payload (and a null data pointer memcpy must not see).
-    if (!o.payload.empty())
-      std::memcpy(d.data() + kHeaderBytes, o.payload.data(), o.payload.size());
+    if (o.headroom != nullptr) {
+      // As the engine does: the header goes into the send ring right before the payload, so
+      // every test over this link also checks that doing so never overwrites bytes still owed.
+      encodeHeader(h, kKeys, o.payload, o.headroom);
+      std::memcpy(d.data(), o.headroom, d.size());
+    } else {
+      encodeHeader(h, kKeys, o.payload, d.data());
+      // ACKs and probes carry no payload (and a null data pointer memcpy must not see).
+      if (!o.payload.empty())
+        std::memcpy(d.data() + kHeaderBytes, o.payload.data(), o.payload.size());
+    }
     int copies = uniform() < cfg.dup ? 2 : 1;
     for (int i = 0; i < copies; ++i) {
       uint64_t jitter = cfg.jitterNs == 0 ? 0 : rng_() % cfg.jitterNs;
@@ -278,13 +285,48 @@ TEST(RudpFlow, SmallWindowBackPressure) {
   cfg.windowBytes = 16 * 1024;
   Endpoint a{Flow(cfg), pattern(1 << 20, 8), 0, {}};
   Endpoint b{Flow(cfg), {}, 0, {}};
-  EXPECT_EQ(a.flow.write(a.out.data(), a.out.size()), cfg.windowBytes);  // the rest waits
-  a.written = cfg.windowBytes;
+  // The send ring holds the window rounded up to whole packets; the rest waits.
+  const size_t room = a.flow.writable();
+  EXPECT_GE(room, cfg.windowBytes);
+  EXPECT_LT(room, cfg.windowBytes + cfg.mss);
+  EXPECT_EQ(a.flow.write(a.out.data(), a.out.size()), room);
+  a.written = room;
   EXPECT_EQ(a.flow.write(a.out.data(), 1), 0u);
   Link ab({0.05, 0, 100'000, 0, false}, 31), ba({0.05, 0, 100'000, 0, false}, 32);
   Result r = run(a, b, ab, ba, 600'000 * kMs);
   ASSERT_TRUE(r.completed) << a.flow.failure() << b.flow.failure();
   EXPECT_EQ(b.in, a.out);
+}
+
+TEST(RudpFlow, PacketsThatStartASlotLeaveRoomForTheirHeader) {
+  FlowConfig cfg = smallConfig();
+  Flow f(cfg);
+  std::vector<char> data = pattern(10 * cfg.mss, 3);
+  // Half a packet first: it goes alone, and the next one ends where its slot ends.
+  ASSERT_EQ(f.write(data.data(), cfg.mss / 2), cfg.mss / 2);
+  std::vector<Outgoing> out;
+  f.collect(1, out, 16);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_NE(out[0].headroom, nullptr);
+  EXPECT_EQ(out[0].headroom + kHeaderBytes, out[0].payload.data());
+  const size_t rest = 4 * cfg.mss;
+  ASSERT_EQ(f.write(data.data() + cfg.mss / 2, rest), rest);
+  out.clear();
+  f.collect(2, out, 16);
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_EQ(out[0].payload.size(), cfg.mss - cfg.mss / 2);
+  EXPECT_EQ(out[0].headroom, nullptr);  // its slot's room holds the first packet's header
+  for (size_t i = 1; i < out.size(); ++i) {
+    ASSERT_NE(out[i].headroom, nullptr) << i;
+    EXPECT_EQ(out[i].headroom + kHeaderBytes, out[i].payload.data());
+    // Whole packets lie back to back, header and payload: one buffer for the kernel.
+    EXPECT_EQ(out[i - 1].payload.data() + out[i - 1].payload.size(), out[i].headroom) << i;
+  }
+  EXPECT_EQ(out.back().payload.size(), cfg.mss / 2);
+  // The bytes are the ones written, in order.
+  std::vector<char> sent;
+  for (const Outgoing& o : out) sent.insert(sent.end(), o.payload.begin(), o.payload.end());
+  EXPECT_TRUE(std::equal(sent.begin(), sent.end(), data.begin() + cfg.mss / 2));
 }
 
 // Sum of the backed-off intervals a flow may wait before declaring its peer dead, plus slack.

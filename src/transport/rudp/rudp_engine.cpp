@@ -194,6 +194,7 @@ RudpEngine::RudpEngine(const RudpSetup& s)
   recvBufs_.resize(kRecvScratchBytes);
   headers_.resize(kRoom * rudp::kHeaderBytes);
   burst_.iov.reserve(4 * kMaxSegments);
+  burst_.merged.reserve(4 * kMaxSegments);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -427,7 +428,9 @@ void RudpEngine::sendFlow(RudpFlowState& st) {
     o.h.src = static_cast<uint32_t>(rank_);
     o.h.dst = static_cast<uint32_t>(st.peer);
     o.h.cls = static_cast<uint8_t>(st.cls);
-    char* header = headers_.data() + i * rudp::kHeaderBytes;
+    // In the send ring right before the payload where the flow has room there (whole packets):
+    // a train of them is then one buffer for the kernel to copy.
+    char* header = o.headroom != nullptr ? o.headroom : headers_.data() + i * rudp::kHeaderBytes;
     rudp::encodeHeader(o.h, keys_, o.payload, header);
     transmit(o.h.path, st.peer, header, o.payload, now);
   }
@@ -476,6 +479,18 @@ void RudpEngine::flush() {
   const size_t n = burst_.iov.size() / 2;
   if (n == 0) return;
   if (gso_ && n > 1) {
+    // Pieces that lie back to back (headers written into the send ring before their payloads,
+    // consecutive packets) are one: per piece, the kernel's copy costs as much as for a datagram.
+    std::vector<iovec>& merged = burst_.merged;
+    merged.clear();
+    for (const iovec& v : burst_.iov) {
+      if (v.iov_len == 0) continue;
+      if (!merged.empty() && static_cast<char*>(merged.back().iov_base) + merged.back().iov_len ==
+                                 static_cast<char*>(v.iov_base))
+        merged.back().iov_len += v.iov_len;
+      else
+        merged.push_back(v);
+    }
     sendBurst(0, n, true);
   } else {
     for (size_t first = 0; first < n; first += kBatch)
@@ -494,8 +509,8 @@ void RudpEngine::sendBurst(size_t first, size_t count, bool gso) {
       msghdr msg{};
       msg.msg_name = to;
       msg.msg_namelen = addrLen_[b.peer];
-      msg.msg_iov = b.iov.data() + 2 * first;
-      msg.msg_iovlen = 2 * count;
+      msg.msg_iov = b.merged.data();  // the whole burst: first == 0, count == all
+      msg.msg_iovlen = b.merged.size();
       alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(uint16_t))] = {};
       msg.msg_control = ctrl;
       msg.msg_controllen = sizeof(ctrl);

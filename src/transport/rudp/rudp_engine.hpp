@@ -259,7 +259,8 @@ class RudpEngine {
     int path = -1, peer = -1;
     size_t segBytes = 0, total = 0;
     bool lastShort = false;
-    std::vector<iovec> iov;  // header, payload, header, payload, ...
+    std::vector<iovec> iov;     // header, payload, header, payload, ...
+    std::vector<iovec> merged;  // the same with adjacent pieces joined (for one GSO send)
   } burst_;
   bool gso_ = true;
 

@@ -10,36 +10,38 @@ constexpr double kBeta = 0.7;  // the window after a loss episode (CUBIC's facto
 constexpr uint64_t kMinReorderNs = 1'000'000;
 }  // namespace
 
+FlowConfig Flow::sanitized(FlowConfig c) {
+  c.mss = std::clamp<size_t>(c.mss & ~size_t{7}, 8, kMaxPayload & ~size_t{7});
+  c.minCwnd = std::max<uint32_t>(c.minCwnd, 1);
+  c.paths = std::clamp<uint32_t>(c.paths, 1, kMaxPaths);
+  c.flowletPackets = std::max<uint32_t>(c.flowletPackets, 1);
+  return c;
+}
+
 Flow::Flow(const FlowConfig& config)
-    : cfg_(config),
-      maxPkts_(std::max<uint64_t>(1024, 2 * config.windowBytes / std::max<size_t>(config.mss, 8))),
-      sndRing_(config.windowBytes),
+    : cfg_(sanitized(config)),
+      maxPkts_(std::max<uint64_t>(1024, 2 * cfg_.windowBytes / cfg_.mss)),
+      sndRing_(cfg_.windowBytes, cfg_.mss, kHeaderBytes),
       sent_(maxPkts_),
       peerLimit_(config.windowBytes),
       cwnd_(config.initialCwnd),
       rto_(config.rtoInitNs),
       rcvRing_(config.windowBytes),
       advertised_(config.windowBytes),
-      slots_(maxPkts_) {
-  cfg_.mss = std::clamp<size_t>(cfg_.mss & ~size_t{7}, 8, kMaxPayload & ~size_t{7});
-  cfg_.minCwnd = std::max<uint32_t>(cfg_.minCwnd, 1);
-  cfg_.paths = std::clamp<uint32_t>(cfg_.paths, 1, kMaxPaths);
-  cfg_.flowletPackets = std::max<uint32_t>(cfg_.flowletPackets, 1);
-}
+      slots_(maxPkts_) {}
 
 // ---------------------------------------------------------------- user side
 
 size_t Flow::write(const void* src, size_t n) {
   n = std::min(n, writable());
-  const size_t w = cfg_.windowBytes;
   size_t done = 0;
   while (done < n) {
-    size_t pos = (sndQueuedOff_ + done) % w;
-    size_t len = std::min(n - done, w - pos);
+    const uint64_t o = sndQueuedOff_ + done;
+    const size_t len = std::min(n - done, sndRing_.toSlotEnd(o));
     if (src != nullptr)
-      std::memcpy(sndRing_.data() + pos, static_cast<const char*>(src) + done, len);
+      std::memcpy(sndRing_.at(o), static_cast<const char*>(src) + done, len);
     else
-      std::memset(sndRing_.data() + pos, 0, len);
+      std::memset(sndRing_.at(o), 0, len);
     done += len;
   }
   sndQueuedOff_ += n;
@@ -479,7 +481,8 @@ void Flow::transmit(uint64_t seq, uint64_t now, std::vector<Outgoing>& out) {
   o.h.seq = seq;
   o.h.offset = p.offset;
   o.h.tsval = now;
-  o.payload = {sndRing_.data() + p.offset % cfg_.windowBytes, p.len};
+  o.payload = {sndRing_.at(p.offset), p.len};
+  o.headroom = sndRing_.headroomOf(p.offset);
   out.push_back(o);
   stats_.packetsSent += 1;
   stats_.bytesSent += p.len;
@@ -532,9 +535,9 @@ size_t Flow::collect(uint64_t now, std::vector<Outgoing>& out, size_t room) {
   }
   while (room > 0 && lost_.empty() && static_cast<double>(inFlight_) < cwnd_ &&
          sndNewOff_ < sndQueuedOff_ && sndNewOff_ < peerLimit_ && sndNxt_ - sndUna_ < maxPkts_) {
-    const size_t w = cfg_.windowBytes;
+    // Never across a slot of the send ring (a short packet's successor ends at the slot's end).
     uint64_t len = std::min<uint64_t>(
-        {cfg_.mss, sndQueuedOff_ - sndNewOff_, w - sndNewOff_ % w, peerLimit_ - sndNewOff_});
+        {sndRing_.toSlotEnd(sndNewOff_), sndQueuedOff_ - sndNewOff_, peerLimit_ - sndNewOff_});
     uint64_t seq = sndNxt_++;
     Sent& p = sent(seq);
     p = Sent{};

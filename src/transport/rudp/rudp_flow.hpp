@@ -3,7 +3,8 @@
 // time), so that tests can drive it over a simulated link.
 //
 // Sender: bytes written go into a bounded ring (a full ring makes write() take nothing: the
-// caller waits, nothing is dropped). They leave as packets of at most mss bytes, numbered from 1,
+// caller waits, nothing is dropped), laid out as datagrams (rudp_send_ring.hpp). They leave as
+// packets of at most mss bytes, none across a slot of that ring, numbered from 1,
 // each remembered with its stream offset, its last transmission time and its transmission count.
 // An ACK carries the next expected packet number (cumulative) and a bitmap of the packets beyond
 // it that arrived (bit i = packet ack + 1 + i); it echoes the sender's own timestamp, so an RTT
@@ -37,6 +38,7 @@
 #include <vector>
 
 #include "transport/rudp/rudp_packet.hpp"
+#include "transport/rudp/rudp_send_ring.hpp"
 
 namespace loom::rudp {
 
@@ -72,6 +74,9 @@ struct FlowStats {
 struct Outgoing {
   Header h;
   std::span<const char> payload;  // in the flow's rings: valid until the flow is next touched
+  // kHeaderBytes of free room right before payload (a data packet that starts a send-ring slot),
+  // where the engine may write the header so that header and payload are one buffer; else null.
+  char* headroom = nullptr;
 };
 
 class Flow {
@@ -137,7 +142,7 @@ class Flow {
   // Everything written has been acknowledged.
   bool drained() const { return sndUna_ == sndNxt_ && sndNewOff_ == sndQueuedOff_; }
   // Free space in the send ring.
-  size_t writable() const { return cfg_.windowBytes - (sndQueuedOff_ - sndAckedOff_); }
+  size_t writable() const { return sndRing_.capacity() - (sndQueuedOff_ - sndAckedOff_); }
   FlowStats stats() const;
 
  private:
@@ -159,6 +164,7 @@ class Flow {
     uint64_t end = 0;  // its end offset in the stream
   };
 
+  static FlowConfig sanitized(FlowConfig c);
   Sent& sent(uint64_t seq) { return sent_[seq % maxPkts_]; }
   void listRemove(uint64_t seq);
   void listAppend(uint64_t seq);
@@ -199,7 +205,7 @@ class Flow {
   FlowStats stats_;
 
   // Sender.
-  std::vector<char> sndRing_;
+  SendRing sndRing_;
   uint64_t sndAckedOff_ = 0, sndQueuedOff_ = 0, sndNewOff_ = 0;
   uint64_t sndUna_ = 1, sndNxt_ = 1;
   std::vector<Sent> sent_;
