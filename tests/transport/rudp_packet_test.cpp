@@ -47,12 +47,12 @@ TEST(RudpPacket, SipHashReferenceVector) {
 }
 
 TEST(RudpPacket, NhMatchesItsDefinition) {
-  // The vector code against the formula, for every length up to 200 (whole 32-byte blocks,
-  // 8-byte words and a partial word alike).
+  // The vector code against the formula, for every length up to 300 (whole 64- and 32-byte
+  // blocks, 8-byte words and a partial word alike).
   std::mt19937_64 rng(7);
-  std::vector<uint32_t> key(2 * 200 / 8 + 8);
+  std::vector<uint32_t> key(2 * 300 / 8 + 8);
   for (uint32_t& k : key) k = static_cast<uint32_t>(rng());
-  std::vector<char> data(200);
+  std::vector<char> data(300);  // every mix of 64-, 32- and 8-byte steps and a tail
   for (char& c : data) c = static_cast<char>(rng());
   for (size_t n = 0; n <= data.size(); ++n) {
     std::vector<char> padded(data.begin(), data.begin() + static_cast<long>(n));
@@ -85,6 +85,31 @@ TEST(RudpPacket, EveryPayloadByteIsAuthenticated) {
               ParseResult::kBadMac)
         << i;
   }
+}
+
+TEST(RudpPacket, EveryHeaderByteIsAuthenticated) {
+  std::vector<char> payload(100, 'p');
+  std::vector<char> d = datagram(dataHeader(), payload);
+  Header out;
+  std::span<const char> got;
+  for (size_t i = 0; i < kHeaderBytes; ++i) {
+    std::vector<char> forged = d;
+    forged[i] ^= 0x10;
+    EXPECT_NE(parseDatagram(forged.data(), forged.size(), kKeys, 77, 5, out, got), ParseResult::kOk)
+        << i;
+  }
+}
+
+TEST(RudpPacket, AZeroByteAppendedIsRefused) {
+  // NH pads to whole words with zeros: the MAC must still tell "abcde" from "abcde\0".
+  std::vector<char> payload = {'a', 'b', 'c', 'd', 'e'};
+  std::vector<char> d = datagram(dataHeader(), payload);
+  d.push_back(0);
+  const uint32_t longer = static_cast<uint32_t>(payload.size() + 1);
+  std::memcpy(d.data() + 24, &longer, sizeof(longer));  // the length field
+  Header out;
+  std::span<const char> got;
+  EXPECT_EQ(parseDatagram(d.data(), d.size(), kKeys, 77, 5, out, got), ParseResult::kBadMac);
 }
 
 TEST(RudpPacket, RoundTrip) {

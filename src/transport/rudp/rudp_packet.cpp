@@ -29,37 +29,77 @@ uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
 constexpr size_t kOffCommId = 8, kOffSrc = 16, kOffDst = 20, kOffLen = 24, kOffSeq = 32,
                  kOffOffset = 40, kOffTsval = 48, kOffTsecr = 56, kOffDup = 64, kOffMac = 72;
 static_assert(kOffMac + 8 == kHeaderBytes);
-// NH key words: two per 8 payload bytes, and the second sum's key starts 4 words further.
-constexpr size_t kNhWords = (kMaxPayload + 7) / 8 * 2 + 4;
+// NH key words: two per 8 bytes of header fields and payload, and the second sum's key starts 4
+// words further.
+constexpr size_t kHeaderNhWords = kOffMac / 4;
+constexpr size_t kNhWords = kHeaderNhWords + (kMaxPayload + 7) / 8 * 2 + 4;
+static_assert(kOffMac % 8 == 0);
 
 }  // namespace
 
-std::array<uint64_t, 2> nhHash(const uint32_t* k, const void* data, size_t bytes) {
-  // Two sums with keys 4 words apart (Toeplitz): two payloads collide under both with a chance
-  // of about 2^-64.
-  const char* p = static_cast<const char*>(data);
-  uint64_t a = 0, b = 0;
+namespace {
+
+// NH's running sums over one or more pieces (each a whole number of 8-byte words but the last),
+// in vector lanes and scalars, added up once at the end: the pieces of a packet (header fields,
+// payload) cost one reduction, not one each.
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define LOOM_NH_AVX512 1
+// GCC 12 warns inside its own AVX-512 intrinsics (_mm512_undefined_epi32; GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+struct NhSums {
+#if defined(LOOM_NH_AVX512)
+  __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+#elif defined(__AVX2__)
+  __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+#endif
+  uint64_t sa = 0, sb = 0;
+};
+
+void nhAdd(NhSums& s, const uint32_t* k, const char* p, size_t bytes) {
+  // Two sums with keys 4 words apart (Toeplitz): two inputs collide under both with a chance of
+  // about 2^-64. mul_epu32 multiplies the even words: the odd ones are shifted onto them.
   size_t i = 0;
-#if defined(__AVX2__)
-  __m256i va = _mm256_setzero_si256(), vb = _mm256_setzero_si256();
+#if defined(LOOM_NH_AVX512)
+  for (; i + 64 <= bytes; i += 64) {
+    __m512i m = _mm512_loadu_si512(p + i);
+    __m512i ta = _mm512_add_epi32(m, _mm512_loadu_si512(k + i / 4));
+    __m512i tb = _mm512_add_epi32(m, _mm512_loadu_si512(k + i / 4 + 4));
+    s.a = _mm512_add_epi64(s.a, _mm512_mul_epu32(ta, _mm512_srli_epi64(ta, 32)));
+    s.b = _mm512_add_epi64(s.b, _mm512_mul_epu32(tb, _mm512_srli_epi64(tb, 32)));
+  }
+  if (i < bytes) {
+    // The tail, zero-padded to whole words by a masked load; lanes beyond them stay out of the
+    // sums (a zero word still adds key times key), and masked loads read no key word past them.
+    const size_t rest = bytes - i, words = (rest + 7) / 8;
+    const __mmask64 byteMask = (uint64_t{1} << rest) - 1;
+    const __mmask16 keyMask = static_cast<__mmask16>((1u << (2 * words)) - 1);
+    const __mmask8 laneMask = static_cast<__mmask8>((1u << words) - 1);
+    __m512i m = _mm512_maskz_loadu_epi8(byteMask, p + i);
+    __m512i ta = _mm512_add_epi32(m, _mm512_maskz_loadu_epi32(keyMask, k + i / 4));
+    __m512i tb = _mm512_add_epi32(m, _mm512_maskz_loadu_epi32(keyMask, k + i / 4 + 4));
+    s.a =
+        _mm512_mask_add_epi64(s.a, laneMask, s.a, _mm512_mul_epu32(ta, _mm512_srli_epi64(ta, 32)));
+    s.b =
+        _mm512_mask_add_epi64(s.b, laneMask, s.b, _mm512_mul_epu32(tb, _mm512_srli_epi64(tb, 32)));
+  }
+  return;
+#elif defined(__AVX2__)
   for (; i + 32 <= bytes; i += 32) {
     __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
     const uint32_t* kk = k + i / 4;
     __m256i ta = _mm256_add_epi32(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kk)));
     __m256i tb = _mm256_add_epi32(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kk + 4)));
-    // The odd words shifted onto the even ones: mul_epu32 multiplies the even words.
-    va = _mm256_add_epi64(va, _mm256_mul_epu32(ta, _mm256_srli_epi64(ta, 32)));
-    vb = _mm256_add_epi64(vb, _mm256_mul_epu32(tb, _mm256_srli_epi64(tb, 32)));
+    s.a = _mm256_add_epi64(s.a, _mm256_mul_epu32(ta, _mm256_srli_epi64(ta, 32)));
+    s.b = _mm256_add_epi64(s.b, _mm256_mul_epu32(tb, _mm256_srli_epi64(tb, 32)));
   }
-  alignas(32) uint64_t la[4], lb[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(la), va);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lb), vb);
-  a = la[0] + la[1] + la[2] + la[3];
-  b = lb[0] + lb[1] + lb[2] + lb[3];
 #endif
   auto pair = [&](uint32_t m0, uint32_t m1, const uint32_t* kk) {
-    a += static_cast<uint64_t>(m0 + kk[0]) * static_cast<uint32_t>(m1 + kk[1]);
-    b += static_cast<uint64_t>(m0 + kk[4]) * static_cast<uint32_t>(m1 + kk[5]);
+    s.sa += static_cast<uint64_t>(m0 + kk[0]) * static_cast<uint32_t>(m1 + kk[1]);
+    s.sb += static_cast<uint64_t>(m0 + kk[4]) * static_cast<uint32_t>(m1 + kk[5]);
   };
   for (; i + 8 <= bytes; i += 8) pair(load32(p + i), load32(p + i + 4), k + i / 4);
   if (i < bytes) {
@@ -67,18 +107,44 @@ std::array<uint64_t, 2> nhHash(const uint32_t* k, const void* data, size_t bytes
     std::memcpy(last, p + i, bytes - i);
     pair(load32(last), load32(last + 4), k + i / 4);
   }
-  return {a, b};
+}
+
+std::array<uint64_t, 2> nhFinish(const NhSums& s) {
+#if defined(LOOM_NH_AVX512)
+  return {s.sa + static_cast<uint64_t>(_mm512_reduce_add_epi64(s.a)),
+          s.sb + static_cast<uint64_t>(_mm512_reduce_add_epi64(s.b))};
+#elif defined(__AVX2__)
+  alignas(32) uint64_t la[4], lb[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(la), s.a);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lb), s.b);
+  return {s.sa + la[0] + la[1] + la[2] + la[3], s.sb + lb[0] + lb[1] + lb[2] + lb[3]};
+#else
+  return {s.sa, s.sb};
+#endif
+}
+
+#if defined(LOOM_NH_AVX512)
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace
+
+std::array<uint64_t, 2> nhHash(const uint32_t* k, const void* data, size_t bytes) {
+  NhSums s;
+  nhAdd(s, k, static_cast<const char*>(data), bytes);
+  return nhFinish(s);
 }
 
 namespace {
 
-// The MAC: SipHash over the header's fields and the payload's NH sums.
+// The MAC: SipHash over the NH sums of the header's fields followed by the payload, and the
+// payload's length (NH alone does not tell a payload from one with zero bytes appended).
 uint64_t mac(const PacketKeys& keys, const char* header, std::span<const char> payload) {
-  char in[kOffMac + 16];
-  std::memcpy(in, header, kOffMac);
-  std::array<uint64_t, 2> sums = keys.payloadHash(payload.data(), payload.size());
-  store64(in + kOffMac, sums[0]);
-  store64(in + kOffMac + 8, sums[1]);
+  std::array<uint64_t, 2> sums = keys.packetHash(header, payload.data(), payload.size());
+  char in[24];
+  store64(in, sums[0]);
+  store64(in + 8, sums[1]);
+  store64(in + 16, payload.size());
   return sipHash24(keys.mac(), in, sizeof(in));
 }
 
@@ -126,7 +192,7 @@ uint64_t sipHash24(const MacKey& key, const void* data, size_t bytes) {
 }
 
 PacketKeys::PacketKeys(const MacKey& secret) : mac_(secret), nh_(kNhWords + 1) {
-  // NH's key: SipHash of a counter under the same secret, in 12-byte inputs (the MAC's are 88
+  // NH's key: SipHash of a counter under the same secret, in 12-byte inputs (the MAC's are 24
   // bytes long: SipHash's length byte keeps the two uses apart).
   char in[12] = {'r', 'u', 'd', 'p', '-', 'n', 'h', '\0'};
   for (size_t i = 0; i < nh_.size(); i += 2) {
@@ -137,8 +203,15 @@ PacketKeys::PacketKeys(const MacKey& secret) : mac_(secret), nh_(kNhWords + 1) {
   }
 }
 
-std::array<uint64_t, 2> PacketKeys::payloadHash(const void* data, size_t bytes) const {
-  return nhHash(nh_.data(), data, std::min(bytes, kMaxPayload));
+std::array<uint64_t, 2> PacketKeys::packetHash(const char* header, const void* payload,
+                                               size_t bytes) const {
+  // NH over the concatenation: a sum over word pairs, so the header's part (a whole number of
+  // pairs) and the payload's part with the key words after the header's add up.
+  NhSums s;
+  nhAdd(s, nh_.data(), header, kOffMac);
+  nhAdd(s, nh_.data() + kHeaderNhWords, static_cast<const char*>(payload),
+        std::min(bytes, kMaxPayload));
+  return nhFinish(s);
 }
 
 void encodeHeader(const Header& h, const PacketKeys& keys, std::span<const char> payload,
