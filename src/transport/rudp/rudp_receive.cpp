@@ -34,6 +34,19 @@ uint64_t load64(const char* p) {
   return v;
 }
 
+// A GRO message is a train of datagrams of this many bytes each, the last possibly shorter (the
+// control message says; without one, the message is one datagram).
+size_t groSegment(msghdr& msg, size_t bytes) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+      int v;
+      std::memcpy(&v, CMSG_DATA(c), sizeof(v));
+      if (v > 0) return static_cast<size_t>(v);
+    }
+  }
+  return bytes;
+}
+
 }  // namespace
 
 bool RudpEngine::receive(int path, uint64_t now) {
@@ -59,18 +72,9 @@ bool RudpEngine::receiveBatch(int path, uint64_t now) {
   int n = recvmmsg(sockets_[path].get(), msgs, kRecvBatch, MSG_DONTWAIT, nullptr);
   if (n <= 0) return false;
   for (int i = 0; i < n; ++i) {
-    // A GRO buffer is a train of datagrams of segment bytes each, the last possibly shorter.
-    size_t seg = msgs[i].msg_len;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c != nullptr;
-         c = CMSG_NXTHDR(&msgs[i].msg_hdr, c)) {
-      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-        int v;
-        std::memcpy(&v, CMSG_DATA(c), sizeof(v));
-        if (v > 0) seg = static_cast<size_t>(v);
-      }
-    }
+    const size_t seg = groSegment(msgs[i].msg_hdr, msgs[i].msg_len);
     const char* data = static_cast<const char*>(iov[i].iov_base);
-    for (size_t off = 0; off < msgs[i].msg_len; off += seg)
+    for (size_t off = 0; seg > 0 && off < msgs[i].msg_len; off += seg)
       deliver(data + off, std::min<size_t>(seg, msgs[i].msg_len - off), now);
   }
   return static_cast<size_t>(n) == kRecvBatch;
@@ -108,9 +112,22 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
   ssize_t peeked = recv(fd, first, sizeof(first), MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
   if (peeked < 0) return false;  // nothing waiting (or an error the next poll reports)
   if (static_cast<size_t>(peeked) <= rudp::kHeaderBytes + mss_) {
-    // One datagram, not a train (an ACK, a retransmission, a message's short tail): nothing to
-    // place, and several such are read in one recvmmsg rather than two calls each.
-    receiveBatch(path, now);
+    // One datagram, not a train (an ACK, a retransmission, a message's short first or last
+    // packet): nothing to place. Only this one: a batch would also take the trains queued behind
+    // it into scratch, and every message that ends mid-packet is followed by such a datagram.
+    // (GRO may still have joined a few equal small ones, ACKs say: they are taken apart.)
+    iovec iov{recvBufs_.data(), kMessageBytes};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof(ctrl);
+    ssize_t got = recvmsg(fd, &msg, MSG_DONTWAIT);
+    if (got < 0) return false;
+    const size_t n = static_cast<size_t>(got), seg = groSegment(msg, n);
+    for (size_t off = 0; seg > 0 && off < n; off += seg)
+      deliver(recvBufs_.data() + off, std::min(seg, n - off), now);
     return true;
   }
   const Placement pl = place(first, std::min(sizeof(first), static_cast<size_t>(peeked)));
@@ -143,16 +160,7 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
   msg.msg_controllen = sizeof(ctrl);
   ssize_t got = recvmsg(fd, &msg, MSG_DONTWAIT);
   if (got < 0) return false;
-  const size_t n = static_cast<size_t>(got);
-  // A GRO buffer is a train of datagrams of segment bytes each, the last possibly shorter.
-  size_t seg = n;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-      int v;
-      std::memcpy(&v, CMSG_DATA(c), sizeof(v));
-      if (v > 0) seg = static_cast<size_t>(v);
-    }
-  }
+  const size_t n = static_cast<size_t>(got), seg = groSegment(msg, n);
   if (seg == 0) return true;
   if (pl.slots == 0) {
     if (pl.named != nullptr && !pl.named->predictable) {
