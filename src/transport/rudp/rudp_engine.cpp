@@ -116,6 +116,7 @@ RudpEngine::RudpEngine(const RudpSetup& s)
       faultRng_(0x5eed + static_cast<uint64_t>(s.rank)),
       gso_(s.gso) {
   follow_ = s.followCaller && usableCores() > 1;
+  faulty_ = !s.faults.empty();
   callerReceives_ = s.callerReceives;
   LOOM_CHECK_ARG(s.paths >= 1 && s.paths <= 16, "LOOM_RUDP_PATHS=", s.paths,
                  " is out of range (1 to 16)");
@@ -288,6 +289,9 @@ void RudpEngine::run() {
   // The wake-up first: while callers receive, the thread polls it alone.
   std::vector<pollfd> pfds;
   pfds.push_back({wakeFd_.get(), POLLIN, 0});
+  // After the caller held the send lock through a timer wake: when to look again.
+  constexpr uint64_t kDeferNs = 50'000;
+  uint64_t deferUntil = 0;
   for (const Fd& fd : sockets_) pfds.push_back({fd.get(), POLLIN, 0});
   while (!stop_.load()) {
     uint64_t now = steadyNowNs();
@@ -327,7 +331,7 @@ void RudpEngine::run() {
       next = std::min(next, st->flow.nextTimer());
       busy |= st->flow.wantsToSend();
     }
-    {
+    if (faulty_) {
       std::lock_guard<std::mutex> send(sendMu_);
       for (const Held& h : held_) next = std::min(next, h.due);
     }
@@ -336,7 +340,9 @@ void RudpEngine::run() {
     const uint64_t callerUntil =
         callerReceives_ ? lastCall_.load(std::memory_order_relaxed) + kCallerQuietNs : 0;
     const bool callerActive = now < callerUntil;
+    const uint64_t timersDue = next;
     if (callerActive) next = std::min(next, callerUntil);
+    if (!busy && now < deferUntil) next = std::max(next, deferUntil);
     long timeoutNs = busy                 ? 0
                      : next == UINT64_MAX ? 100'000'000L
                      : next <= now        ? 0
@@ -346,12 +352,31 @@ void RudpEngine::run() {
     int ready = ppoll(pfds.data(), callerActive ? 1 : pfds.size(), &ts, nullptr);
     sleeping_.store(false);
     now = steadyNowNs();
+    const bool woken = ready > 0 && (pfds[0].revents & POLLIN);
+    // Woken only to see whether the caller went quiet, and it has not: nothing is due and the
+    // sockets are the caller's, so the thread neither reads nor sends (it used to, every 200 us,
+    // contending with the caller for the receive and send locks: two context switches a time).
+    if (callerActive && !woken && !busy && now < timersDue &&
+        now < lastCall_.load(std::memory_order_relaxed) + kCallerQuietNs)
+      continue;
     if (ready > 0 || callerActive) {
-      if (pfds[0].revents & POLLIN) drain(wakeFd_.get());
-      std::lock_guard<std::mutex> receiving(recvMu_);
-      receivePass(now, nullptr);
+      if (woken) drain(wakeFd_.get());
+      // While the caller is active and reading the sockets itself, what it reads is read: the
+      // thread does not queue behind it (a futex sleep and wake-up each time).
+      std::unique_lock<std::mutex> receiving(recvMu_, std::defer_lock);
+      if (callerActive ? receiving.try_lock() : (receiving.lock(), true)) receivePass(now, nullptr);
     }
-    std::lock_guard<std::mutex> send(sendMu_);
+    // Likewise a caller sending right now sends its flow, timers included (collect() runs them);
+    // only what is due for sure (busy: new data, losses, ACKs) waits for the lock.
+    std::unique_lock<std::mutex> send(sendMu_, std::defer_lock);
+    if (callerActive && !busy && !woken) {
+      if (!send.try_lock()) {
+        deferUntil = now + kDeferNs;  // a timer it left due is looked at again then, not spun on
+        continue;
+      }
+    } else {
+      send.lock();
+    }
     releaseHeld(now, false);
     for (auto& st : flows_)
       if (st) sendFlow(*st);

@@ -235,6 +235,7 @@ class RudpEngine {
   int64_t lingerMs_;
 
   Fault fault_;
+  bool faulty_ = false;  // the fault layer is on: held_ may hold datagrams
   std::mt19937_64 faultRng_;
   std::vector<Held> held_;
 
