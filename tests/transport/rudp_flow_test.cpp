@@ -195,7 +195,9 @@ TEST(RudpFlow, DuplicationReorderingAndLoss) {
 
 TEST(RudpFlow, ReorderingIsNotLoss) {
   // Random delays up to 5x the base one-way delay: packets overtake each other all the time, yet
-  // none is lost; the reordering window must keep retransmissions to a small fraction.
+  // none is lost; the reordering window must keep retransmissions to a small fraction. (6 % here:
+  // RACK's window stops at SRTT, less than this link reorders; it was 1 ms at least, which kept
+  // them under 5 % but made every real loss wait that long.)
   FlowConfig cfg = smallConfig();
   Endpoint a{Flow(cfg), pattern(2 << 20, 5), 0, {}};
   Endpoint b{Flow(cfg), {}, 0, {}};
@@ -205,15 +207,17 @@ TEST(RudpFlow, ReorderingIsNotLoss) {
   EXPECT_EQ(b.in, a.out);
   FlowStats s = a.flow.stats(), rs = b.flow.stats();
   EXPECT_GT(rs.outOfOrder, 100u);  // the link did reorder
-  EXPECT_LT(s.retransmits * 20, s.packetsSent)
+  EXPECT_LT(s.retransmits * 10, s.packetsSent)
       << "retransmits " << s.retransmits << " of " << s.packetsSent;
 }
 
 TEST(RudpFlow, ReceivesStraightIntoAPostedBuffer) {
   // The receiver reads transfers of 300 KiB the way the channel's tryReceive does: it posts the
   // rest of the transfer, takes what already lies there (readableDirect) and copies what lies in
-  // the ring, over a link that loses, duplicates and reorders. Every byte lands right, and most
-  // of them without passing through the ring.
+  // the ring, over a link that loses, duplicates and reorders. Every byte lands right, and a
+  // large share of them without passing through the ring (42 %: the sender, whose losses are
+  // found within about an RTT, runs ahead into the next transfer, which is not posted yet; on
+  // namespace nodes 97-99 % of a 1 MiB allreduce's packets land in place).
   FlowConfig cfg = smallConfig();
   const size_t total = 3 << 20, transfer = 300 << 10;
   Endpoint a{Flow(cfg), pattern(total, 31), 0, {}};
@@ -245,7 +249,7 @@ TEST(RudpFlow, ReceivesStraightIntoAPostedBuffer) {
   ASSERT_TRUE(r.completed) << a.flow.failure() << b.flow.failure();
   EXPECT_EQ(dst, a.out);
   EXPECT_FALSE(b.flow.posted());  // released at the end of the last transfer
-  EXPECT_GT(direct, total / 2);
+  EXPECT_GT(direct, total / 3) << direct;
 }
 
 TEST(RudpFlow, AGivenUpBufferGetsNothingMore) {

@@ -10,9 +10,10 @@
 // it that arrived (bit i = packet ack + 1 + i); it echoes the sender's own timestamp, so an RTT
 // sample never mixes two hosts' clocks (RFC 6298: SRTT, RTTVAR, RTO = SRTT + 4 RTTVAR, clamped,
 // doubled on each timeout). Loss is found by time (RACK, RFC 8985): a packet is lost when one sent
-// later has been delivered and more than the delivered packet's RTT plus a reordering window has
-// passed since it was sent; the window grows when the receiver reports duplicates, i.e. when a
-// loss was a reordering. The flow spreads its packets over the engine's paths in flowlets and
+// later has been delivered and more than an RTT (the delivered packet's, or its own path's if that
+// lags more) plus a reordering window has passed since it was sent; the window (min RTT / 4,
+// 100 us at least, capped by SRTT) grows when the receiver reports duplicates, i.e. when a loss
+// was a reordering. The flow spreads its packets over the engine's paths in flowlets and
 // remembers each packet's path. One path delivers in order (measured between two namespace nodes:
 // none of 155 000 packets overtaken within a path, 21 000 across paths), so a delivered later
 // packet of the same path means loss after a small window (RFC 8985's min RTT / 4) instead of the
