@@ -11,7 +11,7 @@ namespace loom {
 
 namespace {
 
-// Bytes copied per lock hold: the progress thread must not wait long for the flow.
+// Bytes copied into the send ring before they are sent, and out of the receive ring per call.
 constexpr size_t kCopySlice = 1 << 20;
 
 }  // namespace
@@ -39,24 +39,35 @@ size_t RudpChannel::sendOnce(const char* src, size_t bytes, bool& movedAny) {
   const size_t padded = roundUp8(bytes);
   size_t done = sentAhead_;
   size_t moved = 0;
-  {
-    std::lock_guard<std::mutex> lock(st_.mu);
-    if (st_.flow.failed()) throwFailed();
-    while (done < padded) {
-      size_t n = done < bytes ? st_.flow.write(src + done, std::min(bytes - done, kCopySlice))
-                              : st_.flow.write(nullptr, padded - done);
-      done += n;
-      moved += n;
-      if (n == 0) break;
-      if (done < bytes && moved >= kCopySlice) break;  // let the thread in; the caller comes back
+  while (done < padded) {
+    uint64_t at;
+    size_t room;
+    {
+      std::lock_guard<std::mutex> lock(st_.mu);
+      if (st_.flow.failed()) throwFailed();
+      room = st_.flow.writable();
+      at = st_.flow.queuedEnd();
+      if (room == 0 && !st_.sendBlocked) {
+        // Full: make the write end of the pipe stop polling POLLOUT until the thread frees room.
+        char one = 1;
+        ssize_t r = write(st_.roomPipe[1].get(), &one, 1);
+        (void)r;
+        st_.sendBlocked = true;
+      }
     }
-    if (done < padded && st_.flow.writable() == 0 && !st_.sendBlocked) {
-      // Full: make the write end of the pipe stop polling POLLOUT until the thread frees room.
-      char one = 1;
-      ssize_t r = write(st_.roomPipe[1].get(), &one, 1);
-      (void)r;
-      st_.sendBlocked = true;
+    if (room == 0) break;
+    // The copy runs unlocked (Flow::copyIn): the thread's receive path, which needs this lock
+    // for every datagram, does not wait for a slice of copying.
+    const size_t n =
+        done < bytes ? std::min({room, bytes - done, kCopySlice}) : std::min(room, padded - done);
+    st_.flow.copyIn(at, done < bytes ? src + done : nullptr, n);
+    {
+      std::lock_guard<std::mutex> lock(st_.mu);
+      st_.flow.commitWrite(n);
     }
+    done += n;
+    moved += n;
+    if (done < bytes && moved >= kCopySlice) break;  // sent now; the caller comes back
   }
   movedAny = moved > 0;
   if (moved > 0) engine_.sendNow(st_);
@@ -101,34 +112,39 @@ size_t RudpChannel::receiveOnce(char* out, size_t bytes, bool& movedAny) {
   const size_t padded = roundUp8(bytes);
   size_t done = recvAhead_;
   bool tell = false;
-  {
-    std::lock_guard<std::mutex> lock(st_.mu);
-    // The rest of this transfer's real bytes go straight to their destination as they arrive;
-    // those already in the ring are copied below.
-    if (done < bytes) st_.flow.post(out + done, bytes - done);
-    size_t moved = 0;
-    while (done < padded && moved < 4 * kCopySlice) {
-      if (size_t direct = st_.flow.readableDirect(); direct > 0) {
-        tell |= st_.flow.consume(direct);  // already in place
-        done += direct;
-        continue;
-      }
-      std::span<const char> span = st_.flow.readable(padded - done);
-      if (span.empty()) break;
-      size_t n = span.size();
-      size_t real = done < bytes ? std::min(n, bytes - done) : 0;
-      if (real > 0) std::memcpy(out + done, span.data(), real);  // the rest is padding
-      tell |= st_.flow.consume(n);
-      done += n;
-      moved += n;
+  std::unique_lock<std::mutex> lock(st_.mu);
+  // The rest of this transfer's real bytes go straight to their destination as they arrive;
+  // those already in the ring are copied below.
+  if (done < bytes) st_.flow.post(out + done, bytes - done);
+  size_t moved = 0;
+  while (done < padded && moved < 4 * kCopySlice) {
+    if (size_t direct = st_.flow.readableDirect(); direct > 0) {
+      tell |= st_.flow.consume(direct);  // already in place
+      done += direct;
+      continue;
     }
-    movedAny = done != recvAhead_;
-    if (!movedAny) {
-      noteEmpty();
-    } else {
-      st_.flow.setReceiveWaiting(false);
+    std::span<const char> span = st_.flow.readable(std::min(padded - done, kCopySlice));
+    if (span.empty()) break;
+    const size_t n = span.size();
+    const size_t real = done < bytes ? std::min(n, bytes - done) : 0;
+    if (real > 0) {
+      // Unlocked: the span stays put until consumed (arriving bytes land beyond it), and the
+      // thread's receive path need not wait for the copy.
+      lock.unlock();
+      std::memcpy(out + done, span.data(), real);  // the rest is padding
+      lock.lock();
     }
+    tell |= st_.flow.consume(n);
+    done += n;
+    moved += n;
   }
+  movedAny = done != recvAhead_;
+  if (!movedAny) {
+    noteEmpty();
+  } else {
+    st_.flow.setReceiveWaiting(false);
+  }
+  lock.unlock();
   if (tell) engine_.sendNow(st_);
   return wholeGroups(done, bytes, padded, recvAhead_);
 }

@@ -1,5 +1,7 @@
 // A Channel over one rudp flow: trySend copies into the flow's send ring, the receive calls copy
-// out of its receive ring, both under the flow's mutex. A call that finds nothing to read (or no
+// out of its receive ring, both without the flow's mutex (only the bookkeeping around a copy
+// takes it: the ring bytes being copied are ones no other thread touches then), so the progress
+// thread's receive path never waits for a copy. A call that finds nothing to read (or no
 // room to send) first reads the sockets itself (RudpEngine::receiveHere), then looks again; the
 // engine's progress thread does the timers, and the receiving while no channel is being called.
 // A send transmits from the calling thread when no other thread is sending (RudpEngine::sendNow),

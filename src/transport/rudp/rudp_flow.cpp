@@ -41,9 +41,15 @@ Flow::Flow(const FlowConfig& config)
 
 size_t Flow::write(const void* src, size_t n) {
   n = std::min(n, writable());
+  copyIn(sndQueuedOff_, src, n);
+  commitWrite(n);
+  return n;
+}
+
+void Flow::copyIn(uint64_t at, const void* src, size_t n) {
   size_t done = 0;
   while (done < n) {
-    const uint64_t o = sndQueuedOff_ + done;
+    const uint64_t o = at + done;
     const size_t len = std::min(n - done, sndRing_.toSlotEnd(o));
     if (src != nullptr)
       std::memcpy(sndRing_.at(o), static_cast<const char*>(src) + done, len);
@@ -51,8 +57,6 @@ size_t Flow::write(const void* src, size_t n) {
       std::memset(sndRing_.at(o), 0, len);
     done += len;
   }
-  sndQueuedOff_ += n;
-  return n;
 }
 
 std::span<const char> Flow::readable(size_t maxBytes) const {

@@ -87,6 +87,12 @@ class Flow {
   // ---- user side ----
   // Copies up to n bytes (zeros if src is null) into the send ring; returns how many fit.
   size_t write(const void* src, size_t n);
+  // write() in three steps, so that the copy needs no lock (the flow's one writer): with the
+  // lock, writable() bytes from queuedEnd() on are granted; without it, copyIn() fills them (no
+  // other thread touches ring bytes beyond queuedEnd()); with it again, commitWrite() queues them.
+  uint64_t queuedEnd() const { return sndQueuedOff_; }
+  void copyIn(uint64_t at, const void* src, size_t n);
+  void commitWrite(size_t n) { sndQueuedOff_ += n; }
   // The contiguous in-order bytes ready to read, at most maxBytes.
   std::span<const char> readable(size_t maxBytes) const;
   // In-order bytes received and not yet consumed.
