@@ -23,7 +23,6 @@ namespace loom {
 namespace {
 
 constexpr size_t kBatch = 32;             // datagrams per sendmmsg when GSO is off
-constexpr size_t kRoom = 256;             // datagrams a flow may emit per round
 constexpr size_t kMaxSegments = 64;       // datagrams per GSO burst (the kernel's older limit)
 constexpr size_t kMaxBurstBytes = 65000;  // a GSO burst is one IP datagram before segmentation
 constexpr uint64_t kFlowletTrains = 16;   // trains sent on one path before the next (~1 MiB)
@@ -414,15 +413,29 @@ void RudpEngine::sendNow(RudpFlowState& st) {
   sendFlow(st);
   sendMu_.unlock();
   uint64_t timer;
+  bool more;
   {
     std::lock_guard<std::mutex> lock(st.mu);
     timer = st.flow.nextTimer();
+    more = st.flow.wantsToSend();
   }
-  // The thread runs the flow's timers (loss probe, timeout).
-  wakeIfAsleepPast(timer);
+  // The thread sends what is left and runs the flow's timers (loss probe, timeout).
+  if (more) {
+    wake();
+  } else {
+    wakeIfAsleepPast(timer);
+  }
 }
 
 void RudpEngine::sendFlow(RudpFlowState& st) {
+  // A few rounds: a caller's 512 KiB used to send 256 datagrams and leave the rest until its next
+  // call found nothing to read, while the peer waited for them. Bounded, so that other flows'
+  // ACKs do not wait behind a whole window; sendNow wakes the thread for what is left.
+  for (int round = 0; round < 4 && sendRound(st) == kRoom; ++round) {
+  }
+}
+
+size_t RudpEngine::sendRound(RudpFlowState& st) {
   // Read now, under sendMu_, not when the round began: send times must rise in the order the
   // packets leave (RACK finds losses by them), and the thread, after receiving for a while, would
   // stamp its packets earlier than those a caller sent meanwhile, which left before them.
@@ -438,7 +451,7 @@ void RudpEngine::sendFlow(RudpFlowState& st) {
       drain(st.roomPipe[0].get());
     }
   }
-  if (out_.empty()) return;
+  if (out_.empty()) return 0;
   // Payloads stay valid unlocked: data lies in ring space the channel cannot reuse before this
   // thread processes its ACK, and the SACK bitmap changes only in collect(), on this thread.
   // The flow chose each datagram's path (FlowConfig::flowletPackets): trains go out on one path
@@ -460,6 +473,7 @@ void RudpEngine::sendFlow(RudpFlowState& st) {
     transmit(o.h.path, st.peer, header, o.payload, now);
   }
   flush();
+  return out_.size();
 }
 
 void RudpEngine::transmit(int path, int peer, const char* header, std::span<const char> payload,

@@ -184,8 +184,10 @@ class RudpEngine {
   // that caller looks again itself (one thread at a time calls a flow's channel: class 0 the
   // collective caller, class 1 the point-to-point engine's).
   void wakeReaders(RudpFlowState* self);
-  // With sendMu_ held.
+  // With sendMu_ held: sends what the flow may send now, in rounds of at most kRoom datagrams.
   void sendFlow(RudpFlowState& st);
+  size_t sendRound(RudpFlowState& st);
+  static constexpr size_t kRoom = 256;  // datagrams a flow emits per round (the scratch's size)
   // Queues one datagram into the current burst (after the test-only fault layer).
   void transmit(int path, int peer, const char* header, std::span<const char> payload,
                 uint64_t now);
