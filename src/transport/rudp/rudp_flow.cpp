@@ -9,9 +9,10 @@ namespace {
 constexpr double kBeta = 0.7;  // the window after a loss episode (CUBIC's factor)
 // The smallest reordering window across paths. It was 1 ms: every loss not found by a later
 // packet of its own path (or any loss, once a path had reordered) then waited a millisecond, and
-// a 1 MiB allreduce at 1 % loss between two namespace nodes took 690-880 us instead of 510-530
-// (TCP 415-470), while needless retransmissions stayed rare at 100 us (16-21 duplicates in
-// 600 000 packets at 1 % loss, 10 at none). A path that lags is expected late by its own RTT.
+// a 1 MiB allreduce at 1 % loss between two namespace nodes took 806-885 us a call instead of
+// 535-625 (400 calls, A/B interleaved; TCP 479-531), while needless retransmissions stayed rare
+// at 100 us (16-21 duplicates in 600 000 packets at 1 % loss, 10 at none). A path that lags is
+// expected late by its own RTT.
 constexpr uint64_t kMinReorderNs = 100'000;
 // The window for a packet on a path no RTT was measured on yet (its lag is unknown).
 constexpr uint64_t kUnknownPathNs = 1'000'000;
