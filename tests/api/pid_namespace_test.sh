@@ -7,7 +7,7 @@
 set -uo pipefail
 fault_rank=$1
 unshare --pid --fork true 2>/dev/null || { echo "cannot create a PID namespace here: skipped"; exit 77; }
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # under the ephemeral ports (32768-) other tests connect from
 export LOOM_COMM_ID=127.0.0.1:$port LOOM_WORLD_SIZE=2 LOOM_TIMEOUT=20
 export LOOM_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 out=$(mktemp -d)

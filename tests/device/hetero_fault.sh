@@ -8,7 +8,7 @@ set -uo pipefail
 (($# == 4)) || { sed -n '2,6p' "$0"; exit 2; }
 test=$1 plugin=$2 placement=$3 victim=$4
 n=${#placement}
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # under the ephemeral ports (32768-) other tests connect from
 export LOOM_WORLD_SIZE=$n LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=${LOOM_TIMEOUT:-30}
 export LOOM_TEST_PLACEMENT=$placement LOOM_JOB_SECRET
 LOOM_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')

@@ -55,9 +55,22 @@ SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_JOB_ID=$$ SLURM_STEP_ID=1 \
   SLURM_STEP_NODELIST="localhos[t-u],other" "$INFO" --algos >"$TMP/out" 2>&1 ||
   fail "loom-info under a bracketed node list: $(cat "$TMP/out")"
 
+# A port for a rendezvous root: below the kernel's ephemeral range (the connections of tests
+# running beside this one take ports from it: one derived from the pid once collided with one,
+# "cannot listen on 127.0.0.1:41798: Address already in use") and used by no socket now.
+free_port() {
+  local low p
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  for _ in $(seq 100); do
+    p=$((10000 + RANDOM % (low - 10000)))
+    ss -Hant "sport = :$p" | grep -q . || break
+  done
+  echo "$p"
+}
+
 # Without LOOM_JOB_SECRET (torchrun sets none) the unauthenticated rendezvous is reported once per
 # job, by rank 0, saying how to set the secret under torchrun.
-port=$((30000 + $$ % 20000))
+port=$(free_port)
 for r in 0 1 2; do
   LOOM_RANK=$r LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=60 \
     "$INFO" --algos >/dev/null 2>"$TMP/unauth.$r" &
@@ -74,7 +87,7 @@ grep -q "LOOM_JOB_SECRET=\$(openssl rand -hex 16) torchrun" "$TMP"/unauth.0 ||
 # up connecting before the root listened or was still in the handshake when the root gave up.
 # 6 s, not 3: in a fresh-clone CI run rank 1 was still in the handshake (process start under the
 # load of two parallel tests) when a 3 s root gave up, and saw only the connection close.
-port=$((30000 + ($$ + 7) % 20000))
+port=$(free_port)
 LOOM_RANK=0 LOOM_WORLD_SIZE=3 LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=6 \
   "$INFO" --algos >/dev/null 2>"$TMP/missing.0" &
 for _ in $(seq 100); do
