@@ -302,6 +302,29 @@ TEST(RudpFlow, SmallWindowBackPressure) {
   EXPECT_EQ(b.in, a.out);
 }
 
+TEST(RudpFlow, BytesBeingSentStayPutUntilSendDoneEvenOnceAcknowledged) {
+  // The engine sends what collect() handed out without the flow's lock; an ACK that another
+  // thread processes meanwhile (for the original of a retransmission) must not let the writer
+  // overwrite those bytes before the send is done. (TSAN saw exactly that race.)
+  FlowConfig cfg = smallConfig();
+  Flow a(cfg), b(cfg);
+  std::vector<char> data = pattern(4 * cfg.mss, 9);
+  const size_t room = a.writable();
+  ASSERT_EQ(a.write(data.data(), data.size()), data.size());
+  std::vector<Outgoing> out;
+  a.collect(1, out, 16);
+  ASSERT_EQ(out.size(), 4u);
+  for (const Outgoing& o : out) b.onPacket(o.h, o.payload, 2);
+  std::vector<Outgoing> acks;
+  b.collect(3, acks, 16);
+  ASSERT_EQ(acks.size(), 1u);
+  ASSERT_EQ(acks[0].h.type, PacketType::kAck);
+  a.onPacket(acks[0].h, acks[0].payload, 4);  // everything acknowledged, the send not done
+  EXPECT_EQ(a.writable(), room - data.size());
+  a.sendDone();
+  EXPECT_EQ(a.writable(), room);
+}
+
 TEST(RudpFlow, PacketsThatStartASlotLeaveRoomForTheirHeader) {
   FlowConfig cfg = smallConfig();
   Flow f(cfg);

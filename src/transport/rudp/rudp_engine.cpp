@@ -452,8 +452,10 @@ size_t RudpEngine::sendRound(RudpFlowState& st) {
     }
   }
   if (out_.empty()) return 0;
-  // Payloads stay valid unlocked: data lies in ring space the channel cannot reuse before this
-  // thread processes its ACK, and the SACK bitmap changes only in collect(), on this thread.
+  // Payloads stay valid unlocked: data lies in ring space the channel cannot reuse until both its
+  // ACK came and sendDone() below (an ACK that another thread processes meanwhile, for the
+  // original of a retransmission being sent, frees nothing yet), and the SACK bitmap changes
+  // only in collect(), under sendMu_ as this is.
   // The flow chose each datagram's path (FlowConfig::flowletPackets): trains go out on one path
   // in flowlets of kFlowletTrains, then on the next, so a fabric that hashes on ports still
   // spreads a flow over every path, and the packets of one flowlet arrive in order (which the
@@ -473,6 +475,14 @@ size_t RudpEngine::sendRound(RudpFlowState& st) {
     transmit(o.h.path, st.peer, header, o.payload, now);
   }
   flush();
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.flow.sendDone();
+    if (st.sendBlocked && st.flow.writable() > 0) {
+      st.drainRoom();  // room the send held back is free now: the blocked writer goes on
+      st.sendBlocked = false;
+    }
+  }
   return out_.size();
 }
 

@@ -496,6 +496,7 @@ void Flow::transmit(uint64_t seq, uint64_t now, std::vector<Outgoing>& out) {
   o.h.seq = seq;
   o.h.offset = p.offset;
   o.h.tsval = now;
+  sendingFrom_ = std::min(sendingFrom_, p.offset);
   o.payload = {sndRing_.at(p.offset), p.len};
   o.headroom = sndRing_.headroomOf(p.offset);
   out.push_back(o);
@@ -504,6 +505,7 @@ void Flow::transmit(uint64_t seq, uint64_t now, std::vector<Outgoing>& out) {
 }
 
 size_t Flow::collect(uint64_t now, std::vector<Outgoing>& out, size_t room) {
+  sendingFrom_ = UINT64_MAX;  // a new round: what the last one handed out has been sent
   if (failed()) return 0;
   const size_t start = out.size();
   onTimers(now);

@@ -31,6 +31,7 @@
 // receive limit (offset) is flow control: the sender never sends beyond it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <set>
@@ -148,8 +149,15 @@ class Flow {
   bool wantsToSend() const;
   // Everything written has been acknowledged.
   bool drained() const { return sndUna_ == sndNxt_ && sndNewOff_ == sndQueuedOff_; }
-  // Free space in the send ring.
-  size_t writable() const { return sndRing_.capacity() - (sndQueuedOff_ - sndAckedOff_); }
+  // Free space in the send ring: beyond what is unacknowledged, or being sent (sendDone()).
+  size_t writable() const {
+    return sndRing_.capacity() - (sndQueuedOff_ - std::min(sndAckedOff_, sendingFrom_));
+  }
+  // The engine has sent what collect() handed out: its ring bytes may be reused once acknowledged.
+  // Until then (or the next collect()) they stay put even if an ACK arrives meanwhile (the engine
+  // reads them unlocked: a retransmission collected just before the ACK of the original must not
+  // go out overwritten).
+  void sendDone() { sendingFrom_ = UINT64_MAX; }
   FlowStats stats() const;
 
  private:
@@ -214,6 +222,7 @@ class Flow {
   // Sender.
   SendRing sndRing_;
   uint64_t sndAckedOff_ = 0, sndQueuedOff_ = 0, sndNewOff_ = 0;
+  uint64_t sendingFrom_ = UINT64_MAX;  // lowest offset handed out by collect(), until sendDone()
   uint64_t sndUna_ = 1, sndNxt_ = 1;
   std::vector<Sent> sent_;
   int32_t head_ = -1, tail_ = -1;  // slots of the in-flight list
