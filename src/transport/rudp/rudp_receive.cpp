@@ -47,6 +47,22 @@ size_t groSegment(msghdr& msg, size_t bytes) {
   return bytes;
 }
 
+// Reads one message (a datagram, or a GRO train of them) into iov: its length and the size of
+// its datagrams. False when none was waiting.
+bool receiveMessage(int fd, iovec* iov, size_t iovlen, size_t& bytes, size_t& segment) {
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = iovlen;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+  msg.msg_control = ctrl;
+  msg.msg_controllen = sizeof(ctrl);
+  ssize_t got = recvmsg(fd, &msg, MSG_DONTWAIT);
+  if (got < 0) return false;
+  bytes = static_cast<size_t>(got);
+  segment = groSegment(msg, bytes);
+  return true;
+}
+
 }  // namespace
 
 bool RudpEngine::receive(int path, uint64_t now) {
@@ -117,15 +133,8 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
     // it into scratch, and every message that ends mid-packet is followed by such a datagram.
     // (GRO may still have joined a few equal small ones, ACKs say: they are taken apart.)
     iovec iov{recvBufs_.data(), kMessageBytes};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
-    msg.msg_control = ctrl;
-    msg.msg_controllen = sizeof(ctrl);
-    ssize_t got = recvmsg(fd, &msg, MSG_DONTWAIT);
-    if (got < 0) return false;
-    const size_t n = static_cast<size_t>(got), seg = groSegment(msg, n);
+    size_t n, seg;
+    if (!receiveMessage(fd, &iov, 1, n, seg)) return false;
     for (size_t off = 0; seg > 0 && off < n; off += seg)
       deliver(recvBufs_.data() + off, std::min(seg, n - off), now);
     return true;
@@ -152,15 +161,8 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
     recvIov_.push_back({pl.ring + j * mss_, mss_});
   }
   recvIov_.push_back({scratch, kMessageBytes});
-  msghdr msg{};
-  msg.msg_iov = recvIov_.data();
-  msg.msg_iovlen = recvIov_.size();
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
-  msg.msg_control = ctrl;
-  msg.msg_controllen = sizeof(ctrl);
-  ssize_t got = recvmsg(fd, &msg, MSG_DONTWAIT);
-  if (got < 0) return false;
-  const size_t n = static_cast<size_t>(got), seg = groSegment(msg, n);
+  size_t n, seg;
+  if (!receiveMessage(fd, recvIov_.data(), recvIov_.size(), n, seg)) return false;
   if (seg == 0) return true;
   if (pl.slots == 0) {
     if (pl.named != nullptr && !pl.named->predictable) {
