@@ -478,10 +478,7 @@ size_t RudpEngine::sendRound(RudpFlowState& st) {
   {
     std::lock_guard<std::mutex> lock(st.mu);
     st.flow.sendDone();
-    if (st.sendBlocked && st.flow.writable() > 0) {
-      st.drainRoom();  // room the send held back is free now: the blocked writer goes on
-      st.sendBlocked = false;
-    }
+    st.unblockWriter();  // room the send held back may be free now
   }
   return out_.size();
 }

@@ -83,6 +83,13 @@ struct RudpFlowState {
   void takeWakeup();
   // With mu held: empties the room pipe, so that its write end polls POLLOUT again.
   void drainRoom();
+  // With mu held: a writer blocked on a full ring goes on when room freed (or the flow failed).
+  void unblockWriter() {
+    if (sendBlocked && (flow.writable() > 0 || flow.failed())) {
+      drainRoom();
+      sendBlocked = false;
+    }
+  }
   int peer, cls;
   std::mutex mu;
   rudp::Flow flow;

@@ -327,10 +327,7 @@ void RudpEngine::wakeReaders(RudpFlowState* self) {
     st->touched = false;
     std::lock_guard<std::mutex> lock(st->mu);
     if (st != self && (st->flow.readableBytes() > 0 || st->flow.failed())) st->notifyData();
-    if (st->sendBlocked && (st->flow.writable() > 0 || st->flow.failed())) {
-      st->drainRoom();
-      st->sendBlocked = false;
-    }
+    st->unblockWriter();
   }
   touched_.clear();
 }
