@@ -440,9 +440,9 @@ void Bootstrap::State::connectControl(const RankBlob& rank0, const JobSecret& se
   if (rank0.ctrlHost.empty()) LOOM_THROW(loomRemoteError, "rank 0 published no control endpoint");
   auto peer = std::make_unique<ControlPeer>();
   peer->rank = 0;
-  peer->sock = connectWithRetry(rank0.ctrlHost, rank0.ctrlPort, deadline, abortFlag);
-  peer->sock.setPeer("rank 0 (" + joinHostPort(rank0.ctrlHost, rank0.ctrlPort) + ")");
-  wire::clientHandshake(peer->sock, wire::Channel::kControl, secret, deadline, abortFlag);
+  peer->sock = wire::connectAndHandshake(
+      rank0.ctrlHost, rank0.ctrlPort, "rank 0 (" + joinHostPort(rank0.ctrlHost, rank0.ctrlPort) + ")",
+      wire::Channel::kControl, secret, deadline, abortFlag, rank);
   wire::sendFrame(peer->sock, wire::FrameType::kHello, rank, static_cast<uint64_t>(nranks),
                   tokenBytes(rank0.token), deadline, abortFlag);
   wire::recvReply(peer->sock, kMaxErrorReply, deadline, abortFlag);
@@ -475,14 +475,15 @@ Bootstrap::Bootstrap(const UniqueId& id, int rank, int nranks, const std::string
 
   Socket root;
   try {
-    root = connectWithRetry(id.host, id.port, deadline, s.abortFlag);
+    root = wire::connectAndHandshake(id.host, id.port,
+                                     "rendezvous root " + joinHostPort(id.host, id.port),
+                                     wire::Channel::kRendezvous, id.secret, deadline, s.abortFlag,
+                                     rank);
   } catch (const Error& e) {
     if (e.code() != loomTimeout) throw;
     LOOM_THROW(loomTimeout, "rank ", rank, " could not reach the rendezvous root within ",
                s.timeoutMs, " ms: ", e.what());
   }
-  root.setPeer("rendezvous root " + root.peer());
-  wire::clientHandshake(root, wire::Channel::kRendezvous, id.secret, deadline, s.abortFlag);
 
   // Rank 0 listens on the interface that reaches the root: the others reach the root too.
   Listener listener;

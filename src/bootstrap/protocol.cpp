@@ -1,8 +1,11 @@
 #include "bootstrap/protocol.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "base/error.hpp"
+#include "base/log.hpp"
 
 namespace loom::wire {
 
@@ -101,6 +104,24 @@ void clientHandshake(Socket& sock, Channel channel, const JobSecret& secret, Dea
   if (!constantTimeEqual(expected.data(), verdict + 1, kMacBytes))
     LOOM_THROW(loomInvalidArgument, sock.peer(), " failed to prove the job secret: not this job's ",
                channelName(channel), secretHint(secret));
+}
+
+Socket connectAndHandshake(const std::string& host, uint16_t port, const std::string& name,
+                           Channel channel, const JobSecret& secret, Deadline deadline,
+                           const std::atomic<bool>* abortFlag, int logRank, int64_t silenceMs) {
+  for (int attempt = 1;; ++attempt) {
+    Socket sock = connectWithRetry(host, port, deadline, abortFlag);
+    if (!name.empty()) sock.setPeer(name);
+    Deadline attemptEnd = std::min(deadline, deadlineAfterMs(silenceMs));
+    try {
+      clientHandshake(sock, channel, secret, attemptEnd, abortFlag);
+      return sock;
+    } catch (const Error& e) {
+      if (e.code() != loomTimeout || std::chrono::steady_clock::now() >= deadline) throw;
+      LOOM_WARN(kSubsysBootstrap, logRank, sock.peer(), " said nothing for ", silenceMs,
+                " ms after connection ", attempt, " was made; connecting again");
+    }
+  }
 }
 
 std::string encodeFrame(FrameType type, int32_t rank, uint64_t arg, const std::string& body) {

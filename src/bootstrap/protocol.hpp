@@ -53,6 +53,19 @@ std::string encodeChallenge(Channel channel, const Nonce& serverNonce);
 void clientHandshake(Socket& sock, Channel channel, const JobSecret& secret, Deadline deadline,
                      const std::atomic<bool>* abortFlag);
 
+// How long a client waits for a server that says nothing before it connects again: twice the
+// server's own bound, after which the server has dropped any connection it still held.
+constexpr int64_t kClientSilenceMs = 2 * kHandshakeTimeoutMs;
+
+// connectWithRetry, then clientHandshake, connecting again each time the server stays silent for
+// silenceMs: on a lossy link a connection can be open at our end only (the server never got the
+// handshake's last ACK, or its reset was lost), and the server never speaks on it. Names the
+// socket `name` ("" keeps host:port). Throws as they do once the deadline has passed.
+Socket connectAndHandshake(const std::string& host, uint16_t port, const std::string& name,
+                           Channel channel, const JobSecret& secret, Deadline deadline,
+                           const std::atomic<bool>* abortFlag, int logRank,
+                           int64_t silenceMs = kClientSilenceMs);
+
 enum class FrameType : uint32_t {
   kHello = 1,  // rank, arg = nranks, body = payload
   kReply = 2,  // arg = loomResult_t status, body = result or error message

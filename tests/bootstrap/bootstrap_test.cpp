@@ -445,6 +445,37 @@ TEST(BootstrapSecurity, SilentStrangerDoesNotDelayTheJob) {
   expectGroupWorks(group);
 }
 
+// A connection the server never got to know (its handshake's last ACK, or the reset that closed
+// it, lost on the wire) is silent at our end: the client connects again instead of waiting for
+// its deadline. Here the server holds the first connection without a word, then serves properly.
+TEST(BootstrapFailure, ClientConnectsAgainWhenTheServerStaysSilent) {
+  Listener listener = listenTcp("127.0.0.1", 0);
+  JobSecret secret = JobSecret::random();
+  const Deadline deadline = Clock::now() + std::chrono::seconds(8);
+  wire::GatherResult served;
+  std::thread server([&] {
+    waitReady(listener.fd.get(), POLLIN, deadline, nullptr, "a client");
+    Socket silent = acceptSome(listener.fd.get());
+    wire::GatherSpec spec;
+    spec.secret = secret;
+    spec.maxPayload = 64;
+    spec.deadline = deadline;
+    spec.what = "test server";
+    served = wire::gatherHellos(listener.fd.get(), spec);
+  });
+  Outcome o = capture([&] {
+    Socket sock = wire::connectAndHandshake("127.0.0.1", listener.port, "test server",
+                                            wire::Channel::kRendezvous, secret, deadline, nullptr,
+                                            0, /*silenceMs=*/300);
+    wire::sendFrame(sock, wire::FrameType::kHello, 0, 1, "hello", deadline, nullptr);
+  });
+  server.join();
+  EXPECT_EQ(o.code, loomSuccess) << o.message;
+  EXPECT_TRUE(served.complete);
+  ASSERT_EQ(served.payloads.size(), 1u);
+  EXPECT_EQ(served.payloads[0], "hello");
+}
+
 TEST(BootstrapFailure, MissingRankTimesOut) {
   UniqueId id = localRoot(JobSecret::random(), 1000);
   auto outcomes = parallel(2, [&](int r) { Bootstrap b(id, r, 3, "", quickOptions(1000)); });

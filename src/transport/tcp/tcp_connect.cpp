@@ -48,9 +48,10 @@ TcpSockets connectTcpPeers(const TcpSetup& s) {
                  "')");
     for (int cls = 0; cls < s.classes; ++cls) {
       for (int k = 0; k < s.streams; ++k) {
-        Socket sock = connectWithRetry(host, static_cast<uint16_t>(port), s.deadline, s.abortFlag);
-        sock.setPeer(s.names[p] + " (" + sock.peer() + ")");
-        wire::clientHandshake(sock, wire::Channel::kData, s.secret, s.deadline, s.abortFlag);
+        Socket sock = wire::connectAndHandshake(
+            host, static_cast<uint16_t>(port),
+            s.names[p] + " (" + joinHostPort(host, static_cast<uint16_t>(port)) + ")",
+            wire::Channel::kData, s.secret, s.deadline, s.abortFlag, s.rank);
         wire::sendFrame(sock, wire::FrameType::kHello, encodeId(s, {s.rank, cls, k}),
                         static_cast<uint64_t>(totalIds), std::to_string(s.rank), s.deadline,
                         s.abortFlag);
