@@ -355,9 +355,12 @@ void serveRendezvous(Listener listener, std::string address, JobSecret secret, i
           (result.nranks > 0 ? " (missing ranks: " + result.missingRanks(-1) + ")" : "");
       LOOM_WARN(kSubsysBootstrap, -1, what, ": ", why);
       std::string reply = wire::encodeFrame(wire::FrameType::kReply, -1, loomTimeout, why);
-      for (Socket& sock : result.sockets) {
+      // Highest rank first: rank 0's process usually hosts this thread, and once rank 0 reads
+      // the verdict it may exit, ending this thread before it tells the others (who then saw
+      // only the connection close).
+      for (auto sock = result.sockets.rbegin(); sock != result.sockets.rend(); ++sock) {
         try {
-          if (sock.valid()) sock.sendSome(reply.data(), reply.size());
+          if (sock->valid()) sock->sendSome(reply.data(), reply.size());
         } catch (const Error&) {
         }
       }
@@ -365,12 +368,13 @@ void serveRendezvous(Listener listener, std::string address, JobSecret secret, i
     }
     std::string reply =
         wire::encodeFrame(wire::FrameType::kReply, -1, loomSuccess, encodeTable(result.payloads));
-    // Sent from this one thread in rank order: every rank is already waiting to read it.
-    for (Socket& sock : result.sockets) {
+    // Sent from this one thread, every rank already waiting to read it; highest rank first, as
+    // above: a rank 0 that fails right after reading it must not cut the others off.
+    for (auto sock = result.sockets.rbegin(); sock != result.sockets.rend(); ++sock) {
       try {
-        sock.sendAll(reply.data(), reply.size(), deadline, nullptr);
+        sock->sendAll(reply.data(), reply.size(), deadline, nullptr);
       } catch (const Error& e) {
-        LOOM_WARN(kSubsysBootstrap, -1, what, ": could not send the table to ", sock.peer(), ": ",
+        LOOM_WARN(kSubsysBootstrap, -1, what, ": could not send the table to ", sock->peer(), ": ",
                   e.what());
       }
     }
