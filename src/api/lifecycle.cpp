@@ -116,7 +116,9 @@ std::string firstSlurmHost(const std::string& list) {
 }
 
 // Under srun without MASTER_ADDR: rank 0 runs on the step's first node (Slurm's block
-// distribution), and every rank derives the same port from the job and step ids.
+// distribution), and every rank derives the same port from the job and step ids, in 20000-32767:
+// below Linux's ephemeral range (32768-60999), whose ports outgoing connections take at random
+// (the test suite's srun case once found its port taken by one).
 bool slurmRendezvous(std::string* host, uint16_t* port) {
   auto nodes = env::get("SLURM_STEP_NODELIST");
   if (!nodes) nodes = env::get("SLURM_JOB_NODELIST");
@@ -124,7 +126,7 @@ bool slurmRendezvous(std::string* host, uint16_t* port) {
   if (!nodes || !job || !env::get("SLURM_PROCID")) return false;
   *host = firstSlurmHost(*nodes);
   const int64_t step = env::getInt("SLURM_STEP_ID", 0);
-  *port = static_cast<uint16_t>(20000 + (env::getInt("SLURM_JOB_ID", 0) * 16 + step) % 20000);
+  *port = static_cast<uint16_t>(20000 + (env::getInt("SLURM_JOB_ID", 0) * 16 + step) % 12768);
   return true;
 }
 
