@@ -38,6 +38,8 @@ constexpr double kPingEverySec = 1.0;
 constexpr double kSilenceLimitSec = 15.0;
 constexpr size_t kMaxLineBytes = 1 << 20;  // a rank list of 4096 ranks is far below this
 constexpr int kConnectRetryMs = 200;
+// Node 0 gives a connection 5 s to say HELLO; a worker waits twice that for the challenge.
+constexpr int kChallengeSilenceSec = 10;
 
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -149,7 +151,10 @@ std::vector<int> parseRanks(const std::string& text) {
 
 std::string joinRanks(const std::vector<int>& ranks) {
   std::string text;
-  for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
+  for (int r : ranks) {
+    if (!text.empty()) text += ',';
+    text += std::to_string(r);
+  }
   return text;
 }
 
@@ -235,33 +240,49 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
     if (!isMaster()) {
       addrinfo* target = resolve(options.masterAddr, options.masterPort, false, error);
       if (target == nullptr) return false;
-      int fd = -1;
-      std::string lastError;
-      // Node 0 may start after us: retry until it listens, within the join timeout.
-      while (fd < 0 && Clock::now() < deadline) {
-        fd = connectOnce(target, std::min(deadline, Clock::now() + seconds(2)), lastError);
-        if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(kConnectRetryMs));
-      }
-      ::freeaddrinfo(target);
       std::string where = options.masterAddr + ":" + std::to_string(options.masterPort);
-      if (fd < 0) {
-        error = "cannot reach node 0's loomrun at " + where + " within " + timeoutText + " (" +
-                lastError + ")";
-        return false;
-      }
-      peers_.push_back(Peer{fd, 0, "", Clock::now()});
-      Peer& master = peers_.back();
-      setSocketOptions(fd);
       std::string line;
       std::string why;
+      std::string inbox;
+      int fd = -1;
+      // Node 0 may start after us: retry until it listens, within the join timeout. It sends its
+      // challenge at once; a connection it stays silent on may exist at our end only (on a lossy
+      // link: seen once in 8 joins at 10 % loss, each side waiting for the other until the join
+      // timeout), so after twice its own 5 s bound for a stranger we connect again.
+      for (bool challenged = false; !challenged;) {
+        std::string lastError;
+        while (fd < 0 && Clock::now() < deadline) {
+          fd = connectOnce(target, std::min(deadline, Clock::now() + seconds(2)), lastError);
+          if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(kConnectRetryMs));
+        }
+        if (fd < 0) {
+          ::freeaddrinfo(target);
+          error = "cannot reach node 0's loomrun at " + where + " within " + timeoutText + " (" +
+                  lastError + ")";
+          return false;
+        }
+        setSocketOptions(fd);
+        const auto silenceEnd = std::min(deadline, Clock::now() + seconds(kChallengeSilenceSec));
+        inbox.clear();
+        challenged = readLine(fd, inbox, silenceEnd, line, why);
+        if (challenged) break;
+        ::close(fd);
+        fd = -1;
+        if (why != "timed out" || Clock::now() >= deadline) {
+          ::freeaddrinfo(target);
+          error = "no challenge from node 0's loomrun at " + where + ": " + why;
+          return false;
+        }
+        warn("node 0's loomrun at " + where + " said nothing for " +
+             std::to_string(kChallengeSilenceSec) + " s after we connected; connecting again");
+      }
+      ::freeaddrinfo(target);
+      peers_.push_back(Peer{fd, 0, std::move(inbox), Clock::now()});
+      Peer& master = peers_.back();
       std::istringstream challenge;
       std::string word1;
       std::string word2;
       std::string serverNonce;
-      if (!readLine(fd, master.inbox, deadline, line, why)) {
-        error = "no challenge from node 0's loomrun at " + where + ": " + why;
-        return false;
-      }
       challenge.str(line);
       if (!(challenge >> word1 >> word2 >> serverNonce) || word1 != "LOOMRUN1" ||
           word2 != "CHALLENGE") {

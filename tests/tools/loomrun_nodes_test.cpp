@@ -2,10 +2,13 @@
 // start printing their environment; failures on one node must end every node's loomrun.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "loomrun_runner.hpp"
 
@@ -272,4 +275,100 @@ TEST(LoomrunNodes, WorkerGivesUpWhenNodeZeroNeverListens) {
   EXPECT_NE(r.err.find("cannot reach node 0's loomrun"), std::string::npos) << r.err;
 }
 
+
+// A connection node 0 never got to know (its handshake's last ACK lost on a lossy link) is silent
+// at the worker's end: the worker connects again rather than wait out the join timeout. The
+// worker's --master is a stand-in that holds the first connection without a word and relays the
+// next ones to the real node 0.
+TEST(LoomrunNodes, WorkerConnectsAgainWhenNodeZeroStaysSilent) {
+  const int realPort = freePort();
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  const int standInPort = ntohs(addr.sin_port);
+
+  std::atomic<bool> stop{false};
+  std::thread standIn([&] {
+    std::vector<int> fds;
+    int silent = -1;
+    std::vector<std::pair<int, int>> relays;  // (from worker, to node 0)
+    while (!stop) {
+      std::vector<pollfd> pfds{{listener, POLLIN, 0}};
+      for (auto [a, b] : relays) {
+        pfds.push_back({a, POLLIN, 0});
+        pfds.push_back({b, POLLIN, 0});
+      }
+      if (poll(pfds.data(), pfds.size(), 100) <= 0) continue;
+      if (pfds[0].revents != 0) {
+        int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        fds.push_back(fd);
+        if (silent < 0) {
+          silent = fd;  // held open, never written to
+          continue;
+        }
+        int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in real = addr;
+        real.sin_port = htons(static_cast<uint16_t>(realPort));
+        if (connect(up, reinterpret_cast<sockaddr*>(&real), sizeof(real)) != 0) {
+          close(up);
+          continue;  // node 0 not listening yet: the worker retries
+        }
+        fds.push_back(up);
+        relays.push_back({fd, up});
+      }
+      for (size_t i = 0; i < relays.size(); ++i) {
+        for (int side = 0; side < 2; ++side) {
+          if (pfds[1 + 2 * i + side].revents == 0) continue;
+          int from = side == 0 ? relays[i].first : relays[i].second;
+          int to = side == 0 ? relays[i].second : relays[i].first;
+          char buffer[4096];
+          ssize_t n = read(from, buffer, sizeof(buffer));
+          if (n <= 0) {
+            shutdown(to, SHUT_WR);
+            continue;
+          }
+          EXPECT_EQ(write(to, buffer, static_cast<size_t>(n)), n);
+        }
+      }
+    }
+    for (int fd : fds) close(fd);
+  });
+
+  const std::vector<std::string> env = {std::string("LOOM_JOB_SECRET=") + kSecret};
+  auto node = [&](int rank, int port) {
+    return std::vector<std::string>{"--nnodes",
+                                    "2",
+                                    "--node-rank",
+                                    std::to_string(rank),
+                                    "--master",
+                                    "127.0.0.1:" + std::to_string(port),
+                                    "--join-timeout",
+                                    "30",
+                                    "-n",
+                                    "1",
+                                    "--",
+                                    "/bin/sh",
+                                    "-c",
+                                    "echo R=$RANK"};
+  };
+  Loomrun nodeZero(node(0, realPort), env);
+  Loomrun worker(node(1, standInPort), env);
+  nodeZero.setHardLimit(25);
+  worker.setHardLimit(25);
+  int zeroStatus = nodeZero.finish();
+  int workerStatus = worker.finish();
+  stop = true;
+  standIn.join();
+  close(listener);
+  EXPECT_EQ(zeroStatus, 0) << nodeZero.err();
+  EXPECT_EQ(workerStatus, 0) << worker.err();
+  EXPECT_NE(worker.err().find("said nothing"), std::string::npos) << worker.err();
+  EXPECT_NE(worker.out().find("R=1"), std::string::npos) << worker.out();
+}
 }  // namespace
