@@ -440,9 +440,10 @@ void Bootstrap::State::connectControl(const RankBlob& rank0, const JobSecret& se
   if (rank0.ctrlHost.empty()) LOOM_THROW(loomRemoteError, "rank 0 published no control endpoint");
   auto peer = std::make_unique<ControlPeer>();
   peer->rank = 0;
-  peer->sock = wire::connectAndHandshake(
-      rank0.ctrlHost, rank0.ctrlPort, "rank 0 (" + joinHostPort(rank0.ctrlHost, rank0.ctrlPort) + ")",
-      wire::Channel::kControl, secret, deadline, abortFlag, rank);
+  peer->sock =
+      wire::connectAndHandshake(rank0.ctrlHost, rank0.ctrlPort,
+                                "rank 0 (" + joinHostPort(rank0.ctrlHost, rank0.ctrlPort) + ")",
+                                wire::Channel::kControl, secret, deadline, abortFlag, rank);
   wire::sendFrame(peer->sock, wire::FrameType::kHello, rank, static_cast<uint64_t>(nranks),
                   tokenBytes(rank0.token), deadline, abortFlag);
   wire::recvReply(peer->sock, kMaxErrorReply, deadline, abortFlag);
@@ -475,10 +476,9 @@ Bootstrap::Bootstrap(const UniqueId& id, int rank, int nranks, const std::string
 
   Socket root;
   try {
-    root = wire::connectAndHandshake(id.host, id.port,
-                                     "rendezvous root " + joinHostPort(id.host, id.port),
-                                     wire::Channel::kRendezvous, id.secret, deadline, s.abortFlag,
-                                     rank);
+    root = wire::connectAndHandshake(
+        id.host, id.port, "rendezvous root " + joinHostPort(id.host, id.port),
+        wire::Channel::kRendezvous, id.secret, deadline, s.abortFlag, rank);
   } catch (const Error& e) {
     if (e.code() != loomTimeout) throw;
     LOOM_THROW(loomTimeout, "rank ", rank, " could not reach the rendezvous root within ",

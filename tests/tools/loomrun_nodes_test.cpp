@@ -275,7 +275,6 @@ TEST(LoomrunNodes, WorkerGivesUpWhenNodeZeroNeverListens) {
   EXPECT_NE(r.err.find("cannot reach node 0's loomrun"), std::string::npos) << r.err;
 }
 
-
 // A connection node 0 never got to know (its handshake's last ACK lost on a lossy link) is silent
 // at the worker's end: the worker connects again rather than wait out the join timeout. The
 // worker's --master is a stand-in that holds the first connection without a word and relays the
