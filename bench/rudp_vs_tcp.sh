@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # rudp vs Loom's TCP transport, side by side in the same two namespace nodes (one rank each) and
-# under the same nft loss rule (each node drops LOSS % of everything it sends on its link, both
+# under the same nft loss rule (each node drops LOSS % of everything it receives on its link, both
 # transports' packets and the bootstrap's alike): allreduce and sendrecv goodput (loom-bench
 # algbw, results checked once per size), tcp and rudp interleaved REPS times per condition.
+# Dropped on the receiving side (LOSS_HOOK=input, the default), a packet is lost as on a wire: the
+# sender does not know. Dropped on the sending side's output hook (LOSS_HOOK=output, what sessions
+# 10-13 measured), the sender's kernel learns of it at once: its send fails with EPERM; TCP then
+# keeps the segment queued and sends it again at its next chance, with no loss detection and no
+# smaller window, while rudp (like any UDP sender) counts the datagram as sent and recovers it
+# by RACK or a probe. Either way a dropped packet is what the hook sees: a TCP segment or a UDP
+# train of up to 64 KiB (GSO/GRO), not one wire packet.
 # "reorder" holds a fifth of what each node sends, chosen at random, for 0-2 ms in the kernel, for
 # both transports alike: an iptables NFQUEUE rule hands the packets to bench/nfq_delay.c, which
 # lets each go after its delay (the kernel has no netem). Packets are held as the output hook
@@ -10,7 +17,7 @@
 # rudp's test-only fault layer instead (LOOM_RUDP_FAULTS=delay=0.2, datagram by datagram; TCP runs
 # without reordering then, so only rudp against itself means anything there).
 # Usage: bench/rudp_vs_tcp.sh BUILD_DIR [OUT.csv]
-# Environment: LOSSES (default "0 0.1 1 5 reorder"), SIZES ("-b 1M -e 256M -f 16"; groups of
+# Environment: LOSS_HOOK (input or output, above), LOSSES (default "0 0.1 1 5 reorder"), SIZES ("-b 1M -e 256M -f 16"; groups of
 #   loom-bench options separated by "|" run one after the other, each may set its own -n, e.g.
 #   "-b 1M -e 16M -f 16 -n 40|-b 256M -e 256M": small calls need many iterations), REPS (2),
 #   ITERS (3), BASE (another build, e.g. main's: its rudp runs too, interleaved, as transport
@@ -25,6 +32,7 @@ TRANSPORTS="tcp rudp${BASE:+ rudp-base}"
 OUT=${2:-/dev/stdout}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NODES="$HERE/../tests/multinode/nodes.sh"
+LOSS_HOOK=${LOSS_HOOK:-input}
 LOSSES=${LOSSES:-0 0.1 1 5 reorder}
 SIZES=${SIZES:--b 1M -e 256M -f 16}
 REPS=${REPS:-2}
@@ -47,8 +55,13 @@ for cond in $LOSSES; do
     faults="delay=0.2"
   elif [[ "$cond" != 0 ]]; then
     permille=$(awk "BEGIN{print int($cond * 10 + 0.5)}")
-    prefix="nft add table inet loomt && nft add chain inet loomt out '{ type filter hook output \
+    if [[ "$LOSS_HOOK" == output ]]; then
+      prefix="nft add table inet loomt && nft add chain inet loomt out '{ type filter hook output \
 priority 0; }' && nft add rule inet loomt out oifname loomt0 numgen random mod 1000 '<' $permille drop"
+    else
+      prefix="nft add table inet loomt && nft add chain inet loomt in '{ type filter hook input \
+priority 0; }' && nft add rule inet loomt in iifname loomt0 numgen random mod 1000 '<' $permille drop"
+    fi
   fi
   groups=""
   IFS='|' read -ra parts <<<"$SIZES"
