@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -38,8 +39,10 @@ constexpr double kPingEverySec = 1.0;
 constexpr double kSilenceLimitSec = 15.0;
 constexpr size_t kMaxLineBytes = 1 << 20;  // a rank list of 4096 ranks is far below this
 constexpr int kConnectRetryMs = 200;
-// Node 0 gives a connection 5 s to say HELLO; a worker waits twice that for the challenge.
-constexpr int kChallengeSilenceSec = 10;
+// Node 0 gives a connection this long to say HELLO (a stranger must not hold the join up).
+constexpr int kHelloWaitSec = 5;
+// A worker waits twice that for node 0's challenge before it connects again.
+constexpr int kChallengeSilenceSec = 2 * kHelloWaitSec;
 
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -238,7 +241,8 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
 
   try {
     if (!isMaster()) {
-      addrinfo* target = resolve(options.masterAddr, options.masterPort, false, error);
+      std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> target(
+          resolve(options.masterAddr, options.masterPort, false, error), &::freeaddrinfo);
       if (target == nullptr) return false;
       std::string where = options.masterAddr + ":" + std::to_string(options.masterPort);
       std::string line;
@@ -248,15 +252,14 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
       // Node 0 may start after us: retry until it listens, within the join timeout. It sends its
       // challenge at once; a connection it stays silent on may exist at our end only (on a lossy
       // link: seen once in 8 joins at 10 % loss, each side waiting for the other until the join
-      // timeout), so after twice its own 5 s bound for a stranger we connect again.
-      for (bool challenged = false; !challenged;) {
+      // timeout), so after twice its own bound for a stranger we connect again.
+      while (true) {
         std::string lastError;
         while (fd < 0 && Clock::now() < deadline) {
-          fd = connectOnce(target, std::min(deadline, Clock::now() + seconds(2)), lastError);
+          fd = connectOnce(target.get(), std::min(deadline, Clock::now() + seconds(2)), lastError);
           if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(kConnectRetryMs));
         }
         if (fd < 0) {
-          ::freeaddrinfo(target);
           error = "cannot reach node 0's loomrun at " + where + " within " + timeoutText + " (" +
                   lastError + ")";
           return false;
@@ -264,19 +267,16 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
         setSocketOptions(fd);
         const auto silenceEnd = std::min(deadline, Clock::now() + seconds(kChallengeSilenceSec));
         inbox.clear();
-        challenged = readLine(fd, inbox, silenceEnd, line, why);
-        if (challenged) break;
+        if (readLine(fd, inbox, silenceEnd, line, why)) break;
         ::close(fd);
         fd = -1;
         if (why != "timed out" || Clock::now() >= deadline) {
-          ::freeaddrinfo(target);
           error = "no challenge from node 0's loomrun at " + where + ": " + why;
           return false;
         }
         warn("node 0's loomrun at " + where + " said nothing for " +
              std::to_string(kChallengeSilenceSec) + " s after we connected; connecting again");
       }
-      ::freeaddrinfo(target);
       peers_.push_back(Peer{fd, 0, std::move(inbox), Clock::now()});
       Peer& master = peers_.back();
       std::istringstream challenge;
@@ -378,7 +378,7 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
       std::string line;
       std::string why;
       // A stranger gets a few seconds, not the whole join timeout, to say who it is.
-      Clock::time_point helloDeadline = std::min(deadline, Clock::now() + seconds(5));
+      Clock::time_point helloDeadline = std::min(deadline, Clock::now() + seconds(kHelloWaitSec));
       if (!sendLine(fd, "LOOMRUN1 CHALLENGE " + info.serverNonce) ||
           !readLine(fd, peer.inbox, helloDeadline, line, why)) {
         warn("ignored a connection from " + std::string(hostText) + ": no HELLO (" + why + ")");
