@@ -109,6 +109,7 @@ void clientHandshake(Socket& sock, Channel channel, const JobSecret& secret, Dea
 Socket connectAndHandshake(const std::string& host, uint16_t port, const std::string& name,
                            Channel channel, const JobSecret& secret, Deadline deadline,
                            const std::atomic<bool>* abortFlag, int logRank, int64_t silenceMs) {
+  int closedRetries = kHandshakeClosedRetries;
   for (int attempt = 1;; ++attempt) {
     Socket sock = connectWithRetry(host, port, deadline, abortFlag);
     if (!name.empty()) sock.setPeer(name);
@@ -117,9 +118,17 @@ Socket connectAndHandshake(const std::string& host, uint16_t port, const std::st
       clientHandshake(sock, channel, secret, attemptEnd, abortFlag);
       return sock;
     } catch (const Error& e) {
-      if (e.code() != loomTimeout || std::chrono::steady_clock::now() >= deadline) throw;
-      LOOM_WARN(kSubsysBootstrap, logRank, sock.peer(), " said nothing for ", silenceMs,
-                " ms after connection ", attempt, " was made; connecting again");
+      if (std::chrono::steady_clock::now() >= deadline) throw;
+      if (e.code() == loomTimeout) {
+        LOOM_WARN(kSubsysBootstrap, logRank, sock.peer(), " said nothing for ", silenceMs,
+                  " ms after connection ", attempt, " was made; connecting again");
+      } else if (e.code() == loomRemoteError && closedRetries > 0) {
+        --closedRetries;
+        LOOM_WARN(kSubsysBootstrap, logRank, "the handshake on connection ", attempt, " broke (",
+                  e.what(), "); connecting again");
+      } else {
+        throw;
+      }
     }
   }
 }

@@ -57,10 +57,16 @@ void clientHandshake(Socket& sock, Channel channel, const JobSecret& secret, Dea
 // server's own bound, after which the server has dropped any connection it still held.
 constexpr int64_t kClientSilenceMs = 2 * kHandshakeTimeoutMs;
 
+// A server that closes the connection before its verdict is tried again this many times: on a
+// lossy link it may have given up on our response after kHandshakeTimeoutMs (seen at 10 % loss);
+// a server that closes every connection still fails the client at once, not at its deadline.
+constexpr int kHandshakeClosedRetries = 2;
+
 // connectWithRetry, then clientHandshake, connecting again each time the server stays silent for
 // silenceMs: on a lossy link a connection can be open at our end only (the server never got the
-// handshake's last ACK, or its reset was lost), and the server never speaks on it. Names the
-// socket `name` ("" keeps host:port). Throws as they do once the deadline has passed.
+// handshake's last ACK, or its reset was lost), and the server never speaks on it. Also connects
+// again, kHandshakeClosedRetries times, when the server closes the connection before its verdict.
+// Names the socket `name` ("" keeps host:port). Throws as they do once the deadline has passed.
 Socket connectAndHandshake(const std::string& host, uint16_t port, const std::string& name,
                            Channel channel, const JobSecret& secret, Deadline deadline,
                            const std::atomic<bool>* abortFlag, int logRank,

@@ -476,6 +476,63 @@ TEST(BootstrapFailure, ClientConnectsAgainWhenTheServerStaysSilent) {
   EXPECT_EQ(served.payloads[0], "hello");
 }
 
+// A server that gave up on our response (its own bound, kHandshakeTimeoutMs, passed on a lossy
+// link) closes the connection before its verdict: the client connects again, a bounded number of
+// times. Here the server closes the first connection at once, then serves properly.
+TEST(BootstrapFailure, ClientConnectsAgainWhenTheServerClosesBeforeItsVerdict) {
+  Listener listener = listenTcp("127.0.0.1", 0);
+  JobSecret secret = JobSecret::random();
+  const Deadline deadline = Clock::now() + std::chrono::seconds(8);
+  wire::GatherResult served;
+  std::thread server([&] {
+    waitReady(listener.fd.get(), POLLIN, deadline, nullptr, "a client");
+    { Socket closed = acceptSome(listener.fd.get()); }
+    wire::GatherSpec spec;
+    spec.secret = secret;
+    spec.maxPayload = 64;
+    spec.deadline = deadline;
+    spec.what = "test server";
+    served = wire::gatherHellos(listener.fd.get(), spec);
+  });
+  Outcome o = capture([&] {
+    Socket sock =
+        wire::connectAndHandshake("127.0.0.1", listener.port, "test server",
+                                  wire::Channel::kRendezvous, secret, deadline, nullptr, 0);
+    wire::sendFrame(sock, wire::FrameType::kHello, 0, 1, "hello", deadline, nullptr);
+  });
+  server.join();
+  EXPECT_EQ(o.code, loomSuccess) << o.message;
+  EXPECT_TRUE(served.complete);
+  ASSERT_EQ(served.payloads.size(), 1u);
+  EXPECT_EQ(served.payloads[0], "hello");
+}
+
+// ... but a server that closes every connection fails the client after those few tries, with the
+// reason, not a timeout at its deadline.
+TEST(BootstrapFailure, ServerThatClosesEveryConnectionFailsTheClientPromptly) {
+  Listener listener = listenTcp("127.0.0.1", 0);
+  const Deadline deadline = Clock::now() + std::chrono::seconds(20);
+  std::atomic<bool> done{false};
+  std::atomic<int> accepted{0};
+  std::thread server([&] {
+    while (!done.load()) {
+      pollfd p{listener.fd.get(), POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      Socket closed = acceptSome(listener.fd.get());
+      ++accepted;
+    }
+  });
+  Outcome o = capture([&] {
+    wire::connectAndHandshake("127.0.0.1", listener.port, "test server", wire::Channel::kRendezvous,
+                              JobSecret::random(), deadline, nullptr, 0);
+  });
+  done = true;
+  server.join();
+  EXPECT_EQ(o.code, loomRemoteError) << o.message;
+  EXPECT_NE(o.message.find("test server"), std::string::npos) << o.message;
+  EXPECT_EQ(accepted.load(), 1 + wire::kHandshakeClosedRetries);
+}
+
 TEST(BootstrapFailure, MissingRankTimesOut) {
   UniqueId id = localRoot(JobSecret::random(), 1000);
   auto outcomes = parallel(2, [&](int r) { Bootstrap b(id, r, 3, "", quickOptions(1000)); });
