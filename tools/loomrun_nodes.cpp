@@ -43,6 +43,8 @@ constexpr int kConnectRetryMs = 200;
 constexpr int kHelloWaitSec = 5;
 // A worker waits twice that for node 0's challenge before it connects again.
 constexpr int kChallengeSilenceSec = 2 * kHelloWaitSec;
+// How often a worker connects again when node 0 closes the connection before START.
+constexpr int kClosedRetries = 2;
 
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -248,61 +250,88 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
       std::string line;
       std::string why;
       std::string inbox;
+      std::string clientNonce;
+      std::string serverNonce;
       int fd = -1;
+      int closedRetries = kClosedRetries;
+      std::string closedWhy;  // why node 0 closed the last connection before START
+      Clock::time_point connectBy = deadline;
       // Node 0 may start after us: retry until it listens, within the join timeout. It sends its
       // challenge at once; a connection it stays silent on may exist at our end only (on a lossy
       // link: seen once in 8 joins at 10 % loss, each side waiting for the other until the join
-      // timeout), so after twice its own bound for a stranger we connect again.
+      // timeout), so after twice its own bound for a stranger we connect again. A connection it
+      // closes before START (it gave up on our HELLO after kHelloWaitSec: seen at 10 % loss) is
+      // made again kClosedRetries times, while node 0 still listens.
       while (true) {
         std::string lastError;
-        while (fd < 0 && Clock::now() < deadline) {
-          fd = connectOnce(target.get(), std::min(deadline, Clock::now() + seconds(2)), lastError);
+        while (fd < 0 && Clock::now() < connectBy) {
+          fd = connectOnce(target.get(), std::min(connectBy, Clock::now() + seconds(2)), lastError);
           if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(kConnectRetryMs));
         }
         if (fd < 0) {
-          error = "cannot reach node 0's loomrun at " + where + " within " + timeoutText + " (" +
-                  lastError + ")";
+          error = closedWhy.empty()
+                      ? "cannot reach node 0's loomrun at " + where + " within " + timeoutText +
+                            " (" + lastError + ")"
+                      : "node 0's loomrun at " + where + " closed the connection before START (" +
+                            closedWhy + ") and then could not be reached (" + lastError + ")";
           return false;
         }
         setSocketOptions(fd);
         const auto silenceEnd = std::min(deadline, Clock::now() + seconds(kChallengeSilenceSec));
         inbox.clear();
-        if (readLine(fd, inbox, silenceEnd, line, why)) break;
-        ::close(fd);
-        fd = -1;
-        if (why != "timed out" || Clock::now() >= deadline) {
-          error = "no challenge from node 0's loomrun at " + where + ": " + why;
-          return false;
+        bool closed = false;
+        if (!readLine(fd, inbox, silenceEnd, line, why)) {
+          ::close(fd);
+          fd = -1;
+          if (why == "timed out" && Clock::now() < deadline) {
+            warn("node 0's loomrun at " + where + " said nothing for " +
+                 std::to_string(kChallengeSilenceSec) + " s after we connected; connecting again");
+            continue;
+          }
+          if (why == "timed out" || closedRetries == 0) {
+            error = "no challenge from node 0's loomrun at " + where + ": " + why;
+            return false;
+          }
+          closed = true;
+        } else {
+          std::istringstream challenge(line);
+          std::string word1;
+          std::string word2;
+          if (!(challenge >> word1 >> word2 >> serverNonce) || word1 != "LOOMRUN1" ||
+              word2 != "CHALLENGE") {
+            error = "the server at " + where + " is not a loomrun of this version";
+            ::close(fd);
+            return false;
+          }
+          clientNonce = randomNonce();
+          std::string fields = "node=" + std::to_string(options.nodeRank) +
+                               " nnodes=" + std::to_string(options.nnodes) +
+                               " world=" + std::to_string(options.worldSizeOption) +
+                               " ranks=" + joinRanks(ownRanks);
+          std::string proof =
+              mac(job.secret, "loomrun-client|" + serverNonce + "|" + clientNonce + "|" + fields);
+          why.clear();
+          if (sendLine(fd, "HELLO " + clientNonce + " " + proof + " " + fields) &&
+              readLine(fd, inbox, deadline, line, why))
+            break;
+          ::close(fd);
+          fd = -1;
+          if (why == "timed out" || closedRetries == 0) {
+            error = "node 0's loomrun did not start the job within " + timeoutText + ": " +
+                    (why.empty() ? "our HELLO could not be sent" : why);
+            return false;
+          }
+          closed = true;
         }
-        warn("node 0's loomrun at " + where + " said nothing for " +
-             std::to_string(kChallengeSilenceSec) + " s after we connected; connecting again");
+        if (closed) {
+          --closedRetries;
+          closedWhy = why.empty() ? "our HELLO could not be sent" : why;
+          connectBy = std::min(deadline, Clock::now() + seconds(kChallengeSilenceSec));
+          warn("node 0's loomrun at " + where + " closed the connection before START (" +
+               closedWhy + "); connecting again");
+        }
       }
       peers_.push_back(Peer{fd, 0, std::move(inbox), Clock::now()});
-      Peer& master = peers_.back();
-      std::istringstream challenge;
-      std::string word1;
-      std::string word2;
-      std::string serverNonce;
-      challenge.str(line);
-      if (!(challenge >> word1 >> word2 >> serverNonce) || word1 != "LOOMRUN1" ||
-          word2 != "CHALLENGE") {
-        error = "the server at " + where + " is not a loomrun of this version";
-        return false;
-      }
-      std::string clientNonce = randomNonce();
-      std::string fields =
-          "node=" + std::to_string(options.nodeRank) + " nnodes=" + std::to_string(options.nnodes) +
-          " world=" + std::to_string(options.worldSizeOption) + " ranks=" + joinRanks(ownRanks);
-      std::string proof =
-          mac(job.secret, "loomrun-client|" + serverNonce + "|" + clientNonce + "|" + fields);
-      if (!sendLine(fd, "HELLO " + clientNonce + " " + proof + " " + fields)) {
-        error = "lost node 0's loomrun during the handshake";
-        return false;
-      }
-      if (!readLine(fd, master.inbox, deadline, line, why)) {
-        error = "node 0's loomrun did not start the job within " + timeoutText + ": " + why;
-        return false;
-      }
       std::istringstream reply(line);
       std::string verb;
       std::string serverProof;

@@ -6,9 +6,11 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "loomrun_runner.hpp"
 
@@ -275,99 +277,150 @@ TEST(LoomrunNodes, WorkerGivesUpWhenNodeZeroNeverListens) {
   EXPECT_NE(r.err.find("cannot reach node 0's loomrun"), std::string::npos) << r.err;
 }
 
-// A connection node 0 never got to know (its handshake's last ACK lost on a lossy link) is silent
-// at the worker's end: the worker connects again rather than wait out the join timeout. The
-// worker's --master is a stand-in that holds the first connection without a word and relays the
-// next ones to the real node 0.
-TEST(LoomrunNodes, WorkerConnectsAgainWhenNodeZeroStaysSilent) {
-  const int realPort = freePort();
-  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ASSERT_EQ(listen(listener, 4), 0);
-  const int standInPort = ntohs(addr.sin_port);
+// Stands in for node 0 at a worker's --master: relays connections to the real node 0, except
+// that the first one is held silent (kSilent: node 0 never hears of it) or relayed with the
+// worker's bytes swallowed (kSwallowHello: node 0 gives up on a HELLO that never comes).
+class NodeZeroStandIn {
+ public:
+  enum class First { kSilent, kSwallowHello };
+  NodeZeroStandIn(int realPort, First first) : realPort_(realPort), first_(first) {
+    listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    addr_.sin_family = AF_INET;
+    inet_pton(AF_INET, "127.0.0.1", &addr_.sin_addr);
+    socklen_t len = sizeof(addr_);
+    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&addr_), sizeof(addr_)), 0);
+    EXPECT_EQ(getsockname(listener_, reinterpret_cast<sockaddr*>(&addr_), &len), 0);
+    EXPECT_EQ(listen(listener_, 4), 0);
+    port_ = ntohs(addr_.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~NodeZeroStandIn() {
+    stop_ = true;
+    thread_.join();
+    close(listener_);
+  }
+  int port() const { return port_; }
 
-  std::atomic<bool> stop{false};
-  std::thread standIn([&] {
+ private:
+  struct Relay {
+    int worker, nodeZero;
+    bool swallow;  // the worker's bytes are dropped
+  };
+  void run() {
     std::vector<int> fds;
-    int silent = -1;
-    std::vector<std::pair<int, int>> relays;  // (from worker, to node 0)
-    while (!stop) {
-      std::vector<pollfd> pfds{{listener, POLLIN, 0}};
-      for (auto [a, b] : relays) {
-        pfds.push_back({a, POLLIN, 0});
-        pfds.push_back({b, POLLIN, 0});
+    bool firstSeen = false;
+    std::vector<Relay> relays;
+    while (!stop_) {
+      std::vector<pollfd> pfds{{listener_, POLLIN, 0}};
+      for (const Relay& r : relays) {
+        pfds.push_back({r.worker, POLLIN, 0});
+        pfds.push_back({r.nodeZero, POLLIN, 0});
       }
       if (poll(pfds.data(), pfds.size(), 100) <= 0) continue;
-      if (pfds[0].revents != 0) {
-        int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) continue;
-        fds.push_back(fd);
-        if (silent < 0) {
-          silent = fd;  // held open, never written to
-          continue;
-        }
-        int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in real = addr;
-        real.sin_port = htons(static_cast<uint16_t>(realPort));
-        if (connect(up, reinterpret_cast<sockaddr*>(&real), sizeof(real)) != 0) {
-          close(up);
-          continue;  // node 0 not listening yet: the worker retries
-        }
-        fds.push_back(up);
-        relays.push_back({fd, up});
-      }
-      for (size_t i = 0; i < relays.size(); ++i) {
+      const size_t polled = relays.size();  // accept() may add one, not in pfds yet
+      if (pfds[0].revents != 0) accept(fds, firstSeen, relays);
+      for (size_t i = 0; i < polled; ++i) {
         for (int side = 0; side < 2; ++side) {
           if (pfds[1 + 2 * i + side].revents == 0) continue;
-          int from = side == 0 ? relays[i].first : relays[i].second;
-          int to = side == 0 ? relays[i].second : relays[i].first;
+          int from = side == 0 ? relays[i].worker : relays[i].nodeZero;
+          int to = side == 0 ? relays[i].nodeZero : relays[i].worker;
           char buffer[4096];
           ssize_t n = read(from, buffer, sizeof(buffer));
           if (n <= 0) {
             shutdown(to, SHUT_WR);
             continue;
           }
+          if (side == 0 && relays[i].swallow) continue;
           EXPECT_EQ(write(to, buffer, static_cast<size_t>(n)), n);
         }
       }
     }
     for (int fd : fds) close(fd);
-  });
+  }
+  void accept(std::vector<int>& fds, bool& firstSeen, std::vector<Relay>& relays) {
+    int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    fds.push_back(fd);
+    const bool first = !std::exchange(firstSeen, true);
+    if (first && first_ == First::kSilent) return;  // held open, never written to
+    // Node 0 starts beside the worker: give it a moment to listen.
+    int up = -1;
+    for (int attempt = 0; attempt < 100 && up < 0; ++attempt) {
+      up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in real = addr_;
+      real.sin_port = htons(static_cast<uint16_t>(realPort_));
+      if (connect(up, reinterpret_cast<sockaddr*>(&real), sizeof(real)) != 0) {
+        close(up);
+        up = -1;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    ASSERT_GE(up, 0) << "node 0 never listened";
+    fds.push_back(up);
+    relays.push_back({fd, up, first});
+  }
 
+  int realPort_;
+  First first_;
+  int listener_ = -1;
+  sockaddr_in addr_{};
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::vector<std::string> twoNodeArgs(int nodeRank, int port) {
+  return {"--nnodes",
+          "2",
+          "--node-rank",
+          std::to_string(nodeRank),
+          "--master",
+          "127.0.0.1:" + std::to_string(port),
+          "--join-timeout",
+          "30",
+          "-n",
+          "1",
+          "--",
+          "/bin/sh",
+          "-c",
+          "echo R=$RANK"};
+}
+
+// A connection node 0 never got to know (its handshake's last ACK lost on a lossy link) is silent
+// at the worker's end: the worker connects again rather than wait out the join timeout.
+TEST(LoomrunNodes, WorkerConnectsAgainWhenNodeZeroStaysSilent) {
+  const int realPort = freePort();
+  NodeZeroStandIn standIn(realPort, NodeZeroStandIn::First::kSilent);
   const std::vector<std::string> env = {std::string("LOOM_JOB_SECRET=") + kSecret};
-  auto node = [&](int rank, int port) {
-    return std::vector<std::string>{"--nnodes",
-                                    "2",
-                                    "--node-rank",
-                                    std::to_string(rank),
-                                    "--master",
-                                    "127.0.0.1:" + std::to_string(port),
-                                    "--join-timeout",
-                                    "30",
-                                    "-n",
-                                    "1",
-                                    "--",
-                                    "/bin/sh",
-                                    "-c",
-                                    "echo R=$RANK"};
-  };
-  Loomrun nodeZero(node(0, realPort), env);
-  Loomrun worker(node(1, standInPort), env);
+  Loomrun nodeZero(twoNodeArgs(0, realPort), env);
+  Loomrun worker(twoNodeArgs(1, standIn.port()), env);
   nodeZero.setHardLimit(25);
   worker.setHardLimit(25);
   int zeroStatus = nodeZero.finish();
   int workerStatus = worker.finish();
-  stop = true;
-  standIn.join();
-  close(listener);
   EXPECT_EQ(zeroStatus, 0) << nodeZero.err();
   EXPECT_EQ(workerStatus, 0) << worker.err();
   EXPECT_NE(worker.err().find("said nothing"), std::string::npos) << worker.err();
+  EXPECT_NE(worker.out().find("R=1"), std::string::npos) << worker.out();
+}
+
+// A HELLO that never reaches node 0 (lost on a lossy link) makes node 0 close the connection
+// after its bound for a stranger: the worker connects again instead of failing the join.
+TEST(LoomrunNodes, WorkerConnectsAgainWhenNodeZeroClosesBeforeStart) {
+  const int realPort = freePort();
+  NodeZeroStandIn standIn(realPort, NodeZeroStandIn::First::kSwallowHello);
+  const std::vector<std::string> env = {std::string("LOOM_JOB_SECRET=") + kSecret};
+  Loomrun nodeZero(twoNodeArgs(0, realPort), env);
+  Loomrun worker(twoNodeArgs(1, standIn.port()), env);
+  nodeZero.setHardLimit(25);
+  worker.setHardLimit(25);
+  int zeroStatus = nodeZero.finish();
+  int workerStatus = worker.finish();
+  EXPECT_EQ(zeroStatus, 0) << nodeZero.err();
+  EXPECT_EQ(workerStatus, 0) << worker.err();
+  EXPECT_NE(nodeZero.err().find("no HELLO"), std::string::npos) << nodeZero.err();
+  EXPECT_NE(worker.err().find("closed the connection before START"), std::string::npos)
+      << worker.err();
   EXPECT_NE(worker.out().find("R=1"), std::string::npos) << worker.out();
 }
 }  // namespace
