@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The rudp transport across network-namespace nodes (netns_lib.sh) with packet loss injected by
-# the kernel: every node drops N % of what it sends on its link (nftables, `numgen random mod 100
-# < N drop`), so both directions lose. Checks, bit-exact (loom-bench -c 1 compares every result
+# the kernel: every node drops N % of what it receives on its link (nftables on the input hook,
+# `numgen random mod 100 < N drop`), so both directions lose and, as on a wire, the sender does not
+# know (dropped on the output hook instead, the sender's own send call fails: see
+# bench/rudp_vs_tcp.sh). Checks, bit-exact (loom-bench -c 1 compares every result
 # with the reference):
 #   1. collectives_test's multinode set (every collective, data types, odd sizes) on 3 nodes at
 #      LOSS_SUITE % loss;
@@ -46,10 +48,11 @@ if ! command -v nft >/dev/null 2>&1; then
   exit 77
 fi
 
-# A node command prefix that makes the node drop $1 % of the UDP datagrams it sends on its link
-# (rudp's, not the bootstrap's TCP: this tests the transport, not TCP's 200 ms minimum RTO).
+# A node command prefix that makes the node drop $1 % of the UDP datagrams it receives on its
+# link (rudp's, not the bootstrap's TCP: this tests the transport, not TCP's 200 ms minimum RTO);
+# $2 replaces the match (e.g. '' for every packet), $3=output drops what it sends instead.
 loss_prefix() {
-  local n=$1 match=${2-meta l4proto udp}
+  local n=$1 match=${2-meta l4proto udp} hook=${3:-input}
   if ((n == 0)); then
     echo "true"
     return
@@ -57,8 +60,10 @@ loss_prefix() {
   # numgen's range is 0..99: "< 100" is refused, so everything is a plain drop.
   local random="numgen random mod 100 '<' $n"
   ((n >= 100)) && random=""
-  echo "nft add table inet loomt && nft add chain inet loomt out '{ type filter hook output \
-priority 0; }' && nft add rule inet loomt out oifname loomt0 $match $random drop"
+  local dir=iifname
+  [[ $hook == output ]] && dir=oifname
+  echo "nft add table inet loomt && nft add chain inet loomt c '{ type filter hook $hook \
+priority 0; }' && nft add rule inet loomt c $dir loomt0 $match $random drop"
 }
 
 failures=0
@@ -147,7 +152,7 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/loomt-rudp.XXXXXX")
 start=$SECONDS
 "$HERE/nodes.sh" -q -t 120 -o "$dir" -- \
   "LOOM_RANK=0 $fault_env $FAULT_RANK loop 100000000 2>&1; true" \
-  "( sleep 3; $(loss_prefix 100 '') ) & LOOM_RANK=1 $fault_env $FAULT_RANK loop 100000000 2>&1; \
+  "( sleep 3; $(loss_prefix 100 '' output) ) & LOOM_RANK=1 $fault_env $FAULT_RANK loop 100000000 2>&1; \
     true" 2>"$dir/harness.log"
 check_fault "silent peer" "result rank=0 .*rank 1 on .*unreachable" 50 "$dir" $((SECONDS - start))
 rm -rf "$dir"
