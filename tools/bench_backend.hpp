@@ -49,6 +49,8 @@ class Backend {
   // This rank's seconds per call of `launch`: warm-up calls, all ranks synchronized, then
   // BenchOptions::iters calls timed together.
   virtual double secondsPerCall(const std::function<void()>& launch) = 0;
+  // The next secondsPerCall times calls of `bytes` (for backends that report more per size).
+  virtual void sizeOfNextCalls(size_t /*bytes*/) {}
   virtual double maxOverRanks(double value) = 0;
   virtual int64_t sumOverRanks(int64_t value) = 0;
 };

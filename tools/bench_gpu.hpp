@@ -7,6 +7,7 @@
 #include <string>
 
 #include "bench_backend.hpp"
+#include "bench_gemm.hpp"
 
 #if LOOM_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -47,6 +48,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   bool warmUpFirst() const override { return true; }
   double secondsPerCall(const std::function<void()>& launch) override;
+  void sizeOfNextCalls(size_t bytes) override { nextBytes_ = bytes; }
   double maxOverRanks(double value) override;
   int64_t sumOverRanks(int64_t value) override;
 
@@ -58,6 +60,8 @@ class CudaBackend final : public Backend {
   void syncRanks();
   double timeEager(const std::function<void()>& launch);
   double timeGraph(const std::function<void()>& launch);
+  // --overlap-gemm: the calls again while GEMMs run beside them; prints what each side lost.
+  double timeUnderGemm(const std::function<void()>& launch, double alone);
   void checkAsyncError();
   template <typename T>
   T reduceScalar(T value, loomDataType_t dtype, loomRedOp_t redop);
@@ -75,6 +79,9 @@ class CudaBackend final : public Backend {
   // Staging for the check, allocated on its first use (runs with -c 0 never need it).
   std::unique_ptr<unsigned char[]> hostSend_;
   std::unique_ptr<unsigned char[]> hostRecv_;
+  std::unique_ptr<GemmLoad> gemm_;  // --overlap-gemm
+  size_t nextBytes_ = 0;
+  int rank_ = 0;
 };
 
 // Loads NCCL and creates its communicator over the same ranks and devices, sharing the unique

@@ -259,6 +259,10 @@ std::string usageText() {
          "              (loomCommWindowRegister), so that Loom's calls on them run zero-copy\n"
          "              (default 0); with --vs nccl, NCCL gets its own buffers from\n"
          "              ncclMemAlloc registered as symmetric windows (NCCL 2.27+)\n"
+         "  --overlap-gemm N  time each size again while N x N bf16 GEMMs (cuBLAS, loaded at\n"
+         "              run time: libcublas.so.13/.12) run on another stream of the same\n"
+         "              GPU, and report the calls' time under it and the compute each call\n"
+         "              cost the GEMMs (eager only; default 0: off)\n"
          "  --vs nccl   also time NCCL on the same buffers and print its time, its busbw and\n"
          "              the loom/nccl time ratio; NCCL is loaded at run time: libnccl.so.2,\n"
          "              or the file $LOOM_BENCH_NCCL names\n"
@@ -354,6 +358,7 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
                                             "--device",
                                             "--graph",
                                             "--window",
+                                            "--overlap-gemm",
                                             "--vs"};
       for (const char* known : kValued) {
         if (flag == known) return usageError("flag " + flag + " needs a value");
@@ -448,6 +453,10 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
       auto v = parseInt(value, 0, 1);
       if (!v) return bad();
       opts.window = *v == 1;
+    } else if (flag == "--overlap-gemm") {
+      auto v = parseInt(value, 0, 65536);
+      if (!v) return bad();
+      opts.overlapGemm = static_cast<int>(*v);
     } else if (flag == "--vs") {
       if (value != "nccl") return bad();
       opts.vsNccl = true;
@@ -462,8 +471,14 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
     }
   }
   if (opts.minBytes > opts.maxBytes) return usageError("-b is larger than -e");
-  if (opts.device == DeviceChoice::kCpu && (opts.graph || opts.vsNccl || opts.window)) {
-    return usageError("--graph, --window and --vs run on CUDA devices only, not with --device cpu");
+  if (opts.device == DeviceChoice::kCpu &&
+      (opts.graph || opts.vsNccl || opts.window || opts.overlapGemm > 0)) {
+    return usageError(
+        "--graph, --window, --overlap-gemm and --vs run on CUDA devices only, not with --device "
+        "cpu");
+  }
+  if (opts.overlapGemm > 0 && (opts.graph || opts.vsNccl)) {
+    return usageError("--overlap-gemm times eager Loom calls: not with --graph 1 or --vs");
   }
   // Ops without a reduction run once per type, whatever -o says.
   if (!benchOpReduces(opts.op)) opts.redops = {loomSum};

@@ -151,6 +151,7 @@ Timing Runner::timeCalls(const std::function<void()>& call, size_t bytes) {
       if (opts_.blocking) backend_.synchronize();
     };
   }
+  backend_.sizeOfNextCalls(bytes);
   const double mine = backend_.secondsPerCall(launch) / agg;
   // -a: the slowest rank by default (the collective is only as fast as it), as nccl-tests -a 3.
   switch (opts_.average) {
@@ -281,17 +282,18 @@ int Runner::run() {
 // Whether this run uses CUDA devices; exits with a usage error when what was asked cannot run.
 bool resolveDevice(const BenchOptions& opts) {
   if (opts.device == DeviceChoice::kCpu) return false;
-  const bool asked = opts.device == DeviceChoice::kCuda || opts.graph || opts.vsNccl;
+  const bool asked =
+      opts.device == DeviceChoice::kCuda || opts.graph || opts.vsNccl || opts.overlapGemm > 0;
   if (cudaDeviceVisible(asked)) return true;
   if (asked) {
 #if LOOM_HAVE_CUDA
     std::fprintf(stderr,
                  "loom-bench: no CUDA device is visible (needed by --device cuda, "
-                 "--graph and --vs)\n");
+                 "--graph, --overlap-gemm and --vs)\n");
 #else
     std::fprintf(stderr,
                  "loom-bench: this loom-bench was built without CUDA (needed by "
-                 "--device cuda, --graph and --vs)\n");
+                 "--device cuda, --graph, --overlap-gemm and --vs)\n");
 #endif
     std::exit(2);
   }

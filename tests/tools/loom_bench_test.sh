@@ -96,6 +96,22 @@ status=$?
 count=$(grep -c "^\[[0-9]\] loom-bench: .*for the 3 ranks on this host" "$TMP/mem")
 [[ $count -eq 1 ]] || fail "memory message printed $count times: $(cat "$TMP/mem")"
 
+# --overlap-gemm is eager CUDA only: the CPU, --graph and --vs are usage errors; without a GPU
+# the run says what needs one.
+for extra in "--device cpu" "--graph 1" "--vs nccl"; do
+  # shellcheck disable=SC2086
+  "$BENCH" allgather "${SMALL[@]}" --overlap-gemm 512 $extra >/dev/null 2>"$TMP/ov"
+  status=$?
+  [[ $status -eq 2 ]] || fail "--overlap-gemm with $extra exits $status, expected 2"
+  grep -q "overlap-gemm" "$TMP/ov" || fail "--overlap-gemm with $extra: $(cat "$TMP/ov")"
+done
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  "$BENCH" allgather "${SMALL[@]}" --overlap-gemm 512 >/dev/null 2>"$TMP/ov"
+  status=$?
+  [[ $status -eq 2 ]] || fail "--overlap-gemm without a GPU exits $status, expected 2"
+  grep -q "overlap-gemm" "$TMP/ov" || fail "--overlap-gemm without a GPU: $(cat "$TMP/ov")"
+fi
+
 # --plot draws busbw against size where matplotlib is; says how to get it where not.
 if python3 -c "import matplotlib" 2>/dev/null; then
   "$BENCH" allreduce "${SMALL[@]}" --plot "$TMP/p.png" >/dev/null 2>&1 || fail "--plot exits $?"
