@@ -279,7 +279,6 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
         setSocketOptions(fd);
         const auto silenceEnd = std::min(deadline, Clock::now() + seconds(kChallengeSilenceSec));
         inbox.clear();
-        bool closed = false;
         if (!readLine(fd, inbox, silenceEnd, line, why)) {
           ::close(fd);
           fd = -1;
@@ -292,7 +291,6 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
             error = "no challenge from node 0's loomrun at " + where + ": " + why;
             return false;
           }
-          closed = true;
         } else {
           std::istringstream challenge(line);
           std::string word1;
@@ -321,15 +319,13 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
                     (why.empty() ? "our HELLO could not be sent" : why);
             return false;
           }
-          closed = true;
         }
-        if (closed) {
-          --closedRetries;
-          closedWhy = why.empty() ? "our HELLO could not be sent" : why;
-          connectBy = std::min(deadline, Clock::now() + seconds(kChallengeSilenceSec));
-          warn("node 0's loomrun at " + where + " closed the connection before START (" +
-               closedWhy + "); connecting again");
-        }
+        // Node 0 closed the connection before START.
+        --closedRetries;
+        closedWhy = why.empty() ? "our HELLO could not be sent" : why;
+        connectBy = std::min(deadline, Clock::now() + seconds(kChallengeSilenceSec));
+        warn("node 0's loomrun at " + where + " closed the connection before START (" + closedWhy +
+             "); connecting again");
       }
       peers_.push_back(Peer{fd, 0, std::move(inbox), Clock::now()});
       std::istringstream reply(line);
