@@ -445,66 +445,58 @@ TEST(BootstrapSecurity, SilentStrangerDoesNotDelayTheJob) {
   expectGroupWorks(group);
 }
 
-// A connection the server never got to know (its handshake's last ACK, or the reset that closed
-// it, lost on the wire) is silent at our end: the client connects again instead of waiting for
-// its deadline. Here the server holds the first connection without a word, then serves properly.
-TEST(BootstrapFailure, ClientConnectsAgainWhenTheServerStaysSilent) {
+// A test server for connectAndHandshake: it does `first` with the first connection (holds it
+// without a word, or closes it), then serves one client properly and keeps what it sent.
+enum class FirstConnection { kHeldSilent, kClosed };
+struct RetryingClientRun {
+  Outcome client;
+  wire::GatherResult served;
+};
+RetryingClientRun runClientAgainst(FirstConnection first, int64_t silenceMs) {
   Listener listener = listenTcp("127.0.0.1", 0);
   JobSecret secret = JobSecret::random();
   const Deadline deadline = Clock::now() + std::chrono::seconds(8);
-  wire::GatherResult served;
+  RetryingClientRun run;
   std::thread server([&] {
     waitReady(listener.fd.get(), POLLIN, deadline, nullptr, "a client");
-    Socket silent = acceptSome(listener.fd.get());
+    Socket firstSocket = acceptSome(listener.fd.get());
+    if (first == FirstConnection::kClosed) firstSocket.close();
     wire::GatherSpec spec;
     spec.secret = secret;
     spec.maxPayload = 64;
     spec.deadline = deadline;
     spec.what = "test server";
-    served = wire::gatherHellos(listener.fd.get(), spec);
+    run.served = wire::gatherHellos(listener.fd.get(), spec);
   });
-  Outcome o = capture([&] {
+  run.client = capture([&] {
     Socket sock = wire::connectAndHandshake("127.0.0.1", listener.port, "test server",
                                             wire::Channel::kRendezvous, secret, deadline, nullptr,
-                                            0, /*silenceMs=*/300);
+                                            0, silenceMs);
     wire::sendFrame(sock, wire::FrameType::kHello, 0, 1, "hello", deadline, nullptr);
   });
   server.join();
-  EXPECT_EQ(o.code, loomSuccess) << o.message;
-  EXPECT_TRUE(served.complete);
-  ASSERT_EQ(served.payloads.size(), 1u);
-  EXPECT_EQ(served.payloads[0], "hello");
+  return run;
+}
+
+void expectServedOnce(const RetryingClientRun& run) {
+  EXPECT_EQ(run.client.code, loomSuccess) << run.client.message;
+  EXPECT_TRUE(run.served.complete);
+  ASSERT_EQ(run.served.payloads.size(), 1u);
+  EXPECT_EQ(run.served.payloads[0], "hello");
+}
+
+// A connection the server never got to know (its handshake's last ACK, or the reset that closed
+// it, lost on the wire) is silent at our end: the client connects again instead of waiting for
+// its deadline.
+TEST(BootstrapFailure, ClientConnectsAgainWhenTheServerStaysSilent) {
+  expectServedOnce(runClientAgainst(FirstConnection::kHeldSilent, /*silenceMs=*/300));
 }
 
 // A server that gave up on our response (its own bound, kHandshakeTimeoutMs, passed on a lossy
 // link) closes the connection before its verdict: the client connects again, a bounded number of
-// times. Here the server closes the first connection at once, then serves properly.
+// times.
 TEST(BootstrapFailure, ClientConnectsAgainWhenTheServerClosesBeforeItsVerdict) {
-  Listener listener = listenTcp("127.0.0.1", 0);
-  JobSecret secret = JobSecret::random();
-  const Deadline deadline = Clock::now() + std::chrono::seconds(8);
-  wire::GatherResult served;
-  std::thread server([&] {
-    waitReady(listener.fd.get(), POLLIN, deadline, nullptr, "a client");
-    { Socket closed = acceptSome(listener.fd.get()); }
-    wire::GatherSpec spec;
-    spec.secret = secret;
-    spec.maxPayload = 64;
-    spec.deadline = deadline;
-    spec.what = "test server";
-    served = wire::gatherHellos(listener.fd.get(), spec);
-  });
-  Outcome o = capture([&] {
-    Socket sock =
-        wire::connectAndHandshake("127.0.0.1", listener.port, "test server",
-                                  wire::Channel::kRendezvous, secret, deadline, nullptr, 0);
-    wire::sendFrame(sock, wire::FrameType::kHello, 0, 1, "hello", deadline, nullptr);
-  });
-  server.join();
-  EXPECT_EQ(o.code, loomSuccess) << o.message;
-  EXPECT_TRUE(served.complete);
-  ASSERT_EQ(served.payloads.size(), 1u);
-  EXPECT_EQ(served.payloads[0], "hello");
+  expectServedOnce(runClientAgainst(FirstConnection::kClosed, wire::kClientSilenceMs));
 }
 
 // ... but a server that closes every connection fails the client after those few tries, with the

@@ -386,41 +386,45 @@ std::vector<std::string> twoNodeArgs(int nodeRank, int port) {
           "echo R=$RANK"};
 }
 
-// A connection node 0 never got to know (its handshake's last ACK lost on a lossy link) is silent
-// at the worker's end: the worker connects again rather than wait out the join timeout.
-TEST(LoomrunNodes, WorkerConnectsAgainWhenNodeZeroStaysSilent) {
+// Node 0 and a worker whose --master is a stand-in (NodeZeroStandIn) that does `first` with the
+// worker's first connection; both must finish the job.
+struct StandInRun {
+  int zeroStatus, workerStatus;
+  std::string zeroErr, workerErr, workerOut;
+};
+StandInRun runThroughStandIn(NodeZeroStandIn::First first) {
   const int realPort = freePort();
-  NodeZeroStandIn standIn(realPort, NodeZeroStandIn::First::kSilent);
+  NodeZeroStandIn standIn(realPort, first);
   const std::vector<std::string> env = {std::string("LOOM_JOB_SECRET=") + kSecret};
   Loomrun nodeZero(twoNodeArgs(0, realPort), env);
   Loomrun worker(twoNodeArgs(1, standIn.port()), env);
   nodeZero.setHardLimit(25);
   worker.setHardLimit(25);
-  int zeroStatus = nodeZero.finish();
-  int workerStatus = worker.finish();
-  EXPECT_EQ(zeroStatus, 0) << nodeZero.err();
-  EXPECT_EQ(workerStatus, 0) << worker.err();
-  EXPECT_NE(worker.err().find("said nothing"), std::string::npos) << worker.err();
-  EXPECT_NE(worker.out().find("R=1"), std::string::npos) << worker.out();
+  StandInRun run;
+  run.zeroStatus = nodeZero.finish();
+  run.workerStatus = worker.finish();
+  run.zeroErr = nodeZero.err();
+  run.workerErr = worker.err();
+  run.workerOut = worker.out();
+  EXPECT_EQ(run.zeroStatus, 0) << run.zeroErr;
+  EXPECT_EQ(run.workerStatus, 0) << run.workerErr;
+  EXPECT_NE(run.workerOut.find("R=1"), std::string::npos) << run.workerOut;
+  return run;
+}
+
+// A connection node 0 never got to know (its handshake's last ACK lost on a lossy link) is silent
+// at the worker's end: the worker connects again rather than wait out the join timeout.
+TEST(LoomrunNodes, WorkerConnectsAgainWhenNodeZeroStaysSilent) {
+  StandInRun run = runThroughStandIn(NodeZeroStandIn::First::kSilent);
+  EXPECT_NE(run.workerErr.find("said nothing"), std::string::npos) << run.workerErr;
 }
 
 // A HELLO that never reaches node 0 (lost on a lossy link) makes node 0 close the connection
 // after its bound for a stranger: the worker connects again instead of failing the join.
 TEST(LoomrunNodes, WorkerConnectsAgainWhenNodeZeroClosesBeforeStart) {
-  const int realPort = freePort();
-  NodeZeroStandIn standIn(realPort, NodeZeroStandIn::First::kSwallowHello);
-  const std::vector<std::string> env = {std::string("LOOM_JOB_SECRET=") + kSecret};
-  Loomrun nodeZero(twoNodeArgs(0, realPort), env);
-  Loomrun worker(twoNodeArgs(1, standIn.port()), env);
-  nodeZero.setHardLimit(25);
-  worker.setHardLimit(25);
-  int zeroStatus = nodeZero.finish();
-  int workerStatus = worker.finish();
-  EXPECT_EQ(zeroStatus, 0) << nodeZero.err();
-  EXPECT_EQ(workerStatus, 0) << worker.err();
-  EXPECT_NE(nodeZero.err().find("no HELLO"), std::string::npos) << nodeZero.err();
-  EXPECT_NE(worker.err().find("closed the connection before START"), std::string::npos)
-      << worker.err();
-  EXPECT_NE(worker.out().find("R=1"), std::string::npos) << worker.out();
+  StandInRun run = runThroughStandIn(NodeZeroStandIn::First::kSwallowHello);
+  EXPECT_NE(run.zeroErr.find("no HELLO"), std::string::npos) << run.zeroErr;
+  EXPECT_NE(run.workerErr.find("closed the connection before START"), std::string::npos)
+      << run.workerErr;
 }
 }  // namespace
