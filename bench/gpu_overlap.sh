@@ -40,15 +40,15 @@ for op in ${OPS:-allgather alltoall}; do
   done
 done
 {
-  echo "| op | variant | bytes | pass | alone (us) | beside GEMMs (us) | GEMM time lost per call (us) | GEMM TFLOP/s alone |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| op | variant | bytes | pass | alone (us) | beside GEMMs (us) | GEMM time lost per call (us) | GEMM TFLOP/s alone | calls outlasted the GEMMs |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for f in "$out"/*_*.txt; do
     name=$(basename "$f" .txt)
     grep -h '# overlap-gemm' "$f" | sed 's/^\[[0-9]*\] //' | awk -F' [|] ' -v op="${name%_*}" \
       -v variant="${name#*_}" '{
         split($2, b, " "); split($3, a, " "); split($4, u, " "); split($5, g, "[ ()]+");
         split($7, l, " "); key = op variant b[1]; pass = ++seen[key] == 1 ? "out of place" : "in place";
-        printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", op, variant, b[1], pass, a[3], u[3], l[6], g[6]
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", op, variant, b[1], pass, a[3], u[3], l[6], g[6], (NF >= 8 ? "yes" : "no")
       }'
   done
 } >"$out/overlap.md"

@@ -205,14 +205,17 @@ double CudaBackend::secondsPerCall(const std::function<void()>& launch) {
 }
 
 double CudaBackend::timeUnderGemm(const std::function<void()>& launch, double alone) {
-  // Enough GEMMs to outlast the calls by half again; the same number on every rank, so that
-  // ranks sharing a GPU load it alike. The chain runs alone first (every rank's at once), then
-  // started just before the calls, so that every call meets it.
+  // Enough GEMMs to outlast the calls (timed alone) by half again; the same number on every rank,
+  // so that ranks sharing a GPU load it alike. The chain runs alone first (every rank's at once),
+  // then started just before the calls, so that every call meets it. Calls that slow down more
+  // than that beside the GEMMs outlast the chain: the line says so.
+  const double aloneMax = maxOverRanks(alone);
   syncRanks();
   gemm_->start(1);
-  const double one = maxOverRanks(gemm_->finish());
-  const double wanted = std::ceil(1.5 * alone * opts_.iters / one) + 1;
-  const int count = static_cast<int>(std::min(wanted, 100000.0));
+  const double one = std::max(maxOverRanks(gemm_->finish()), 1e-6);
+  // At most 1000: more GEMMs than the launch queue holds would block start() until most ran.
+  const int count =
+      static_cast<int>(std::min(std::ceil(1.5 * aloneMax * opts_.iters / one) + 1, 1000.0));
   syncRanks();
   gemm_->start(count);
   const double chainAlone = maxOverRanks(gemm_->finish());
@@ -230,7 +233,6 @@ double CudaBackend::timeUnderGemm(const std::function<void()>& launch, double al
   const bool covered = gemm_->endsAfter(stop_) >= 0;
   const double lostPerCall = (maxOverRanks(chainBeside) - chainAlone) / opts_.iters;
   const double underMax = maxOverRanks(under);
-  const double aloneMax = maxOverRanks(alone);
   const bool allCovered = maxOverRanks(covered ? 0.0 : 1.0) == 0.0;
   if (rank_ == 0)
     std::fprintf(

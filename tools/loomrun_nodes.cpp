@@ -277,6 +277,7 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
           return false;
         }
         setSocketOptions(fd);
+        connectBy = deadline;  // reached: a later silence starts over with the join timeout
         const auto silenceEnd = std::min(deadline, Clock::now() + seconds(kChallengeSilenceSec));
         inbox.clear();
         if (!readLine(fd, inbox, silenceEnd, line, why)) {
@@ -314,9 +315,14 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
             break;
           ::close(fd);
           fd = -1;
-          if (why == "timed out" || closedRetries == 0) {
-            error = "node 0's loomrun did not start the job within " + timeoutText + ": " +
-                    (why.empty() ? "our HELLO could not be sent" : why);
+          if (why == "timed out") {
+            error = "node 0's loomrun did not start the job within " + timeoutText;
+            return false;
+          }
+          if (closedRetries == 0) {
+            error = "node 0's loomrun at " + where + " closed the connection before START (" +
+                    (why.empty() ? "our HELLO could not be sent" : why) + "), " +
+                    std::to_string(kClosedRetries + 1) + " times";
             return false;
           }
         }

@@ -110,8 +110,24 @@ Socket connectAndHandshake(const std::string& host, uint16_t port, const std::st
                            Channel channel, const JobSecret& secret, Deadline deadline,
                            const std::atomic<bool>* abortFlag, int logRank, int64_t silenceMs) {
   int closedRetries = kHandshakeClosedRetries;
+  // Why the server closed the last handshake, once one did: a server that closed on us still
+  // listens, so reaching it again gets silenceMs, and failing that, the close is the error (a
+  // server that died must not cost the rest of the deadline in refused connections).
+  std::string closedWhy;
   for (int attempt = 1;; ++attempt) {
-    Socket sock = connectWithRetry(host, port, deadline, abortFlag);
+    Socket sock;
+    if (closedWhy.empty()) {
+      sock = connectWithRetry(host, port, deadline, abortFlag);
+    } else {
+      try {
+        sock =
+            connectWithRetry(host, port, std::min(deadline, deadlineAfterMs(silenceMs)), abortFlag);
+      } catch (const Error& e) {
+        if (e.code() != loomTimeout) throw;
+        LOOM_THROW(loomRemoteError, closedWhy, ", and connecting again found nothing listening (",
+                   e.what(), ")");
+      }
+    }
     if (!name.empty()) sock.setPeer(name);
     Deadline attemptEnd = std::min(deadline, deadlineAfterMs(silenceMs));
     try {
@@ -119,13 +135,15 @@ Socket connectAndHandshake(const std::string& host, uint16_t port, const std::st
       return sock;
     } catch (const Error& e) {
       if (std::chrono::steady_clock::now() >= deadline) throw;
+      throwIfAborted(abortFlag);  // an abort is no reason to connect again
       if (e.code() == loomTimeout) {
         LOOM_WARN(kSubsysBootstrap, logRank, sock.peer(), " said nothing for ", silenceMs,
                   " ms after connection ", attempt, " was made; connecting again");
       } else if (e.code() == loomRemoteError && closedRetries > 0) {
         --closedRetries;
+        closedWhy = e.what();
         LOOM_WARN(kSubsysBootstrap, logRank, "the handshake on connection ", attempt, " broke (",
-                  e.what(), "); connecting again");
+                  closedWhy, "); connecting again");
       } else {
         throw;
       }

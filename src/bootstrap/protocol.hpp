@@ -58,8 +58,9 @@ void clientHandshake(Socket& sock, Channel channel, const JobSecret& secret, Dea
 constexpr int64_t kClientSilenceMs = 2 * kHandshakeTimeoutMs;
 
 // A server that closes the connection before its verdict is tried again this many times: on a
-// lossy link it may have given up on our response after kHandshakeTimeoutMs (seen at 10 % loss);
-// a server that closes every connection still fails the client at once, not at its deadline.
+// lossy link it may have given up on our response after kHandshakeTimeoutMs (seen at 10 % loss).
+// A server that closes every connection, or stops listening after it closed, still fails the
+// client with the close (within silenceMs), not at its deadline.
 constexpr int kHandshakeClosedRetries = 2;
 
 // connectWithRetry, then clientHandshake, connecting again each time the server stays silent for

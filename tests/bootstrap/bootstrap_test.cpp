@@ -525,6 +525,26 @@ TEST(BootstrapFailure, ServerThatClosesEveryConnectionFailsTheClientPromptly) {
   EXPECT_EQ(accepted.load(), 1 + wire::kHandshakeClosedRetries);
 }
 
+// ... and one that closes the connection and then stops listening (it died) fails the client
+// with the close once connecting again finds nothing there, not at the client's deadline.
+TEST(BootstrapFailure, ServerThatClosesThenDiesFailsTheClientWithTheClose) {
+  auto listener = std::make_unique<Listener>(listenTcp("127.0.0.1", 0));
+  const uint16_t port = listener->port;
+  const Deadline deadline = Clock::now() + std::chrono::seconds(60);
+  std::thread server([&] {
+    waitReady(listener->fd.get(), POLLIN, deadline, nullptr, "a client");
+    Socket closed = acceptSome(listener->fd.get());
+    listener.reset();  // nothing listens any more when the client sees the close
+  });
+  Outcome o = capture([&] {
+    wire::connectAndHandshake("127.0.0.1", port, "test server", wire::Channel::kRendezvous,
+                              JobSecret::random(), deadline, nullptr, 0, /*silenceMs=*/300);
+  });
+  server.join();
+  EXPECT_EQ(o.code, loomRemoteError) << o.message;
+  EXPECT_NE(o.message.find("nothing listening"), std::string::npos) << o.message;
+}
+
 TEST(BootstrapFailure, MissingRankTimesOut) {
   UniqueId id = localRoot(JobSecret::random(), 1000);
   auto outcomes = parallel(2, [&](int r) { Bootstrap b(id, r, 3, "", quickOptions(1000)); });

@@ -304,7 +304,8 @@ class NodeZeroStandIn {
  private:
   struct Relay {
     int worker, nodeZero;
-    bool swallow;  // the worker's bytes are dropped
+    bool swallow;                    // the worker's bytes are dropped
+    bool ended[2] = {false, false};  // a side reached EOF: no longer polled
   };
   void run() {
     std::vector<int> fds;
@@ -313,8 +314,8 @@ class NodeZeroStandIn {
     while (!stop_) {
       std::vector<pollfd> pfds{{listener_, POLLIN, 0}};
       for (const Relay& r : relays) {
-        pfds.push_back({r.worker, POLLIN, 0});
-        pfds.push_back({r.nodeZero, POLLIN, 0});
+        pfds.push_back({r.ended[0] ? -1 : r.worker, POLLIN, 0});
+        pfds.push_back({r.ended[1] ? -1 : r.nodeZero, POLLIN, 0});
       }
       if (poll(pfds.data(), pfds.size(), 100) <= 0) continue;
       const size_t polled = relays.size();  // accept() may add one, not in pfds yet
@@ -328,6 +329,7 @@ class NodeZeroStandIn {
           ssize_t n = read(from, buffer, sizeof(buffer));
           if (n <= 0) {
             shutdown(to, SHUT_WR);
+            relays[i].ended[side] = true;
             continue;
           }
           if (side == 0 && relays[i].swallow) continue;
@@ -345,7 +347,7 @@ class NodeZeroStandIn {
     if (first && first_ == First::kSilent) return;  // held open, never written to
     // Node 0 starts beside the worker: give it a moment to listen.
     int up = -1;
-    for (int attempt = 0; attempt < 100 && up < 0; ++attempt) {
+    for (int attempt = 0; attempt < 500 && up < 0; ++attempt) {
       up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       sockaddr_in real = addr_;
       real.sin_port = htons(static_cast<uint16_t>(realPort_));
