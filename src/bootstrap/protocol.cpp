@@ -115,18 +115,15 @@ Socket connectAndHandshake(const std::string& host, uint16_t port, const std::st
   // server that died must not cost the rest of the deadline in refused connections).
   std::string closedWhy;
   for (int attempt = 1;; ++attempt) {
+    const Deadline connectBy =
+        closedWhy.empty() ? deadline : std::min(deadline, deadlineAfterMs(silenceMs));
     Socket sock;
-    if (closedWhy.empty()) {
-      sock = connectWithRetry(host, port, deadline, abortFlag);
-    } else {
-      try {
-        sock =
-            connectWithRetry(host, port, std::min(deadline, deadlineAfterMs(silenceMs)), abortFlag);
-      } catch (const Error& e) {
-        if (e.code() != loomTimeout) throw;
-        LOOM_THROW(loomRemoteError, closedWhy, ", and connecting again found nothing listening (",
-                   e.what(), ")");
-      }
+    try {
+      sock = connectWithRetry(host, port, connectBy, abortFlag);
+    } catch (const Error& e) {
+      if (e.code() != loomTimeout || closedWhy.empty()) throw;
+      LOOM_THROW(loomRemoteError, closedWhy, ", and connecting again found nothing listening (",
+                 e.what(), ")");
     }
     if (!name.empty()) sock.setPeer(name);
     Deadline attemptEnd = std::min(deadline, deadlineAfterMs(silenceMs));
