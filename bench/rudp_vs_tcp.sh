@@ -33,6 +33,8 @@ OUT=${2:-/dev/stdout}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NODES="$HERE/../tests/multinode/nodes.sh"
 LOSS_HOOK=${LOSS_HOOK:-input}
+[[ "$LOSS_HOOK" == input || "$LOSS_HOOK" == output ]] ||
+  { echo "LOSS_HOOK must be input or output, not '$LOSS_HOOK'" >&2; exit 2; }
 LOSSES=${LOSSES:-0 0.1 1 5 reorder}
 SIZES=${SIZES:--b 1M -e 256M -f 16}
 REPS=${REPS:-2}
@@ -55,13 +57,10 @@ for cond in $LOSSES; do
     faults="delay=0.2"
   elif [[ "$cond" != 0 ]]; then
     permille=$(awk "BEGIN{print int($cond * 10 + 0.5)}")
-    if [[ "$LOSS_HOOK" == output ]]; then
-      prefix="nft add table inet loomt && nft add chain inet loomt out '{ type filter hook output \
-priority 0; }' && nft add rule inet loomt out oifname loomt0 numgen random mod 1000 '<' $permille drop"
-    else
-      prefix="nft add table inet loomt && nft add chain inet loomt in '{ type filter hook input \
-priority 0; }' && nft add rule inet loomt in iifname loomt0 numgen random mod 1000 '<' $permille drop"
-    fi
+    dir=iifname
+    [[ "$LOSS_HOOK" == output ]] && dir=oifname
+    prefix="nft add table inet loomt && nft add chain inet loomt c '{ type filter hook $LOSS_HOOK \
+priority 0; }' && nft add rule inet loomt c $dir loomt0 numgen random mod 1000 '<' $permille drop"
   fi
   groups=""
   IFS='|' read -ra parts <<<"$SIZES"

@@ -309,9 +309,9 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
                                " ranks=" + joinRanks(ownRanks);
           std::string proof =
               mac(job.secret, "loomrun-client|" + serverNonce + "|" + clientNonce + "|" + fields);
-          why.clear();
-          if (sendLine(fd, "HELLO " + clientNonce + " " + proof + " " + fields) &&
-              readLine(fd, inbox, deadline, line, why))
+          if (!sendLine(fd, "HELLO " + clientNonce + " " + proof + " " + fields))
+            why = "our HELLO could not be sent";
+          else if (readLine(fd, inbox, deadline, line, why))
             break;
           ::close(fd);
           fd = -1;
@@ -320,15 +320,14 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
             return false;
           }
           if (closedRetries == 0) {
-            error = "node 0's loomrun at " + where + " closed the connection before START (" +
-                    (why.empty() ? "our HELLO could not be sent" : why) + "), " +
-                    std::to_string(kClosedRetries + 1) + " times";
+            error = "node 0's loomrun at " + where + " closed the connection before START (" + why +
+                    "), " + std::to_string(kClosedRetries + 1) + " times";
             return false;
           }
         }
         // Node 0 closed the connection before START.
         --closedRetries;
-        closedWhy = why.empty() ? "our HELLO could not be sent" : why;
+        closedWhy = why;
         connectBy = std::min(deadline, Clock::now() + seconds(kChallengeSilenceSec));
         warn("node 0's loomrun at " + where + " closed the connection before START (" + closedWhy +
              "); connecting again");
