@@ -21,37 +21,18 @@ struct PartRecord {
 
 }  // namespace
 
-UserWindows::UserWindows(const CudaDriver& driver, int rank, int nranks,
+UserWindows::UserWindows(const CudaDriver& driver, IpcImports& imports, int rank, int nranks,
                          std::function<std::vector<std::string>(const std::string&)> allGather)
-    : driver_(driver), rank_(rank), nranks_(nranks), allGather_(std::move(allGather)) {}
+    : driver_(driver),
+      imports_(imports),
+      rank_(rank),
+      nranks_(nranks),
+      allGather_(std::move(allGather)) {}
 
 UserWindows::~UserWindows() {
-  for (auto& [handle, o] : opened_) cudaIpcCloseMemHandle(o.base);
-}
-
-char* UserWindows::open(const std::string& handle) {
-  auto it = opened_.find(handle);
-  if (it != opened_.end()) {
-    it->second.users += 1;
-    return it->second.base;
-  }
-  cudaIpcMemHandle_t h{};
-  std::memcpy(&h, handle.data(), sizeof(h));
-  void* mapped = nullptr;
-  cudaError_t err = cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  opened_[handle] = Opened{static_cast<char*>(mapped), 1};
-  return static_cast<char*>(mapped);
-}
-
-void UserWindows::close(const std::string& handle) {
-  auto it = opened_.find(handle);
-  if (it == opened_.end() || --it->second.users > 0) return;
-  cudaIpcCloseMemHandle(it->second.base);
-  opened_.erase(it);
+  for (const std::vector<std::string>& handles : handles_)
+    for (const std::string& h : handles)
+      if (!h.empty()) imports_.close(h);
 }
 
 bool UserWindows::add(uint64_t id, void* ptr, size_t bytes, std::string& why) {
@@ -103,7 +84,7 @@ bool UserWindows::add(uint64_t id, void* ptr, size_t bytes, std::string& why) {
       continue;
     }
     handles[q].assign(reinterpret_cast<const char*>(&r.handle), sizeof(r.handle));
-    char* mapped = open(handles[q]);
+    char* mapped = imports_.open(handles[q]);
     if (mapped == nullptr) {
       handles[q].clear();
       failure = "rank " + std::to_string(q) + "'s part could not be mapped";
@@ -127,7 +108,7 @@ bool UserWindows::add(uint64_t id, void* ptr, size_t bytes, std::string& why) {
   }
   if (!argumentError.empty() || !why.empty()) {
     for (const std::string& h : handles)
-      if (!h.empty()) close(h);
+      if (!h.empty()) imports_.close(h);
     if (!argumentError.empty())
       LOOM_THROW(loomInvalidArgument, "loomCommWindowRegister: ", argumentError);
     return false;
@@ -141,7 +122,7 @@ void UserWindows::remove(uint64_t id) {
   for (size_t i = 0; i < windows_.size(); ++i) {
     if (windows_[i].id != id) continue;
     for (const std::string& h : handles_[i])
-      if (!h.empty()) close(h);
+      if (!h.empty()) imports_.close(h);
     windows_.erase(windows_.begin() + static_cast<ptrdiff_t>(i));
     handles_.erase(handles_.begin() + static_cast<ptrdiff_t>(i));
     break;

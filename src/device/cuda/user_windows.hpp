@@ -3,19 +3,18 @@
 // zero-copy kernels and the copy-engine collectives address a peer's buffer directly.
 //
 // A part may start anywhere inside an allocation: what travels is the allocation's IPC handle
-// and the part's offset in it. An allocation is opened once per process however many windows
-// lie in it (CUDA refuses a second open of one handle), and closed with its last window.
+// and the part's offset in it (opened through IpcImports, once per process).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "device/cuda/collectives/dev_comm.hpp"
 #include "device/cuda/cuda_driver.hpp"
+#include "device/cuda/ipc_imports.hpp"
 
 namespace loom {
 
@@ -28,7 +27,7 @@ struct UserWindow {
 
 class UserWindows {
  public:
-  UserWindows(const CudaDriver& driver, int rank, int nranks,
+  UserWindows(const CudaDriver& driver, IpcImports& imports, int rank, int nranks,
               std::function<std::vector<std::string>(const std::string&)> allGather);
   ~UserWindows();
   UserWindows(const UserWindows&) = delete;
@@ -45,19 +44,12 @@ class UserWindows {
   const UserWindow* find(const void* ptr, size_t bytes, size_t& offset) const;
 
  private:
-  struct Opened {
-    char* base;
-    int users;
-  };
-  char* open(const std::string& handle);
-  void close(const std::string& handle);
-
   const CudaDriver& driver_;
+  IpcImports& imports_;
   int rank_, nranks_;
   std::function<std::vector<std::string>(const std::string&)> allGather_;
   std::vector<UserWindow> windows_;
   std::vector<std::vector<std::string>> handles_;  // of windows_: each peer's allocation handle
-  std::map<std::string, Opened> opened_;           // allocation handle -> mapped here
 };
 
 }  // namespace loom
