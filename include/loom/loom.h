@@ -151,7 +151,8 @@ loomResult_t loomCommGetAlgorithm(const loomComm_t comm, loomFunc_t func, size_t
  * order and with the same size. With LOOM_WIN_COLL_SYMMETRIC the caller promises that collectives
  * on it use the same offsets on every rank; then, where the device can (CUDA GPUs of one host
  * mapping each other's memory), allgather, alltoall, reduce-scatter and allreduce on it read and
- * write the peers' buffers directly (no staging copy), and allgather/alltoall may run on the copy engines (LOOM_ALGO=allgather:ce). A call that breaks the promise fails with loomInvalidUsage.
+ * write the peers' buffers directly (no staging copy), and allgather/alltoall may run on the copy
+ * engines (LOOM_ALGO=allgather:ce). A call that breaks the promise fails with loomInvalidUsage.
  * Elsewhere registration succeeds and calls run as on any buffer. Windows start anywhere in an
  * allocation that can be shared between processes: loomMemAlloc's, or cudaMalloc's. Deregister
  * (also collective) before freeing the buffer. */
@@ -167,6 +168,25 @@ loomResult_t loomCommWindowDeregister(loomComm_t comm, loomWindow_t win);
 /* *direct = 1 when collectives on the window use it directly, 0 when they run as on any buffer
  * (LOOM_DEBUG=INFO says why at registration). */
 loomResult_t loomCommWindowIsDirect(loomComm_t comm, loomWindow_t win, int* direct);
+
+/* Registration (as NCCL's ncclCommRegister): this rank's buffer, registered alone (not
+ * collective; peers need not register at the same time, nor buffers of the same size or offset).
+ * Where the device can (CUDA GPUs of one host mapping each other's memory), allgather, alltoall,
+ * reduce-scatter and allreduce whose buffers are registered on every rank read and write the
+ * peers' buffers directly, as on windows; peers map a new registration when a call first needs
+ * it. As in NCCL, when one rank's call passes registered buffers every rank's call must: a call
+ * that mixes them fails on every rank (loomInvalidUsage where the kernels can tell, else
+ * loomTimeout), never with wrong data. Elsewhere registration succeeds and calls run as on any
+ * buffer. On a CUDA communicator the buffer must lie in memory that can be shared between
+ * processes (loomMemAlloc's or cudaMalloc's; not cudaMallocAsync pools or cuMemCreate):
+ * loomInvalidArgument otherwise. Deregister before freeing the buffer (it waits for this rank's
+ * device work). */
+typedef struct loomRegistration* loomRegistration_t;
+loomResult_t loomCommRegister(loomComm_t comm, void* buff, size_t size, loomRegistration_t* handle);
+loomResult_t loomCommDeregister(loomComm_t comm, loomRegistration_t handle);
+/* *direct = 1 when collectives may use the registered buffer directly, 0 when they run as on
+ * any buffer (LOOM_DEBUG=INFO says why at registration). */
+loomResult_t loomCommRegistrationIsDirect(loomComm_t comm, loomRegistration_t handle, int* direct);
 
 /* Group calls: operations between Start and End are issued together at End, so that
  * matching sends and receives in any order cannot deadlock. */

@@ -121,6 +121,12 @@ class Comm {
   void deregisterWindow(uint64_t id);
   // Whether collectives use window `id` directly, and if not, why.
   bool windowUsed(uint64_t id, std::string* why = nullptr) const;
+  // Local registration (loomCommRegister): not collective. Returns the registration's id.
+  uint64_t registerBuffer(void* ptr, size_t bytes);
+  // Waits for this rank's device work when the registration was used.
+  void deregisterBuffer(uint64_t id);
+  // Whether collectives may use registration `id` directly, and if not, why.
+  bool bufferRegistrationUsed(uint64_t id, std::string* why = nullptr) const;
   // Device memory of this communicator's device, for windows (loomMemAlloc).
   void* allocateMemory(size_t bytes);
   void releaseMemory(void* ptr);
@@ -336,6 +342,8 @@ class Comm {
   };
   std::vector<CommWindow> windows_;
   uint64_t nextWindowId_ = 1;
+  std::vector<CommWindow> registrations_;  // loomCommRegister's, ids of their own
+  uint64_t nextRegistrationId_ = 1;
 
   // The bootstrap is not thread-safe; loomCommAbort may report a failure from another thread.
   std::mutex bootstrapMutex_;

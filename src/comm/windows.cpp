@@ -1,10 +1,11 @@
 // The communicator's windows: buffers every rank registers together, which a backend's native
 // collectives may read and write in peers' memory (device/native.hpp registerWindow), and the
-// device memory loomMemAlloc hands out for them.
+// device memory loomMemAlloc hands out for them. Also buffers a rank registers alone
+// (loomCommRegister, device/native.hpp registerBuffer).
 //
-// Registration is collective, and so are its failures: a rank's bad argument is exchanged
-// before anything else, so that every rank throws the same loomInvalidArgument instead of
-// leaving its peers waiting in the backend's exchange.
+// Window registration is collective, and so are its failures: a rank's bad argument is
+// exchanged before anything else, so that every rank throws the same loomInvalidArgument instead
+// of leaving its peers waiting in the backend's exchange.
 #include <algorithm>
 
 #include "base/log.hpp"
@@ -58,6 +59,44 @@ bool Comm::windowUsed(uint64_t id, std::string* why) const {
     if (w.id != id) continue;
     if (why != nullptr) *why = w.why;
     return w.used;
+  }
+  return false;
+}
+
+uint64_t Comm::registerBuffer(void* ptr, size_t bytes) {
+  checkUsable();
+  LOOM_CHECK_ARG(ptr != nullptr && bytes > 0, "buffer is NULL or size is 0");
+  device_->checkBuffer(ptr, bytes, "registered buffer");
+  CommWindow r{nextRegistrationId_++, ptr, bytes, false, ""};
+  if (!native_) {
+    r.why = "this communicator runs host algorithms, which do not use registered buffers";
+  } else {
+    // A bad buffer fails this rank's call alone: registration involves no peer.
+    r.used = native_->registerBuffer(r.id, ptr, bytes, r.why);
+  }
+  if (!r.used)
+    LOOM_INFO(kSubsysColl, rank_, "buffer of ", bytes,
+              " bytes registered; collectives on it run as on any buffer: ", r.why);
+  registrations_.push_back(r);
+  return r.id;
+}
+
+void Comm::deregisterBuffer(uint64_t id) {
+  checkUsable();
+  auto it = std::find_if(registrations_.begin(), registrations_.end(),
+                         [&](const CommWindow& r) { return r.id == id; });
+  LOOM_CHECK_ARG(it != registrations_.end(), "registration ", id,
+                 " is not registered with this communicator");
+  const bool used = it->used;
+  registrations_.erase(it);
+  if (used) failOnErrorExceptArguments([&] { native_->deregisterBuffer(id); });
+}
+
+bool Comm::bufferRegistrationUsed(uint64_t id, std::string* why) const {
+  for (const CommWindow& r : registrations_) {
+    if (r.id != id) continue;
+    if (why != nullptr) *why = r.why;
+    return r.used;
   }
   return false;
 }

@@ -67,6 +67,18 @@ class NativeCollectives {
   // Collective: window `id` (registered here) is no longer used; returns once no peer can reach
   // this rank's part any more.
   virtual void deregisterWindow(uint64_t id) { (void)id; }
+  // Not collective: this rank's [ptr, ptr + bytes) as registration `id` (loomCommRegister), which
+  // calls whose buffers are registered on every rank may use directly. False, with `why`, when
+  // this engine does not use registrations (the same on every rank: calls run as on any buffer);
+  // throws loomInvalidArgument for memory it cannot share with peers.
+  virtual bool registerBuffer(uint64_t id, void* ptr, size_t bytes, std::string& why) {
+    (void)id, (void)ptr, (void)bytes;
+    why = "this device's collectives do not use registered buffers";
+    return false;
+  }
+  // Not collective: registration `id` (registered here) is no longer used; returns once this
+  // rank's device work is finished.
+  virtual void deregisterBuffer(uint64_t id) { (void)id; }
   // One line for logs and loom-info: how peers reach each other ("p2p windows of 4 MiB").
   virtual std::string describe() const = 0;
 };

@@ -1,7 +1,8 @@
-// Windows and window memory through the C API on host communicators (ranks as threads): the
-// calls' argument checks, collective failure on one rank's bad argument, and collectives on
-// registered buffers that still give the right results where the device does not use windows
-// directly. The direct (zero-copy) paths are tested on GPUs in tests/gpu/gpu_window_test.cpp.
+// Windows, window memory and buffers registered alone through the C API on host communicators
+// (ranks as threads): the calls' argument checks, collective failure on one rank's bad argument,
+// and collectives on registered buffers that still give the right results where the device does
+// not use them directly. The direct (zero-copy) paths are tested on GPUs in
+// tests/gpu/gpu_window_test.cpp.
 #include <cstdint>
 #include <vector>
 
@@ -94,6 +95,65 @@ TEST(Windows, OneRanksBadBufferFailsTheRegistrationOnEveryRank) {
   // A bad argument leaves the communicators usable.
   expectUsable(comms);
   destroyAll(comms);
+}
+
+// Registration alone involves no peer: ranks register different buffers, of different sizes,
+// some none at all, and collectives on them stay correct.
+TEST(Registrations, HostCommunicatorRegistersAloneAndCollectivesStayCorrect) {
+  const int n = 3;
+  std::vector<loomComm_t> comms = initRanks(n);
+  onEachRank(comms, [&](int r) {
+    loomComm_t comm = comms[r];
+    std::vector<int32_t> buf(64 + 8 * r);
+    int32_t* data = buf.data() + 8 * r;  // another offset on every rank
+    loomRegistration_t reg = nullptr;
+    if (r != 2) {
+      ASSERT_LOOM(loomCommRegister(comm, buf.data(), buf.size() * sizeof(int32_t), &reg));
+      ASSERT_NE(reg, nullptr);
+      int direct = -1;
+      EXPECT_LOOM(loomCommRegistrationIsDirect(comm, reg, &direct));
+      EXPECT_EQ(direct, 0);  // host algorithms do not read peers' buffers
+    }
+    for (int i = 0; i < 8; ++i) data[i] = r * 100 + i;
+    EXPECT_LOOM(loomAllGather(data, data + 8, 8, loomInt32, comm, nullptr));
+    for (int q = 0; q < n; ++q)
+      for (int i = 0; i < 8; ++i) EXPECT_EQ(data[8 + q * 8 + i], q * 100 + i);
+    EXPECT_LOOM(loomAllReduce(data, data, 8, loomInt32, loomSum, comm, nullptr));
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(data[i], 100 * n * (n - 1) / 2 + n * i);
+    if (reg != nullptr) {
+      EXPECT_LOOM(loomCommDeregister(comm, reg));
+    }
+  });
+  destroyAll(comms);
+}
+
+TEST(Registrations, BadArgumentsAreRefusedLocally) {
+  loomComm_t comm = initSolo();
+  loomRegistration_t reg = nullptr;
+  int32_t buf[4];
+  EXPECT_LOOM_ERROR(loomCommRegister(comm, buf, sizeof(buf), nullptr), loomInvalidArgument);
+  EXPECT_LOOM_ERROR(loomCommRegister(comm, nullptr, sizeof(buf), &reg), loomInvalidArgument);
+  EXPECT_LOOM_ERROR(loomCommRegister(comm, buf, 0, &reg), loomInvalidArgument);
+  EXPECT_LOOM_ERROR(loomCommRegister(nullptr, buf, sizeof(buf), &reg), loomInvalidArgument);
+  EXPECT_EQ(reg, nullptr);
+  EXPECT_LOOM_ERROR(loomCommDeregister(comm, nullptr), loomInvalidArgument);
+  int direct = 0;
+  EXPECT_LOOM_ERROR(loomCommRegistrationIsDirect(comm, nullptr, &direct), loomInvalidArgument);
+  // A registration of another communicator, and a window passed as one.
+  loomComm_t other = initSolo();
+  ASSERT_LOOM(loomCommRegister(other, buf, sizeof(buf), &reg));
+  EXPECT_LOOM_ERROR(loomCommDeregister(comm, reg), loomInvalidArgument);
+  EXPECT_LOOM_ERROR(loomCommRegistrationIsDirect(comm, reg, &direct), loomInvalidArgument);
+  EXPECT_LOOM_ERROR(loomCommRegistrationIsDirect(other, reg, nullptr), loomInvalidArgument);
+  loomWindow_t win = nullptr;
+  ASSERT_LOOM(loomCommWindowRegister(other, buf, sizeof(buf), &win, 0));
+  EXPECT_LOOM_ERROR(loomCommDeregister(other, reinterpret_cast<loomRegistration_t>(win)),
+                    loomInvalidArgument);
+  EXPECT_LOOM(loomCommWindowDeregister(other, win));
+  EXPECT_LOOM(loomCommDeregister(other, reg));
+  EXPECT_LOOM(loomCommDestroy(other));
+  expectUsable({comm});
+  EXPECT_LOOM(loomCommDestroy(comm));
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// Collectives on registered windows (loomCommWindowRegister): the harness's two buffers are
-// registered on every rank, so the usual checks (reference results, guards around outputs,
-// inputs unchanged, in place, misaligned offsets) run through the zero-copy kernels and, with
-// "ce", the copy engines; also CUDA graph capture, deregistration, and a call whose offsets
-// differ between ranks (an error on every rank, not wrong data).
+// Collectives on registered windows (loomCommWindowRegister) and on buffers every rank registered
+// alone (loomCommRegister): the harness's two buffers are registered on every rank, so the usual
+// checks (reference results, guards around outputs, inputs unchanged, in place, misaligned
+// offsets; with registrations, offsets that differ between ranks) run through the zero-copy
+// kernels and, with "ce", the copy engines; also CUDA graph capture, deregistration, a peer that
+// registers late, and calls the ranks do not agree on (an error on every rank, not wrong data).
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -15,33 +16,49 @@
 namespace loom::gputest {
 namespace {
 
-// The harness's buffers as windows for the life of the object.
-class Windows {
+enum class Kind { kWindows, kAlone };
+
+// The harness's buffers registered (as windows, collectively, or each rank alone) for the life
+// of the object.
+class Registered {
  public:
-  explicit Windows(Harness& h) : h_(h) {
+  Registered(Harness& h, Kind kind) : h_(h) {
     const size_t bytes = h.capacity() + kGuardBytes + 64;
     for (char* base : {h.a(), h.b()}) {
-      loomWindow_t w = nullptr;
-      if (!h.call(loomCommWindowRegister(h.comm(), base, bytes, &w, LOOM_WIN_COLL_SYMMETRIC),
-                  "loomCommWindowRegister"))
-        return;
-      windows_.push_back(w);
+      if (kind == Kind::kWindows) {
+        loomWindow_t w = nullptr;
+        if (!h.call(loomCommWindowRegister(h.comm(), base, bytes, &w, LOOM_WIN_COLL_SYMMETRIC),
+                    "loomCommWindowRegister"))
+          return;
+        windows_.push_back(w);
+      } else {
+        loomRegistration_t r = nullptr;
+        if (!h.call(loomCommRegister(h.comm(), base, bytes, &r), "loomCommRegister")) return;
+        registrations_.push_back(r);
+      }
     }
   }
-  ~Windows() {
+  ~Registered() {
     cudaStreamSynchronize(h_.stream());
     for (loomWindow_t w : windows_)
       if (h_.ok()) h_.call(loomCommWindowDeregister(h_.comm(), w), "loomCommWindowDeregister");
+    for (loomRegistration_t r : registrations_)
+      if (h_.ok()) h_.call(loomCommDeregister(h_.comm(), r), "loomCommDeregister");
   }
-  Windows(const Windows&) = delete;
-  Windows& operator=(const Windows&) = delete;
-  bool registered() const { return windows_.size() == 2; }
-  // Every window is used directly.
+  Registered(const Registered&) = delete;
+  Registered& operator=(const Registered&) = delete;
+  bool registered() const { return windows_.size() + registrations_.size() == 2; }
+  // Every buffer is used directly.
   bool direct() {
     int all = 1;
     for (loomWindow_t w : windows_) {
       int d = 0;
       h_.call(loomCommWindowIsDirect(h_.comm(), w, &d), "loomCommWindowIsDirect");
+      all &= d;
+    }
+    for (loomRegistration_t r : registrations_) {
+      int d = 0;
+      h_.call(loomCommRegistrationIsDirect(h_.comm(), r, &d), "loomCommRegistrationIsDirect");
       all &= d;
     }
     return all == 1;
@@ -50,7 +67,28 @@ class Windows {
  private:
   Harness& h_;
   std::vector<loomWindow_t> windows_;
+  std::vector<loomRegistration_t> registrations_;
 };
+
+// Every planned collective (and broadcast, which has no plan) at every sweep size and type.
+void sweepRegistered(Harness& h, const std::vector<Layout>& layouts) {
+  // sweepSizes reach past LOOM_CUDA_ONESHOT_MAX_BYTES: allreduce runs one-shot below it and
+  // two-shot above it and in place.
+  for (loomDataType_t t : {loomFloat32, loomBfloat16, loomInt32, loomFloat64}) {
+    for (size_t count : sweepSizes(t)) {
+      for (Layout layout : layouts) {
+        if (!h.ok()) return;
+        checkAllReduce(h, t, loomSum, count, layout);
+        checkAllReduce(h, t, loomAvg, count, layout);
+        checkReduceScatter(h, t, t == loomInt32 ? loomMax : loomSum, count, layout);
+        checkAllGather(h, t, count, layout);
+        if (!layout.inPlace) checkAllToAll(h, t, count, layout);
+        // Collectives without a window plan still run on registered buffers.
+        checkBroadcast(h, t, count, layout);
+      }
+    }
+  }
+}
 
 // Windows take calls of every size whatever the protocol; "simple" and "ce" where it matters.
 std::vector<GpuConfig> windowConfigs() {
@@ -68,47 +106,46 @@ TEST_P(WindowSweep, CollectivesOnWindowsMatchTheReference) {
   if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
   Harness h(GetParam());
   ASSERT_TRUE(h.ok());
-  Windows w(h);
+  Registered w(h, Kind::kWindows);
   ASSERT_TRUE(w.registered());
   // Ranks on GPUs that map each other's memory (one GPU shared, or peers over NVLink/PCIe).
   EXPECT_TRUE(w.direct()) << "windows were registered but are not used directly";
-  // sweepSizes reach past LOOM_CUDA_ONESHOT_MAX_BYTES: allreduce runs one-shot below it and
-  // two-shot above it and in place.
-  for (loomDataType_t t : {loomFloat32, loomBfloat16, loomInt32, loomFloat64}) {
-    for (size_t count : sweepSizes(t)) {
-      for (Layout layout : {Layout{false, 0}, Layout{true, 0}, Layout{false, 1}}) {
-        if (!h.ok()) return;
-        checkAllReduce(h, t, loomSum, count, layout);
-        checkAllReduce(h, t, loomAvg, count, layout);
-        checkReduceScatter(h, t, t == loomInt32 ? loomMax : loomSum, count, layout);
-        checkAllGather(h, t, count, layout);
-        if (!layout.inPlace) checkAllToAll(h, t, count, layout);
-        // Collectives without a window plan still run on window buffers.
-        checkBroadcast(h, t, count, layout);
-      }
-    }
-  }
+  sweepRegistered(h, {Layout{false, 0}, Layout{true, 0}, Layout{false, 1}});
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, WindowSweep, ::testing::ValuesIn(windowConfigs()),
                          [](const auto& info) { return configTestName(info.param); });
 
-// Captured into a graph (the copy engines' host-side sequence numbers cannot replay, so "ce"
-// runs the zero-copy kernel there), replayed with fresh inputs; then eager calls again.
-TEST(WindowGraphs, CapturedCallsOnWindowsReplay) {
+// Buffers registered alone take the same calls at offsets that differ between ranks (a rank's
+// buffer starts gRank elements, or 1 + 2 * gRank, into its allocation). "ce" falls back to the
+// zero-copy kernel: the host does not know a peer's registered buffer.
+class RegistrationSweep : public ::testing::TestWithParam<GpuConfig> {};
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RegistrationSweep);
+
+TEST_P(RegistrationSweep, CollectivesOnRegisteredBuffersMatchTheReference) {
   if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
-  Harness h(windowConfigs()[1]);
+  Harness h(GetParam());
   ASSERT_TRUE(h.ok());
-  Windows w(h);
-  ASSERT_TRUE(w.registered());
+  Registered r(h, Kind::kAlone);
+  ASSERT_TRUE(r.registered());
+  EXPECT_TRUE(r.direct()) << "buffers were registered but are not used directly";
+  const size_t mine = static_cast<size_t>(gRank);
+  sweepRegistered(h, {Layout{false, mine}, Layout{true, mine}, Layout{false, 1 + 2 * mine}});
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, RegistrationSweep, ::testing::ValuesIn(windowConfigs()),
+                         [](const auto& info) { return configTestName(info.param); });
+
+// Captured into a graph, replayed with fresh inputs; then eager calls again. `lead`: bytes of the
+// buffers before the calls' data (different on every rank for buffers registered alone).
+void replayCapturedCalls(Harness& h, size_t lead) {
   const loomDataType_t t = loomFloat32;
   const size_t n = 4096 + 3, bytes = n * sizeof(float);
   cudaStream_t s = h.stream();
-  char* in = h.a();
-  char* sum = h.b();
-  char* gathered = h.b() + bytes + 256;
-  ASSERT_LE(256 + bytes + bytes * gRanks, h.capacity());
-  std::vector<char> src(bytes);
+  char* in = h.a() + lead;
+  char* sum = h.b() + lead;
+  char* gathered = h.b() + lead + bytes + 256;
+  ASSERT_LE(lead + 256 + bytes + bytes * gRanks, h.capacity());
   cudaGraph_t graph = nullptr;
   ASSERT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   loomResult_t reduced = loomAllReduce(in, sum, n, t, loomSum, h.comm(), h.loomStream());
@@ -141,21 +178,127 @@ TEST(WindowGraphs, CapturedCallsOnWindowsReplay) {
   checkAllReduce(h, t, loomSum, n, {});
 }
 
-// Deregistered windows are ordinary buffers again; registering anew works.
-TEST(WindowLifetime, DeregisteredBuffersKeepWorking) {
+// The copy engines' host-side sequence numbers cannot replay, so "ce" runs the zero-copy kernel
+// in a graph.
+TEST(WindowGraphs, CapturedCallsOnWindowsReplay) {
+  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  Harness h(windowConfigs()[1]);
+  ASSERT_TRUE(h.ok());
+  Registered w(h, Kind::kWindows);
+  ASSERT_TRUE(w.registered());
+  replayCapturedCalls(h, 0);
+}
+
+TEST(RegistrationGraphs, CapturedCallsOnRegisteredBuffersReplay) {
   if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
   Harness h(windowConfigs()[0]);
   ASSERT_TRUE(h.ok());
-  for (int round = 0; round < 3 && h.ok(); ++round) {
+  Registered r(h, Kind::kAlone);
+  ASSERT_TRUE(r.registered());
+  replayCapturedCalls(h, 64 * static_cast<size_t>(gRank));
+}
+
+// Deregistered buffers are ordinary buffers again; registering anew works (a registration
+// alone takes its slot back with a new generation, which peers map afresh).
+TEST(RegistrationLifetime, DeregisteredBuffersKeepWorking) {
+  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  Harness h(windowConfigs()[0]);
+  ASSERT_TRUE(h.ok());
+  for (int round = 0; round < 4 && h.ok(); ++round) {
     {
-      Windows w(h);
-      ASSERT_TRUE(w.registered());
+      Registered r(h, round % 2 == 0 ? Kind::kWindows : Kind::kAlone);
+      ASSERT_TRUE(r.registered());
       checkAllReduce(h, loomFloat32, loomSum, 70001, {});
       checkAllGather(h, loomFloat32, 70001, {});
     }
     checkAllReduce(h, loomFloat32, loomSum, 70001, {});
     checkAllGather(h, loomFloat32, 70001, {});
   }
+}
+
+// The last rank registers a quarter second after the others have enqueued their calls: their
+// kernels wait until it arrives and until their watchdog has mapped its registration.
+TEST(RegistrationLifetime, APeerThatRegistersLateIsWaitedFor) {
+  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  Harness h(windowConfigs()[0]);
+  ASSERT_TRUE(h.ok());
+  if (gRank == gRanks - 1) usleep(250 * 1000);
+  Registered r(h, Kind::kAlone);
+  ASSERT_TRUE(r.registered());
+  checkAllGather(h, loomFloat32, 70001, {});
+  checkReduceScatter(h, loomFloat32, loomSum, 70001, {});
+}
+
+// A communicator of its own for a call the ranks disagree on, with a short timeout.
+struct MisuseComm {
+  loomComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  MisuseComm() {
+    loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+    cfg.device = "cuda";
+    cfg.timeoutMs = 5000;
+    EXPECT_LOOM(loomCommSplit(gWorld, 0, gRank, &comm, &cfg));
+    EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  }
+  ~MisuseComm() {
+    if (comm != nullptr) loomCommAbort(comm);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  // The call's error as this rank sees it, once its stream is done (never loomSuccess here).
+  loomResult_t outcome(loomResult_t enqueued) {
+    if (enqueued != loomSuccess) return enqueued;
+    EXPECT_CUDA(cudaStreamSynchronize(stream));
+    loomResult_t async = loomSuccess;
+    for (int i = 0; i < 20000 && async == loomSuccess; ++i) {
+      EXPECT_LOOM(loomCommGetAsyncError(comm, &async));
+      if (async == loomSuccess) usleep(1000);
+    }
+    return async;
+  }
+};
+
+// Rank 0 passes an output it registered, the others one they did not: rank 0 plans a two-shot
+// allreduce, the others one-shot. Every rank fails with loomInvalidUsage.
+TEST(RegistrationMisuse, RanksThatPlanDifferentlyFailEveryRank) {
+  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  MisuseComm m;
+  ASSERT_NE(m.comm, nullptr);
+  const size_t count = 1 << 20, bytes = count * sizeof(float);  // above the one-shot limit
+  char* in = nullptr;
+  char* out = nullptr;
+  ASSERT_CUDA(cudaMalloc(&in, bytes));
+  ASSERT_CUDA(cudaMalloc(&out, bytes));
+  loomRegistration_t regIn = nullptr, regOut = nullptr;
+  ASSERT_LOOM(loomCommRegister(m.comm, in, bytes, &regIn));
+  if (gRank == 0) {
+    ASSERT_LOOM(loomCommRegister(m.comm, out, bytes, &regOut));
+  }
+  loomResult_t r = m.outcome(loomAllReduce(in, out, count, loomFloat32, loomSum, m.comm, m.stream));
+  EXPECT_EQ(r, loomInvalidUsage) << loomGetLastError(m.comm);
+  cudaFree(in);
+  cudaFree(out);
+}
+
+// Rank 0 passes registered buffers, the others not: every rank's call fails (at the timeout),
+// none waits for ever.
+TEST(RegistrationMisuse, OneRankAloneRegisteredFailsEveryRank) {
+  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  MisuseComm m;
+  ASSERT_NE(m.comm, nullptr);
+  const size_t count = 1 << 16, bytes = count * sizeof(float);
+  char* in = nullptr;
+  char* out = nullptr;
+  ASSERT_CUDA(cudaMalloc(&in, bytes));
+  ASSERT_CUDA(cudaMalloc(&out, bytes * gRanks));
+  loomRegistration_t regOut = nullptr;
+  if (gRank == 0) {
+    ASSERT_LOOM(loomCommRegister(m.comm, out, bytes * gRanks, &regOut));
+  }
+  loomResult_t r = m.outcome(loomAllGather(in, out, count, loomFloat32, m.comm, m.stream));
+  EXPECT_NE(r, loomSuccess);
+  EXPECT_TRUE(r == loomTimeout || r == loomRemoteError) << loomGetErrorString(r);
+  cudaFree(in);
+  cudaFree(out);
 }
 
 // Rank 0 gathers into another offset of its window than the others: every rank's call fails

@@ -105,8 +105,10 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   windowMinBytes_ = static_cast<size_t>(windowMin);
   const int64_t oneShotMax = env::cudaOneShotMaxBytes();
   oneShotMaxBytes_ = oneShotMax < 0 ? SIZE_MAX : static_cast<size_t>(oneShotMax);
-  userWindows_ =
-      std::make_unique<UserWindows>(driver_, setup_.rank, setup_.nranks, setup_.allGather);
+  userWindows_ = std::make_unique<UserWindows>(driver_, ipcImports_, setup_.rank, setup_.nranks,
+                                               setup_.allGather);
+  registrations_ = std::make_unique<LocalRegistrations>(
+      driver_, ipcImports_, device_.ordinal(), setup_.rank, setup_.nranks, setup_.allGather);
   // The same answer on every rank: one rank without stream memory operations turns the copy
   // engines off for all (their calls then run the zero-copy kernels).
   bool memOps = !windows_.viaHost() && driver_.streamMemOps(device_.ordinal());
@@ -143,6 +145,7 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   dev_.recvSeq = counters_ + counterWords;
   dev_.syncSeq = counters_ + 2 * counterWords;
   dev_.status = static_cast<cuda::DevStatus*>(statusOnDevice);
+  dev_.imports = registrations_->deviceTable();
   watchdog_ = std::thread([this] { watch(); });
   const DeviceIdentity& id = device_.identity();
   LOOM_INFO(kSubsysInit, setup_.rank, "CUDA device ", id.index, " (", id.model, ", ", id.busId,
@@ -168,6 +171,7 @@ CudaEngine::~CudaEngine() {
   cudaDeviceSynchronize();
   cudaGetLastError();
   userWindows_.reset();
+  registrations_.reset();
   if (streamSwitch_ != nullptr) cudaEventDestroy(streamSwitch_);
   if (ceDone_ != nullptr) cudaEventDestroy(ceDone_);
   if (rescueStream_ != nullptr) cudaStreamDestroy(rescueStream_);
@@ -263,6 +267,7 @@ void CudaEngine::watch() {
     volatile cuda::DevStatus* status = status_;
     if (setup_.aborted != nullptr && setup_.aborted->load()) status->abort = 1;
     watchCopyEngine();
+    watchRegistrations();
     if (!reported && status->error != cuda::kDevOk) {
       reported = true;
       int peer = status->errorPeer;

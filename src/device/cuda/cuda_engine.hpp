@@ -2,8 +2,8 @@
 // transport), the kernels' sequence counters and status words, the launches of every collective
 // on the caller's stream, and a watchdog thread that turns a dead peer or a host-side abort into
 // kernels that stop, and a kernel's timeout into the communicator's error. Calls on buffers in
-// registered windows (user_windows.hpp) run zero-copy kernels or copy-engine transfers instead
-// (cuda_engine_windows.cpp).
+// registered windows (user_windows.hpp) or registered on every rank (local_registrations.hpp)
+// run zero-copy kernels or copy-engine transfers instead (cuda_engine_windows.cpp).
 #pragma once
 
 #include <atomic>
@@ -20,6 +20,8 @@
 #include "device/cuda/collectives/zero_copy.hpp"
 #include "device/cuda/cuda_device.hpp"
 #include "device/cuda/cuda_driver.hpp"
+#include "device/cuda/ipc_imports.hpp"
+#include "device/cuda/local_registrations.hpp"
 #include "device/cuda/peer_windows.hpp"
 #include "device/cuda/user_windows.hpp"
 #include "device/native.hpp"
@@ -47,10 +49,14 @@ class CudaEngine final : public NativeCollectives {
   std::string describe() const override;
   bool registerWindow(uint64_t id, void* ptr, size_t bytes, std::string& why) override;
   void deregisterWindow(uint64_t id) override;
+  bool registerBuffer(uint64_t id, void* ptr, size_t bytes, std::string& why) override;
+  void deregisterBuffer(uint64_t id) override;
 
  private:
-  // Calls whose buffers lie in registered windows: zero-copy kernels, or the copy engines where
-  // the selector chose "ce". False when the call's buffers are not (all) in windows.
+  struct Placement;
+  Placement place(const void* ptr, size_t bytes) const;
+  // Calls whose buffers lie in registered windows or buffers: zero-copy kernels, or the copy
+  // engines where the selector chose "ce". False when the call's buffers are not (all) there.
   bool runOnWindows(Protocol protocol, const CollArgs& call, cudaStream_t stream);
   void runCopyEngine(const cuda::ZeroCopyArgs& args, cudaStream_t stream);
   // The copy-engine handshake word of rank `owner`'s window for `phase` (0 arrive, 1 depart)
@@ -59,6 +65,9 @@ class CudaEngine final : public NativeCollectives {
   // Watchdog: a copy-engine call's stream waits that can no longer end (dead peer, timeout,
   // abort) are released, so that the stream drains and the error reaches the caller.
   void watchCopyEngine();
+  // Watchdog: maps the peers' new registrations (a kernel may be waiting for one) and unmaps
+  // those they withdrew.
+  void watchRegistrations();
   void releaseCopyEngineWaits();
   cudaStream_t orderStream(loomStream_t stream);
   void launchExchange(const cuda::ExchangeArgs& args, bool reduce, const CollArgs& call,
@@ -84,7 +93,9 @@ class CudaEngine final : public NativeCollectives {
   std::vector<char> p2pTaken_;  // pointToPoint's scratch
 
   CudaDriver driver_;
+  IpcImports ipcImports_;  // outlives both users below
   std::unique_ptr<UserWindows> userWindows_;
+  std::unique_ptr<LocalRegistrations> registrations_;
   bool windowsEnabled_ = true;  // LOOM_CUDA_WINDOWS
   size_t windowMinBytes_ = 0;   // LOOM_CUDA_WINDOW_MIN_BYTES
   size_t oneShotMaxBytes_ = 0;  // LOOM_CUDA_ONESHOT_MAX_BYTES (-1: SIZE_MAX)

@@ -1,10 +1,13 @@
-// CudaEngine's calls on registered windows: registration, the choice of a zero-copy plan per
-// collective, and the copy-engine collectives with their stream-side handshake.
+// CudaEngine's calls on registered windows and buffers: registration, the choice of a
+// zero-copy plan per collective, and the copy-engine collectives with their stream-side
+// handshake.
 //
 // Calls from LOOM_CUDA_WINDOW_MIN_BYTES on (every size by default: on one GPU shared by two
 // ranks, a call on windows beat LL at every size; on NVLink not measured yet) run these plans,
 // whatever protocol the selector chose. Plans (n ranks, b bytes per rank's block; every buffer
-// named "window" must lie in a window at the same offset on every rank, which the kernels check):
+// named "window" must lie in a window at the same offset on every rank, or in a buffer every
+// rank registered alone (loomCommRegister) at any offset; the kernels check that the ranks
+// agree):
 //   allgather       recv in a window: push this rank's block into every rank's output.
 //   alltoall        recv in a window: push block q of the input into rank q's output.
 //   reduce-scatter  send in a window: pull this rank's block of every rank's input and reduce.
@@ -14,13 +17,16 @@
 //                   (two-shot; in place always, as one-shot in place would overwrite an input a
 //                   peer still reads).
 // Copies whose input overlaps the output anywhere but at this rank's own block, and every other
-// collective, run the slot-based kernels.
+// collective, run the slot-based kernels. A peer's window part is known here since registration;
+// a peer's registered buffer only from its arrival in the kernel (zero_copy.hpp), so the
+// arguments name it by rank and offset.
 //
 // Copy engines ("ce", allgather and alltoall): per call, each rank's stream writes its arrival
 // into every peer's window (cuStreamWriteValue64), waits for every peer's (cuStreamWaitValue64),
 // copies with cudaMemcpyAsync straight into the peers' outputs, then departs the same way. No
 // kernel runs, so the SMs stay free for compute. The sequence numbers are the host's, so a
-// stream being captured into a graph gets the zero-copy kernel instead. A stream wait never
+// stream being captured into a graph gets the zero-copy kernel instead; so does a call on
+// buffers registered alone, whose peer addresses the host does not know. A stream wait never
 // gives up by itself: the watchdog releases it when a peer died, the call outlived the timeout
 // or the communicator aborted, so that the stream drains and the error reaches the caller.
 #include <algorithm>
@@ -58,7 +64,63 @@ bool overlaps(const char* a, size_t aBytes, const char* b, size_t bBytes) {
   return a < b + bBytes && b < a + aBytes;
 }
 
+// In a call's tag for a buffer registered alone: its offsets differ between ranks, but a peer
+// whose buffer is in a window (or in neither) must not pair up with it.
+constexpr size_t kRegisteredMark = SIZE_MAX - 1;
+
 }  // namespace
+
+// Where one of a call's buffers lies: in a window (every rank's part known here), in a buffer
+// registered alone (peers' addresses come with their arrival), or in neither.
+struct CudaEngine::Placement {
+  const UserWindow* window = nullptr;
+  size_t windowOffset = 0;
+  cuda::BufferRef ref{cuda::kNoSlot, 0, 0};
+  bool found() const { return window != nullptr || ref.slot != cuda::kNoSlot; }
+  size_t tagOffset() const { return window != nullptr ? windowOffset : kRegisteredMark; }
+};
+
+CudaEngine::Placement CudaEngine::place(const void* ptr, size_t bytes) const {
+  Placement p;
+  p.window = userWindows_->find(ptr, bytes, p.windowOffset);
+  if (p.window == nullptr) registrations_->find(ptr, bytes, p.ref);
+  return p;
+}
+
+bool CudaEngine::registerBuffer(uint64_t id, void* ptr, size_t bytes, std::string& why) {
+  // Each reason is the same on every rank (decided at init, or the environment's).
+  if (windows_.viaHost()) {
+    why = "this communicator's GPUs reach each other through host memory";
+    return false;
+  }
+  if (!windowsEnabled_) {
+    why = "LOOM_CUDA_WINDOWS=0";
+    return false;
+  }
+  if (!registrations_->usable()) {
+    why = registrations_->why();
+    return false;
+  }
+  device_.makeCurrent();
+  registrations_->add(id, ptr, bytes);
+  return true;
+}
+
+void CudaEngine::deregisterBuffer(uint64_t id) {
+  device_.makeCurrent();
+  // This rank's kernels in flight may still publish the registration to peers, whose kernels
+  // then read it; once they are done, every peer's kernel of those calls is done with it too.
+  LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+  registrations_->remove(id);
+}
+
+void CudaEngine::watchRegistrations() {
+  try {
+    registrations_->refresh();
+  } catch (const Error& e) {
+    LOOM_WARN(kSubsysColl, setup_.rank, "could not map a peer's registered buffer: ", e.what());
+  }
+}
 
 bool CudaEngine::registerWindow(uint64_t id, void* ptr, size_t bytes, std::string& why) {
   device_.makeCurrent();
@@ -79,68 +141,89 @@ void CudaEngine::deregisterWindow(uint64_t id) {
 
 bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStream_t stream) {
   const int n = setup_.nranks, me = setup_.rank;
-  if (!windowsEnabled_ || userWindows_->empty() || n == 1) return false;
+  if (!windowsEnabled_ || n == 1 || (userWindows_->empty() && registrations_->empty()))
+    return false;
   const size_t b = call.count * dtypeSize(call.dtype);
   if (b == 0 || b < windowMinBytes_) return false;
   const char* send = static_cast<const char*>(call.send);
   char* recv = static_cast<char*>(call.recv);
   cuda::ZeroCopyArgs a{};
-  size_t sendOffset = 0, recvOffset = 0;
+  a.sendRef.slot = a.recvRef.slot = cuda::kNoSlot;
+  // Rank q's buffer at `p` plus `delta` as an argument: an address here, or (a peer's buffer
+  // registered alone) the offset from that buffer, which `from` then names. `own`: this rank's.
+  auto at = [&](const Placement& p, int q, int output, const char* own, size_t delta,
+                uint8_t& from) -> char* {
+    from = 0;
+    if (q == me) return const_cast<char*>(own) + delta;
+    if (p.window != nullptr) return p.window->part[q] + p.windowOffset + delta;
+    from = cuda::peerCode(q, output);
+    a.resolve = 1;
+    return reinterpret_cast<char*>(delta);
+  };
+  size_t sendTag = 0, recvTag = 0;
   bool reduce = false;
   size_t perBlockBytes = b;  // sizes the grid: the same on every rank
   switch (call.func) {
     case loomFuncAllGather:
     case loomFuncAllToAll: {
       const bool gather = call.func == loomFuncAllGather;
-      const UserWindow* out = userWindows_->find(recv, b * n, recvOffset);
-      if (out == nullptr) return false;
+      const Placement out = place(recv, b * n);
+      if (!out.found()) return false;
       const size_t inBytes = gather ? b : b * n;
       const bool inPlace = gather && send == recv + me * b;
       if (!inPlace && overlaps(send, inBytes, recv, b * n)) return false;
       for (int q = 0; q < n; ++q) {
         if (q == me && inPlace) continue;
         a.src[a.pieces] = gather ? send : send + q * b;
-        a.dst[a.pieces] = out->part[q] + recvOffset + me * b;
+        a.dst[a.pieces] = at(out, q, 1, recv, me * b, a.dstFrom[a.pieces]);
         a.bytes[a.pieces] = b;
         a.pieces += 1;
       }
+      recvTag = out.tagOffset();
+      a.recvRef = out.ref;
       break;
     }
     case loomFuncReduceScatter: {
-      const UserWindow* in = userWindows_->find(send, b * n, sendOffset);
-      if (in == nullptr) return false;
+      const Placement in = place(send, b * n);
+      if (!in.found()) return false;
       if (recv != send + me * b && overlaps(send, b * n, recv, b)) return false;
-      for (int q = 0; q < n; ++q) a.inputs[q] = in->part[q] + sendOffset + me * b;
+      for (int q = 0; q < n; ++q) a.inputs[q] = at(in, q, 0, send, me * b, a.inputsFrom[q]);
       a.outputs[0] = recv;
       a.outputCount = 1;
       a.reduceBytes = b;
       a.divisor = averageDivisor(call.op, n);
+      sendTag = in.tagOffset();
+      a.sendRef = in.ref;
       reduce = true;
       break;
     }
     case loomFuncAllReduce: {
-      const UserWindow* in = userWindows_->find(send, b, sendOffset);
-      if (in == nullptr) return false;
-      const UserWindow* out = userWindows_->find(recv, b, recvOffset);
+      const Placement in = place(send, b);
+      if (!in.found()) return false;
+      const Placement out = place(recv, b);
       const bool inPlace = send == recv;
       if (!inPlace && overlaps(send, b, recv, b)) return false;
-      const bool oneShot = !inPlace && (out == nullptr || b <= oneShotMaxBytes_);
+      const bool oneShot = !inPlace && (!out.found() || b <= oneShotMaxBytes_);
+      sendTag = in.tagOffset();
+      a.sendRef = in.ref;
       if (oneShot) {
-        for (int q = 0; q < n; ++q) a.inputs[q] = in->part[q] + sendOffset;
+        for (int q = 0; q < n; ++q) a.inputs[q] = at(in, q, 0, send, 0, a.inputsFrom[q]);
         a.outputs[0] = recv;
         a.outputCount = 1;
         a.reduceBytes = b;
-        recvOffset = SIZE_MAX;  // one-shot and two-shot calls must not pair up
+        recvTag = SIZE_MAX;  // one-shot and two-shot calls must not pair up
       } else {
         size_t begin = 0, end = 0;
         splitOf(b, me, n, begin, end);
         for (int q = 0; q < n; ++q) {
-          a.inputs[q] = in->part[q] + sendOffset + begin;
-          a.outputs[q] = out->part[q] + recvOffset + begin;
+          a.inputs[q] = at(in, q, 0, send, begin, a.inputsFrom[q]);
+          a.outputs[q] = at(out, q, 1, recv, begin, a.outputsFrom[q]);
         }
         a.outputCount = n;
         a.reduceBytes = end - begin;
         perBlockBytes = b / n;
+        recvTag = out.tagOffset();
+        a.recvRef = out.ref;
       }
       a.divisor = averageDivisor(call.op, n);
       reduce = true;
@@ -149,14 +232,17 @@ bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStrea
     default:
       return false;
   }
-  a.tag = callTag(call.func, sendOffset, recvOffset, b);
+  a.tag = callTag(call.func, sendTag, recvTag, b);
   a.blocks = blocksFor(perBlockBytes, Protocol::kSimple);
+  // Peers' registrations published by now are mapped before the kernel looks for them; a later
+  // one the watchdog maps while the kernel waits.
+  if (a.resolve) registrations_->refresh();
   if (reduce) {
     cuda::ReduceKey key{call.dtype, kernelOp(call.op), resolveGpuAccum(call.dtype, call.accum)};
     cuda::launchZeroCopyReduce(dev_, a, key, stream);
     return true;
   }
-  if (protocol == Protocol::kCopyEngine && ceUsable_) {
+  if (protocol == Protocol::kCopyEngine && ceUsable_ && !a.resolve) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (capture == cudaStreamCaptureStatusNone) {

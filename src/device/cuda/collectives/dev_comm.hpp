@@ -37,11 +37,29 @@ enum DevError : int { kDevOk = 0, kDevTimeout = 1, kDevAborted = 2, kDevWindowMi
 //   ready   [kChannels][nranks] uint64: last sequence number rank q posted into those slots
 //   acks    [kChannels][nranks] uint64: last sequence number rank p consumed of this rank's data
 //   sync    [2][kMaxBlocks][nranks] SyncFlag: the zero-copy kernels' arrival (0) and departure
-//           (1) of block b of rank q (user_window_kernels.cu)
+//           (1) of block b of rank q (zero_copy.cu)
 //   ceSync  [2][nranks] uint64: the same for the copy-engine collectives, written by the streams
+// A rank's buffer registered alone (loomCommRegister), as its peers find it: the registration's
+// slot and generation in the rank's board (local_registrations.hpp), and the offset into it.
+constexpr int kMaxRegistrations = 1024;  // live registrations per rank
+constexpr uint32_t kNoSlot = 0xffffffffu;
+struct BufferRef {
+  uint32_t slot;  // kNoSlot: not a local registration
+  uint32_t gen;
+  uint64_t offset;
+};
+
+// A peer's registration as mapped here, written by the host (pinned, mapped memory): `base` is
+// valid for registration `gen` once `gen` reads so.
+struct ImportEntry {
+  uint64_t gen;
+  uint64_t base;
+};
+
 struct SyncFlag {
   uint64_t seq;
   uint64_t tag;  // arrival: what the caller passed (offsets into its windows), compared by peers
+  BufferRef send, recv;  // arrival: the caller's registered buffers, for peers to map
 };
 
 struct WindowLayout {
@@ -80,6 +98,8 @@ struct DevComm {
   uint64_t* recvSeq;
   uint64_t* syncSeq;  // [kMaxBlocks]: zero-copy calls block b took part in
   DevStatus* status;  // host-mapped
+  // [nranks][kMaxRegistrations], host-mapped: peers' registrations as mapped here.
+  const ImportEntry* imports;
 };
 
 }  // namespace loom::cuda

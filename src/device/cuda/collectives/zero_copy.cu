@@ -18,32 +18,65 @@ namespace {
 
 enum Phase : int { kArrive = 0, kDepart = 1 };
 
+// Rank p's registered buffer `ref` (from its arrival) as mapped here, into `base`; waits while
+// this rank's host has not mapped that registration yet (its watchdog looks every millisecond).
+// Buffers not registered (kNoSlot) leave `base` alone.
+__device__ __forceinline__ bool findRegistered(const DevComm& c, int p, const BufferRef& ref,
+                                               uintptr_t& base) {
+  if (ref.slot == kNoSlot) return true;
+  if (ref.slot >= kMaxRegistrations) {
+    giveUp(c, kDevWindowMismatch, p);
+    return false;
+  }
+  const ImportEntry* e = c.imports + static_cast<size_t>(p) * kMaxRegistrations + ref.slot;
+  Waiter waiter(c);
+  while (loadAcquire(&e->gen) != ref.gen)
+    if (waiter.shouldStop(p)) return false;
+  base = static_cast<uintptr_t>(loadRelaxed(&e->base)) + ref.offset;
+  return true;
+}
+
+// A pointer of the arguments as this block uses it (from code 0: as it is).
+__device__ __forceinline__ char* located(const char* p, uint8_t from, const uintptr_t* bases) {
+  return reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(p) + bases[from]);
+}
+
 // Thread p tells block b of rank p that this block reached `phase` of call `seq`, then waits
 // until block b of rank p has too. False on every thread when a wait gave up or a peer's arrival
-// carried another tag (an asymmetric call: recorded as the kernel's error).
+// carried another tag (an asymmetric call: recorded as the kernel's error). On arrival, thread p
+// also finds rank p's registered buffers that the call addresses (`bases`, by from code).
 __device__ __forceinline__ bool syncPeers(const DevComm& c, Phase phase, uint64_t seq,
-                                          uint64_t tag) {
+                                          const ZeroCopyArgs& a, uintptr_t* bases) {
   __syncthreads();  // the block's accesses of the step before are complete
   const int n = c.nranks, me = c.rank, p = threadIdx.x;
   int stop = 0;
   if (p < n && p != me) {
     const size_t at = (static_cast<size_t>(phase) * kMaxBlocks + blockIdx.x) * n;
     SyncFlag* to = c.sync[p] + at + me;
-    storeRelaxed(&to->tag, tag);
+    storeRelaxed(&to->tag, a.tag);
+    if (phase == kArrive && a.resolve) {
+      to->send = a.sendRef;
+      to->recv = a.recvRef;
+    }
     storeRelease(&to->seq, seq);  // after the block's writes into p's memory and the tag
     const SyncFlag* from = c.sync[me] + at + p;
     stop = !waitAtLeast<true>(c, &from->seq, seq, p);
-    if (!stop && phase == kArrive && loadRelaxed(&from->tag) != tag) {
+    if (!stop && phase == kArrive && loadRelaxed(&from->tag) != a.tag) {
       giveUp(c, kDevWindowMismatch, p);
       stop = 1;
+    }
+    if (!stop && phase == kArrive && a.resolve) {
+      stop = !findRegistered(c, p, from->send, bases[peerCode(p, 0)]) ||
+             !findRegistered(c, p, from->recv, bases[peerCode(p, 1)]);
     }
   }
   return !__syncthreads_or(stop);
 }
 
-// The call's sequence number for this block (shared by its threads).
-__device__ __forceinline__ uint64_t openCall(const DevComm& c, uint64_t& shared) {
+// The call's sequence number for this block (shared by its threads); clears `bases`.
+__device__ __forceinline__ uint64_t openCall(const DevComm& c, uint64_t& shared, uintptr_t* bases) {
   if (threadIdx.x == 0) shared = c.syncSeq[blockIdx.x] + 1;
+  if (threadIdx.x < kFromCodes) bases[threadIdx.x] = 0;
   __syncthreads();
   return shared;
 }
@@ -54,24 +87,27 @@ __device__ __forceinline__ void closeCall(const DevComm& c, uint64_t seq) {
 
 __global__ void __launch_bounds__(kThreads) zeroCopyCopyKernel(DevComm c, ZeroCopyArgs a) {
   __shared__ uint64_t shared;
-  const uint64_t seq = openCall(c, shared);
-  if (!syncPeers(c, kArrive, seq, a.tag)) return;
+  __shared__ uintptr_t bases[kFromCodes];
+  const uint64_t seq = openCall(c, shared, bases);
+  if (!syncPeers(c, kArrive, seq, a, bases)) return;
   // Pieces in the order of their destinations from this rank on, so that not every rank writes
   // into the same peer at once.
   for (int i = 0; i < a.pieces; ++i) {
     const int k = (i + c.rank) % a.pieces;
     Range r = splitRange(a.bytes[k], blockIdx.x, a.blocks);
-    blockCopy<false>(a.dst[k] + r.begin, a.src[k] + r.begin, r.size());
+    blockCopy<false>(located(a.dst[k], a.dstFrom[k], bases) + r.begin,
+                     located(a.src[k], a.srcFrom[k], bases) + r.begin, r.size());
   }
-  if (!syncPeers(c, kDepart, seq, a.tag)) return;
+  if (!syncPeers(c, kDepart, seq, a, bases)) return;
   closeCall(c, seq);
 }
 
 template <typename R>
 __global__ void __launch_bounds__(kThreads) zeroCopyReduceKernel(DevComm c, ZeroCopyArgs a) {
   __shared__ uint64_t shared;
-  const uint64_t seq = openCall(c, shared);
-  if (!syncPeers(c, kArrive, seq, a.tag)) return;
+  __shared__ uintptr_t bases[kFromCodes];
+  const uint64_t seq = openCall(c, shared, bases);
+  if (!syncPeers(c, kArrive, seq, a, bases)) return;
   const Range mine = splitRange(a.reduceBytes, blockIdx.x, a.blocks);
   const size_t stride = static_cast<size_t>(blockDim.x) * 16;
   // kUnroll independent 16-byte loads in flight per input (peers' inputs are reads across the
@@ -81,12 +117,12 @@ __global__ void __launch_bounds__(kThreads) zeroCopyReduceKernel(DevComm c, Zero
        base += kUnroll * stride) {
     typename R::template Acc<16> acc[kUnroll];
     for (int q = 0; q < c.nranks; ++q) {
+      const char* input = located(a.inputs[q], a.inputsFrom[q], bases);
       uint4 v[kUnroll];
 #pragma unroll
       for (int j = 0; j < kUnroll; ++j) {
         const size_t off = base + j * stride;
-        v[j] = off < mine.end ? loadBytes16(a.inputs[q] + off, mine.end - off)
-                              : make_uint4(0, 0, 0, 0);
+        v[j] = off < mine.end ? loadBytes16(input + off, mine.end - off) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int j = 0; j < kUnroll; ++j) {
@@ -104,10 +140,11 @@ __global__ void __launch_bounds__(kThreads) zeroCopyReduceKernel(DevComm c, Zero
       const size_t len = mine.end - off < 16 ? mine.end - off : 16;
       uint4 out;
       R::template finish<16>(&out, acc[j], a.divisor);
-      for (int k = 0; k < a.outputCount; ++k) storeBytes16(a.outputs[k] + off, out, len);
+      for (int k = 0; k < a.outputCount; ++k)
+        storeBytes16(located(a.outputs[k], a.outputsFrom[k], bases) + off, out, len);
     }
   }
-  if (!syncPeers(c, kDepart, seq, a.tag)) return;
+  if (!syncPeers(c, kDepart, seq, a, bases)) return;
   closeCall(c, seq);
 }
 

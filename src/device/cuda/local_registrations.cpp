@@ -1,0 +1,221 @@
+#include "device/cuda/local_registrations.hpp"
+
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "base/sha256.hpp"
+#include "device/cuda/cuda_check.hpp"
+
+namespace loom {
+
+namespace {
+
+struct Entry {
+  std::atomic<uint64_t> gen;  // 0: free or being written
+  cudaIpcMemHandle_t handle;
+  uint64_t offset;  // of the registered buffer in its allocation
+  uint64_t bytes;
+};
+
+}  // namespace
+
+struct LocalRegistrations::Page {
+  std::atomic<uint64_t> version;  // raised after every change of an entry
+  Entry entries[cuda::kMaxRegistrations];
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "the board is shared between processes");
+
+LocalRegistrations::LocalRegistrations(
+    const CudaDriver& driver, IpcImports& imports, int device, int rank, int nranks,
+    std::function<std::vector<std::string>(const std::string&)> allGather)
+    : driver_(driver), imports_(imports), device_(device), rank_(rank), nranks_(nranks) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t stride = (sizeof(Page) + page - 1) / page * page;
+  std::string name, failure;
+  try {
+    if (rank_ == 0) {
+      uint64_t nonce = 0;
+      randomBytes(&nonce, sizeof(nonce));
+      std::ostringstream n;
+      n << "/loom-reg-" << getpid() << "-" << std::hex << nonce;
+      name = n.str();
+      board_ = ShmSegment::create(name, stride * nranks_);
+    }
+  } catch (const Error& e) {
+    failure = e.what();
+  }
+  name = allGather(failure.empty() ? name : "")[0];
+  if (name.empty()) failure = "rank 0 could not create the registration board";
+  if (failure.empty() && rank_ != 0) {
+    try {
+      board_ = ShmSegment::open(name, stride * nranks_);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  if (failure.empty()) {
+    const size_t tableBytes = sizeof(cuda::ImportEntry) * nranks_ * cuda::kMaxRegistrations;
+    void* onDevice = nullptr;
+    if (cudaHostAlloc(reinterpret_cast<void**>(&table_), tableBytes, cudaHostAllocMapped) !=
+            cudaSuccess ||
+        cudaHostGetDevicePointer(&onDevice, table_, 0) != cudaSuccess) {
+      cudaGetLastError();
+      failure = "no pinned memory for the import table";
+    } else {
+      std::memset(static_cast<void*>(table_), 0, tableBytes);
+      tableOnDevice_ = static_cast<const cuda::ImportEntry*>(onDevice);
+    }
+  }
+  // The creator's pages are zero (a fresh segment): every entry free, every version 0.
+  std::vector<std::string> outcomes = allGather(failure.empty() ? "ok" : failure);
+  if (rank_ == 0 && board_.data() != nullptr) board_.unlink();
+  usable_ = true;
+  for (int q = 0; q < nranks_; ++q) {
+    if (outcomes[q] == "ok") continue;
+    usable_ = false;
+    if (why_.empty()) why_ = "on rank " + std::to_string(q) + ", " + outcomes[q];
+  }
+  imported_.assign(nranks_, std::vector<Import>(cuda::kMaxRegistrations));
+  seenVersion_.assign(nranks_, 0);
+  for (int s = cuda::kMaxRegistrations - 1; s >= 0; --s) freeSlots_.push_back(s);
+}
+
+LocalRegistrations::~LocalRegistrations() {
+  for (int q = 0; q < nranks_; ++q)
+    for (int s = 0; s < cuda::kMaxRegistrations; ++s) withdrawImport(q, s);
+  if (table_ != nullptr) cudaFreeHost(table_);
+}
+
+LocalRegistrations::Page* LocalRegistrations::page(int rank) const {
+  const size_t pageBytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t stride = (sizeof(Page) + pageBytes - 1) / pageBytes * pageBytes;
+  return reinterpret_cast<Page*>(board_.data() + stride * rank);
+}
+
+void LocalRegistrations::add(uint64_t id, void* ptr, size_t bytes) {
+  char* allocation = nullptr;
+  size_t allocationBytes = 0;
+  driver_.allocationOf(ptr, allocation, allocationBytes);
+  LOOM_CHECK_ARG(static_cast<char*>(ptr) + bytes <= allocation + allocationBytes,
+                 "the buffer runs past the end of its allocation");
+  cudaIpcMemHandle_t handle{};
+  cudaError_t err = cudaIpcGetMemHandle(&handle, allocation);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    LOOM_THROW(loomInvalidArgument,
+               "the buffer's memory cannot be shared with peers (cudaIpcGetMemHandle: ",
+               cudaGetErrorString(err),
+               "); register memory from loomMemAlloc or cudaMalloc, not from cudaMallocAsync "
+               "pools or cuMemCreate");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (freeSlots_.empty())
+    LOOM_THROW(loomInvalidUsage, "this rank already has ", cuda::kMaxRegistrations,
+               " buffers registered with the communicator; deregister some first");
+  Own o{id, static_cast<char*>(ptr), bytes, freeSlots_.back(), nextGen_++};
+  freeSlots_.pop_back();
+  Page* mine = page(rank_);
+  Entry& e = mine->entries[o.slot];
+  e.gen.store(0, std::memory_order_release);
+  e.handle = handle;
+  e.offset = static_cast<uint64_t>(o.base - allocation);
+  e.bytes = bytes;
+  e.gen.store(o.gen, std::memory_order_release);
+  mine->version.fetch_add(1, std::memory_order_release);
+  own_.push_back(o);
+}
+
+void LocalRegistrations::remove(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = std::find_if(own_.begin(), own_.end(), [&](const Own& o) { return o.id == id; });
+  if (it == own_.end()) return;
+  Page* mine = page(rank_);
+  mine->entries[it->slot].gen.store(0, std::memory_order_release);
+  mine->version.fetch_add(1, std::memory_order_release);
+  freeSlots_.push_back(it->slot);
+  own_.erase(it);
+}
+
+bool LocalRegistrations::empty() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return own_.empty();
+}
+
+bool LocalRegistrations::find(const void* ptr, size_t bytes, cuda::BufferRef& ref) const {
+  const char* p = static_cast<const char*>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Own& o : own_) {
+    if (p >= o.base && p + bytes <= o.base + o.bytes) {
+      ref = cuda::BufferRef{o.slot, o.gen, static_cast<uint64_t>(p - o.base)};
+      return true;
+    }
+  }
+  return false;
+}
+
+void LocalRegistrations::refresh() {
+  if (!usable_) return;
+  std::lock_guard<std::mutex> lock(refreshMutex_);
+  for (int q = 0; q < nranks_; ++q)
+    if (q != rank_) refreshPeer(q);
+}
+
+void LocalRegistrations::refreshPeer(int q) {
+  Page* theirs = page(q);
+  const uint64_t version = theirs->version.load(std::memory_order_acquire);
+  if (version == seenVersion_[q]) return;
+  bool whole = true;
+  for (int s = 0; s < cuda::kMaxRegistrations; ++s) {
+    Entry& e = theirs->entries[s];
+    const uint64_t gen = e.gen.load(std::memory_order_acquire);
+    Import& im = imported_[q][s];
+    if (gen == im.gen) continue;
+    withdrawImport(q, s);
+    if (gen == 0) continue;
+    Entry copy;
+    std::memcpy(&copy.handle, &e.handle, sizeof(copy.handle));
+    copy.offset = e.offset;
+    copy.bytes = e.bytes;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e.gen.load(std::memory_order_relaxed) != gen) {
+      whole = false;  // rewritten while read: look again next time
+      continue;
+    }
+    std::string handle(reinterpret_cast<const char*>(&copy.handle), sizeof(copy.handle));
+    std::string why;
+    LOOM_CUDA_CHECK(cudaSetDevice(device_));
+    char* mapped = imports_.open(handle, &why);
+    if (mapped == nullptr) {
+      // The kernel that needs it gives up at the communicator's timeout.
+      LOOM_WARN(kSubsysColl, rank_, "rank ", q, "'s registered buffer could not be mapped: ", why);
+      im.gen = gen;
+      continue;
+    }
+    im.gen = gen;
+    im.handle = handle;
+    volatile cuda::ImportEntry* t = table_ + static_cast<size_t>(q) * cuda::kMaxRegistrations + s;
+    t->base = reinterpret_cast<uint64_t>(mapped + copy.offset);
+    std::atomic_thread_fence(std::memory_order_release);
+    t->gen = gen;
+  }
+  if (whole) seenVersion_[q] = version;
+}
+
+void LocalRegistrations::withdrawImport(int q, int slot) {
+  Import& im = imported_[q][slot];
+  if (im.gen == 0) return;
+  volatile cuda::ImportEntry* t = table_ + static_cast<size_t>(q) * cuda::kMaxRegistrations + slot;
+  t->gen = 0;
+  std::atomic_thread_fence(std::memory_order_release);
+  if (!im.handle.empty()) imports_.close(im.handle);
+  im = Import{};
+}
+
+}  // namespace loom

@@ -1,0 +1,98 @@
+// Buffers the ranks of a CUDA communicator register alone (loomCommRegister), and the peers'
+// registrations as mapped into this process.
+//
+// A rank publishes each registration on its page of a board in host shared memory that every
+// rank maps (set up at init): the registration's generation, its allocation's IPC handle, its
+// offset in the allocation and its size, under the slot it takes. Nothing else is exchanged when a
+// buffer is registered: a call on registered buffers tells the peers (slot, generation, offset)
+// of its buffers through the zero-copy kernels' arrival, and a peer's kernel finds that buffer in
+// its import table (pinned host memory the kernels read). This class fills the table from the
+// peers' pages: before a call that needs a peer's buffer, and from the watchdog every
+// millisecond (for a kernel waiting on a registration published after its host looked, and to
+// unmap registrations the peers withdrew).
+//
+// A page entry is written as a seqlock: generation 0 while the entry changes, the registration's
+// generation once it is whole; a reader that sees the generation change under it looks again.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/shm_segment.hpp"
+#include "device/cuda/collectives/dev_comm.hpp"
+#include "device/cuda/cuda_driver.hpp"
+#include "device/cuda/ipc_imports.hpp"
+
+namespace loom {
+
+class LocalRegistrations {
+ public:
+  // Collective (at init): sets up the board. When some rank cannot, registrations are recorded
+  // but never used on every rank (usable() false, with why()).
+  LocalRegistrations(const CudaDriver& driver, IpcImports& imports, int device, int rank,
+                     int nranks,
+                     std::function<std::vector<std::string>(const std::string&)> allGather);
+  ~LocalRegistrations();
+  LocalRegistrations(const LocalRegistrations&) = delete;
+  LocalRegistrations& operator=(const LocalRegistrations&) = delete;
+
+  bool usable() const { return usable_; }
+  const std::string& why() const { return why_; }
+
+  // This rank's [ptr, ptr + bytes) as registration `id`. Throws loomInvalidArgument when the
+  // memory cannot be shared with peers (not cudaMalloc'd, or from a pool or cuMemCreate) and
+  // loomInvalidUsage when kMaxRegistrations are live.
+  void add(uint64_t id, void* ptr, size_t bytes);
+  // Withdraws registration `id` (no kernel may use it any more: the caller waited for them).
+  void remove(uint64_t id);
+  bool empty() const;
+  // The registration holding [ptr, ptr + bytes), as peers name it; false if none.
+  bool find(const void* ptr, size_t bytes, cuda::BufferRef& ref) const;
+  // Maps the registrations peers published since the last look and unmaps those they withdrew;
+  // a few loads when nothing changed. Thread-safe.
+  void refresh();
+  // [nranks][kMaxRegistrations] as the kernels address it.
+  const cuda::ImportEntry* deviceTable() const { return tableOnDevice_; }
+
+ private:
+  struct Page;
+  Page* page(int rank) const;
+  void refreshPeer(int q);
+  void withdrawImport(int q, int slot);
+
+  const CudaDriver& driver_;
+  IpcImports& imports_;
+  int device_, rank_, nranks_;
+  bool usable_ = false;
+  std::string why_;
+  ShmSegment board_;
+  cuda::ImportEntry* table_ = nullptr;  // pinned, mapped
+  const cuda::ImportEntry* tableOnDevice_ = nullptr;
+
+  struct Own {
+    uint64_t id;
+    char* base;
+    size_t bytes;
+    uint32_t slot, gen;
+  };
+  mutable std::mutex mutex_;
+  std::vector<Own> own_;
+  uint32_t nextGen_ = 1;
+  std::vector<uint32_t> freeSlots_;
+
+  struct Import {
+    uint64_t gen = 0;
+    std::string handle;  // empty: none mapped
+  };
+  std::mutex refreshMutex_;
+  std::vector<std::vector<Import>> imported_;  // [q][slot]
+  std::vector<uint64_t> seenVersion_;          // [q]: the page version last mapped whole
+};
+
+}  // namespace loom
