@@ -130,6 +130,19 @@ CudaBackend::CudaBackend(const BenchOptions& options, loomComm_t comm)
                    "loom-bench: --window 1, but this communicator does not use windows "
                    "directly (LOOM_DEBUG=INFO says why): the calls run as without\n");
   }
+  if (opts_.registerBuffers) {
+    unsigned char* buffers[2] = {send_, recv_};
+    for (int i = 0; i < 2; ++i)
+      checkCall(loomCommRegister(comm_, buffers[i], capacity_, &registrations_[i]),
+                "loomCommRegister", comm_);
+    int direct = 0;
+    checkCall(loomCommRegistrationIsDirect(comm_, registrations_[1], &direct),
+              "loomCommRegistrationIsDirect", comm_);
+    if (direct == 0)
+      std::fprintf(stderr,
+                   "loom-bench: --register 1, but this communicator does not use registered "
+                   "buffers directly (LOOM_DEBUG=INFO says why): the calls run as without\n");
+  }
 }
 
 CudaBackend::~CudaBackend() {
@@ -137,6 +150,8 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   for (loomWindow_t w : windows_)
     if (w != nullptr) loomCommWindowDeregister(comm_, w);
+  for (loomRegistration_t r : registrations_)
+    if (r != nullptr) loomCommDeregister(comm_, r);
   cudaFree(scratch_);
   cudaFree(recv_);
   cudaFree(send_);

@@ -74,8 +74,9 @@ class CudaBackend final : public Backend {
   cudaEvent_t stop_ = nullptr;
   unsigned char* send_ = nullptr;
   unsigned char* recv_ = nullptr;
-  loomWindow_t windows_[2] = {nullptr, nullptr};  // --window: send_ and recv_
-  unsigned char* scratch_ = nullptr;              // barrier word, reduced scalars, broadcast bytes
+  loomWindow_t windows_[2] = {nullptr, nullptr};              // --window: send_ and recv_
+  loomRegistration_t registrations_[2] = {nullptr, nullptr};  // --register: send_ and recv_
+  unsigned char* scratch_ = nullptr;  // barrier word, reduced scalars, broadcast bytes
   // Staging for the check, allocated on its first use (runs with -c 0 never need it).
   std::unique_ptr<unsigned char[]> hostSend_;
   std::unique_ptr<unsigned char[]> hostRecv_;
@@ -87,8 +88,10 @@ class CudaBackend final : public Backend {
 // Loads NCCL and creates its communicator over the same ranks and devices, sharing the unique
 // id through Loom; exits the process with a message when NCCL is missing or fails on any rank.
 // window: NCCL gets buffers of its own, from ncclMemAlloc and registered as symmetric windows
-// (its symmetric kernels' conditions), at the same offsets as Loom's.
-std::unique_ptr<PeerLibrary> makeNcclPeer(CudaBackend& backend, int rank, int nranks, bool window);
+// (its symmetric kernels' conditions), at the same offsets as Loom's. registerBuffers: NCCL
+// registers Loom's buffers (ncclCommRegister).
+std::unique_ptr<PeerLibrary> makeNcclPeer(CudaBackend& backend, int rank, int nranks, bool window,
+                                          bool registerBuffers);
 
 #endif  // LOOM_HAVE_CUDA
 

@@ -33,6 +33,8 @@ class NcclPeer final : public PeerLibrary {
       if (s.window != nullptr) api_.commWindowDeregister(comm_, s.window);
       if (s.own != nullptr) api_.memFree(s.own);
     }
+    for (void* r : registrations_)
+      if (r != nullptr) api_.commDeregister(comm_, r);
     api_.commDestroy(comm_);
   }
   NcclPeer(const NcclPeer&) = delete;
@@ -45,6 +47,9 @@ class NcclPeer final : public PeerLibrary {
   // Collective: NCCL's own windows in place of Loom's send and receive buffers; false (with a
   // note on stderr) where this NCCL has no windows.
   bool useWindows(const unsigned char* send, const unsigned char* recv, size_t bytes);
+  // Registers Loom's send and receive buffers with NCCL (ncclCommRegister); false (with a note)
+  // where this NCCL cannot.
+  bool registerBuffers(unsigned char* send, unsigned char* recv, size_t bytes);
 
  private:
   // Where a pointer into Loom's buffers lies in NCCL's own (itself without windows).
@@ -67,6 +72,7 @@ class NcclPeer final : public PeerLibrary {
   int nranks_;
   Shadow shadows_[2];
   size_t shadowBytes_ = 0;
+  void* registrations_[2] = {nullptr, nullptr};
 };
 
 std::string versionText(int code) {
@@ -80,7 +86,9 @@ std::string versionText(int code) {
 
 std::string NcclPeer::description() const {
   return "nccl " + versionText(api_.version) + " (" + api_.path + ")" +
-         (shadowBytes_ > 0 ? ", on its own symmetric windows" : "");
+         (shadowBytes_ > 0               ? ", on its own symmetric windows"
+          : registrations_[0] != nullptr ? ", on registered buffers"
+                                         : "");
 }
 
 bool NcclPeer::supports(BenchOp op, loomDataType_t dtype, loomRedOp_t redop) const {
@@ -128,6 +136,21 @@ bool NcclPeer::useWindows(const unsigned char* send, const unsigned char* recv, 
           "ncclCommWindowRegister");
   }
   shadowBytes_ = bytes;
+  return true;
+}
+
+bool NcclPeer::registerBuffers(unsigned char* send, unsigned char* recv, size_t bytes) {
+  if (api_.commRegister == nullptr || api_.commDeregister == nullptr) {
+    if (rank_ == 0)
+      std::fprintf(stderr,
+                   "loom-bench: --register 1: %s has no ncclCommRegister (NCCL 2.19+): NCCL "
+                   "runs on unregistered buffers\n",
+                   api_.path.c_str());
+    return false;
+  }
+  unsigned char* buffers[2] = {send, recv};
+  for (int i = 0; i < 2; ++i)
+    check(api_.commRegister(comm_, buffers[i], bytes, &registrations_[i]), "ncclCommRegister");
   return true;
 }
 
@@ -208,7 +231,8 @@ void NcclPeer::issuePointToPoint(BenchOp op, const CallArgs& c, int root) {
 
 }  // namespace
 
-std::unique_ptr<PeerLibrary> makeNcclPeer(CudaBackend& backend, int rank, int nranks, bool window) {
+std::unique_ptr<PeerLibrary> makeNcclPeer(CudaBackend& backend, int rank, int nranks, bool window,
+                                          bool registerBuffers) {
   // NVLink multicast (NVLS) stays off whatever the environment says: the comparison must use
   // the same NVLink paths Loom can use. NCCL reads the variable at its first call.
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
@@ -255,6 +279,8 @@ std::unique_ptr<PeerLibrary> makeNcclPeer(CudaBackend& backend, int rank, int nr
   }
   auto peer = std::make_unique<NcclPeer>(*api, comm, backend.cudaStream(), rank, nranks);
   if (window) peer->useWindows(backend.sendBuffer(), backend.recvBuffer(), backend.capacity());
+  if (registerBuffers)
+    peer->registerBuffers(backend.sendBuffer(), backend.recvBuffer(), backend.capacity());
   return peer;  // (its description says whether it got windows)
 }
 

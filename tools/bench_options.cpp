@@ -259,6 +259,10 @@ std::string usageText() {
          "              (loomCommWindowRegister), so that Loom's calls on them run zero-copy\n"
          "              (default 0); with --vs nccl, NCCL gets its own buffers from\n"
          "              ncclMemAlloc registered as symmetric windows (NCCL 2.27+)\n"
+         "  --register 0|1 each rank registers the send and receive buffers alone\n"
+         "              (loomCommRegister, as PyTorch's allocator hook does for NCCL), so that\n"
+         "              Loom's calls on them run zero-copy (default 0); with --vs nccl, NCCL\n"
+         "              registers the same buffers (ncclCommRegister)\n"
          "  --overlap-gemm N  time each size again while N x N bf16 GEMMs (cuBLAS, loaded at\n"
          "              run time: libcublas.so.13/.12) run on another stream of the same\n"
          "              GPU, and report the calls' time under it and the compute each call\n"
@@ -358,6 +362,7 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
                                             "--device",
                                             "--graph",
                                             "--window",
+                                            "--register",
                                             "--overlap-gemm",
                                             "--vs"};
       for (const char* known : kValued) {
@@ -453,6 +458,10 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
       auto v = parseInt(value, 0, 1);
       if (!v) return bad();
       opts.window = *v == 1;
+    } else if (flag == "--register") {
+      auto v = parseInt(value, 0, 1);
+      if (!v) return bad();
+      opts.registerBuffers = *v == 1;
     } else if (flag == "--overlap-gemm") {
       auto v = parseInt(value, 0, 65536);
       if (!v) return bad();
@@ -472,10 +481,13 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
   }
   if (opts.minBytes > opts.maxBytes) return usageError("-b is larger than -e");
   if (opts.device == DeviceChoice::kCpu &&
-      (opts.graph || opts.vsNccl || opts.window || opts.overlapGemm > 0)) {
+      (opts.graph || opts.vsNccl || opts.window || opts.registerBuffers || opts.overlapGemm > 0)) {
     return usageError(
-        "--graph, --window, --overlap-gemm and --vs run on CUDA devices only, not with --device "
-        "cpu");
+        "--graph, --window, --register, --overlap-gemm and --vs run on CUDA devices only, not "
+        "with --device cpu");
+  }
+  if (opts.window && opts.registerBuffers) {
+    return usageError("--window 1 and --register 1 exclude each other");
   }
   if (opts.overlapGemm > 0 && (opts.graph || opts.vsNccl)) {
     return usageError("--overlap-gemm times eager Loom calls: not with --graph 1 or --vs");

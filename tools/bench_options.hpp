@@ -58,6 +58,8 @@ struct BenchOptions {
   bool graph = false;   // CUDA only: time the -n calls as one captured CUDA graph
   bool vsNccl = false;  // CUDA only: time NCCL on the same buffers too
   bool window = false;  // CUDA only: the buffers are registered windows (loomCommWindowRegister)
+  // CUDA only: each rank registers the buffers alone (loomCommRegister; NCCL: ncclCommRegister)
+  bool registerBuffers = false;
   // CUDA only, eager: N > 0 times each size's calls again while bf16 GEMMs of N x N matrices
   // (cuBLAS, loaded at run time) run on a stream of their own, and reports what each side lost.
   int overlapGemm = 0;

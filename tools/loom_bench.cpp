@@ -486,7 +486,8 @@ int benchMain(int argc, char** argv) {
     }
     layout.deviceLine = "# device: cuda, rank 0 on " + myDevice +
                         "; graph: " + (opts.graph ? "1" : "0") +
-                        "; window: " + (opts.window ? "1" : "0");
+                        "; window: " + (opts.window ? "1" : "0") +
+                        "; register: " + (opts.registerBuffers ? "1" : "0");
     config.device = "cuda";
     configArg = &config;
   }
@@ -537,7 +538,7 @@ int benchMain(int argc, char** argv) {
   if (cuda) {
     auto device = std::make_unique<CudaBackend>(opts, comm);
     if (opts.vsNccl) {
-      peer = makeNcclPeer(*device, rank, nranks, opts.window);
+      peer = makeNcclPeer(*device, rank, nranks, opts.window, opts.registerBuffers);
       layout.deviceLine += "; vs: " + peer->description();
     }
     backend = std::move(device);

@@ -77,12 +77,15 @@ const Api* load(std::string* error) {
     dlclose(handle);
     return nullptr;
   }
-  // Optional: windows (loom-bench --window 1 gives NCCL its own registered buffers).
+  // Optional: windows (loom-bench --window 1 gives NCCL its own registered buffers) and
+  // registration (--register 1).
   std::string absent;
   resolve(handle, "ncclMemAlloc", &api.memAlloc, &absent);
   resolve(handle, "ncclMemFree", &api.memFree, &absent);
   resolve(handle, "ncclCommWindowRegister", &api.commWindowRegister, &absent);
   resolve(handle, "ncclCommWindowDeregister", &api.commWindowDeregister, &absent);
+  resolve(handle, "ncclCommRegister", &api.commRegister, &absent);
+  resolve(handle, "ncclCommDeregister", &api.commDeregister, &absent);
   // Optional: only decides which types and ops are offered to it.
   Result (*getVersion)(int*) = nullptr;
   std::string ignored;

@@ -61,6 +61,8 @@ struct Api {
   Result (*commWindowRegister)(Comm comm, void* buff, size_t size, Window* win,
                                int flags) = nullptr;
   Result (*commWindowDeregister)(Comm comm, Window win) = nullptr;
+  Result (*commRegister)(Comm comm, void* buff, size_t size, void** handle) = nullptr;
+  Result (*commDeregister)(Comm comm, void* handle) = nullptr;
 };
 
 // Loads libnccl.so.2 (then libnccl.so; or only the file LOOM_BENCH_NCCL names) and resolves

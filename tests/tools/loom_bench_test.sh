@@ -112,6 +112,15 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
   grep -q "overlap-gemm" "$TMP/ov" || fail "--overlap-gemm without a GPU: $(cat "$TMP/ov")"
 fi
 
+# --register is CUDA only and excludes --window.
+for extra in "--device cpu" "--window 1"; do
+  # shellcheck disable=SC2086
+  "$BENCH" allgather "${SMALL[@]}" --register 1 $extra >/dev/null 2>"$TMP/reg"
+  status=$?
+  [[ $status -eq 2 ]] || fail "--register 1 with $extra exits $status, expected 2"
+  grep -q -- "--register" "$TMP/reg" || fail "--register 1 with $extra: $(cat "$TMP/reg")"
+done
+
 # --plot draws busbw against size where matplotlib is; says how to get it where not.
 if python3 -c "import matplotlib" 2>/dev/null; then
   "$BENCH" allreduce "${SMALL[@]}" --plot "$TMP/p.png" >/dev/null 2>&1 || fail "--plot exits $?"
