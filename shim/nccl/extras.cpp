@@ -1,8 +1,10 @@
 // Custom reductions, memory, buffer and window registration, and NCCL's device communicators.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "shim.hpp"
+#include "shim_env.hpp"
 
 #if defined(LOOM_HAVE_CUDA)
 #include <cuda_runtime_api.h>
@@ -150,9 +152,12 @@ ncclResult_t ncclMemFree(void* ptr) {
   return fromReal(entry, *lib, nullptr, lib->MemFree(ptr));
 }
 
-// Registration is an optimization hint in NCCL (collectives accept any buffer); Loom's
-// collectives need none, so a Loom communicator records the range and returns a handle. A
-// communicator running wholly on the real NCCL registers there.
+// Registration is an optimization hint in NCCL (collectives accept any buffer). On a Loom
+// communicator it is Loom's (loomCommRegister): calls whose buffers every rank registered run
+// zero-copy where Loom can. Memory Loom cannot share between processes (cudaMallocAsync pools,
+// cuMemCreate) stays unregistered and the call succeeds, as NCCL's does: programs register every
+// buffer on every rank (PyTorch's allocator hook), so one allocator leaves every rank's buffers
+// unregistered alike. A communicator running wholly on the real NCCL registers there.
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   const Entry entry = Entry::kCommRegister;
   ncclResult_t error = ncclSuccess;
@@ -175,6 +180,16 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, vo
     }
   } else {
     count(entry, Route::kLoom);
+    const loomResult_t registered = loomCommRegister(c->loom, buff, size, &r->loomRegistration);
+    if (registered == loomInvalidArgument) {
+      if (env::infoEnabled())
+        std::fprintf(stderr, "loom-nccl INFO ncclCommRegister: %s; the buffer stays unregistered\n",
+                     loomGetLastError(c->loom));
+      r->loomRegistration = nullptr;
+    } else if (registered != loomSuccess) {
+      delete r;
+      return fromLoom(entry, registered);
+    }
   }
   *handle = r;
   return ncclSuccess;
@@ -195,6 +210,8 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
                       lib->CommDeregister(reinterpret_cast<ncclComm_t>(c->real), r->real));
   } else {
     count(entry, Route::kLoom);
+    if (r->loomRegistration != nullptr)
+      result = fromLoom(entry, loomCommDeregister(c->loom, r->loomRegistration));
   }
   r->magic = 0;
   delete r;
@@ -230,9 +247,9 @@ ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, nc
   } else {
     static_assert(NCCL_WIN_COLL_SYMMETRIC == LOOM_WIN_COLL_SYMMETRIC);
     count(entry, Route::kLoom);
-    ncclResult_t result = fromLoom(
-        entry, loomCommWindowRegister(c->loom, buff, size, &r->window,
-                                      winFlags & NCCL_WIN_COLL_SYMMETRIC));
+    ncclResult_t result =
+        fromLoom(entry, loomCommWindowRegister(c->loom, buff, size, &r->window,
+                                               winFlags & NCCL_WIN_COLL_SYMMETRIC));
     if (result != ncclSuccess) {
       delete r;
       return result;

@@ -68,6 +68,7 @@ struct Registration {
   size_t bytes = 0;
   void* real = nullptr;  // the real NCCL's handle (ncclCommRegister / ncclCommWindowRegister)
   loomWindow_t window = nullptr;  // a window of a Loom communicator (ncclCommWindowRegister)
+  loomRegistration_t loomRegistration = nullptr;  // ncclCommRegister on a Loom communicator
 };
 
 }  // namespace loom::nccl_shim
