@@ -229,6 +229,28 @@ TEST(RegistrationLifetime, APeerThatRegistersLateIsWaitedFor) {
   checkReduceScatter(h, loomFloat32, loomSum, 70001, {});
 }
 
+// The last rank renews its registrations (deregisters, registers again: the same slots, new
+// generations) a quarter second after the others did and called: their kernels wait while their
+// watchdogs see the old registrations withdrawn and the new ones published. Unmapping the old
+// ones there would wait for those very kernels (cudaIpcCloseMemHandle does), so the watchdog only
+// drops them from the table (first seen with torch's allocator segments on an H100: the kernel
+// waited until the timeout).
+TEST(RegistrationLifetime, APeerThatRenewsItsRegistrationsWhileOthersWaitIsMapped) {
+  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  Harness h(windowConfigs()[0]);
+  ASSERT_TRUE(h.ok());
+  {
+    Registered first(h, Kind::kAlone);
+    ASSERT_TRUE(first.registered());
+    checkAllGather(h, loomFloat32, 70001, {});  // every rank maps every peer's registrations
+    if (gRank == gRanks - 1) usleep(250 * 1000);
+  }
+  Registered renewed(h, Kind::kAlone);
+  ASSERT_TRUE(renewed.registered());
+  checkAllGather(h, loomFloat32, 70001, {});
+  checkReduceScatter(h, loomFloat32, loomSum, 70001, {});
+}
+
 // A communicator of its own for a call the ranks disagree on, with a short timeout.
 struct MisuseComm {
   loomComm_t comm = nullptr;

@@ -271,7 +271,12 @@ void CudaEngine::watch() {
     if (!reported && status->error != cuda::kDevOk) {
       reported = true;
       int peer = status->errorPeer;
-      if (status->error == cuda::kDevWindowMismatch)
+      if (status->error == cuda::kDevUnmapped)
+        setup_.fail(Error(loomTimeout, "a registered buffer of rank " + std::to_string(peer) +
+                                           " was not mapped here within " +
+                                           std::to_string(setup_.timeoutMs / 1000.0) +
+                                           " s (LOOM_DEBUG=INFO shows the registrations)"));
+      else if (status->error == cuda::kDevWindowMismatch)
         setup_.fail(Error(loomInvalidUsage,
                           "rank " + std::to_string(peer) +
                               " called a collective on registered windows with other buffer "

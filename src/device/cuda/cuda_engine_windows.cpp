@@ -112,6 +112,8 @@ void CudaEngine::deregisterBuffer(uint64_t id) {
   // then read it; once they are done, every peer's kernel of those calls is done with it too.
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
   registrations_->remove(id);
+  // No kernel of this rank runs now: closing the peers' withdrawn registrations cannot stall.
+  registrations_->unmapWithdrawn();
 }
 
 void CudaEngine::watchRegistrations() {
@@ -137,6 +139,7 @@ void CudaEngine::deregisterWindow(uint64_t id) {
   // Kernels and copies in flight may still address the window, here and, through it, at peers.
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
   userWindows_->remove(id);
+  registrations_->unmapWithdrawn();
 }
 
 bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStream_t stream) {
@@ -236,7 +239,12 @@ bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStrea
   a.blocks = blocksFor(perBlockBytes, Protocol::kSimple);
   // Peers' registrations published by now are mapped before the kernel looks for them; a later
   // one the watchdog maps while the kernel waits.
-  if (a.resolve) registrations_->refresh();
+  if (a.resolve) {
+    registrations_->refresh();
+    LOOM_INFO(kSubsysColl, me, "zero-copy on registered buffers: input slot ", a.sendRef.slot,
+              " generation ", a.sendRef.gen, ", output slot ", a.recvRef.slot, " generation ",
+              a.recvRef.gen);
+  }
   if (reduce) {
     cuda::ReduceKey key{call.dtype, kernelOp(call.op), resolveGpuAccum(call.dtype, call.accum)};
     cuda::launchZeroCopyReduce(dev_, a, key, stream);

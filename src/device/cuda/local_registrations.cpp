@@ -88,8 +88,10 @@ LocalRegistrations::LocalRegistrations(
 }
 
 LocalRegistrations::~LocalRegistrations() {
+  // The engine waited for its kernels before destroying this.
   for (int q = 0; q < nranks_; ++q)
-    for (int s = 0; s < cuda::kMaxRegistrations; ++s) withdrawImport(q, s);
+    for (int s = 0; s < cuda::kMaxRegistrations; ++s) withdrawImport(q, s, true);
+  unmapWithdrawn();
   if (table_ != nullptr) cudaFreeHost(table_);
 }
 
@@ -130,6 +132,8 @@ void LocalRegistrations::add(uint64_t id, void* ptr, size_t bytes) {
   e.gen.store(o.gen, std::memory_order_release);
   mine->version.fetch_add(1, std::memory_order_release);
   own_.push_back(o);
+  LOOM_INFO(kSubsysColl, rank_, "registered ", static_cast<void*>(o.base), " (", bytes,
+            " bytes) as slot ", o.slot, " generation ", o.gen);
 }
 
 void LocalRegistrations::remove(uint64_t id) {
@@ -139,6 +143,7 @@ void LocalRegistrations::remove(uint64_t id) {
   Page* mine = page(rank_);
   mine->entries[it->slot].gen.store(0, std::memory_order_release);
   mine->version.fetch_add(1, std::memory_order_release);
+  LOOM_INFO(kSubsysColl, rank_, "withdrew slot ", it->slot, " generation ", it->gen);
   freeSlots_.push_back(it->slot);
   own_.erase(it);
 }
@@ -177,7 +182,7 @@ void LocalRegistrations::refreshPeer(int q) {
     const uint64_t gen = e.gen.load(std::memory_order_acquire);
     Import& im = imported_[q][s];
     if (gen == im.gen) continue;
-    withdrawImport(q, s);
+    withdrawImport(q, s, false);
     if (gen == 0) continue;
     Entry copy;
     std::memcpy(&copy.handle, &e.handle, sizeof(copy.handle));
@@ -204,17 +209,37 @@ void LocalRegistrations::refreshPeer(int q) {
     t->base = reinterpret_cast<uint64_t>(mapped + copy.offset);
     std::atomic_thread_fence(std::memory_order_release);
     t->gen = gen;
+    LOOM_INFO(kSubsysColl, rank_, "mapped rank ", q, "'s slot ", s, " generation ", gen, " (",
+              copy.bytes, " bytes)");
   }
   if (whole) seenVersion_[q] = version;
 }
 
-void LocalRegistrations::withdrawImport(int q, int slot) {
+void LocalRegistrations::unmapWithdrawn() {
+  std::vector<std::string> handles;
+  {
+    // Not held while closing: the watchdog must never wait behind a close.
+    std::lock_guard<std::mutex> lock(refreshMutex_);
+    handles.swap(unmapLater_);
+  }
+  for (const std::string& handle : handles) imports_.close(handle);
+}
+
+void LocalRegistrations::withdrawImport(int q, int slot, bool closeNow) {
   Import& im = imported_[q][slot];
   if (im.gen == 0) return;
   volatile cuda::ImportEntry* t = table_ + static_cast<size_t>(q) * cuda::kMaxRegistrations + slot;
   t->gen = 0;
   std::atomic_thread_fence(std::memory_order_release);
-  if (!im.handle.empty()) imports_.close(im.handle);
+  // A later registration in the same allocation reopens it at no cost: IpcImports counts uses.
+  if (!im.handle.empty()) {
+    if (closeNow)
+      imports_.close(im.handle);
+    else
+      unmapLater_.push_back(im.handle);
+  }
+  LOOM_INFO(kSubsysColl, rank_, "dropped rank ", q, "'s slot ", slot, " generation ", im.gen,
+            closeNow ? " (unmapped)" : " (unmapped at this rank's next deregistration)");
   im = Import{};
 }
 

@@ -8,8 +8,11 @@
 // of its buffers through the zero-copy kernels' arrival, and a peer's kernel finds that buffer in
 // its import table (pinned host memory the kernels read). This class fills the table from the
 // peers' pages: before a call that needs a peer's buffer, and from the watchdog every
-// millisecond (for a kernel waiting on a registration published after its host looked, and to
-// unmap registrations the peers withdrew).
+// millisecond (for a kernel waiting on a registration published after its host looked).
+// Registrations the peers withdrew leave the table at once but stay mapped until this rank's
+// device is idle (unmapWithdrawn, at this rank's own deregistrations): cudaIpcCloseMemHandle
+// waits for the kernels of this process, and one of them may be waiting for the watchdog to map
+// a registration (seen on an H100: the watchdog stalled until the kernel timed out).
 //
 // A page entry is written as a seqlock: generation 0 while the entry changes, the registration's
 // generation once it is whole; a reader that sees the generation change under it looks again.
@@ -54,9 +57,11 @@ class LocalRegistrations {
   bool empty() const;
   // The registration holding [ptr, ptr + bytes), as peers name it; false if none.
   bool find(const void* ptr, size_t bytes, cuda::BufferRef& ref) const;
-  // Maps the registrations peers published since the last look and unmaps those they withdrew;
-  // a few loads when nothing changed. Thread-safe.
+  // Maps the registrations peers published since the last look and takes those they withdrew out
+  // of the table; a few loads when nothing changed. Never waits for the device. Thread-safe.
   void refresh();
+  // Unmaps the withdrawn registrations; call when no kernel of this rank runs (it would wait).
+  void unmapWithdrawn();
   // [nranks][kMaxRegistrations] as the kernels address it.
   const cuda::ImportEntry* deviceTable() const { return tableOnDevice_; }
 
@@ -64,7 +69,8 @@ class LocalRegistrations {
   struct Page;
   Page* page(int rank) const;
   void refreshPeer(int q);
-  void withdrawImport(int q, int slot);
+  // Out of the table; its mapping is closed now or (later) kept for unmapWithdrawn.
+  void withdrawImport(int q, int slot, bool closeNow);
 
   const CudaDriver& driver_;
   IpcImports& imports_;
@@ -93,6 +99,7 @@ class LocalRegistrations {
   std::mutex refreshMutex_;
   std::vector<std::vector<Import>> imported_;  // [q][slot]
   std::vector<uint64_t> seenVersion_;          // [q]: the page version last mapped whole
+  std::vector<std::string> unmapLater_;        // handles of withdrawn imports, still open
 };
 
 }  // namespace loom

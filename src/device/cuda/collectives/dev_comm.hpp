@@ -28,7 +28,13 @@ struct DevStatus {
   int waiting;    // set by kernels while a wait has lasted over a millisecond: check the peers
 };
 
-enum DevError : int { kDevOk = 0, kDevTimeout = 1, kDevAborted = 2, kDevWindowMismatch = 3 };
+enum DevError : int {
+  kDevOk = 0,
+  kDevTimeout = 1,
+  kDevAborted = 2,
+  kDevWindowMismatch = 3,
+  kDevUnmapped = 4,  // a peer's registered buffer was never mapped here within the timeout
+};
 
 // A rank's window, the part of its device (or pinned host) memory that peers write into:
 //   slots   [kChannels][nranks][kSlotsPerChannel][slotBytes]: data from rank q on channel b
