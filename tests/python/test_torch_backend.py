@@ -16,13 +16,16 @@ pytestmark = pytest.mark.skipif(not loom.torch_backend_registered,
 WORKER = os.path.join(os.path.dirname(__file__), "torch_worker.py")
 
 
-def run(case, world, device="cpu", timeout=300):
+def run(case, world, device="cpu", timeout=300, may_share_gpu=False):
+    """may_share_gpu: the case has no NCCL reference, so with LOOM_TEST_SHARE_GPU=1 its ranks
+    may share GPUs (best under CUDA MPS)."""
     if device == "cuda":
         import loom  # noqa: F811
 
         if not getattr(loom, "torch_cuda", False):
             pytest.skip("loom's torch backend was built without CUDA")
-        if torch.cuda.device_count() < world:
+        sharing = may_share_gpu and os.environ.get("LOOM_TEST_SHARE_GPU") == "1"
+        if torch.cuda.device_count() < (1 if sharing else world):
             pytest.skip(f"needs {world} GPUs, this machine has {torch.cuda.device_count()}")
     return run_ranks(WORKER, case, world, [str(free_port()), device], timeout)
 
@@ -115,3 +118,15 @@ def test_torchrun_across_namespace_nodes():
         pytest.skip("network namespaces unavailable: " + output.strip().splitlines()[-1])
     assert result.returncode == 0, output
     assert output.count("loom ok") == 4, output
+
+
+@pytest.mark.parametrize("world,device", cuda_worlds(2))
+def test_registered_allocator_segments(world, device, monkeypatch):
+    """LOOM_TORCH_REGISTER_SEGMENTS=1: the allocator's segments are registered (zero-copy calls)
+    and results stay right while segments are freed and made."""
+    monkeypatch.setenv("LOOM_TORCH_REGISTER_SEGMENTS", "1")
+    codes, outputs = run("registered_segments", world, device, may_share_gpu=True)
+    assert codes == [0] * world, "\n".join(outputs)
+    for out in outputs:
+        assert "could not be registered" not in out, out
+        assert "registered_segments ok" in out, out

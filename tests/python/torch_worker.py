@@ -359,6 +359,46 @@ def fsdp(rank, world, ref):
     dist.barrier()
 
 
+def registered_segments(rank, world, ref):
+    """LOOM_TORCH_REGISTER_SEGMENTS=1: collectives on tensors in registered allocator segments,
+    checked against values computed here (no reference group: ranks may share one GPU, which
+    NCCL refuses). Segments come and go between rounds (empty_cache, a large new tensor), so
+    registrations are made and withdrawn while the group runs."""
+    for round_ in range(3):
+        for dtype in (torch.float32, torch.bfloat16):
+            for n in (1000, 300_000):
+                def sum_of(shape, lo=0, hi=None):
+                    return sum(value(q, shape, torch.float64)[lo:hi] for q in range(world))
+                t = value(rank, (n,), dtype)
+                dist.all_reduce(t)
+                same(f"all_reduce {dtype} {n}", t, sum_of((n,)).to(dtype))
+                out = zeros(world * n, dtype=dtype)
+                dist.all_gather_into_tensor(out, value(rank, (n,), dtype))
+                same(f"all_gather_into_tensor {dtype} {n}", out,
+                     torch.cat([value(q, (n,), dtype) for q in range(world)]))
+                out = zeros(n, dtype=dtype)
+                dist.reduce_scatter_tensor(out, value(rank, (world * n,), dtype))
+                same(f"reduce_scatter_tensor {dtype} {n}", out,
+                     sum_of((world * n,), rank * n, (rank + 1) * n).to(dtype))
+                out = zeros(world * n, dtype=dtype)
+                dist.all_to_all_single(out, value(rank, (world * n,), dtype, salt=1))
+                same(f"all_to_all_single {dtype} {n}", out,
+                     torch.cat([value(q, (world * n,), dtype, salt=1)[rank * n:(rank + 1) * n]
+                                for q in range(world)]))
+        torch.cuda.synchronize()
+        print(f"round {round_}: calls checked", flush=True)
+        torch.cuda.empty_cache()  # frees the cached segments: deregistered
+        print(f"round {round_}: cache emptied", flush=True)
+        big = torch.ones(64 << 20, device=DEV)  # a new segment: registered
+        torch.cuda.synchronize()
+        print(f"round {round_}: new segment", flush=True)
+        dist.all_reduce(big)
+        same(f"all_reduce of a new segment, round {round_}", big,
+             torch.full_like(big, float(world)))
+        del big
+    print("registered_segments ok", flush=True)
+
+
 def os_exit(code):
     import os
     sys.stdout.flush()
@@ -376,17 +416,18 @@ def main():
         if case == "never_joins":
             import os
             os.environ["LOOM_TORCH_BLOCKING_WAIT"] = "1"  # wait() itself raises at the timeout
-    timeout = timedelta(seconds={"rank_exits": 20, "never_joins": 5, "abort": 20}.get(case, 120))
+    timeout = timedelta(seconds={"rank_exits": 20, "never_joins": 5, "abort": 20,
+                                 "registered_segments": 30}.get(case, 120))
     dist.init_process_group("loom", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timeout,
                             device_id=DEV if case == "split" and DEV.type == "cuda" else None)
     # No reference group for split: with device_id bound, torch 2.11's new_group(backend="nccl")
     # tries to split the NCCL group from loom's communicator (a torch limitation).
-    ref = None if case == "split" else dist.new_group(
+    ref = None if case in ("split", "registered_segments") else dist.new_group(
         backend="nccl" if DEV.type == "cuda" else "gloo")
     cases = {"collectives": collectives, "unsupported": unsupported, "rank_exits": rank_exits,
              "ddp": ddp, "abort": abort, "dtensor": dtensor, "never_joins": never_joins,
-             "split": split, "fsdp": fsdp}
+             "split": split, "fsdp": fsdp, "registered_segments": registered_segments}
     cases[case](rank, world, ref)
     dist.destroy_process_group()
 

@@ -17,11 +17,13 @@
 
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <string>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "loom/loom.h"
+#include "segment_registry.hpp"
 
 namespace loom::torchbackend {
 
@@ -29,6 +31,9 @@ struct CudaComm {
   loomComm_t comm = nullptr;
   at::Device device{at::kCUDA, 0};
   c10::cuda::CUDAStream stream;
+  // The allocator's segments registered with comm (LOOM_TORCH_REGISTER_SEGMENTS=1), or null;
+  // released before comm is destroyed.
+  std::shared_ptr<SegmentRegistry> segments;
 };
 
 class LoomCudaWork : public c10d::Work {

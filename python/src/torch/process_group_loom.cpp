@@ -68,6 +68,14 @@ at::Device homeDevice() {
   return at::Device(at::kCPU);
 }
 
+#ifdef LOOM_TORCH_CUDA
+std::unique_ptr<CudaComm> makeCudaComm(loomComm_t comm, at::Device device) {
+  return std::make_unique<CudaComm>(
+      CudaComm{comm, device, c10::cuda::getStreamFromPool(false, device.index()),
+               SegmentRegistry::attachIfEnabled(comm, device.index())});
+}
+#endif
+
 }  // namespace
 
 void ProcessGroupLoom::adoptHomeDevices() {
@@ -98,8 +106,7 @@ void ProcessGroupLoom::adoptHomeDevices() {
 #ifdef LOOM_TORCH_CUDA
   if (home.is_cuda()) {
     cudaHome_ = true;
-    cuda_ = std::make_unique<CudaComm>(
-        CudaComm{comm_, home, c10::cuda::getStreamFromPool(false, home.index())});
+    cuda_ = makeCudaComm(comm_, home);
   }
 #endif
 }
@@ -113,9 +120,7 @@ ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store,
       comm_(child.hostComm) {
 #ifdef LOOM_TORCH_CUDA
   if (child.cudaComm != nullptr) {
-    cuda_ = std::make_unique<CudaComm>(
-        CudaComm{child.cudaComm, child.cudaDevice,
-                 c10::cuda::getStreamFromPool(false, child.cudaDevice.index())});
+    cuda_ = makeCudaComm(child.cudaComm, child.cudaDevice);
   }
 #endif
   worker_ = std::thread([this] { work(); });
@@ -156,8 +161,7 @@ const CudaComm& ProcessGroupLoom::cudaComm(at::Device device) {
   loomComm_t comm = nullptr;
   call(loomCommInitRankConfig(&comm, size_, id, rank_, &config), "init (CUDA)", nullptr,
        getGroupDesc());
-  cuda_ = std::make_unique<CudaComm>(
-      CudaComm{comm, device, c10::cuda::getStreamFromPool(false, device.index())});
+  cuda_ = makeCudaComm(comm, device);
   return *cuda_;
 }
 #endif
@@ -243,6 +247,7 @@ void ProcessGroupLoom::shutdown() {
     loomCommGetAsyncError(cuda_->comm, &asyncError);
     // Ops still on Loom's stream end first (a failed communicator's kernels have stopped).
     if (asyncError == loomSuccess) cuda_->stream.synchronize();
+    cuda_->segments.reset();
     loomCommDestroy(cuda_->comm);
   }
   cuda_.reset();
