@@ -16,16 +16,8 @@ set -uo pipefail
 (($# == 2)) || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 build=$(cd "$1" && pwd) || exit 2
 mkdir -p "$2" && out=$(cd "$2" && pwd) || exit 2
-export NCCL_NVLS_ENABLE=0
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-((gpus > 0)) || { echo "no GPU here" >&2; exit 77; }
-ranks=${RANKS:-$((gpus > 1 ? gpus : 2))}
-if ((ranks > gpus)); then
-  export CUDA_MPS_PIPE_DIRECTORY=$out/mps/pipe CUDA_MPS_LOG_DIRECTORY=$out/mps/log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d || { echo "cannot start CUDA MPS" >&2; exit 1; }
-  trap 'echo quit | nvidia-cuda-mps-control; sleep 1' EXIT
-fi
+# shellcheck source=bench/gpu_ranks.sh
+source "$(dirname "$0")/gpu_ranks.sh"
 sizes=${SIZES:--b 64K -e 256M -f 4}
 status=0
 for op in ${OPS:-allgather reducescatter allreduce alltoall}; do
