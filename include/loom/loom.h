@@ -176,11 +176,12 @@ loomResult_t loomCommWindowIsDirect(loomComm_t comm, loomWindow_t win, int* dire
  * peers' buffers directly, as on windows; peers map a new registration when a call first needs
  * it. As in NCCL, when one rank's call passes registered buffers every rank's call must: a call
  * that mixes them fails on every rank (loomInvalidUsage where the kernels can tell, else
- * loomTimeout), never with wrong data. Elsewhere registration succeeds and calls run as on any
- * buffer. On a CUDA communicator the buffer must lie in memory that can be shared between
- * processes (loomMemAlloc's or cudaMalloc's; not cudaMallocAsync pools or cuMemCreate):
+ * loomTimeout); its outputs are then not results. Elsewhere registration succeeds and calls run
+ * as on any buffer. On a CUDA communicator the buffer must lie in memory that can be shared
+ * between processes (loomMemAlloc's or cudaMalloc's; not cudaMallocAsync pools or cuMemCreate):
  * loomInvalidArgument otherwise. Deregister before freeing the buffer (it waits for this rank's
- * device work). */
+ * device work, not for the peers: they unmap it at their own next deregistration, so its memory
+ * returns to the device only then). */
 typedef struct loomRegistration* loomRegistration_t;
 loomResult_t loomCommRegister(loomComm_t comm, void* buff, size_t size, loomRegistration_t* handle);
 loomResult_t loomCommDeregister(loomComm_t comm, loomRegistration_t handle);

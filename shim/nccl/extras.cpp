@@ -181,7 +181,8 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, vo
   } else {
     count(entry, Route::kLoom);
     const loomResult_t registered = loomCommRegister(c->loom, buff, size, &r->loomRegistration);
-    if (registered == loomInvalidArgument) {
+    // Memory Loom cannot share, or this rank's registrations at their limit.
+    if (registered == loomInvalidArgument || registered == loomInvalidUsage) {
       if (env::infoEnabled())
         std::fprintf(stderr, "loom-nccl INFO ncclCommRegister: %s; the buffer stays unregistered\n",
                      loomGetLastError(c->loom));

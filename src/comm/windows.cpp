@@ -87,9 +87,9 @@ void Comm::deregisterBuffer(uint64_t id) {
                          [&](const CommWindow& r) { return r.id == id; });
   LOOM_CHECK_ARG(it != registrations_.end(), "registration ", id,
                  " is not registered with this communicator");
-  const bool used = it->used;
+  // Withdrawn from the backend first: if that fails, the registration is still listed here.
+  if (it->used) failOnErrorExceptArguments([&] { native_->deregisterBuffer(id); });
   registrations_.erase(it);
-  if (used) failOnErrorExceptArguments([&] { native_->deregisterBuffer(id); });
 }
 
 bool Comm::bufferRegistrationUsed(uint64_t id, std::string* why) const {

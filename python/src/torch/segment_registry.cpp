@@ -14,15 +14,25 @@ std::shared_ptr<SegmentRegistry> SegmentRegistry::attachIfEnabled(loomComm_t com
   const char* setting = std::getenv("LOOM_TORCH_REGISTER_SEGMENTS");
   if (setting == nullptr || std::strcmp(setting, "1") != 0) return nullptr;
   auto registry = std::make_shared<SegmentRegistry>(comm, device);
-  // Attached before the snapshot is read: a segment made in between is seen twice, and add()
-  // replaces a registration at the same address.
-  std::weak_ptr<SegmentRegistry> weak = registry;
-  alloc::attachAllocatorTraceTracker([weak](const alloc::TraceEntry& entry) {
-    if (std::shared_ptr<SegmentRegistry> r = weak.lock()) r->onTrace(entry);
-  });
-  for (const alloc::SegmentInfo& segment : alloc::snapshot().segments)
-    if (segment.device == device && !segment.is_expandable)
-      registry->add(static_cast<uintptr_t>(segment.address), segment.total_size);
+  try {
+    // Attached before the snapshot is read: a segment made in between is seen twice, and add()
+    // replaces a registration at the same address.
+    std::weak_ptr<SegmentRegistry> weak = registry;
+    alloc::attachAllocatorTraceTracker([weak](const alloc::TraceEntry& entry) {
+      if (std::shared_ptr<SegmentRegistry> r = weak.lock()) r->onTrace(entry);
+    });
+    for (const alloc::SegmentInfo& segment : alloc::snapshot().segments)
+      if (segment.device == device && !segment.is_expandable)
+        registry->add(static_cast<uintptr_t>(segment.address), segment.total_size);
+  } catch (const std::exception& e) {
+    // An allocator backend without traces or snapshots (cudaMallocAsync): the group works
+    // unregistered, as on every rank with the same allocator settings.
+    std::fprintf(stderr,
+                 "loom: LOOM_TORCH_REGISTER_SEGMENTS: this allocator cannot report its segments "
+                 "(%s); collectives run unregistered\n",
+                 e.what());
+    return nullptr;
+  }
   return registry;
 }
 

@@ -35,11 +35,17 @@ char* IpcImports::open(const std::string& handle, std::string* why) {
 }
 
 void IpcImports::close(const std::string& handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = opened_.find(handle);
-  if (it == opened_.end() || --it->second.users > 0) return;
-  cudaIpcCloseMemHandle(it->second.base);
-  opened_.erase(it);
+  char* base = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = opened_.find(handle);
+    if (it == opened_.end() || --it->second.users > 0) return;
+    base = it->second.base;
+    opened_.erase(it);
+  }
+  // Outside the lock: the close waits for this process's kernels, and the watchdog must be
+  // able to open other peers' memory meanwhile (a kernel may be waiting for it).
+  cudaIpcCloseMemHandle(base);
 }
 
 }  // namespace loom

@@ -198,9 +198,13 @@ void LocalRegistrations::refreshPeer(int q) {
     LOOM_CUDA_CHECK(cudaSetDevice(device_));
     char* mapped = imports_.open(handle, &why);
     if (mapped == nullptr) {
-      // The kernel that needs it gives up at the communicator's timeout.
-      LOOM_WARN(kSubsysColl, rank_, "rank ", q, "'s registered buffer could not be mapped: ", why);
-      im.gen = gen;
+      // Tried again at every look (a kernel that needs it gives up at the communicator's
+      // timeout); said once per registration.
+      if (im.failedGen != gen)
+        LOOM_WARN(kSubsysColl, rank_, "rank ", q,
+                  "'s registered buffer could not be mapped: ", why);
+      im.failedGen = gen;
+      whole = false;
       continue;
     }
     im.gen = gen;
@@ -240,7 +244,8 @@ void LocalRegistrations::withdrawImport(int q, int slot, bool closeNow) {
   }
   LOOM_INFO(kSubsysColl, rank_, "dropped rank ", q, "'s slot ", slot, " generation ", im.gen,
             closeNow ? " (unmapped)" : " (unmapped at this rank's next deregistration)");
-  im = Import{};
+  im.gen = 0;
+  im.handle.clear();
 }
 
 }  // namespace loom

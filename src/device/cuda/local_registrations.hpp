@@ -94,7 +94,8 @@ class LocalRegistrations {
 
   struct Import {
     uint64_t gen = 0;
-    std::string handle;  // empty: none mapped
+    std::string handle;      // empty: none mapped
+    uint64_t failedGen = 0;  // the generation whose mapping failed last (warned once)
   };
   std::mutex refreshMutex_;
   std::vector<std::vector<Import>> imported_;  // [q][slot]

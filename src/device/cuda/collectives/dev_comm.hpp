@@ -47,7 +47,9 @@ enum DevError : int {
 //   ceSync  [2][nranks] uint64: the same for the copy-engine collectives, written by the streams
 // A rank's buffer registered alone (loomCommRegister), as its peers find it: the registration's
 // slot and generation in the rank's board (local_registrations.hpp), and the offset into it.
-constexpr int kMaxRegistrations = 1024;  // live registrations per rank
+// Live registrations per rank. A rank past it gets loomInvalidUsage (its call then runs
+// unregistered where its peers' may not: a mismatch); torch's allocator holds far fewer segments.
+constexpr int kMaxRegistrations = 4096;
 constexpr uint32_t kNoSlot = 0xffffffffu;
 struct BufferRef {
   uint32_t slot;  // kNoSlot: not a local registration
