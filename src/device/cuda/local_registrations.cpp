@@ -36,8 +36,8 @@ LocalRegistrations::LocalRegistrations(
     const CudaDriver& driver, IpcImports& imports, int device, int rank, int nranks,
     std::function<std::vector<std::string>(const std::string&)> allGather)
     : driver_(driver), imports_(imports), device_(device), rank_(rank), nranks_(nranks) {
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t stride = (sizeof(Page) + page - 1) / page * page;
+  const size_t osPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  pageStride_ = (sizeof(Page) + osPage - 1) / osPage * osPage;
   std::string name, failure;
   try {
     if (rank_ == 0) {
@@ -46,7 +46,7 @@ LocalRegistrations::LocalRegistrations(
       std::ostringstream n;
       n << "/loom-reg-" << getpid() << "-" << std::hex << nonce;
       name = n.str();
-      board_ = ShmSegment::create(name, stride * nranks_);
+      board_ = ShmSegment::create(name, pageStride_ * nranks_);
     }
   } catch (const Error& e) {
     failure = e.what();
@@ -55,7 +55,7 @@ LocalRegistrations::LocalRegistrations(
   if (name.empty()) failure = "rank 0 could not create the registration board";
   if (failure.empty() && rank_ != 0) {
     try {
-      board_ = ShmSegment::open(name, stride * nranks_);
+      board_ = ShmSegment::open(name, pageStride_ * nranks_);
     } catch (const Error& e) {
       failure = e.what();
     }
@@ -96,9 +96,7 @@ LocalRegistrations::~LocalRegistrations() {
 }
 
 LocalRegistrations::Page* LocalRegistrations::page(int rank) const {
-  const size_t pageBytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t stride = (sizeof(Page) + pageBytes - 1) / pageBytes * pageBytes;
-  return reinterpret_cast<Page*>(board_.data() + stride * rank);
+  return reinterpret_cast<Page*>(board_.data() + pageStride_ * rank);
 }
 
 void LocalRegistrations::add(uint64_t id, void* ptr, size_t bytes) {

@@ -78,6 +78,7 @@ class LocalRegistrations {
   bool usable_ = false;
   std::string why_;
   ShmSegment board_;
+  size_t pageStride_ = 0;  // bytes of a rank's page in board_, whole OS pages
   cuda::ImportEntry* table_ = nullptr;  // pinned, mapped
   const cuda::ImportEntry* tableOnDevice_ = nullptr;
 

@@ -76,9 +76,11 @@ __device__ __forceinline__ void giveUp(const DevComm& comm, int error, int peer)
 // and raises the abort so every other block and kernel of this rank stops as well).
 struct Waiter {
   const DevComm& comm;
+  int error;  // recorded past the timeout
   uint64_t start = 0;
   uint32_t spins = 0;
-  __device__ explicit Waiter(const DevComm& c) : comm(c) {}
+  __device__ explicit Waiter(const DevComm& c, int timeoutError = kDevTimeout)
+      : comm(c), error(timeoutError) {}
   __device__ bool shouldStop(int peer) {
     if ((++spins & 1023) != 0) return false;
     volatile DevStatus* status = comm.status;
@@ -87,7 +89,7 @@ struct Waiter {
     if (start == 0) start = now;
     if (now - start > 1000000) status->waiting = 1;  // the host's watchdog then checks the peers
     if (now - start <= comm.timeoutNs) return false;
-    giveUp(comm, kDevTimeout, peer);
+    giveUp(comm, error, peer);
     return true;
   }
 };

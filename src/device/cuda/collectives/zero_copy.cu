@@ -29,18 +29,9 @@ __device__ __forceinline__ bool findRegistered(const DevComm& c, int p, const Bu
     return false;
   }
   const ImportEntry* e = c.imports + static_cast<size_t>(p) * kMaxRegistrations + ref.slot;
-  uint64_t start = 0;
-  for (uint32_t spins = 1; loadAcquire(&e->gen) != ref.gen; ++spins) {
-    if ((spins & 1023) != 0) continue;
-    volatile DevStatus* status = c.status;
-    if (status->abort != 0) return false;
-    const uint64_t now = globalTimer();
-    if (start == 0) start = now;
-    if (now - start > c.timeoutNs) {
-      giveUp(c, kDevUnmapped, p);
-      return false;
-    }
-  }
+  Waiter waiter(c, kDevUnmapped);
+  while (loadAcquire(&e->gen) != ref.gen)
+    if (waiter.shouldStop(p)) return false;
   base = static_cast<uintptr_t>(loadRelaxed(&e->base)) + ref.offset;
   return true;
 }
