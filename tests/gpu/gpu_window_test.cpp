@@ -220,6 +220,8 @@ TEST(RegistrationLifetime, DeregisteredBuffersKeepWorking) {
 // kernels wait until it arrives and until their watchdog has mapped its registration.
 TEST(RegistrationLifetime, APeerThatRegistersLateIsWaitedFor) {
   if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  ScopedEnv shortTimeout;  // a stall fails within a minute, not at the default 600 s
+  shortTimeout.set("LOOM_TIMEOUT", "60");
   Harness h(windowConfigs()[0]);
   ASSERT_TRUE(h.ok());
   if (gRank == gRanks - 1) usleep(250 * 1000);
@@ -237,6 +239,8 @@ TEST(RegistrationLifetime, APeerThatRegistersLateIsWaitedFor) {
 // waited until the timeout).
 TEST(RegistrationLifetime, APeerThatRenewsItsRegistrationsWhileOthersWaitIsMapped) {
   if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  ScopedEnv shortTimeout;  // a stall fails within a minute, not at the default 600 s
+  shortTimeout.set("LOOM_TIMEOUT", "60");
   Harness h(windowConfigs()[0]);
   ASSERT_TRUE(h.ok());
   {
