@@ -176,7 +176,8 @@ loomResult_t loomCommWindowIsDirect(loomComm_t comm, loomWindow_t win, int* dire
  * peers' buffers directly, as on windows; peers map a new registration when a call first needs
  * it. As in NCCL, when one rank's call passes registered buffers every rank's call must: a call
  * that mixes them fails on every rank (loomInvalidUsage where the kernels can tell, else
- * loomTimeout); its outputs are then not results. Elsewhere registration succeeds and calls run
+ * loomTimeout; with LOOM_CHECK=2 loomInvalidUsage at once, before anything runs); its outputs
+ * are then not results. Elsewhere registration succeeds and calls run
  * as on any buffer. On a CUDA communicator the buffer must lie in memory that can be shared
  * between processes (loomMemAlloc's or cudaMalloc's; not cudaMallocAsync pools or cuMemCreate):
  * loomInvalidArgument otherwise. Deregister before freeing the buffer (it waits for this rank's

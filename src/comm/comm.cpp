@@ -588,8 +588,10 @@ void Comm::verifyFingerprint(const CollArgs& a) {
   if (a.func == loomFuncBroadcast || a.func == loomFuncReduce || a.func == loomFuncGather ||
       a.func == loomFuncScatter)
     fp << ", root=" << a.root;
-  // The algorithm too: ranks with different LOOM_ALGO settings would otherwise hang.
-  fp << ") via " << selector_->select(a.func, a.count * dtypeSize(a.dtype)).name;
+  // The algorithm too: ranks with different LOOM_ALGO settings would otherwise hang; for a
+  // native one, what it runs on these buffers (one rank's registered and another's not).
+  const Algorithm& algo = selector_->select(a.func, a.count * dtypeSize(a.dtype));
+  fp << ") via " << (algo.native >= 0 ? native_->describeCall(algo.native, a) : algo.name);
   std::vector<std::string> all = withBootstrap([&](Bootstrap& b) { return b.allGather(fp.str()); });
   if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; }))
     return;

@@ -79,6 +79,13 @@ class NativeCollectives {
   // Not collective: registration `id` (registered here) is no longer used; returns once this
   // rank's device work is finished.
   virtual void deregisterBuffer(uint64_t id) { (void)id; }
+  // In words, what run(algorithm, args) would enqueue on this rank, for comparing calls across
+  // ranks (LOOM_CHECK=2): it differs between ranks whose calls would not meet, such as one whose
+  // buffers are registered and one whose buffers are not.
+  virtual std::string describeCall(int algorithm, const CollArgs& args) const {
+    (void)args;
+    return algorithms().at(algorithm).name;
+  }
   // One line for logs and loom-info: how peers reach each other ("p2p windows of 4 MiB").
   virtual std::string describe() const = 0;
 };

@@ -327,6 +327,31 @@ TEST(RegistrationMisuse, OneRankAloneRegisteredFailsEveryRank) {
   cudaFree(out);
 }
 
+// The same under LOOM_CHECK=2: before the call the ranks compare what each would run, so every
+// rank fails at once with loomInvalidUsage and a message that names the registered buffer.
+TEST(RegistrationMisuse, OneRankAloneRegisteredFailsEveryRankAtOnceUnderCheck2) {
+  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  ScopedEnv check;
+  check.set("LOOM_CHECK", "2");
+  MisuseComm m;
+  ASSERT_NE(m.comm, nullptr);
+  const size_t count = 1 << 16, bytes = count * sizeof(float);
+  char* in = nullptr;
+  char* out = nullptr;
+  ASSERT_CUDA(cudaMalloc(&in, bytes));
+  ASSERT_CUDA(cudaMalloc(&out, bytes * gRanks));
+  loomRegistration_t regOut = nullptr;
+  if (gRank == 0) {
+    ASSERT_LOOM(loomCommRegister(m.comm, out, bytes * gRanks, &regOut));
+  }
+  loomResult_t r = m.outcome(loomAllGather(in, out, count, loomFloat32, m.comm, m.stream));
+  EXPECT_EQ(r, loomInvalidUsage) << loomGetErrorString(r);
+  const std::string message = loomGetLastError(m.comm);
+  EXPECT_NE(message.find("output registered alone"), std::string::npos) << message;
+  cudaFree(in);
+  cudaFree(out);
+}
+
 // Rank 0 gathers into another offset of its window than the others: every rank's call fails
 // with loomInvalidUsage, and nothing waits for ever.
 TEST(WindowMisuse, OffsetsThatDifferBetweenRanksFailEveryRank) {

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,12 +52,20 @@ class CudaEngine final : public NativeCollectives {
   void deregisterWindow(uint64_t id) override;
   bool registerBuffer(uint64_t id, void* ptr, size_t bytes, std::string& why) override;
   void deregisterBuffer(uint64_t id) override;
+  std::string describeCall(int algorithm, const CollArgs& args) const override;
 
  private:
   struct Placement;
   Placement place(const void* ptr, size_t bytes) const;
-  // Calls whose buffers lie in registered windows or buffers: zero-copy kernels, or the copy
-  // engines where the selector chose "ce". False when the call's buffers are not (all) there.
+  // A call's zero-copy kernel arguments, for calls whose buffers lie in registered windows or
+  // buffers; none when they do not (all) lie there. `what`, where given: the plan in words.
+  struct WindowPlan {
+    cuda::ZeroCopyArgs args{};
+    bool reduce = false;
+  };
+  std::optional<WindowPlan> planOnWindows(const CollArgs& call, std::string* what) const;
+  // Runs planOnWindows' plan: zero-copy kernels, or the copy engines where the selector chose
+  // "ce". False when there is none.
   bool runOnWindows(Protocol protocol, const CollArgs& call, cudaStream_t stream);
   void runCopyEngine(const cuda::ZeroCopyArgs& args, cudaStream_t stream);
   // The copy-engine handshake word of rank `owner`'s window for `phase` (0 arrive, 1 depart)

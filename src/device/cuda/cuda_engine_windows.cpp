@@ -142,15 +142,17 @@ void CudaEngine::deregisterWindow(uint64_t id) {
   registrations_->unmapWithdrawn();
 }
 
-bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStream_t stream) {
+std::optional<CudaEngine::WindowPlan> CudaEngine::planOnWindows(const CollArgs& call,
+                                                                std::string* what) const {
   const int n = setup_.nranks, me = setup_.rank;
   if (!windowsEnabled_ || n == 1 || (userWindows_->empty() && registrations_->empty()))
-    return false;
+    return std::nullopt;
   const size_t b = call.count * dtypeSize(call.dtype);
-  if (b == 0 || b < windowMinBytes_) return false;
+  if (b == 0 || b < windowMinBytes_) return std::nullopt;
   const char* send = static_cast<const char*>(call.send);
   char* recv = static_cast<char*>(call.recv);
-  cuda::ZeroCopyArgs a{};
+  WindowPlan plan;
+  cuda::ZeroCopyArgs& a = plan.args;
   a.sendRef.slot = a.recvRef.slot = cuda::kNoSlot;
   // Rank q's buffer at `p` plus `delta` as an argument: an address here, or (a peer's buffer
   // registered alone) the offset from that buffer, which `from` then names. `own`: this rank's.
@@ -163,18 +165,25 @@ bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStrea
     a.resolve = 1;
     return reinterpret_cast<char*>(delta);
   };
+  // In words, for comparing calls across ranks: where a buffer lies decides what runs.
+  auto say = [&](const char* plan, const char* name, const Placement& p, const char* more = "") {
+    if (what == nullptr) return;
+    *what = std::string("zero-copy") + plan + ", " + name +
+            (p.window != nullptr ? " in a window at offset " + std::to_string(p.windowOffset)
+                                 : std::string(" registered alone")) +
+            more;
+  };
   size_t sendTag = 0, recvTag = 0;
-  bool reduce = false;
   size_t perBlockBytes = b;  // sizes the grid: the same on every rank
   switch (call.func) {
     case loomFuncAllGather:
     case loomFuncAllToAll: {
       const bool gather = call.func == loomFuncAllGather;
       const Placement out = place(recv, b * n);
-      if (!out.found()) return false;
+      if (!out.found()) return std::nullopt;
       const size_t inBytes = gather ? b : b * n;
       const bool inPlace = gather && send == recv + me * b;
-      if (!inPlace && overlaps(send, inBytes, recv, b * n)) return false;
+      if (!inPlace && overlaps(send, inBytes, recv, b * n)) return std::nullopt;
       for (int q = 0; q < n; ++q) {
         if (q == me && inPlace) continue;
         a.src[a.pieces] = gather ? send : send + q * b;
@@ -184,12 +193,13 @@ bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStrea
       }
       recvTag = out.tagOffset();
       a.recvRef = out.ref;
+      say("", "output", out);
       break;
     }
     case loomFuncReduceScatter: {
       const Placement in = place(send, b * n);
-      if (!in.found()) return false;
-      if (recv != send + me * b && overlaps(send, b * n, recv, b)) return false;
+      if (!in.found()) return std::nullopt;
+      if (recv != send + me * b && overlaps(send, b * n, recv, b)) return std::nullopt;
       for (int q = 0; q < n; ++q) a.inputs[q] = at(in, q, 0, send, me * b, a.inputsFrom[q]);
       a.outputs[0] = recv;
       a.outputCount = 1;
@@ -197,15 +207,16 @@ bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStrea
       a.divisor = averageDivisor(call.op, n);
       sendTag = in.tagOffset();
       a.sendRef = in.ref;
-      reduce = true;
+      plan.reduce = true;
+      say("", "input", in);
       break;
     }
     case loomFuncAllReduce: {
       const Placement in = place(send, b);
-      if (!in.found()) return false;
+      if (!in.found()) return std::nullopt;
       const Placement out = place(recv, b);
       const bool inPlace = send == recv;
-      if (!inPlace && overlaps(send, b, recv, b)) return false;
+      if (!inPlace && overlaps(send, b, recv, b)) return std::nullopt;
       const bool oneShot = !inPlace && (!out.found() || b <= oneShotMaxBytes_);
       sendTag = in.tagOffset();
       a.sendRef = in.ref;
@@ -215,6 +226,7 @@ bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStrea
         a.outputCount = 1;
         a.reduceBytes = b;
         recvTag = SIZE_MAX;  // one-shot and two-shot calls must not pair up
+        say(" one-shot", "input", in);
       } else {
         size_t begin = 0, end = 0;
         splitOf(b, me, n, begin, end);
@@ -227,25 +239,47 @@ bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStrea
         perBlockBytes = b / n;
         recvTag = out.tagOffset();
         a.recvRef = out.ref;
+        std::string output;
+        if (what != nullptr)
+          output = out.window != nullptr
+                       ? ", output in a window at offset " + std::to_string(out.windowOffset)
+                       : ", output registered alone";
+        say(" two-shot", "input", in, output.c_str());
       }
       a.divisor = averageDivisor(call.op, n);
-      reduce = true;
+      plan.reduce = true;
       break;
     }
     default:
-      return false;
+      return std::nullopt;
   }
   a.tag = callTag(call.func, sendTag, recvTag, b);
   a.blocks = blocksFor(perBlockBytes, Protocol::kSimple);
+  return plan;
+}
+
+std::string CudaEngine::describeCall(int algorithm, const CollArgs& call) const {
+  const std::string& name = algorithms_.at(algorithm).name;
+  std::string what;
+  if (call.func != loomFuncBarrier && planOnWindows(call, &what)) return name + ": " + what;
+  // The copy engines need windows: other buffers run the simple protocol (run()).
+  if (protocols_.at(algorithm) == Protocol::kCopyEngine) return name + ": simple";
+  return name;
+}
+
+bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStream_t stream) {
+  std::optional<WindowPlan> plan = planOnWindows(call, nullptr);
+  if (!plan) return false;
+  const cuda::ZeroCopyArgs& a = plan->args;
   // Peers' registrations published by now are mapped before the kernel looks for them; a later
   // one the watchdog maps while the kernel waits.
   if (a.resolve) {
     registrations_->refresh();
-    LOOM_INFO(kSubsysColl, me, "zero-copy on registered buffers: input slot ", a.sendRef.slot,
-              " generation ", a.sendRef.gen, ", output slot ", a.recvRef.slot, " generation ",
-              a.recvRef.gen);
+    LOOM_INFO(kSubsysColl, setup_.rank, "zero-copy on registered buffers: input slot ",
+              a.sendRef.slot, " generation ", a.sendRef.gen, ", output slot ", a.recvRef.slot,
+              " generation ", a.recvRef.gen);
   }
-  if (reduce) {
+  if (plan->reduce) {
     cuda::ReduceKey key{call.dtype, kernelOp(call.op), resolveGpuAccum(call.dtype, call.accum)};
     cuda::launchZeroCopyReduce(dev_, a, key, stream);
     return true;
