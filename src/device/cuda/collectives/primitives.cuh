@@ -252,15 +252,24 @@ __device__ __forceinline__ size_t slotOffset(const DevComm& c, int block, int so
 struct BlockChannels {
   uint64_t sent[kMaxRanks];
   uint64_t received[kMaxRanks];
+  uint64_t freed[kMaxRanks];  // the last chunk peer p acknowledged, as last read here
 };
 
-// Loads this block's counters. Ends with a barrier. (No check of the abort word here: that is a
+// Loads this block's counters and what each peer last acknowledged. Ends with a barrier. (No check of the abort word here: that is a
 // read across PCIe; a kernel of an aborted communicator stops at its first wait instead.)
 __device__ __forceinline__ void openChannels(const DevComm& c, int channel, BlockChannels& ch) {
   const int p = threadIdx.x;
   if (p < c.nranks) {
-    ch.sent[p] = c.sentSeq[channel * c.nranks + p];
-    ch.received[p] = c.recvSeq[channel * c.nranks + p];
+    // The three loads are independent: issued together, they cost one memory latency before
+    // the first packet instead of two (the peer's acknowledgement was a second, dependent one in
+    // waitSlotsFree). The acknowledgement first: its asm is a compiler barrier, which must not
+    // have to wait for the others.
+    const int i = channel * c.nranks + p;
+    const uint64_t freed = loadRelaxed(c.acks[c.rank] + i);
+    const uint64_t sent = c.sentSeq[i], received = c.recvSeq[i];
+    ch.freed[p] = freed;
+    ch.sent[p] = sent;
+    ch.received[p] = received;
   }
   __syncthreads();
 }
@@ -291,17 +300,20 @@ __device__ __forceinline__ const char* receiveSlot(const DevComm& c, int channel
 }
 
 // Waits until every peer in `peers` has consumed the chunk that last used the slot of this
-// rank's next send to it (thread p waits for peer p). False on all threads when a wait gave up.
+// rank's next send to it (thread p waits for peer p; no read when the acknowledgement last seen
+// already says so, as acknowledgements only grow). False on all threads when a wait gave up.
 // Ends with a barrier.
 __device__ __forceinline__ bool waitSlotsFree(const DevComm& c, int channel, uint32_t peers,
-                                              const BlockChannels& ch) {
+                                              BlockChannels& ch) {
   int stop = 0;
   const int p = threadIdx.x;
   if (p < c.nranks && ((peers >> p) & 1)) {
     const uint64_t seq = ch.sent[p] + 1;
-    if (seq > kSlotsPerChannel)
+    if (seq > kSlotsPerChannel && ch.freed[p] < seq - kSlotsPerChannel) {
       stop = !waitAtLeast<false>(c, c.acks[c.rank] + channel * c.nranks + p, seq - kSlotsPerChannel,
                                  p);
+      ch.freed[p] = seq - kSlotsPerChannel;
+    }
   }
   return !__syncthreads_or(stop);
 }
