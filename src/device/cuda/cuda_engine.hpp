@@ -85,6 +85,8 @@ class CudaEngine final : public NativeCollectives {
   void fitSharedGpus();
   void watch();
   int blocksFor(size_t bytes, Protocol protocol) const;
+  // The block size of an LL kernel whose largest transfer of `bytes` is split over `blocks`.
+  static int llThreads(size_t bytes, int blocks);
 
   CudaDevice& device_;
   NativeSetup setup_;

@@ -32,6 +32,7 @@ struct ExchangeArgs {
   int divisor;
   int blocks;       // grid size, the same on every rank for the same call
   int channelBase;  // first channel (block) index: collectives and point-to-point use their own
+  int threads;      // LL kernels' block size (0: kThreads), the same on every rank
 };
 
 struct TwoShotArgs {

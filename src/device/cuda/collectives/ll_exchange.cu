@@ -11,6 +11,8 @@
 //   3. receive: every thread polls its packets in its own window until they carry seq, then
 //      copies them to the destination (copy) or folds all ranks' words in rank order (reduce).
 //   4. acknowledge: thread q tells peer q its chunk was consumed (relaxed store).
+// A block has one thread per 8-byte word of its largest part, in whole warps, up to kThreads
+// (CudaEngine::llThreads): a small call runs one warp per block.
 #include "base/error.hpp"
 #include "device/cuda/collectives/exchange_common.cuh"
 #include "device/cuda/collectives/launch.cuh"
@@ -128,14 +130,15 @@ __global__ void __launch_bounds__(kThreads) llReduceKernel(DevComm c, ExchangeAr
 }  // namespace
 
 void launchLLCopy(const DevComm& comm, const ExchangeArgs& args, cudaStream_t stream) {
-  llCopyKernel<<<args.blocks, kThreads, 0, stream>>>(comm, args);
+  llCopyKernel<<<args.blocks, args.threads > 0 ? args.threads : kThreads, 0, stream>>>(comm, args);
   checkLaunch("LL");
 }
 
 void launchLLReduce(const DevComm& comm, const ExchangeArgs& args, ReduceKey key,
                     cudaStream_t stream) {
   launchReducing(key, "LL", [&](auto reducer) {
-    llReduceKernel<decltype(reducer)><<<args.blocks, kThreads, 0, stream>>>(comm, args);
+    llReduceKernel<decltype(reducer)>
+        <<<args.blocks, args.threads > 0 ? args.threads : kThreads, 0, stream>>>(comm, args);
   });
 }
 
