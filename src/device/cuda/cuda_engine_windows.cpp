@@ -255,6 +255,11 @@ std::optional<CudaEngine::WindowPlan> CudaEngine::planOnWindows(const CollArgs& 
   }
   a.tag = callTag(call.func, sendTag, recvTag, b);
   a.blocks = blocksFor(perBlockBytes, Protocol::kSimple);
+  // One thread per 16 bytes of a block's part, in whole warps: a small call's block has two
+  // warps, not 16, as LL's (llThreads).
+  const size_t units = ((perBlockBytes + 15) / 16 + a.blocks - 1) / a.blocks;
+  a.threads = static_cast<int>(
+      std::clamp<size_t>((units + 31) / 32 * 32, cuda::kMinZeroCopyThreads, cuda::kThreads));
   return plan;
 }
 

@@ -41,6 +41,7 @@ struct ZeroCopyArgs {
   int divisor;
   uint64_t tag;  // the same on every rank for a correct call (window offsets, bytes)
   int blocks;    // the same on every rank
+  int threads;   // block size, at least kMinZeroCopyThreads (0: kThreads)
   // Peers' buffers registered alone, whose addresses here come with their arrival: a pointer
   // above whose `from` code is not 0 is an offset into one: code peerCode(q, 0) is rank q's
   // input, peerCode(q, 1) its output.
@@ -50,6 +51,9 @@ struct ZeroCopyArgs {
 };
 
 constexpr int kFromCodes = 1 + 2 * kMaxRanks;
+constexpr int kMinZeroCopyThreads = 64;  // one thread per from code (openCall) and per peer
+static_assert(kMinZeroCopyThreads >= kFromCodes && kMinZeroCopyThreads >= kMaxRanks &&
+              kMinZeroCopyThreads % 32 == 0);
 inline constexpr uint8_t peerCode(int rank, int output) {
   return static_cast<uint8_t>(1 + 2 * rank + output);
 }
