@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_checks.hpp"
@@ -305,51 +306,44 @@ TEST(RegistrationMisuse, RanksThatPlanDifferentlyFailEveryRank) {
   cudaFree(out);
 }
 
-// Rank 0 passes registered buffers, the others not: every rank's call fails (at the timeout),
-// none waits for ever.
-TEST(RegistrationMisuse, OneRankAloneRegisteredFailsEveryRank) {
-  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+// Rank 0 gathers into an output it registered, the others into outputs they did not register:
+// the call's error on this rank and the communicator's last error message.
+std::pair<loomResult_t, std::string> gatherWithOnlyRankZeroRegistered() {
   MisuseComm m;
-  ASSERT_NE(m.comm, nullptr);
+  EXPECT_NE(m.comm, nullptr);
+  if (m.comm == nullptr) return {loomInternalError, "no communicator"};
   const size_t count = 1 << 16, bytes = count * sizeof(float);
   char* in = nullptr;
   char* out = nullptr;
-  ASSERT_CUDA(cudaMalloc(&in, bytes));
-  ASSERT_CUDA(cudaMalloc(&out, bytes * gRanks));
+  EXPECT_CUDA(cudaMalloc(&in, bytes));
+  EXPECT_CUDA(cudaMalloc(&out, bytes * gRanks));
   loomRegistration_t regOut = nullptr;
   if (gRank == 0) {
-    ASSERT_LOOM(loomCommRegister(m.comm, out, bytes * gRanks, &regOut));
+    EXPECT_LOOM(loomCommRegister(m.comm, out, bytes * gRanks, &regOut));
   }
   loomResult_t r = m.outcome(loomAllGather(in, out, count, loomFloat32, m.comm, m.stream));
-  EXPECT_NE(r, loomSuccess);
-  EXPECT_TRUE(r == loomTimeout || r == loomRemoteError) << loomGetErrorString(r);
+  std::string message = loomGetLastError(m.comm);
   cudaFree(in);
   cudaFree(out);
+  return {r, message};
 }
 
-// The same under LOOM_CHECK=2: before the call the ranks compare what each would run, so every
-// rank fails at once with loomInvalidUsage and a message that names the registered buffer.
+// Every rank's call fails (at the timeout), none waits for ever.
+TEST(RegistrationMisuse, OneRankAloneRegisteredFailsEveryRank) {
+  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  const loomResult_t r = gatherWithOnlyRankZeroRegistered().first;
+  EXPECT_TRUE(r == loomTimeout || r == loomRemoteError) << loomGetErrorString(r);
+}
+
+// Under LOOM_CHECK=2 the ranks compare what each would run before the call, so every rank fails
+// at once with loomInvalidUsage and a message that names the registered buffer.
 TEST(RegistrationMisuse, OneRankAloneRegisteredFailsEveryRankAtOnceUnderCheck2) {
   if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
   ScopedEnv check;
   check.set("LOOM_CHECK", "2");
-  MisuseComm m;
-  ASSERT_NE(m.comm, nullptr);
-  const size_t count = 1 << 16, bytes = count * sizeof(float);
-  char* in = nullptr;
-  char* out = nullptr;
-  ASSERT_CUDA(cudaMalloc(&in, bytes));
-  ASSERT_CUDA(cudaMalloc(&out, bytes * gRanks));
-  loomRegistration_t regOut = nullptr;
-  if (gRank == 0) {
-    ASSERT_LOOM(loomCommRegister(m.comm, out, bytes * gRanks, &regOut));
-  }
-  loomResult_t r = m.outcome(loomAllGather(in, out, count, loomFloat32, m.comm, m.stream));
+  const auto [r, message] = gatherWithOnlyRankZeroRegistered();
   EXPECT_EQ(r, loomInvalidUsage) << loomGetErrorString(r);
-  const std::string message = loomGetLastError(m.comm);
   EXPECT_NE(message.find("output registered alone"), std::string::npos) << message;
-  cudaFree(in);
-  cudaFree(out);
 }
 
 // Rank 0 gathers into another offset of its window than the others: every rank's call fails
