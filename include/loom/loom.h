@@ -175,9 +175,11 @@ loomResult_t loomCommWindowIsDirect(loomComm_t comm, loomWindow_t win, int* dire
  * reduce-scatter and allreduce whose buffers are registered on every rank read and write the
  * peers' buffers directly, as on windows; peers map a new registration when a call first needs
  * it. As in NCCL, when one rank's call passes registered buffers every rank's call must: a call
- * that mixes them fails on every rank (loomInvalidUsage where the kernels can tell, else
- * loomTimeout; with LOOM_CHECK=2 loomInvalidUsage at once, before anything runs); its outputs
- * are then not results. Elsewhere registration succeeds and calls run
+ * whose plan uses a buffer registered on some ranks and not on others (allgather's and
+ * alltoall's output, reduce-scatter's and allreduce's input, a two-shot allreduce's output)
+ * fails on every rank (loomInvalidUsage where the kernels can tell, else loomTimeout; with
+ * LOOM_CHECK=2 loomInvalidUsage at once, before anything runs); its outputs are then not
+ * results. Elsewhere registration succeeds and calls run
  * as on any buffer. On a CUDA communicator the buffer must lie in memory that can be shared
  * between processes (loomMemAlloc's or cudaMalloc's; not cudaMallocAsync pools or cuMemCreate):
  * loomInvalidArgument otherwise. Deregister before freeing the buffer (it waits for this rank's

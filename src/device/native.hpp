@@ -79,9 +79,9 @@ class NativeCollectives {
   // Not collective: registration `id` (registered here) is no longer used; returns once this
   // rank's device work is finished.
   virtual void deregisterBuffer(uint64_t id) { (void)id; }
-  // In words, what run(algorithm, args) would enqueue on this rank, for comparing calls across
-  // ranks (LOOM_CHECK=2): it differs between ranks whose calls would not meet, such as one whose
-  // buffers are registered and one whose buffers are not.
+  // In words, the plan run(algorithm, args) would follow on this rank, for comparing calls across
+  // ranks (LOOM_CHECK=2): it should differ between ranks whose calls would not meet, such as one
+  // whose buffers are registered and one whose buffers are not.
   virtual std::string describeCall(int algorithm, const CollArgs& args) const {
     (void)args;
     return algorithms().at(algorithm).name;

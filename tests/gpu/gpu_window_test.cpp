@@ -257,6 +257,16 @@ TEST(RegistrationLifetime, APeerThatRenewsItsRegistrationsWhileOthersWaitIsMappe
 }
 
 // A communicator of its own for a call the ranks disagree on, with a short timeout.
+// cudaMalloc'd bytes, freed at the end of the scope: declared before the communicator that
+// registers them, they are freed after it is gone (a registered buffer must not be freed first).
+struct DeviceBytes {
+  char* ptr = nullptr;
+  explicit DeviceBytes(size_t bytes) { EXPECT_CUDA(cudaMalloc(&ptr, bytes)); }
+  ~DeviceBytes() { cudaFree(ptr); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+};
+
 struct MisuseComm {
   loomComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
@@ -288,44 +298,34 @@ struct MisuseComm {
 // allreduce, the others one-shot. Every rank fails with loomInvalidUsage.
 TEST(RegistrationMisuse, RanksThatPlanDifferentlyFailEveryRank) {
   if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  const size_t count = 1 << 20, bytes = count * sizeof(float);  // above the one-shot limit
+  DeviceBytes in(bytes), out(bytes);
   MisuseComm m;
   ASSERT_NE(m.comm, nullptr);
-  const size_t count = 1 << 20, bytes = count * sizeof(float);  // above the one-shot limit
-  char* in = nullptr;
-  char* out = nullptr;
-  ASSERT_CUDA(cudaMalloc(&in, bytes));
-  ASSERT_CUDA(cudaMalloc(&out, bytes));
   loomRegistration_t regIn = nullptr, regOut = nullptr;
-  ASSERT_LOOM(loomCommRegister(m.comm, in, bytes, &regIn));
+  ASSERT_LOOM(loomCommRegister(m.comm, in.ptr, bytes, &regIn));
   if (gRank == 0) {
-    ASSERT_LOOM(loomCommRegister(m.comm, out, bytes, &regOut));
+    ASSERT_LOOM(loomCommRegister(m.comm, out.ptr, bytes, &regOut));
   }
-  loomResult_t r = m.outcome(loomAllReduce(in, out, count, loomFloat32, loomSum, m.comm, m.stream));
+  loomResult_t r =
+      m.outcome(loomAllReduce(in.ptr, out.ptr, count, loomFloat32, loomSum, m.comm, m.stream));
   EXPECT_EQ(r, loomInvalidUsage) << loomGetLastError(m.comm);
-  cudaFree(in);
-  cudaFree(out);
 }
 
 // Rank 0 gathers into an output it registered, the others into outputs they did not register:
 // the call's error on this rank and the communicator's last error message.
 std::pair<loomResult_t, std::string> gatherWithOnlyRankZeroRegistered() {
+  const size_t count = 1 << 16, bytes = count * sizeof(float);
+  DeviceBytes in(bytes), out(bytes * gRanks);
   MisuseComm m;
   EXPECT_NE(m.comm, nullptr);
   if (m.comm == nullptr) return {loomInternalError, "no communicator"};
-  const size_t count = 1 << 16, bytes = count * sizeof(float);
-  char* in = nullptr;
-  char* out = nullptr;
-  EXPECT_CUDA(cudaMalloc(&in, bytes));
-  EXPECT_CUDA(cudaMalloc(&out, bytes * gRanks));
   loomRegistration_t regOut = nullptr;
   if (gRank == 0) {
-    EXPECT_LOOM(loomCommRegister(m.comm, out, bytes * gRanks, &regOut));
+    EXPECT_LOOM(loomCommRegister(m.comm, out.ptr, bytes * gRanks, &regOut));
   }
-  loomResult_t r = m.outcome(loomAllGather(in, out, count, loomFloat32, m.comm, m.stream));
-  std::string message = loomGetLastError(m.comm);
-  cudaFree(in);
-  cudaFree(out);
-  return {r, message};
+  loomResult_t r = m.outcome(loomAllGather(in.ptr, out.ptr, count, loomFloat32, m.comm, m.stream));
+  return {r, loomGetLastError(m.comm)};
 }
 
 // Every rank's call fails (at the timeout), none waits for ever.

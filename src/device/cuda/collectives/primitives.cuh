@@ -255,15 +255,15 @@ struct BlockChannels {
   uint64_t freed[kMaxRanks];  // the last chunk peer p acknowledged, as last read here
 };
 
-// Loads this block's counters and what each peer last acknowledged. Ends with a barrier. (No check of the abort word here: that is a
-// read across PCIe; a kernel of an aborted communicator stops at its first wait instead.)
+// Loads this block's counters and what each peer last acknowledged. Ends with a barrier. (No
+// check of the abort word here: that is a read across PCIe; a kernel of an aborted communicator
+// stops at its first wait instead.)
 __device__ __forceinline__ void openChannels(const DevComm& c, int channel, BlockChannels& ch) {
   const int p = threadIdx.x;
   if (p < c.nranks) {
-    // The three loads are independent: issued together, they cost one memory latency before
-    // the first packet instead of two (the peer's acknowledgement was a second, dependent one in
-    // waitSlotsFree). The acknowledgement first: its asm is a compiler barrier, which must not
-    // have to wait for the others.
+    // The three loads are independent, and all are issued before any result is stored, so they
+    // are in flight together: one memory latency before the first packet instead of two (the
+    // peer's acknowledgement was a second, dependent one in waitSlotsFree).
     const int i = channel * c.nranks + p;
     const uint64_t freed = loadRelaxed(c.acks[c.rank] + i);
     const uint64_t sent = c.sentSeq[i], received = c.recvSeq[i];
