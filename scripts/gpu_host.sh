@@ -4,6 +4,10 @@
 #   scripts/gpu_host.sh OUTDIR [tests] [bench ARGS...]
 #
 # Everything it writes goes under OUTDIR (logs.tgz holds the full logs); a summary is printed.
+# PYTHON_PACKAGE=1 also builds the Python package's modules in the same build (python3, or
+# PYTHON, must have nanobind, and torch for the torch backend) and puts the package in
+# BUILD/python-site, for `LOOM_PREBUILT=BUILD/python-site scripts/gpu_torch.sh ...`: the CUDA
+# kernels are then compiled once, not again by `pip install .` (about 5 minutes of the host).
 # NVLink multicast stays off for NCCL and everything else (never needed, and risky on shared GPUs).
 set -uo pipefail
 out=$1
@@ -26,9 +30,14 @@ if ! ls /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest.
   fi
 fi
 
+python_args=()
+if [[ ${PYTHON_PACKAGE:-0} == 1 ]]; then
+  python_args=(-DLOOM_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$(command -v "${PYTHON:-python3}")")
+fi
+
 t0=$(date +%s)
 if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CUDA=ON \
-    "${gtest_args[@]}" >"$out/logs/cmake.log" 2>&1; then
+    "${gtest_args[@]}" "${python_args[@]}" >"$out/logs/cmake.log" 2>&1; then
   tail -30 "$out/logs/cmake.log"
   tar czf "$out/logs.tgz" -C "$out" logs
   exit 1
@@ -39,6 +48,18 @@ if ! cmake --build "$build" -j "$jobs" >"$out/logs/build.log" 2>&1; then
   exit 1
 fi
 echo "build: $(($(date +%s) - t0)) s"
+if [[ ${PYTHON_PACKAGE:-0} == 1 ]]; then
+  # The package as pip would install it: its Python files and the modules just built.
+  if rm -rf "$build/python-site" && mkdir -p "$build/python-site/loom" &&
+    cp -r python/loom/. "$build/python-site/loom/" &&
+    cp "$build"/python/_loom*.so "$build/python-site/loom/"; then
+    echo "python package: $build/python-site (LOOM_PREBUILT)"
+  else
+    echo "python package: could not assemble $build/python-site" >&2
+  fi
+  grep -q "torch backend serves CUDA tensors" "$out/logs/cmake.log" ||
+    echo "python package: the torch backend does not serve CUDA tensors (logs/cmake.log)"
+fi
 
 status=0
 while [[ $# -gt 0 ]]; do

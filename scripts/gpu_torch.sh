@@ -4,7 +4,9 @@
 #
 #   scripts/gpu_torch.sh OUTDIR [tests [PYTEST -k EXPR]] [bench NRANKS MAXBYTES]
 #
-# Logs go under OUTDIR. NVLink multicast stays off for NCCL and everything else.
+# Logs go under OUTDIR. NVLink multicast stays off for NCCL and everything else. LOOM_PREBUILT: a
+# directory holding the built package (a previous call's OUTDIR/site, or the python-site of
+# `PYTHON_PACKAGE=1 scripts/gpu_host.sh`), used instead of `pip install .`.
 set -uo pipefail
 out=$1
 shift
