@@ -130,15 +130,16 @@ __global__ void __launch_bounds__(kThreads) llReduceKernel(DevComm c, ExchangeAr
 }  // namespace
 
 void launchLLCopy(const DevComm& comm, const ExchangeArgs& args, cudaStream_t stream) {
-  llCopyKernel<<<args.blocks, args.threads > 0 ? args.threads : kThreads, 0, stream>>>(comm, args);
+  const int threads = args.threads > 0 ? args.threads : kThreads;
+  llCopyKernel<<<args.blocks, threads, 0, stream>>>(comm, args);
   checkLaunch("LL");
 }
 
 void launchLLReduce(const DevComm& comm, const ExchangeArgs& args, ReduceKey key,
                     cudaStream_t stream) {
+  const int threads = args.threads > 0 ? args.threads : kThreads;
   launchReducing(key, "LL", [&](auto reducer) {
-    llReduceKernel<decltype(reducer)>
-        <<<args.blocks, args.threads > 0 ? args.threads : kThreads, 0, stream>>>(comm, args);
+    llReduceKernel<decltype(reducer)><<<args.blocks, threads, 0, stream>>>(comm, args);
   });
 }
 

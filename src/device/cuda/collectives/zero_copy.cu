@@ -151,16 +151,16 @@ __global__ void __launch_bounds__(kThreads) zeroCopyReduceKernel(DevComm c, Zero
 }  // namespace
 
 void launchZeroCopyCopy(const DevComm& comm, const ZeroCopyArgs& args, cudaStream_t stream) {
-  zeroCopyCopyKernel<<<args.blocks, args.threads > 0 ? args.threads : kThreads, 0, stream>>>(comm,
-                                                                                             args);
+  const int threads = args.threads > 0 ? args.threads : kThreads;
+  zeroCopyCopyKernel<<<args.blocks, threads, 0, stream>>>(comm, args);
   checkLaunch("zero-copy copy");
 }
 
 void launchZeroCopyReduce(const DevComm& comm, const ZeroCopyArgs& args, ReduceKey key,
                           cudaStream_t stream) {
+  const int threads = args.threads > 0 ? args.threads : kThreads;
   launchReducing(key, "zero-copy reduce", [&](auto reducer) {
-    zeroCopyReduceKernel<decltype(reducer)>
-        <<<args.blocks, args.threads > 0 ? args.threads : kThreads, 0, stream>>>(comm, args);
+    zeroCopyReduceKernel<decltype(reducer)><<<args.blocks, threads, 0, stream>>>(comm, args);
   });
 }
 
