@@ -324,8 +324,7 @@ int CudaEngine::llThreads(size_t bytes, int blocks) {
   // One thread per 8-byte word of a block's largest part (parts split on 16-byte units), in
   // whole warps: a small call's block is one warp, whose barriers and launch cost less than 16
   // warps' (about 1 µs less per 8 B-512 B call on 2 ranks sharing an H100, docs/benchmarks.md).
-  // Any size is correct: the
-  // kernels' loops stride by the block size.
+  // Any size is correct: the kernels' loops stride by the block size.
   const size_t units = (bytes + 15) / 16;
   const size_t words = 2 * ((units + blocks - 1) / blocks);
   return static_cast<int>(std::clamp<size_t>((words + 31) / 32 * 32, 32, cuda::kThreads));
