@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <sstream>
 #include <utility>
 
 #include "base/error.hpp"
+#include "base/sha256.hpp"
 
 namespace loom {
 
@@ -26,6 +28,14 @@ char* mapFd(int fd, size_t bytes, const std::string& name) {
 }
 
 }  // namespace
+
+std::string ShmSegment::uniqueName(const std::string& prefix) {
+  uint64_t nonce = 0;
+  randomBytes(&nonce, sizeof(nonce));
+  std::ostringstream n;
+  n << prefix << getpid() << "-" << std::hex << nonce;
+  return n.str();
+}
 
 ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);

@@ -11,6 +11,9 @@ class ShmSegment {
  public:
   static ShmSegment create(const std::string& name, size_t bytes);
   static ShmSegment open(const std::string& name, size_t bytes);
+  // A name no other job's segment has: `prefix` (e.g. "/loom-"), this process's id and a
+  // random nonce.
+  static std::string uniqueName(const std::string& prefix);
   ShmSegment() = default;
   ShmSegment(ShmSegment&& other) noexcept;
   ShmSegment& operator=(ShmSegment&& other) noexcept;

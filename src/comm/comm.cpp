@@ -13,7 +13,7 @@
 #include "base/dtype.hpp"
 #include "base/env.hpp"
 #include "base/log.hpp"
-#include "base/sha256.hpp"
+#include "base/shm_segment.hpp"
 #include "base/wait.hpp"
 #include "device/cpu/cpu_device.hpp"
 #include "device/registry.hpp"
@@ -225,11 +225,7 @@ void Comm::setUpSharedMemory() {
   ArenaLayout layout = ArenaLayout::compute(nodes_.nodeSize(node), chunk, channel);
   std::string name;
   if (local == 0) {
-    uint64_t nonce;
-    randomBytes(&nonce, sizeof(nonce));
-    std::ostringstream n;
-    n << "/loom-" << getpid() << "-" << std::hex << nonce;
-    name = n.str();
+    name = ShmSegment::uniqueName("/loom-");
     arena_ = ShmArena::create(name, layout);
   }
   // Each node's leader created its node's arena; everyone takes their own leader's name. The

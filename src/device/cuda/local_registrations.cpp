@@ -5,11 +5,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
-#include "base/sha256.hpp"
 #include "device/cuda/cuda_check.hpp"
 
 namespace loom {
@@ -41,11 +39,7 @@ LocalRegistrations::LocalRegistrations(
   std::string name, failure;
   try {
     if (rank_ == 0) {
-      uint64_t nonce = 0;
-      randomBytes(&nonce, sizeof(nonce));
-      std::ostringstream n;
-      n << "/loom-reg-" << getpid() << "-" << std::hex << nonce;
-      name = n.str();
+      name = ShmSegment::uniqueName("/loom-reg-");
       board_ = ShmSegment::create(name, pageStride_ * nranks_);
     }
   } catch (const Error& e) {

@@ -5,11 +5,9 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 
 #include "base/env.hpp"
 #include "base/log.hpp"
-#include "base/sha256.hpp"
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_env.hpp"
 
@@ -95,11 +93,7 @@ void PeerWindows::setUpHost(const PeerWindowsSetup& setup) {
   const size_t total = stride * setup.nranks;
   std::string name;
   if (rank_ == 0) {
-    uint64_t nonce = 0;
-    randomBytes(&nonce, sizeof(nonce));
-    std::ostringstream n;
-    n << "/loom-cuda-" << getpid() << "-" << std::hex << nonce;
-    name = n.str();
+    name = ShmSegment::uniqueName("/loom-cuda-");
     hostSegment_ = ShmSegment::create(name, total);
   }
   name = setup.allGather(name)[0];
