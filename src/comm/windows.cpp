@@ -13,6 +13,25 @@
 
 namespace loom {
 
+namespace {
+
+// Entry `id` of a communicator's windows or registrations (Comm::CommWindow); end() when there
+// is none.
+template <typename Entries>
+auto findEntry(Entries& entries, uint64_t id) {
+  return std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.id == id; });
+}
+
+template <typename Entries>
+bool entryUsed(const Entries& entries, uint64_t id, std::string* why) {
+  auto it = findEntry(entries, id);
+  if (it == entries.end()) return false;
+  if (why != nullptr) *why = it->why;
+  return it->used;
+}
+
+}  // namespace
+
 uint64_t Comm::registerWindow(void* ptr, size_t bytes, bool symmetric) {
   beginOperation();
   std::string problem;
@@ -46,22 +65,14 @@ uint64_t Comm::registerWindow(void* ptr, size_t bytes, bool symmetric) {
 
 void Comm::deregisterWindow(uint64_t id) {
   checkUsable();
-  auto it = std::find_if(windows_.begin(), windows_.end(),
-                         [&](const CommWindow& w) { return w.id == id; });
+  auto it = findEntry(windows_, id);
   LOOM_CHECK_ARG(it != windows_.end(), "window ", id, " is not registered with this communicator");
   const bool used = it->used;
   windows_.erase(it);
   if (used) failOnErrorExceptArguments([&] { native_->deregisterWindow(id); });
 }
 
-bool Comm::windowUsed(uint64_t id, std::string* why) const {
-  for (const CommWindow& w : windows_) {
-    if (w.id != id) continue;
-    if (why != nullptr) *why = w.why;
-    return w.used;
-  }
-  return false;
-}
+bool Comm::windowUsed(uint64_t id, std::string* why) const { return entryUsed(windows_, id, why); }
 
 uint64_t Comm::registerBuffer(void* ptr, size_t bytes) {
   checkUsable();
@@ -83,8 +94,7 @@ uint64_t Comm::registerBuffer(void* ptr, size_t bytes) {
 
 void Comm::deregisterBuffer(uint64_t id) {
   checkUsable();
-  auto it = std::find_if(registrations_.begin(), registrations_.end(),
-                         [&](const CommWindow& r) { return r.id == id; });
+  auto it = findEntry(registrations_, id);
   LOOM_CHECK_ARG(it != registrations_.end(), "registration ", id,
                  " is not registered with this communicator");
   // Withdrawn from the backend first: if that fails, the registration is still listed here.
@@ -93,12 +103,7 @@ void Comm::deregisterBuffer(uint64_t id) {
 }
 
 bool Comm::bufferRegistrationUsed(uint64_t id, std::string* why) const {
-  for (const CommWindow& r : registrations_) {
-    if (r.id != id) continue;
-    if (why != nullptr) *why = r.why;
-    return r.used;
-  }
-  return false;
+  return entryUsed(registrations_, id, why);
 }
 
 void* Comm::allocateMemory(size_t bytes) {
