@@ -226,8 +226,24 @@ Harness::Harness(const GpuConfig& config, size_t capacityBytes) : config_(config
     return;
   }
   cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
-  if (e == cudaSuccess) e = cudaMalloc(&a_, capacity_ + kGuardBytes + 64);
-  if (e == cudaSuccess) e = cudaMalloc(&b_, capacity_ + kGuardBytes + 64);
+  if (e == cudaSuccess && config.cuMem) {
+    int device = 0;
+    e = cudaGetDevice(&device);
+    for (auto* buffer : {&cuMemA_, &cuMemB_}) {
+      if (e != cudaSuccess) break;
+      *buffer = std::make_unique<CuMemBuffer>(device, capacity_ + kGuardBytes + 64);
+      if (!(*buffer)->ok()) {
+        ADD_FAILURE() << "config " << config.name << ": " << (*buffer)->error();
+        markBroken();
+        return;
+      }
+    }
+    a_ = cuMemA_->data();
+    b_ = cuMemB_->data();
+  } else {
+    if (e == cudaSuccess) e = cudaMalloc(&a_, capacity_ + kGuardBytes + 64);
+    if (e == cudaSuccess) e = cudaMalloc(&b_, capacity_ + kGuardBytes + 64);
+  }
   if (e != cudaSuccess) {
     ADD_FAILURE() << "config " << config.name << ": " << cudaErrorText(e);
     markBroken();
@@ -243,8 +259,10 @@ Harness::~Harness() {
     delete[] a_;
     delete[] b_;
   } else {
-    if (a_ != nullptr) cudaFree(a_);
-    if (b_ != nullptr) cudaFree(b_);
+    if (a_ != nullptr && cuMemA_ == nullptr) cudaFree(a_);
+    if (b_ != nullptr && cuMemB_ == nullptr) cudaFree(b_);
+    cuMemA_.reset();
+    cuMemB_.reset();
   }
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (suppressed_ > 0)

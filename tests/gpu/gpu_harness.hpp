@@ -8,12 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "../api/expect_loom.hpp"
+#include "gpu_cumem.hpp"
 #include "gpu_env.hpp"
 #include "loom/loom.h"
 
@@ -65,6 +67,7 @@ struct GpuConfig {
   const char* slotBytes;  // LOOM_CUDA_SLOT_BYTES; "" = default
   const char* transport;  // LOOM_CUDA_TRANSPORT (p2p|host); "" = default
   int accumType = -1;     // loomConfig_t.accumType
+  bool cuMem = false;     // the harness's buffers from cuMemCreate (gpu_cumem.hpp), not cudaMalloc
 };
 
 // How GoogleTest shows a config in test names' parameters.
@@ -158,6 +161,7 @@ class Harness {
   cudaStream_t stream_ = nullptr;
   char* a_ = nullptr;
   char* b_ = nullptr;
+  std::unique_ptr<CuMemBuffer> cuMemA_, cuMemB_;  // config.cuMem: what a_ and b_ point into
   size_t capacity_ = 0;
   size_t calls_ = 0;
   bool broken_ = false;

@@ -1,9 +1,10 @@
 // Collectives on registered windows (loomCommWindowRegister) and on buffers every rank registered
-// alone (loomCommRegister): the harness's two buffers are registered on every rank, so the usual
-// checks (reference results, guards around outputs, inputs unchanged, in place, misaligned
-// offsets; with registrations, offsets that differ between ranks) run through the zero-copy
-// kernels and, with "ce", the copy engines; also CUDA graph capture, deregistration, a peer that
-// registers late, and calls the ranks do not agree on (an error on every rank, not wrong data).
+// alone (loomCommRegister), in cudaMalloc'd and in cuMem memory: the harness's two buffers are
+// registered on every rank, so the usual checks (reference results, guards around outputs, inputs
+// unchanged, in place, misaligned offsets; with registrations, offsets that differ between ranks)
+// run through the zero-copy kernels and, with "ce", the copy engines; also CUDA graph capture,
+// deregistration, a peer that registers late, and calls the ranks do not agree on (an error on
+// every rank, not wrong data). More on cuMem memory in gpu_cumem_test.cpp.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -92,11 +93,14 @@ void sweepRegistered(Harness& h, const std::vector<Layout>& layouts) {
 }
 
 // Windows take calls of every size whatever the protocol; "simple" and "ce" where it matters.
+// The cumem configs put the buffers in cuMemCreate memory of several physical allocations, which
+// peers map from file descriptors (device/cuda/memory_exports.hpp).
 std::vector<GpuConfig> windowConfigs() {
+  constexpr const char* kCe = "allreduce:simple,reducescatter:simple,allgather:ce,alltoall:ce";
   return {
-      {"windows", "simple", "", ""},
-      {"windows-ce", "allreduce:simple,reducescatter:simple,allgather:ce,alltoall:ce", "", ""},
-      {"windows-auto", "", "", ""},
+      {"windows", "simple", "", ""},       {"windows-ce", kCe, "", ""},
+      {"windows-auto", "", "", ""},        {"cumem-auto", "", "", "", -1, true},
+      {"cumem-ce", kCe, "", "", -1, true},
   };
 }
 

@@ -28,6 +28,33 @@ CudaDriver::CudaDriver() {
   lookUp("cuDeviceGetAttribute", getAttribute_);
   lookUp("cuStreamWriteValue64", writeValue64_);
   lookUp("cuStreamWaitValue64", waitValue64_);
+  Vmm v;
+  lookUp("cuMemRetainAllocationHandle", v.retainAllocationHandle);
+  lookUp("cuMemGetAllocationPropertiesFromHandle", v.getAllocationProperties);
+  lookUp("cuMemExportToShareableHandle", v.exportToShareableHandle);
+  lookUp("cuMemImportFromShareableHandle", v.importFromShareableHandle);
+  lookUp("cuMemAddressReserve", v.addressReserve);
+  lookUp("cuMemAddressFree", v.addressFree);
+  lookUp("cuMemMap", v.map);
+  lookUp("cuMemUnmap", v.unmap);
+  lookUp("cuMemSetAccess", v.setAccess);
+  lookUp("cuMemRelease", v.release);
+  if (v.retainAllocationHandle != nullptr && v.getAllocationProperties != nullptr &&
+      v.exportToShareableHandle != nullptr && v.importFromShareableHandle != nullptr &&
+      v.addressReserve != nullptr && v.addressFree != nullptr && v.map != nullptr &&
+      v.unmap != nullptr && v.setAccess != nullptr && v.release != nullptr)
+    vmm_ = v;  // all of them or none
+}
+
+bool CudaDriver::addressRange(const void* ptr, char*& base, size_t& size) const {
+  CUdeviceptr b = 0;
+  size_t s = 0;
+  if (getAddressRange_ == nullptr ||
+      getAddressRange_(&b, &s, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS)
+    return false;
+  base = reinterpret_cast<char*>(b);
+  size = s;
+  return true;
 }
 
 void CudaDriver::allocationOf(const void* ptr, char*& base, size_t& size) const {

@@ -1,8 +1,8 @@
 // The few CUDA driver entry points Loom uses, found through the runtime
 // (cudaGetDriverEntryPointByVersion) so that libloom still links no libcuda and loads without a
-// GPU: an allocation's base (to export a registered buffer that starts inside one) and the stream
+// GPU: an allocation's base (to export a registered buffer that starts inside one), the stream
 // memory operations of the copy-engine collectives (flags written and awaited by the stream
-// itself, no kernel).
+// itself, no kernel), and the virtual memory calls that share cuMem memory between processes.
 #pragma once
 
 #include <cuda.h>
@@ -22,6 +22,10 @@ class CudaDriver {
   // when ptr is not device memory of this process.
   void allocationOf(const void* ptr, char*& base, size_t& size) const;
 
+  // Like allocationOf, without throwing: false when ptr is not mapped device memory. For cuMem
+  // memory the range is the one physical allocation mapped at ptr, not the whole reservation.
+  bool addressRange(const void* ptr, char*& base, size_t& size) const;
+
   // Whether this device can run 64-bit stream memory operations (the copy-engine collectives).
   bool streamMemOps(int device) const;
   // Stream-ordered: *addr = value after the stream's earlier work (with a memory barrier).
@@ -29,7 +33,24 @@ class CudaDriver {
   // Stream-ordered: later work waits until *addr >= value.
   void waitAtLeast(cudaStream_t stream, uint64_t* addr, uint64_t value) const;
 
+  // The virtual memory entry points (cuMem*); all null when the driver lacks any of them.
+  struct Vmm {
+    decltype(&cuMemRetainAllocationHandle) retainAllocationHandle = nullptr;
+    decltype(&cuMemGetAllocationPropertiesFromHandle) getAllocationProperties = nullptr;
+    decltype(&cuMemExportToShareableHandle) exportToShareableHandle = nullptr;
+    decltype(&cuMemImportFromShareableHandle) importFromShareableHandle = nullptr;
+    decltype(&cuMemAddressReserve) addressReserve = nullptr;
+    decltype(&cuMemAddressFree) addressFree = nullptr;
+    decltype(&cuMemMap) map = nullptr;
+    decltype(&cuMemUnmap) unmap = nullptr;
+    decltype(&cuMemSetAccess) setAccess = nullptr;
+    decltype(&cuMemRelease) release = nullptr;
+    bool available() const { return release != nullptr; }
+  };
+  const Vmm& vmm() const { return vmm_; }
+
  private:
+  Vmm vmm_;
   decltype(&cuMemGetAddressRange) getAddressRange_ = nullptr;
   decltype(&cuDeviceGetAttribute) getAttribute_ = nullptr;
   decltype(&cuStreamWriteValue64) writeValue64_ = nullptr;

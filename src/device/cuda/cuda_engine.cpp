@@ -7,6 +7,7 @@
 #include "base/dtype.hpp"
 #include "base/env.hpp"
 #include "base/log.hpp"
+#include "base/shm_segment.hpp"
 #include "device/cuda/collectives/plans.hpp"
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_env.hpp"
@@ -105,10 +106,15 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   windowMinBytes_ = static_cast<size_t>(windowMin);
   const int64_t oneShotMax = env::cudaOneShotMaxBytes();
   oneShotMaxBytes_ = oneShotMax < 0 ? SIZE_MAX : static_cast<size_t>(oneShotMax);
-  userWindows_ = std::make_unique<UserWindows>(driver_, ipcImports_, setup_.rank, setup_.nranks,
+  // Where each rank serves the descriptors of its cuMem buffers: one name prefix for all.
+  const std::string servers =
+      setup_.allGather(setup_.rank == 0 ? ShmSegment::uniqueName("loom-mem-") : "")[0];
+  exports_ = std::make_unique<MemoryExports>(driver_, device_.ordinal(), setup_.rank, servers);
+  imports_ = std::make_unique<IpcImports>(driver_, device_.ordinal(), servers);
+  userWindows_ = std::make_unique<UserWindows>(*exports_, *imports_, setup_.rank, setup_.nranks,
                                                setup_.allGather);
   registrations_ = std::make_unique<LocalRegistrations>(
-      driver_, ipcImports_, device_.ordinal(), setup_.rank, setup_.nranks, setup_.allGather);
+      *exports_, *imports_, device_.ordinal(), setup_.rank, setup_.nranks, setup_.allGather);
   // The same answer on every rank: one rank without stream memory operations turns the copy
   // engines off for all (their calls then run the zero-copy kernels).
   bool memOps = !windows_.viaHost() && driver_.streamMemOps(device_.ordinal());
@@ -172,6 +178,8 @@ CudaEngine::~CudaEngine() {
   cudaGetLastError();
   userWindows_.reset();
   registrations_.reset();
+  imports_.reset();
+  exports_.reset();
   if (streamSwitch_ != nullptr) cudaEventDestroy(streamSwitch_);
   if (ceDone_ != nullptr) cudaEventDestroy(ceDone_);
   if (rescueStream_ != nullptr) cudaStreamDestroy(rescueStream_);

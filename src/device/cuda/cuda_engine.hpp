@@ -23,6 +23,7 @@
 #include "device/cuda/cuda_driver.hpp"
 #include "device/cuda/ipc_imports.hpp"
 #include "device/cuda/local_registrations.hpp"
+#include "device/cuda/memory_exports.hpp"
 #include "device/cuda/peer_windows.hpp"
 #include "device/cuda/user_windows.hpp"
 #include "device/native.hpp"
@@ -104,7 +105,9 @@ class CudaEngine final : public NativeCollectives {
   std::vector<char> p2pTaken_;  // pointToPoint's scratch
 
   CudaDriver driver_;
-  IpcImports ipcImports_;  // outlives both users below
+  // Outlive both users below: how this rank shares its buffers, and the peers' it mapped.
+  std::unique_ptr<MemoryExports> exports_;
+  std::unique_ptr<IpcImports> imports_;
   std::unique_ptr<UserWindows> userWindows_;
   std::unique_ptr<LocalRegistrations> registrations_;
   bool windowsEnabled_ = true;  // LOOM_CUDA_WINDOWS

@@ -3,49 +3,151 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <vector>
+
+#include "bootstrap/fd_passing.hpp"
 
 namespace loom {
 
+namespace {
+
+// Bounds one fetch from a peer's descriptor server (a live server answers in microseconds).
+constexpr int kFetchTimeoutMs = 5000;
+
+}  // namespace
+
+IpcImports::IpcImports(const CudaDriver& driver, int device, std::string servers)
+    : driver_(driver), device_(device), servers_(std::move(servers)) {}
+
 IpcImports::~IpcImports() {
-  for (auto& [handle, o] : opened_) cudaIpcCloseMemHandle(o.base);
+  for (auto& [identity, o] : opened_) unmap(o);
 }
 
-char* IpcImports::open(const std::string& handle, std::string* why) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = opened_.find(handle);
-  if (it != opened_.end()) {
-    it->second.users += 1;
-    return it->second.base;
-  }
-  cudaIpcMemHandle_t h{};
-  if (handle.size() != sizeof(h)) {
-    if (why != nullptr) *why = "malformed IPC handle";
-    return nullptr;
-  }
-  std::memcpy(&h, handle.data(), sizeof(h));
-  void* mapped = nullptr;
-  cudaError_t err = cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    if (why != nullptr) *why = std::string("cudaIpcOpenMemHandle: ") + cudaGetErrorString(err);
-    return nullptr;
-  }
-  opened_[handle] = Opened{static_cast<char*>(mapped), 1};
-  return static_cast<char*>(mapped);
-}
-
-void IpcImports::close(const std::string& handle) {
-  char* base = nullptr;
+char* IpcImports::open(const SharedAllocation& shared, std::string* why) {
+  const std::string identity = shared.identity();
+  std::string failure;
+  char* mapped = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = opened_.find(handle);
+    auto it = opened_.find(identity);
+    if (it != opened_.end()) {
+      it->second.users += 1;
+      return it->second.base;
+    }
+    if (shared.kind == SharedAllocation::kLegacyIpc) {
+      void* p = nullptr;
+      cudaError_t err = cudaIpcOpenMemHandle(&p, shared.ipc, cudaIpcMemLazyEnablePeerAccess);
+      if (err == cudaSuccess) {
+        mapped = static_cast<char*>(p);
+      } else {
+        cudaGetLastError();
+        failure = std::string("cudaIpcOpenMemHandle: ") + cudaGetErrorString(err);
+      }
+    } else if (shared.kind == SharedAllocation::kCuMem) {
+      mapped = mapCuMem(shared, failure);
+    } else {
+      failure = "malformed shared allocation (kind " + std::to_string(shared.kind) + ")";
+    }
+    if (mapped != nullptr) opened_[identity] = Opened{mapped, 1, shared};
+  }
+  if (mapped == nullptr && why != nullptr) *why = failure;
+  return mapped;
+}
+
+char* IpcImports::mapCuMem(const SharedAllocation& shared, std::string& why) {
+  const CudaDriver::Vmm& vmm = driver_.vmm();
+  if (!vmm.available()) {
+    why = "this CUDA driver has no cuMem entry points";
+    return nullptr;
+  }
+  CUdeviceptr range = 0;
+  if (vmm.addressReserve(&range, shared.bytes, 0, 0, 0) != CUDA_SUCCESS) {
+    why = "cuMemAddressReserve of " + std::to_string(shared.bytes) + " bytes failed";
+    return nullptr;
+  }
+  std::vector<uint64_t> sizes;
+  uint64_t mappedBytes = 0;
+  std::string payload;
+  const bool fetched = fetchFds(
+      fdServerName(servers_, static_cast<int>(shared.owner)), shared.key, kFetchTimeoutMs, payload,
+      [&](size_t index, int fd, std::string& reason) {
+        if (index == 0) {
+          sizes.resize(payload.size() / sizeof(uint64_t));
+          std::memcpy(sizes.data(), payload.data(), sizes.size() * sizeof(uint64_t));
+          uint64_t total = 0;
+          for (uint64_t s : sizes) total += s;
+          if (total != shared.bytes || sizes.size() * sizeof(uint64_t) != payload.size()) {
+            reason = "the owner described " + std::to_string(total) + " bytes, not " +
+                     std::to_string(shared.bytes);
+            return false;
+          }
+        }
+        if (index >= sizes.size()) {
+          reason = "more descriptors than allocations";
+          return false;
+        }
+        CUmemGenericAllocationHandle h{};
+        CUresult r =
+            vmm.importFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (r != CUDA_SUCCESS) {
+          reason = "cuMemImportFromShareableHandle: error " + std::to_string(r);
+          return false;
+        }
+        r = vmm.map(range + mappedBytes, sizes[index], 0, h, 0);
+        // The mapping holds the memory from here on.
+        vmm.release(h);
+        if (r != CUDA_SUCCESS) {
+          reason = "cuMemMap: error " + std::to_string(r);
+          return false;
+        }
+        mappedBytes += sizes[index];
+        return true;
+      },
+      why);
+  bool ok = fetched && mappedBytes == shared.bytes;
+  if (fetched && !ok) why = "the owner sent fewer allocations than it described";
+  if (ok) {
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device_;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUresult r = vmm.setAccess(range, shared.bytes, &access, 1);
+    if (r != CUDA_SUCCESS) {
+      why = "cuMemSetAccess: error " + std::to_string(r);
+      ok = false;
+    }
+  }
+  if (!ok) {
+    if (mappedBytes > 0) vmm.unmap(range, mappedBytes);
+    vmm.addressFree(range, shared.bytes);
+    return nullptr;
+  }
+  return reinterpret_cast<char*>(range);
+}
+
+void IpcImports::close(const SharedAllocation& shared) {
+  Opened o{};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = opened_.find(shared.identity());
     if (it == opened_.end() || --it->second.users > 0) return;
-    base = it->second.base;
+    o = it->second;
     opened_.erase(it);
   }
   // Outside the lock: the close waits for this process's kernels, and the watchdog must be
   // able to open other peers' memory meanwhile (a kernel may be waiting for it).
-  cudaIpcCloseMemHandle(base);
+  unmap(o);
+}
+
+void IpcImports::unmap(const Opened& o) {
+  if (o.shared.kind == SharedAllocation::kLegacyIpc) {
+    cudaIpcCloseMemHandle(o.base);
+  } else {
+    const CUdeviceptr range = reinterpret_cast<CUdeviceptr>(o.base);
+    driver_.vmm().unmap(range, o.shared.bytes);
+    driver_.vmm().addressFree(range, o.shared.bytes);
+  }
 }
 
 }  // namespace loom

@@ -1,36 +1,52 @@
-// Peers' allocations mapped into this process through CUDA IPC, shared by windows
-// (user_windows.hpp) and local registrations (local_registrations.hpp): CUDA refuses a second
-// open of one handle in a process, so an allocation is opened once, however many windows and
-// registrations lie in it, and closed with the last of them. Thread-safe: the watchdog maps
-// registrations while the caller's thread registers windows.
+// Peers' memory mapped into this process (SharedAllocation), shared by windows
+// (user_windows.hpp) and local registrations (local_registrations.hpp):
+//   - legacy IPC: CUDA refuses a second open of one handle in a process, so an allocation is
+//     opened once, however many windows and registrations lie in it, and closed with the last;
+//   - cuMem: the owner's descriptor server hands out one file descriptor per physical
+//     allocation; each is imported and mapped in order into a range reserved here, with read and
+//     write access for this rank's device, and the descriptor closed at once (the mapping keeps
+//     the memory). Unmapped, and the range freed, with the last user.
+// Thread-safe: the watchdog maps registrations while the caller's thread registers windows.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <mutex>
 #include <string>
+
+#include "device/cuda/cuda_driver.hpp"
+#include "device/cuda/shared_allocation.hpp"
 
 namespace loom {
 
 class IpcImports {
  public:
-  IpcImports() = default;
+  // `servers`: the descriptor servers' name prefix, the same on every rank of the communicator.
+  IpcImports(const CudaDriver& driver, int device, std::string servers);
   ~IpcImports();
   IpcImports(const IpcImports&) = delete;
   IpcImports& operator=(const IpcImports&) = delete;
 
-  // The allocation of `handle` (a cudaIpcMemHandle_t's bytes) as mapped here; null, with `why`,
-  // when CUDA cannot open it. The current device must be this rank's.
-  char* open(const std::string& handle, std::string* why = nullptr);
-  // One use of `handle` fewer; unmapped with its last.
-  void close(const std::string& handle);
+  // `shared` as mapped here; null, with `why`, when it cannot be mapped. The current device must
+  // be this rank's.
+  char* open(const SharedAllocation& shared, std::string* why = nullptr);
+  // One use of `shared` fewer; unmapped with its last.
+  void close(const SharedAllocation& shared);
 
  private:
   struct Opened {
     char* base;
     int users;
+    SharedAllocation shared;
   };
+  char* mapCuMem(const SharedAllocation& shared, std::string& why);
+  void unmap(const Opened& o);
+
+  const CudaDriver& driver_;
+  int device_;
+  std::string servers_;
   std::mutex mutex_;
-  std::map<std::string, Opened> opened_;
+  std::map<std::string, Opened> opened_;  // by SharedAllocation::identity()
 };
 
 }  // namespace loom

@@ -16,8 +16,8 @@ namespace {
 
 struct Entry {
   std::atomic<uint64_t> gen;  // 0: free or being written
-  cudaIpcMemHandle_t handle;
-  uint64_t offset;  // of the registered buffer in its allocation
+  SharedAllocation shared;
+  uint64_t offset;  // of the registered buffer in what `shared` maps
   uint64_t bytes;
 };
 
@@ -31,9 +31,9 @@ struct LocalRegistrations::Page {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the board is shared between processes");
 
 LocalRegistrations::LocalRegistrations(
-    const CudaDriver& driver, IpcImports& imports, int device, int rank, int nranks,
+    MemoryExports& exports, IpcImports& imports, int device, int rank, int nranks,
     std::function<std::vector<std::string>(const std::string&)> allGather)
-    : driver_(driver), imports_(imports), device_(device), rank_(rank), nranks_(nranks) {
+    : exports_(exports), imports_(imports), device_(device), rank_(rank), nranks_(nranks) {
   const size_t osPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   pageStride_ = (sizeof(Page) + osPage - 1) / osPage * osPage;
   std::string name, failure;
@@ -94,38 +94,36 @@ LocalRegistrations::Page* LocalRegistrations::page(int rank) const {
 }
 
 void LocalRegistrations::add(uint64_t id, void* ptr, size_t bytes) {
-  char* allocation = nullptr;
-  size_t allocationBytes = 0;
-  driver_.allocationOf(ptr, allocation, allocationBytes);
-  LOOM_CHECK_ARG(static_cast<char*>(ptr) + bytes <= allocation + allocationBytes,
-                 "the buffer runs past the end of its allocation");
-  cudaIpcMemHandle_t handle{};
-  cudaError_t err = cudaIpcGetMemHandle(&handle, allocation);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    LOOM_THROW(loomInvalidArgument,
-               "the buffer's memory cannot be shared with peers (cudaIpcGetMemHandle: ",
-               cudaGetErrorString(err),
-               "); register memory from loomMemAlloc or cudaMalloc, not from cudaMallocAsync "
-               "pools or cuMemCreate");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (freeSlots_.empty())
+      LOOM_THROW(loomInvalidUsage, "this rank already has ", cuda::kMaxRegistrations,
+                 " buffers registered with the communicator; deregister some first");
   }
+  SharedAllocation shared;
+  uint64_t offset = 0;
+  std::string why;
+  if (!exports_.share(ptr, bytes, shared, offset, why)) LOOM_THROW(loomInvalidArgument, why);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (freeSlots_.empty())
+  if (freeSlots_.empty()) {  // taken by another thread meanwhile
+    exports_.withdraw(shared);
     LOOM_THROW(loomInvalidUsage, "this rank already has ", cuda::kMaxRegistrations,
                " buffers registered with the communicator; deregister some first");
-  Own o{id, static_cast<char*>(ptr), bytes, freeSlots_.back(), nextGen_++};
+  }
+  Own o{id, static_cast<char*>(ptr), bytes, freeSlots_.back(), nextGen_++, shared};
   freeSlots_.pop_back();
   Page* mine = page(rank_);
   Entry& e = mine->entries[o.slot];
   e.gen.store(0, std::memory_order_release);
-  e.handle = handle;
-  e.offset = static_cast<uint64_t>(o.base - allocation);
+  e.shared = shared;
+  e.offset = offset;
   e.bytes = bytes;
   e.gen.store(o.gen, std::memory_order_release);
   mine->version.fetch_add(1, std::memory_order_release);
   own_.push_back(o);
-  LOOM_INFO(kSubsysColl, rank_, "registered ", static_cast<void*>(o.base), " (", bytes,
-            " bytes) as slot ", o.slot, " generation ", o.gen);
+  LOOM_INFO(kSubsysColl, rank_, "registered ", static_cast<void*>(o.base), " (", bytes, " bytes",
+            shared.kind == SharedAllocation::kCuMem ? ", cuMem memory shared as descriptors" : "",
+            ") as slot ", o.slot, " generation ", o.gen);
 }
 
 void LocalRegistrations::remove(uint64_t id) {
@@ -136,6 +134,8 @@ void LocalRegistrations::remove(uint64_t id) {
   mine->entries[it->slot].gen.store(0, std::memory_order_release);
   mine->version.fetch_add(1, std::memory_order_release);
   LOOM_INFO(kSubsysColl, rank_, "withdrew slot ", it->slot, " generation ", it->gen);
+  // A peer that has not mapped it yet will not: the entry is gone from the board.
+  exports_.withdraw(it->shared);
   freeSlots_.push_back(it->slot);
   own_.erase(it);
 }
@@ -177,7 +177,7 @@ void LocalRegistrations::refreshPeer(int q) {
     withdrawImport(q, s, false);
     if (gen == 0) continue;
     Entry copy;
-    std::memcpy(&copy.handle, &e.handle, sizeof(copy.handle));
+    std::memcpy(static_cast<void*>(&copy.shared), &e.shared, sizeof(copy.shared));
     copy.offset = e.offset;
     copy.bytes = e.bytes;
     std::atomic_thread_fence(std::memory_order_acquire);
@@ -185,10 +185,9 @@ void LocalRegistrations::refreshPeer(int q) {
       whole = false;  // rewritten while read: look again next time
       continue;
     }
-    std::string handle(reinterpret_cast<const char*>(&copy.handle), sizeof(copy.handle));
     std::string why;
     LOOM_CUDA_CHECK(cudaSetDevice(device_));
-    char* mapped = imports_.open(handle, &why);
+    char* mapped = imports_.open(copy.shared, &why);
     if (mapped == nullptr) {
       // Tried again at every look (a kernel that needs it gives up at the communicator's
       // timeout); said once per registration.
@@ -200,7 +199,7 @@ void LocalRegistrations::refreshPeer(int q) {
       continue;
     }
     im.gen = gen;
-    im.handle = handle;
+    im.shared = copy.shared;
     volatile cuda::ImportEntry* t = table_ + static_cast<size_t>(q) * cuda::kMaxRegistrations + s;
     t->base = reinterpret_cast<uint64_t>(mapped + copy.offset);
     std::atomic_thread_fence(std::memory_order_release);
@@ -212,13 +211,13 @@ void LocalRegistrations::refreshPeer(int q) {
 }
 
 void LocalRegistrations::unmapWithdrawn() {
-  std::vector<std::string> handles;
+  std::vector<SharedAllocation> withdrawn;
   {
     // Not held while closing: the watchdog must never wait behind a close.
     std::lock_guard<std::mutex> lock(refreshMutex_);
-    handles.swap(unmapLater_);
+    withdrawn.swap(unmapLater_);
   }
-  for (const std::string& handle : handles) imports_.close(handle);
+  for (const SharedAllocation& shared : withdrawn) imports_.close(shared);
 }
 
 void LocalRegistrations::withdrawImport(int q, int slot, bool closeNow) {
@@ -228,16 +227,16 @@ void LocalRegistrations::withdrawImport(int q, int slot, bool closeNow) {
   t->gen = 0;
   std::atomic_thread_fence(std::memory_order_release);
   // A later registration in the same allocation reopens it at no cost: IpcImports counts uses.
-  if (!im.handle.empty()) {
+  if (im.shared.kind != SharedAllocation::kNone) {
     if (closeNow)
-      imports_.close(im.handle);
+      imports_.close(im.shared);
     else
-      unmapLater_.push_back(im.handle);
+      unmapLater_.push_back(im.shared);
   }
   LOOM_INFO(kSubsysColl, rank_, "dropped rank ", q, "'s slot ", slot, " generation ", im.gen,
             closeNow ? " (unmapped)" : " (unmapped at this rank's next deregistration)");
   im.gen = 0;
-  im.handle.clear();
+  im.shared = SharedAllocation{};
 }
 
 }  // namespace loom

@@ -2,13 +2,14 @@
 // registrations as mapped into this process.
 //
 // A rank publishes each registration on its page of a board in host shared memory that every
-// rank maps (set up at init): the registration's generation, its allocation's IPC handle, its
-// offset in the allocation and its size, under the slot it takes. Nothing else is exchanged when a
-// buffer is registered: a call on registered buffers tells the peers (slot, generation, offset)
-// of its buffers through the zero-copy kernels' arrival, and a peer's kernel finds that buffer in
-// its import table (pinned host memory the kernels read). This class fills the table from the
-// peers' pages: before a call that needs a peer's buffer, and from the watchdog every
-// millisecond (for a kernel waiting on a registration published after its host looked).
+// rank maps (set up at init): the registration's generation, how its memory is shared
+// (SharedAllocation: a legacy IPC handle, or a cuMem export peers fetch from this rank's
+// descriptor server), its offset in that memory and its size, under the slot it takes. Nothing else
+// is exchanged when a buffer is registered: a call on registered buffers tells the peers (slot,
+// generation, offset) of its buffers through the zero-copy kernels' arrival, and a peer's kernel
+// finds that buffer in its import table (pinned host memory the kernels read). This class fills the
+// table from the peers' pages: before a call that needs a peer's buffer, and from the watchdog
+// every millisecond (for a kernel waiting on a registration published after its host looked).
 // Registrations the peers withdrew leave the table at once but stay mapped until this rank's
 // device is idle (unmapWithdrawn, at this rank's own deregistrations): cudaIpcCloseMemHandle
 // waits for the kernels of this process, and one of them may be waiting for the watchdog to map
@@ -29,8 +30,8 @@
 
 #include "base/shm_segment.hpp"
 #include "device/cuda/collectives/dev_comm.hpp"
-#include "device/cuda/cuda_driver.hpp"
 #include "device/cuda/ipc_imports.hpp"
+#include "device/cuda/memory_exports.hpp"
 
 namespace loom {
 
@@ -38,8 +39,7 @@ class LocalRegistrations {
  public:
   // Collective (at init): sets up the board. When some rank cannot, registrations are recorded
   // but never used on every rank (usable() false, with why()).
-  LocalRegistrations(const CudaDriver& driver, IpcImports& imports, int device, int rank,
-                     int nranks,
+  LocalRegistrations(MemoryExports& exports, IpcImports& imports, int device, int rank, int nranks,
                      std::function<std::vector<std::string>(const std::string&)> allGather);
   ~LocalRegistrations();
   LocalRegistrations(const LocalRegistrations&) = delete;
@@ -49,7 +49,7 @@ class LocalRegistrations {
   const std::string& why() const { return why_; }
 
   // This rank's [ptr, ptr + bytes) as registration `id`. Throws loomInvalidArgument when the
-  // memory cannot be shared with peers (not cudaMalloc'd, or from a pool or cuMemCreate) and
+  // memory cannot be shared with peers (see MemoryExports::share) and
   // loomInvalidUsage when kMaxRegistrations are live.
   void add(uint64_t id, void* ptr, size_t bytes);
   // Withdraws registration `id` (no kernel may use it any more: the caller waited for them).
@@ -72,13 +72,13 @@ class LocalRegistrations {
   // Out of the table; its mapping is closed now or (later) kept for unmapWithdrawn.
   void withdrawImport(int q, int slot, bool closeNow);
 
-  const CudaDriver& driver_;
+  MemoryExports& exports_;
   IpcImports& imports_;
   int device_, rank_, nranks_;
   bool usable_ = false;
   std::string why_;
   ShmSegment board_;
-  size_t pageStride_ = 0;  // bytes of a rank's page in board_, whole OS pages
+  size_t pageStride_ = 0;               // bytes of a rank's page in board_, whole OS pages
   cuda::ImportEntry* table_ = nullptr;  // pinned, mapped
   const cuda::ImportEntry* tableOnDevice_ = nullptr;
 
@@ -87,6 +87,7 @@ class LocalRegistrations {
     char* base;
     size_t bytes;
     uint32_t slot, gen;
+    SharedAllocation shared;
   };
   mutable std::mutex mutex_;
   std::vector<Own> own_;
@@ -95,13 +96,13 @@ class LocalRegistrations {
 
   struct Import {
     uint64_t gen = 0;
-    std::string handle;      // empty: none mapped
-    uint64_t failedGen = 0;  // the generation whose mapping failed last (warned once)
+    SharedAllocation shared;  // kind kNone: none mapped
+    uint64_t failedGen = 0;   // the generation whose mapping failed last (warned once)
   };
   std::mutex refreshMutex_;
   std::vector<std::vector<Import>> imported_;  // [q][slot]
   std::vector<uint64_t> seenVersion_;          // [q]: the page version last mapped whole
-  std::vector<std::string> unmapLater_;        // handles of withdrawn imports, still open
+  std::vector<SharedAllocation> unmapLater_;   // withdrawn imports, still mapped
 };
 
 }  // namespace loom

@@ -11,53 +11,45 @@ namespace loom {
 
 namespace {
 
-// What a rank publishes for its part: the allocation's IPC handle, the part's offset in the
-// allocation and its size.
+// What a rank publishes for its part: how its memory is shared, the part's offset in it and its
+// size.
 struct PartRecord {
-  cudaIpcMemHandle_t handle;
+  SharedAllocation shared;
   uint64_t offset;
   uint64_t bytes;
 };
 
 }  // namespace
 
-UserWindows::UserWindows(const CudaDriver& driver, IpcImports& imports, int rank, int nranks,
+UserWindows::UserWindows(MemoryExports& exports, IpcImports& imports, int rank, int nranks,
                          std::function<std::vector<std::string>(const std::string&)> allGather)
-    : driver_(driver),
+    : exports_(exports),
       imports_(imports),
       rank_(rank),
       nranks_(nranks),
       allGather_(std::move(allGather)) {}
 
 UserWindows::~UserWindows() {
-  for (const std::vector<std::string>& handles : handles_)
-    for (const std::string& h : handles)
-      if (!h.empty()) imports_.close(h);
+  for (const Sharing& s : sharing_) {
+    closePeers(s);
+    exports_.withdraw(s.mine);
+  }
+}
+
+void UserWindows::closePeers(const Sharing& s) {
+  for (const SharedAllocation& peer : s.peers)
+    if (peer.kind != SharedAllocation::kNone) imports_.close(peer);
 }
 
 bool UserWindows::add(uint64_t id, void* ptr, size_t bytes, std::string& why) {
   // A bad part is still taken through both exchanges, so that every rank fails the same way
   // instead of leaving its peers waiting.
   std::string badArgument, failure;
-  char* allocation = nullptr;
-  size_t allocationBytes = 0;
+  PartRecord mine{};
   try {
-    driver_.allocationOf(ptr, allocation, allocationBytes);
-    if (static_cast<char*>(ptr) + bytes > allocation + allocationBytes)
-      badArgument = "its window runs past the end of its allocation";
+    exports_.share(ptr, bytes, mine.shared, mine.offset, failure);
   } catch (const Error& e) {
     badArgument = e.what();
-  }
-  PartRecord mine{};
-  if (badArgument.empty()) {
-    cudaError_t err = cudaIpcGetMemHandle(&mine.handle, allocation);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      // Memory from cudaMallocAsync pools or cuMemCreate cannot travel as an IPC handle.
-      failure = std::string("its memory cannot be exported (cudaIpcGetMemHandle: ") +
-                cudaGetErrorString(err) + "; allocate windows with loomMemAlloc or cudaMalloc)";
-    }
-    mine.offset = static_cast<uint64_t>(static_cast<char*>(ptr) - allocation);
   }
   mine.bytes = bytes;
   std::vector<std::string> records =
@@ -67,12 +59,14 @@ bool UserWindows::add(uint64_t id, void* ptr, size_t bytes, std::string& why) {
   w.id = id;
   w.base = static_cast<char*>(ptr);
   w.bytes = bytes;
-  std::vector<std::string> handles(nranks_);
+  Sharing sharing;
+  sharing.mine = mine.shared;
+  sharing.peers.resize(nranks_);
   for (int q = 0; q < nranks_ && badArgument.empty() && failure.empty(); ++q) {
     PartRecord r{};
     if (records[q].size() != sizeof(r))
       LOOM_THROW(loomInternalError, "rank ", q, " sent a malformed window record");
-    std::memcpy(&r, records[q].data(), sizeof(r));
+    std::memcpy(static_cast<void*>(&r), records[q].data(), sizeof(r));
     if (r.bytes != bytes) {
       badArgument = "rank " + std::to_string(q) + " registered " + std::to_string(r.bytes) +
                     " bytes and this rank " + std::to_string(bytes) +
@@ -83,13 +77,13 @@ bool UserWindows::add(uint64_t id, void* ptr, size_t bytes, std::string& why) {
       w.part[q] = w.base;
       continue;
     }
-    handles[q].assign(reinterpret_cast<const char*>(&r.handle), sizeof(r.handle));
-    char* mapped = imports_.open(handles[q]);
+    std::string reason;
+    char* mapped = imports_.open(r.shared, &reason);
     if (mapped == nullptr) {
-      handles[q].clear();
-      failure = "rank " + std::to_string(q) + "'s part could not be mapped";
+      failure = "rank " + std::to_string(q) + "'s part could not be mapped (" + reason + ")";
       break;
     }
+    sharing.peers[q] = r.shared;
     w.part[q] = mapped + r.offset;
   }
   // Every rank must agree: a bad argument anywhere fails the call everywhere; a part that some
@@ -107,24 +101,24 @@ bool UserWindows::add(uint64_t id, void* ptr, size_t bytes, std::string& why) {
       why = "on rank " + std::to_string(q) + ", " + o;
   }
   if (!argumentError.empty() || !why.empty()) {
-    for (const std::string& h : handles)
-      if (!h.empty()) imports_.close(h);
+    closePeers(sharing);
+    exports_.withdraw(sharing.mine);
     if (!argumentError.empty())
       LOOM_THROW(loomInvalidArgument, "loomCommWindowRegister: ", argumentError);
     return false;
   }
   windows_.push_back(w);
-  handles_.push_back(std::move(handles));
+  sharing_.push_back(std::move(sharing));
   return true;
 }
 
 void UserWindows::remove(uint64_t id) {
   for (size_t i = 0; i < windows_.size(); ++i) {
     if (windows_[i].id != id) continue;
-    for (const std::string& h : handles_[i])
-      if (!h.empty()) imports_.close(h);
+    closePeers(sharing_[i]);
+    exports_.withdraw(sharing_[i].mine);
     windows_.erase(windows_.begin() + static_cast<ptrdiff_t>(i));
-    handles_.erase(handles_.begin() + static_cast<ptrdiff_t>(i));
+    sharing_.erase(sharing_.begin() + static_cast<ptrdiff_t>(i));
     break;
   }
   // No rank frees its part before every peer has closed its mapping of it.

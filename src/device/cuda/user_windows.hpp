@@ -2,8 +2,9 @@
 // (loomCommWindowRegister): every rank's part mapped into every process through CUDA IPC, so the
 // zero-copy kernels and the copy-engine collectives address a peer's buffer directly.
 //
-// A part may start anywhere inside an allocation: what travels is the allocation's IPC handle
-// and the part's offset in it (opened through IpcImports, once per process).
+// A part may start anywhere inside an allocation: what travels is how its memory is shared
+// (SharedAllocation, from MemoryExports) and the part's offset in it (opened through IpcImports,
+// once per process).
 #pragma once
 
 #include <cstddef>
@@ -13,8 +14,8 @@
 #include <vector>
 
 #include "device/cuda/collectives/dev_comm.hpp"
-#include "device/cuda/cuda_driver.hpp"
 #include "device/cuda/ipc_imports.hpp"
+#include "device/cuda/memory_exports.hpp"
 
 namespace loom {
 
@@ -27,7 +28,7 @@ struct UserWindow {
 
 class UserWindows {
  public:
-  UserWindows(const CudaDriver& driver, IpcImports& imports, int rank, int nranks,
+  UserWindows(MemoryExports& exports, IpcImports& imports, int rank, int nranks,
               std::function<std::vector<std::string>(const std::string&)> allGather);
   ~UserWindows();
   UserWindows(const UserWindows&) = delete;
@@ -44,12 +45,18 @@ class UserWindows {
   const UserWindow* find(const void* ptr, size_t bytes, size_t& offset) const;
 
  private:
-  const CudaDriver& driver_;
+  MemoryExports& exports_;
   IpcImports& imports_;
   int rank_, nranks_;
   std::function<std::vector<std::string>(const std::string&)> allGather_;
+  // Of windows_: this rank's part as shared, and each peer's as opened here (kNone: not opened).
+  struct Sharing {
+    SharedAllocation mine;
+    std::vector<SharedAllocation> peers;
+  };
+  void closePeers(const Sharing& s);
   std::vector<UserWindow> windows_;
-  std::vector<std::vector<std::string>> handles_;  // of windows_: each peer's allocation handle
+  std::vector<Sharing> sharing_;
 };
 
 }  // namespace loom

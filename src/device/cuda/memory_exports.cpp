@@ -1,0 +1,148 @@
+#include "device/cuda/memory_exports.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "base/error.hpp"
+
+namespace loom {
+
+MemoryExports::MemoryExports(const CudaDriver& driver, int device, int rank, std::string servers)
+    : driver_(driver), device_(device), rank_(rank), servers_(std::move(servers)) {}
+
+MemoryExports::~MemoryExports() {
+  server_.reset();
+  for (auto& [key, e] : exports_) release(e);
+}
+
+bool MemoryExports::share(void* ptr, size_t bytes, SharedAllocation& shared, uint64_t& offset,
+                          std::string& why) {
+  char* p = static_cast<char*>(ptr);
+  char* base = nullptr;
+  size_t size = 0;
+  driver_.allocationOf(ptr, base, size);
+  shared = SharedAllocation{};
+  cudaError_t err = cudaIpcGetMemHandle(&shared.ipc, base);
+  if (err == cudaSuccess) {
+    LOOM_CHECK_ARG(p + bytes <= base + size, "the buffer runs past the end of its allocation");
+    shared.kind = SharedAllocation::kLegacyIpc;
+    offset = static_cast<uint64_t>(p - base);
+    return true;
+  }
+  cudaGetLastError();
+  CUmemGenericAllocationHandle probe{};
+  if (!driver_.vmm().available() ||
+      driver_.vmm().retainAllocationHandle(&probe, base) != CUDA_SUCCESS) {
+    why = std::string("its memory cannot be shared with peers (cudaIpcGetMemHandle: ") +
+          cudaGetErrorString(err) +
+          "); use memory from loomMemAlloc, cudaMalloc or cuMemCreate with POSIX file "
+          "descriptor handles, not from cudaMallocAsync pools";
+    return false;
+  }
+  driver_.vmm().release(probe);
+  return shareCuMem(p, bytes, base, shared, offset, why);
+}
+
+bool MemoryExports::shareCuMem(char* ptr, size_t bytes, char* firstBase, SharedAllocation& shared,
+                               uint64_t& offset, std::string& why) {
+  const CudaDriver::Vmm& vmm = driver_.vmm();
+  CuMemExport e;
+  // Every physical allocation the buffer touches, in address order; they must follow each other
+  // without a hole.
+  uint64_t span = 0;
+  for (char* at = firstBase; at < ptr + bytes || e.chunks.empty();) {
+    char* base = nullptr;
+    size_t size = 0;
+    CUmemGenericAllocationHandle h{};
+    if (!driver_.addressRange(at, base, size) || base != at ||
+        vmm.retainAllocationHandle(&h, at) != CUDA_SUCCESS) {
+      release(e);
+      LOOM_THROW(loomInvalidArgument, "the buffer runs past the end of its mapped memory (at ",
+                 static_cast<void*>(at), ")");
+    }
+    e.chunks.push_back(h);
+    e.sizes.push_back(size);
+    CUmemAllocationProp prop{};
+    const bool known = vmm.getAllocationProperties(&prop, h) == CUDA_SUCCESS;
+    if (!known || (prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
+      release(e);
+      why =
+          "its cuMem memory cannot be shared with peers: it was created without "
+          "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes";
+      return false;
+    }
+    if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop.location.id != device_) {
+      release(e);
+      why = "its cuMem memory lives on another device than the communicator's (" +
+            std::to_string(device_) + ")";
+      return false;
+    }
+    span += size;
+    at = base + size;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (server_ == nullptr) {
+    try {
+      server_ = std::make_unique<FdServer>(fdServerName(servers_, rank_), source());
+    } catch (const Error& e2) {
+      release(e);
+      why = std::string("its cuMem memory cannot be shared: ") + e2.what();
+      return false;
+    }
+  }
+  shared.kind = SharedAllocation::kCuMem;
+  shared.owner = static_cast<uint32_t>(rank_);
+  shared.key = nextKey_++;
+  shared.bytes = span;
+  offset = static_cast<uint64_t>(ptr - firstBase);
+  exports_.emplace(shared.key, std::move(e));
+  return true;
+}
+
+void MemoryExports::withdraw(const SharedAllocation& shared) {
+  if (shared.kind != SharedAllocation::kCuMem) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = exports_.find(shared.key);
+  if (it == exports_.end()) return;
+  release(it->second);
+  exports_.erase(it);
+}
+
+void MemoryExports::release(const CuMemExport& e) const {
+  for (CUmemGenericAllocationHandle h : e.chunks) driver_.vmm().release(h);
+}
+
+FdServer::Source MemoryExports::source() {
+  FdServer::Source s;
+  s.describe = [this](uint64_t key, std::string& payload, size_t& count) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = exports_.find(key);
+    if (it == exports_.end()) return false;
+    const std::vector<uint64_t>& sizes = it->second.sizes;
+    payload.assign(reinterpret_cast<const char*>(sizes.data()), sizes.size() * sizeof(uint64_t));
+    count = sizes.size();
+    return true;
+  };
+  s.open = [this](uint64_t key, size_t index, std::string& why) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = exports_.find(key);
+    if (it == exports_.end() || index >= it->second.chunks.size()) {
+      why = "the buffer was deregistered meanwhile";
+      return -1;
+    }
+    // The runtime makes the device's primary context current on this thread.
+    cudaSetDevice(device_);
+    int fd = -1;
+    const CUresult r = driver_.vmm().exportToShareableHandle(
+        &fd, it->second.chunks[index], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r != CUDA_SUCCESS) {
+      why = "cuMemExportToShareableHandle: error " + std::to_string(r);
+      return -1;
+    }
+    return fd;
+  };
+  return s;
+}
+
+}  // namespace loom

@@ -1,0 +1,62 @@
+// This rank's buffers as its peers may map them (SharedAllocation): cudaMalloc'd memory through
+// its allocation's legacy IPC handle, cuMem memory (cuMemCreate with POSIX file descriptor
+// handles, e.g. PyTorch's expandable segments) through the descriptors of the physical
+// allocations it spans, which this rank's descriptor server hands out until the buffer is
+// withdrawn. The server starts with the first cuMem buffer; a communicator that shares none runs
+// no thread for it.
+//
+// A cuMem export retains its physical allocations (cuMemRetainAllocationHandle): the memory
+// stays valid for peers that fetch it until withdraw(), even if the owner unmaps it first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bootstrap/fd_passing.hpp"
+#include "device/cuda/cuda_driver.hpp"
+#include "device/cuda/shared_allocation.hpp"
+
+namespace loom {
+
+class MemoryExports {
+ public:
+  // `servers`: the descriptor servers' name prefix, the same on every rank of the communicator.
+  MemoryExports(const CudaDriver& driver, int device, int rank, std::string servers);
+  ~MemoryExports();
+  MemoryExports(const MemoryExports&) = delete;
+  MemoryExports& operator=(const MemoryExports&) = delete;
+
+  // How peers map [ptr, ptr + bytes): `shared`, and ptr's offset in what it maps. Throws
+  // loomInvalidArgument when the range is not this process's device memory (or runs past it);
+  // false, with `why`, when it is but cannot be shared (from a cudaMallocAsync pool, cuMem memory
+  // without POSIX file descriptor handles, or another device's).
+  bool share(void* ptr, size_t bytes, SharedAllocation& shared, uint64_t& offset, std::string& why);
+  // Peers that have not fetched a cuMem export yet no longer can; those that did keep their
+  // mapping. Nothing to do for legacy IPC.
+  void withdraw(const SharedAllocation& shared);
+
+ private:
+  struct CuMemExport {
+    std::vector<CUmemGenericAllocationHandle> chunks;  // retained, in address order
+    std::vector<uint64_t> sizes;
+  };
+  bool shareCuMem(char* ptr, size_t bytes, char* firstBase, SharedAllocation& shared,
+                  uint64_t& offset, std::string& why);
+  void release(const CuMemExport& e) const;
+  FdServer::Source source();
+
+  const CudaDriver& driver_;
+  int device_, rank_;
+  std::string servers_;
+  std::mutex mutex_;
+  std::map<uint64_t, CuMemExport> exports_;
+  uint64_t nextKey_ = 1;
+  std::unique_ptr<FdServer> server_;  // last: stopped before the exports are released
+};
+
+}  // namespace loom
