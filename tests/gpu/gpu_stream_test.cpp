@@ -249,6 +249,48 @@ TEST_P(Streams, OneCommunicatorOnAlternatingStreams) {
                  "allreduce " + std::to_string(i) + " of calls on alternating streams");
 }
 
+// Every call on a stream of its own, destroyed right after the call while the call still waits
+// behind a held stream: the next call, on a new stream (often with the destroyed one's handle),
+// still runs after it. The communicator must not touch a destroyed stream (it did: "invalid
+// device context" on the next call).
+TEST_P(Streams, StreamsDestroyedBetweenCalls) {
+  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  Harness h(GetParam(), 4096);
+  ASSERT_TRUE(h.ok());
+  const loomDataType_t t = loomFloat32;
+  const int kCalls = 6;
+  std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+  std::vector<size_t> counts, firsts;
+  for (int i = 0; i < kCalls; ++i) {
+    const size_t n = i % 2 == 1 ? largeCount(t) : 4096 + 1;
+    counts.push_back(n);
+    firsts.push_back(h.nextFirst());
+    in.push_back(std::make_unique<DeviceBuffer>(n * sizeof(float)));
+    out.push_back(std::make_unique<DeviceBuffer>(n * sizeof(float)));
+    ASSERT_TRUE(in.back()->p != nullptr && out.back()->p != nullptr);
+    const std::vector<char> mine = values(t, gRank, n, firsts.back());
+    ASSERT_CUDA(cudaMemcpy(in.back()->p, mine.data(), mine.size(), cudaMemcpyHostToDevice));
+  }
+  for (int i = 0; i < kCalls; ++i) {
+    cudaStream_t s = nullptr;
+    ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (i % 2 == 0) {
+      ASSERT_CUDA(cudaLaunchHostFunc(s, holdStream, &gHoldMs));
+    }
+    ASSERT_TRUE(h.call(loomAllReduce(in[i]->p, out[i]->p, counts[i], t, loomSum, h.comm(),
+                                     static_cast<loomStream_t>(s)),
+                       "allreduce " + std::to_string(i) + " on a stream of its own"));
+    ASSERT_CUDA(cudaStreamDestroy(s));  // its work still runs to the end
+  }
+  // The streams are gone: wait for the device (a kernel gives up at the communicator's timeout),
+  // then for the communicator's verdict.
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  ASSERT_TRUE(h.settle("calls on streams destroyed between them"));
+  for (int i = 0; i < kCalls; ++i)
+    h.expectData(reduceReference(t, loomSum, -1, counts[i], firsts[i], gRanks), out[i]->p, t,
+                 "allreduce " + std::to_string(i) + " on a destroyed stream");
+}
+
 INSTANTIATE_TEST_SUITE_P(Configs, Streams, ::testing::ValuesIn(sweepConfigs()),
                          [](const auto& info) { return configTestName(info.param); });
 

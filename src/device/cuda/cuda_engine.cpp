@@ -95,7 +95,7 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   *status_ = cuda::DevStatus{};
   void* statusOnDevice = nullptr;
   LOOM_CUDA_CHECK(cudaHostGetDevicePointer(&statusOnDevice, status_, 0));
-  LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&streamSwitch_, cudaEventDisableTiming));
+  LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&lastEnd_, cudaEventDisableTiming));
   LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&ceDone_, cudaEventDisableTiming));
   LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&rescueStream_, cudaStreamNonBlocking));
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -180,7 +180,7 @@ CudaEngine::~CudaEngine() {
   registrations_.reset();
   imports_.reset();
   exports_.reset();
-  if (streamSwitch_ != nullptr) cudaEventDestroy(streamSwitch_);
+  if (lastEnd_ != nullptr) cudaEventDestroy(lastEnd_);
   if (ceDone_ != nullptr) cudaEventDestroy(ceDone_);
   if (rescueStream_ != nullptr) cudaStreamDestroy(rescueStream_);
   if (counters_ != nullptr) cudaFree(counters_);
@@ -338,22 +338,27 @@ int CudaEngine::llThreads(size_t bytes, int blocks) {
   return static_cast<int>(std::clamp<size_t>((words + 31) / 32 * 32, 32, cuda::kThreads));
 }
 
-cudaStream_t CudaEngine::orderStream(loomStream_t streamHandle) {
+cudaStream_t CudaEngine::beginCall(loomStream_t streamHandle) {
   cudaStream_t stream = static_cast<cudaStream_t>(streamHandle);
-  // Collectives of one communicator run in issue order even across streams: a call on a new
-  // stream waits for everything already issued on the previous one (as NCCL does).
-  if (haveLastStream_ && stream != lastStream_) {
-    cudaStreamCaptureStatus oldCapture = cudaStreamCaptureStatusNone, newCapture = oldCapture;
-    LOOM_CUDA_CHECK(cudaStreamIsCapturing(lastStream_, &oldCapture));
-    LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &newCapture));
-    if (oldCapture == cudaStreamCaptureStatusNone && newCapture == cudaStreamCaptureStatusNone) {
-      LOOM_CUDA_CHECK(cudaEventRecord(streamSwitch_, lastStream_));
-      LOOM_CUDA_CHECK(cudaStreamWaitEvent(stream, streamSwitch_, 0));
-    }
+  unsigned long long id = 0;
+  LOOM_CUDA_CHECK(cudaStreamGetId(stream, &id));
+  if (haveLastStream_ && id != lastStreamId_ && lastEndRecorded_) {
+    // A stream being captured cannot wait for eager work; a captured call has no eager order.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture == cudaStreamCaptureStatusNone)
+      LOOM_CUDA_CHECK(cudaStreamWaitEvent(stream, lastEnd_, 0));
   }
-  lastStream_ = stream;
+  lastStreamId_ = id;
   haveLastStream_ = true;
   return stream;
+}
+
+void CudaEngine::endCall(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  lastEndRecorded_ = capture == cudaStreamCaptureStatusNone;
+  if (lastEndRecorded_) LOOM_CUDA_CHECK(cudaEventRecord(lastEnd_, stream));
 }
 
 void CudaEngine::launchExchange(const ExchangeArgs& args, bool reduce, const CollArgs& call,
@@ -388,9 +393,14 @@ void CudaEngine::barrier(cudaStream_t stream) {
 }
 
 void CudaEngine::run(int algorithm, const CollArgs& call) {
-  Protocol protocol = protocols_.at(algorithm);
   device_.makeCurrent();
-  cudaStream_t stream = orderStream(call.stream);
+  cudaStream_t stream = beginCall(call.stream);
+  enqueue(algorithm, call, stream);
+  endCall(stream);
+}
+
+void CudaEngine::enqueue(int algorithm, const CollArgs& call, cudaStream_t stream) {
+  Protocol protocol = protocols_.at(algorithm);
   if (call.func == loomFuncBarrier) return barrier(stream);
   if (runOnWindows(protocol, call, stream)) return;
   // The copy engines need windows: other buffers run the simple protocol.
@@ -422,7 +432,7 @@ void CudaEngine::run(int algorithm, const CollArgs& call) {
 
 void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t streamHandle) {
   device_.makeCurrent();
-  cudaStream_t stream = orderStream(streamHandle);
+  cudaStream_t stream = beginCall(streamHandle);
   const int n = setup_.nranks, me = setup_.rank;
   // Rounds of at most one send and one receive per peer, in issue order: the order in which two
   // ranks' operations on a pair match.
@@ -464,6 +474,7 @@ void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
     a.channelBase = cuda::kMaxBlocks;
     cuda::launchSimpleCopy(dev_, a, stream);
   }
+  endCall(stream);
 }
 
 }  // namespace loom

@@ -79,7 +79,14 @@ class CudaEngine final : public NativeCollectives {
   // those they withdrew.
   void watchRegistrations();
   void releaseCopyEngineWaits();
-  cudaStream_t orderStream(loomStream_t stream);
+  // Collectives of one communicator run in issue order even across streams, as NCCL's do: a
+  // call on another stream than the last one's first waits for the last call's end (beginCall),
+  // which every call records on its stream unless the stream is being captured (endCall). An
+  // event carries the order, not the last stream: the caller may destroy a stream between calls.
+  cudaStream_t beginCall(loomStream_t stream);
+  void endCall(cudaStream_t stream);
+  // run()'s work, between beginCall and endCall.
+  void enqueue(int algorithm, const CollArgs& call, cudaStream_t stream);
   void launchExchange(const cuda::ExchangeArgs& args, bool reduce, const CollArgs& call,
                       Protocol protocol, cudaStream_t stream);
   void barrier(cudaStream_t stream);
@@ -120,9 +127,12 @@ class CudaEngine final : public NativeCollectives {
   std::atomic<uint64_t> ceIssuedNs_{0};  // when the last copy-engine call was enqueued; 0: none
   std::atomic<bool> ceReleased_{false};
 
-  cudaStream_t lastStream_ = nullptr;
+  // cudaStreamGetId's: unique for the process's life, where a destroyed stream's handle may come
+  // back for a new stream whose work must still wait.
+  unsigned long long lastStreamId_ = 0;
   bool haveLastStream_ = false;
-  cudaEvent_t streamSwitch_ = nullptr;
+  cudaEvent_t lastEnd_ = nullptr;  // recorded at the end of the last call not captured
+  bool lastEndRecorded_ = false;   // false: the last call was captured (no eager order to keep)
 
   std::mutex watchMutex_;
   std::condition_variable watchWake_;
