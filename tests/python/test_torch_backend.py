@@ -120,13 +120,26 @@ def test_torchrun_across_namespace_nodes():
     assert output.count("loom ok") == 4, output
 
 
+@pytest.mark.parametrize("expandable", [False, True], ids=["cudaMalloc", "expandable"])
 @pytest.mark.parametrize("world,device", cuda_worlds(2))
-def test_registered_allocator_segments(world, device, monkeypatch):
+def test_registered_allocator_segments(world, device, expandable, monkeypatch):
     """LOOM_TORCH_REGISTER_SEGMENTS=1: the allocator's segments are registered (zero-copy calls)
-    and results stay right while segments are freed and made."""
+    and results stay right while segments are freed and made. With expandable segments the
+    allocator maps and unmaps cuMem pages instead, which Loom shares as file descriptors."""
     monkeypatch.setenv("LOOM_TORCH_REGISTER_SEGMENTS", "1")
+    if expandable:
+        monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+        # The registration and mapping lines (stderr, which run() collects with stdout).
+        monkeypatch.setenv("LOOM_DEBUG", "INFO")
+        monkeypatch.setenv("LOOM_DEBUG_SUBSYS", "COLL")
+    else:
+        monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     codes, outputs = run("registered_segments", world, device, may_share_gpu=True)
     assert codes == [0] * world, "\n".join(outputs)
     for out in outputs:
         assert "could not be registered" not in out, out
         assert "registered_segments ok" in out, out
+    if expandable:
+        assert any("cuMem memory shared as descriptors" in out for out in outputs), \
+            "\n".join(outputs)
+        assert any("mapped rank" in out for out in outputs), "\n".join(outputs)
