@@ -338,27 +338,27 @@ int CudaEngine::llThreads(size_t bytes, int blocks) {
   return static_cast<int>(std::clamp<size_t>((words + 31) / 32 * 32, 32, cuda::kThreads));
 }
 
-cudaStream_t CudaEngine::beginCall(loomStream_t streamHandle) {
-  cudaStream_t stream = static_cast<cudaStream_t>(streamHandle);
+CudaEngine::CallStream CudaEngine::beginCall(loomStream_t streamHandle) {
+  CallStream call{static_cast<cudaStream_t>(streamHandle), false};
+  // A captured call is outside the eager order: it neither waits (a stream being captured cannot
+  // wait for eager work) nor is waited for (its kernels run at the graph's launch). Its stream
+  // has no id to ask for while it is captured.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  LOOM_CUDA_CHECK(cudaStreamIsCapturing(call.stream, &capture));
+  call.captured = capture != cudaStreamCaptureStatusNone;
+  if (call.captured) return call;
   unsigned long long id = 0;
-  LOOM_CUDA_CHECK(cudaStreamGetId(stream, &id));
-  if (haveLastStream_ && id != lastStreamId_ && lastEndRecorded_) {
-    // A stream being captured cannot wait for eager work; a captured call has no eager order.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture == cudaStreamCaptureStatusNone)
-      LOOM_CUDA_CHECK(cudaStreamWaitEvent(stream, lastEnd_, 0));
-  }
+  LOOM_CUDA_CHECK(cudaStreamGetId(call.stream, &id));
+  if (lastEndRecorded_ && id != lastStreamId_)
+    LOOM_CUDA_CHECK(cudaStreamWaitEvent(call.stream, lastEnd_, 0));
   lastStreamId_ = id;
-  haveLastStream_ = true;
-  return stream;
+  return call;
 }
 
-void CudaEngine::endCall(cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  lastEndRecorded_ = capture == cudaStreamCaptureStatusNone;
-  if (lastEndRecorded_) LOOM_CUDA_CHECK(cudaEventRecord(lastEnd_, stream));
+void CudaEngine::endCall(const CallStream& call) {
+  if (call.captured) return;
+  LOOM_CUDA_CHECK(cudaEventRecord(lastEnd_, call.stream));
+  lastEndRecorded_ = true;
 }
 
 void CudaEngine::launchExchange(const ExchangeArgs& args, bool reduce, const CollArgs& call,
@@ -394,8 +394,8 @@ void CudaEngine::barrier(cudaStream_t stream) {
 
 void CudaEngine::run(int algorithm, const CollArgs& call) {
   device_.makeCurrent();
-  cudaStream_t stream = beginCall(call.stream);
-  enqueue(algorithm, call, stream);
+  const CallStream stream = beginCall(call.stream);
+  enqueue(algorithm, call, stream.stream);
   endCall(stream);
 }
 
@@ -432,7 +432,8 @@ void CudaEngine::enqueue(int algorithm, const CollArgs& call, cudaStream_t strea
 
 void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t streamHandle) {
   device_.makeCurrent();
-  cudaStream_t stream = beginCall(streamHandle);
+  const CallStream call = beginCall(streamHandle);
+  cudaStream_t stream = call.stream;
   const int n = setup_.nranks, me = setup_.rank;
   // Rounds of at most one send and one receive per peer, in issue order: the order in which two
   // ranks' operations on a pair match.
@@ -474,7 +475,7 @@ void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
     a.channelBase = cuda::kMaxBlocks;
     cuda::launchSimpleCopy(dev_, a, stream);
   }
-  endCall(stream);
+  endCall(call);
 }
 
 }  // namespace loom

@@ -81,10 +81,15 @@ class CudaEngine final : public NativeCollectives {
   void releaseCopyEngineWaits();
   // Collectives of one communicator run in issue order even across streams, as NCCL's do: a
   // call on another stream than the last one's first waits for the last call's end (beginCall),
-  // which every call records on its stream unless the stream is being captured (endCall). An
-  // event carries the order, not the last stream: the caller may destroy a stream between calls.
-  cudaStream_t beginCall(loomStream_t stream);
-  void endCall(cudaStream_t stream);
+  // which every call records on its stream (endCall). An event carries the order, not the last
+  // stream: the caller may destroy a stream between calls. Calls into a graph being captured
+  // take no part (see beginCall).
+  struct CallStream {
+    cudaStream_t stream;
+    bool captured;
+  };
+  CallStream beginCall(loomStream_t stream);
+  void endCall(const CallStream& call);
   // run()'s work, between beginCall and endCall.
   void enqueue(int algorithm, const CollArgs& call, cudaStream_t stream);
   void launchExchange(const cuda::ExchangeArgs& args, bool reduce, const CollArgs& call,
@@ -130,9 +135,8 @@ class CudaEngine final : public NativeCollectives {
   // cudaStreamGetId's: unique for the process's life, where a destroyed stream's handle may come
   // back for a new stream whose work must still wait.
   unsigned long long lastStreamId_ = 0;
-  bool haveLastStream_ = false;
-  cudaEvent_t lastEnd_ = nullptr;  // recorded at the end of the last call not captured
-  bool lastEndRecorded_ = false;   // false: the last call was captured (no eager order to keep)
+  cudaEvent_t lastEnd_ = nullptr;  // recorded at the end of the last eager call
+  bool lastEndRecorded_ = false;   // false: no eager call yet
 
   std::mutex watchMutex_;
   std::condition_variable watchWake_;
