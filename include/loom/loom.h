@@ -181,8 +181,10 @@ loomResult_t loomCommWindowIsDirect(loomComm_t comm, loomWindow_t win, int* dire
  * LOOM_CHECK=2 loomInvalidUsage at once, before anything runs); its outputs are then not
  * results. Elsewhere registration succeeds and calls run
  * as on any buffer. On a CUDA communicator the buffer must lie in memory that can be shared
- * between processes (loomMemAlloc's or cudaMalloc's; not cudaMallocAsync pools or cuMemCreate):
- * loomInvalidArgument otherwise. Deregister before freeing the buffer (it waits for this rank's
+ * between processes: loomMemAlloc's, cudaMalloc's, or cuMemCreate's made with
+ * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR among its requestedHandleTypes (PyTorch's expandable
+ * segments, ncclMemAlloc's), where the buffer may span several physical allocations mapped one
+ * after another; not cudaMallocAsync pools: loomInvalidArgument otherwise, with the reason. Deregister before freeing the buffer (it waits for this rank's
  * device work, not for the peers: they unmap it at their own next deregistration, so its memory
  * returns to the device only then). */
 typedef struct loomRegistration* loomRegistration_t;

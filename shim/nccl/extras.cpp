@@ -155,7 +155,8 @@ ncclResult_t ncclMemFree(void* ptr) {
 // Registration is an optimization hint in NCCL (collectives accept any buffer). On a Loom
 // communicator it is Loom's (loomCommRegister): calls whose buffers every rank registered run
 // zero-copy where Loom can. Memory Loom cannot share between processes (cudaMallocAsync pools,
-// cuMemCreate) stays unregistered and the call succeeds, as NCCL's does: programs register every
+// cuMem memory without file-descriptor handles) stays unregistered and the call succeeds, as
+// NCCL's does: programs register every
 // buffer on every rank (PyTorch's allocator hook), so one allocator leaves every rank's buffers
 // unregistered alike. A communicator running wholly on the real NCCL registers there.
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {

@@ -134,7 +134,9 @@ void SegmentRegistry::registerInterval(Intervals& into, uintptr_t address, size_
   if (result != loomSuccess) {
     registration = nullptr;
     if (!warned_) {
-      // Calls on it run as on any buffer; no rank's call fails for it.
+      // Calls on it run as on any buffer where every rank was refused alike (one allocator
+      // setting makes the same memory on every rank); were a rank refused alone, calls on that
+      // memory would fail on every rank (loom.h, loomCommRegister).
       warned_ = true;
       std::fprintf(stderr,
                    "loom: LOOM_TORCH_REGISTER_SEGMENTS: a segment of PyTorch's allocator could "
