@@ -350,6 +350,45 @@ TEST(RegistrationMisuse, OneRankAloneRegisteredFailsEveryRankAtOnceUnderCheck2) 
   EXPECT_NE(message.find("output registered alone"), std::string::npos) << message;
 }
 
+// With "ce" an eager call on windows runs on the copy engines and a captured one as a kernel, so
+// a rank capturing a call its peers make eagerly would wait for ever. Under LOOM_CHECK=2 the
+// ranks' descriptions differ ("on the copy engines"): every rank fails at once.
+TEST(WindowMisuse, ACapturedCallBesideEagerOnesFailsEveryRankAtOnceUnderCheck2) {
+  if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
+  ScopedEnv env;
+  env.set("LOOM_CHECK", "2");
+  env.set("LOOM_ALGO", "allgather:ce");
+  MisuseComm m;
+  ASSERT_NE(m.comm, nullptr);
+  const size_t count = 1024, bytes = count * sizeof(float), total = bytes * (gRanks + 1);
+  char* buf = nullptr;
+  ASSERT_LOOM(loomMemAlloc(m.comm, reinterpret_cast<void**>(&buf), total));
+  loomWindow_t win = nullptr;
+  ASSERT_LOOM(loomCommWindowRegister(m.comm, buf, total, &win, LOOM_WIN_COLL_SYMMETRIC));
+  int direct = 0;
+  ASSERT_LOOM(loomCommWindowIsDirect(m.comm, win, &direct));
+  ASSERT_EQ(direct, 1) << "ranks on GPUs that map each other's memory use windows directly";
+  char* out = buf;
+  char* in = buf + bytes * gRanks;
+  loomResult_t r = loomSuccess;
+  if (gRank == 0) {
+    cudaGraph_t graph = nullptr;
+    ASSERT_CUDA(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
+    r = loomAllGather(in, out, count, loomFloat32, m.comm, m.stream);
+    cudaStreamEndCapture(m.stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  } else {
+    r = m.outcome(loomAllGather(in, out, count, loomFloat32, m.comm, m.stream));
+  }
+  EXPECT_EQ(r, loomInvalidUsage) << loomGetErrorString(r);
+  const std::string message = loomGetLastError(m.comm);
+  EXPECT_NE(message.find("on the copy engines"), std::string::npos) << message;
+  loomCommAbort(m.comm);
+  m.comm = nullptr;
+  cudaFree(buf);
+}
+
 // Rank 0 gathers into another offset of its window than the others: every rank's call fails
 // with loomInvalidUsage, and nothing waits for ever.
 TEST(WindowMisuse, OffsetsThatDifferBetweenRanksFailEveryRank) {

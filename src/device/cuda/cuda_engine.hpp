@@ -68,6 +68,11 @@ class CudaEngine final : public NativeCollectives {
   // Runs planOnWindows' plan: zero-copy kernels, or the copy engines where the selector chose
   // "ce". False when there is none.
   bool runOnWindows(Protocol protocol, const CollArgs& call, cudaStream_t stream);
+  // Whether a window plan runs on the copy engines: "ce" chosen, a copy (not a reduction) between
+  // windows (the host knows no peer's buffer registered alone), and an eager call (the copy
+  // engines' host-side sequence numbers cannot replay in a graph). Part of describeCall: ranks
+  // that decide differently would wait for each other for ever.
+  bool onCopyEngines(Protocol protocol, const WindowPlan& plan, cudaStream_t stream) const;
   void runCopyEngine(const cuda::ZeroCopyArgs& args, cudaStream_t stream);
   // The copy-engine handshake word of rank `owner`'s window for `phase` (0 arrive, 1 depart)
   // and source rank `source`, as mapped here.

@@ -267,7 +267,13 @@ std::optional<CudaEngine::WindowPlan> CudaEngine::planOnWindows(const CollArgs& 
 std::string CudaEngine::describeCall(int algorithm, const CollArgs& call) const {
   const std::string& name = algorithms_.at(algorithm).name;
   std::string what;
-  if (call.func != loomFuncBarrier && planOnWindows(call, &what)) return name + ": " + what;
+  if (call.func != loomFuncBarrier) {
+    if (std::optional<WindowPlan> plan = planOnWindows(call, &what)) {
+      const bool ce =
+          onCopyEngines(protocols_.at(algorithm), *plan, static_cast<cudaStream_t>(call.stream));
+      return name + ": " + what + (ce ? ", on the copy engines" : "");
+    }
+  }
   // The copy engines need windows: other buffers run the simple protocol (run()).
   if (protocols_.at(algorithm) == Protocol::kCopyEngine) return name + ": simple";
   return name;
@@ -290,16 +296,21 @@ bool CudaEngine::runOnWindows(Protocol protocol, const CollArgs& call, cudaStrea
     cuda::launchZeroCopyReduce(dev_, a, key, stream);
     return true;
   }
-  if (protocol == Protocol::kCopyEngine && ceUsable_ && !a.resolve) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture == cudaStreamCaptureStatusNone) {
-      runCopyEngine(a, stream);
-      return true;
-    }
+  if (onCopyEngines(protocol, *plan, stream)) {
+    runCopyEngine(a, stream);
+    return true;
   }
   cuda::launchZeroCopyCopy(dev_, a, stream);
   return true;
+}
+
+bool CudaEngine::onCopyEngines(Protocol protocol, const WindowPlan& plan,
+                               cudaStream_t stream) const {
+  if (protocol != Protocol::kCopyEngine || !ceUsable_ || plan.reduce || plan.args.resolve)
+    return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture == cudaStreamCaptureStatusNone;
 }
 
 uint64_t* CudaEngine::ceFlag(int owner, int phase, int source) const {
