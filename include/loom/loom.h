@@ -184,9 +184,11 @@ loomResult_t loomCommWindowIsDirect(loomComm_t comm, loomWindow_t win, int* dire
  * between processes: loomMemAlloc's, cudaMalloc's, or cuMemCreate's made with
  * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR among its requestedHandleTypes (PyTorch's expandable
  * segments, ncclMemAlloc's), where the buffer may span several physical allocations mapped one
- * after another; not cudaMallocAsync pools: loomInvalidArgument otherwise, with the reason. Deregister before freeing the buffer (it waits for this rank's
- * device work, not for the peers: they unmap it at their own next deregistration, so its memory
- * returns to the device only then). */
+ * after another; not cudaMallocAsync pools: loomInvalidArgument otherwise, with the reason.
+ * Deregister before freeing the buffer (it waits for this rank's device work, not for the peers:
+ * they unmap it at their own next deregistration, so its memory returns to the device only then;
+ * cuMem memory stays allocated while a peer maps it, while cudaMalloc memory freed before that is
+ * undefined behaviour in CUDA). */
 typedef struct loomRegistration* loomRegistration_t;
 loomResult_t loomCommRegister(loomComm_t comm, void* buff, size_t size, loomRegistration_t* handle);
 loomResult_t loomCommDeregister(loomComm_t comm, loomRegistration_t handle);
