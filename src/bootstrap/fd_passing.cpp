@@ -36,6 +36,7 @@ constexpr uint64_t kMaxPayloadBytes = 64ull << 20;
 // A batch message's first byte: descriptors attached, or a failure whose text follows.
 constexpr char kBatchFds = 1;
 constexpr char kBatchFailed = 0;
+constexpr char kAck = 1;  // the client took a batch: the server may send the next
 
 sockaddr_un abstractAddress(const std::string& name, socklen_t& length) {
   sockaddr_un a{};
@@ -49,12 +50,20 @@ sockaddr_un abstractAddress(const std::string& name, socklen_t& length) {
   return a;
 }
 
-void setTimeouts(int fd, int timeoutMs) {
+void setTimeouts(int fd, int64_t timeoutMs) {
   timeval tv{};
-  tv.tv_sec = timeoutMs / 1000;
-  tv.tv_usec = (timeoutMs % 1000) * 1000;
+  tv.tv_sec = static_cast<time_t>(timeoutMs / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeoutMs % 1000) * 1000);
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+// The socket's timeouts set to what is left until the deadline; false once it has passed.
+bool armUntil(int fd, Deadline deadline) {
+  const int64_t left = msUntil(deadline);
+  if (left <= 0) return false;
+  setTimeouts(fd, left);
+  return true;
 }
 
 bool sendMessage(int fd, const void* data, size_t bytes) {
@@ -118,7 +127,10 @@ FdServer::FdServer(const std::string& name, Source source) : source_(std::move(s
   LOOM_SYSCHECK(listen(listener_.get(), 64), "listen on the descriptor server");
   stop_.reset(eventfd(0, EFD_CLOEXEC));
   LOOM_SYSCHECK(stop_.get(), "eventfd for the descriptor server");
-  thread_ = std::thread([this] { serve(); });
+}
+
+void FdServer::start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
 }
 
 FdServer::~FdServer() {
@@ -142,9 +154,18 @@ void FdServer::serve() {
     if (!connection.valid()) continue;
     try {
       answer(connection.get());
-    } catch (const std::exception&) {
+    } catch (...) {
       // The client sees the connection close and reports it; the server serves on.
     }
+  }
+}
+
+bool FdServer::awaitReadable(int connection) const {
+  pollfd fds[2] = {{connection, POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+  for (;;) {
+    const int n = poll(fds, 2, kConnectionTimeoutMs);
+    if (n < 0 && errno == EINTR) continue;
+    return n > 0 && fds[1].revents == 0 && (fds[0].revents & POLLIN) != 0;
   }
 }
 
@@ -156,7 +177,9 @@ void FdServer::answer(int connection) {
     return;
   setTimeouts(connection, kConnectionTimeoutMs);
   Request request{};
-  if (receiveMessage(connection, &request, sizeof(request)) != sizeof(request)) return;
+  if (!awaitReadable(connection) ||
+      receiveMessage(connection, &request, sizeof(request)) != sizeof(request))
+    return;
   std::string payload;
   size_t count = 0;
   Header header{};
@@ -169,6 +192,11 @@ void FdServer::answer(int connection) {
       return;
   std::vector<Fd> batch;
   for (size_t first = 0; first < count; first += kFdsPerMessage) {
+    // Paced by the client: a user's descriptors in flight count against its RLIMIT_NOFILE.
+    char ack = 0;
+    if (first > 0 &&
+        (!awaitReadable(connection) || receiveMessage(connection, &ack, 1) != 1 || ack != kAck))
+      return;
     batch.clear();
     const size_t last = std::min(count, first + kFdsPerMessage);
     for (size_t i = first; i < last; ++i) {
@@ -181,7 +209,12 @@ void FdServer::answer(int connection) {
       }
       batch.push_back(std::move(fd));
     }
-    if (!sendBatch(connection, batch)) return;
+    if (!sendBatch(connection, batch)) {
+      const std::string failure =
+          std::string(1, kBatchFailed) + "sendmsg(SCM_RIGHTS): " + detail::errnoText(errno);
+      sendMessage(connection, failure.data(), failure.size());
+      return;
+    }
   }
 }
 
@@ -191,12 +224,18 @@ bool fetchFds(const std::string& name, uint64_t key, int timeoutMs, std::string&
   payload.clear();
   socklen_t length = 0;
   const sockaddr_un address = abstractAddress(name, length);
+  const Deadline deadline = deadlineAfterMs(std::max(timeoutMs, 1));
+  auto timedOut = [&](const char* what) {
+    why = std::string("the exchange with descriptor server '") + name + "' ran past its " +
+          std::to_string(timeoutMs) + " ms (" + what + ")";
+    return false;
+  };
   Fd s(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!s.valid()) {
     why = "socket(AF_UNIX): " + detail::errnoText(errno);
     return false;
   }
-  setTimeouts(s.get(), std::max(timeoutMs, 1));
+  if (!armUntil(s.get(), deadline)) return timedOut("connecting");
   int connected = 0;
   do {
     connected = connect(s.get(), reinterpret_cast<const sockaddr*>(&address), length);
@@ -207,12 +246,22 @@ bool fetchFds(const std::string& name, uint64_t key, int timeoutMs, std::string&
                                  : "");
     return false;
   }
+  // The name is public: only a server of this user is trusted with the request.
+  ucred server{};
+  socklen_t serverLength = sizeof(server);
+  if (getsockopt(s.get(), SOL_SOCKET, SO_PEERCRED, &server, &serverLength) != 0 ||
+      server.uid != geteuid()) {
+    why = "descriptor server '" + name + "' runs as user " + std::to_string(server.uid) +
+          ", not as this process's " + std::to_string(geteuid());
+    return false;
+  }
   const Request request{key};
   if (!sendMessage(s.get(), &request, sizeof(request))) {
     why = "sending the request: " + detail::errnoText(errno);
     return false;
   }
   Header header{};
+  if (!armUntil(s.get(), deadline)) return timedOut("the answer");
   ssize_t n = receiveMessage(s.get(), &header, sizeof(header));
   if (n != static_cast<ssize_t>(sizeof(header))) {
     why = n > 0 ? "a malformed answer" : receiveFailure("the answer", n);
@@ -230,6 +279,7 @@ bool fetchFds(const std::string& name, uint64_t key, int timeoutMs, std::string&
   payload.resize(header.payloadBytes);
   for (size_t at = 0; at < payload.size();) {
     const size_t part = std::min(kPayloadPart, payload.size() - at);
+    if (!armUntil(s.get(), deadline)) return timedOut("the payload");
     n = receiveMessage(s.get(), payload.data() + at, part);
     if (n != static_cast<ssize_t>(part)) {
       why = n > 0 ? "a malformed payload" : receiveFailure("the payload", n);
@@ -247,6 +297,7 @@ bool fetchFds(const std::string& name, uint64_t key, int timeoutMs, std::string&
     msg.msg_iovlen = 1;
     msg.msg_control = control.data();
     msg.msg_controllen = control.size();
+    if (!armUntil(s.get(), deadline)) return timedOut("descriptors");
     do {
       n = recvmsg(s.get(), &msg, MSG_CMSG_CLOEXEC);
     } while (n < 0 && errno == EINTR);
@@ -277,6 +328,12 @@ bool fetchFds(const std::string& name, uint64_t key, int timeoutMs, std::string&
     }
     for (size_t i = 0; i < received.size(); ++i)
       if (!take(first + i, received[i].get(), why)) return false;
+    received.clear();  // closed before the next batch comes
+    if (first + expected < header.count &&
+        (!armUntil(s.get(), deadline) || !sendMessage(s.get(), &kAck, 1))) {
+      why = "acknowledging descriptors: " + detail::errnoText(errno);
+      return false;
+    }
   }
   return true;
 }

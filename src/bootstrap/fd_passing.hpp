@@ -8,15 +8,17 @@
 //   - server thread: accepts one connection at a time on a Unix-domain SOCK_SEQPACKET socket in
 //     the abstract namespace (no file to remove after a crash), answers peers of its own user
 //     only (SO_PEERCRED), and sends what its Source offers under the requested key: a header,
-//     the payload bytes, then the descriptors in batches of kFdsPerMessage (SCM_RIGHTS);
-//   - fetching thread: connects, asks, and hands each descriptor to its caller as it arrives,
-//     closing it right after, so that a buffer of thousands of allocations never holds more
-//     than one batch of descriptors open.
-// Every wait is bounded: the server gives a connection kConnectionTimeoutMs, a fetch its own
-// timeout. The socket's name carries a random nonce (ShmSegment::uniqueName): only a process
-// told the name can connect, and it must run as the same user, who could read this process's
-// memory anyway. Abstract names are per network namespace: ranks in different namespaces of one
-// host cannot fetch (the fetch fails with a clear error).
+//     the payload bytes, then the descriptors in batches of kFdsPerMessage (SCM_RIGHTS), each
+//     batch after the client acknowledged the one before. Linux counts a user's descriptors in
+//     flight against its RLIMIT_NOFILE: unpaced, a buffer of a few thousand allocations failed;
+//   - fetching thread: connects, checks that the server runs as its own user, asks, and hands
+//     each descriptor to its caller as it arrives, closing it right after, so that neither side
+//     holds more than a batch of descriptors open.
+// Every wait is bounded: the server gives each step of a connection kConnectionTimeoutMs (and
+// leaves it when stopped), a fetch has one deadline for the whole exchange. Abstract names are
+// visible to every user (/proc/net/unix): the owner binds its name when it is made, before the
+// name is used, so no other process can take it first. Abstract names are per network
+// namespace: ranks in different namespaces of one host cannot fetch (a clear error).
 #pragma once
 
 #include <cstddef>
@@ -43,16 +45,21 @@ class FdServer {
     std::function<int(uint64_t key, size_t index, std::string& why)> open;
   };
 
-  // Binds `name` and starts serving. Throws loomSystemError if the name cannot be bound.
+  // Binds `name` (throws loomSystemError if it cannot). Clients are answered once started.
   FdServer(const std::string& name, Source source);
-  // Stops the thread (a connection being answered is cut short).
+  // Stops the thread, leaving a connection being answered at its next wait.
   ~FdServer();
   FdServer(const FdServer&) = delete;
   FdServer& operator=(const FdServer&) = delete;
 
+  // Starts the thread that answers; later calls do nothing. Not thread-safe.
+  void start();
+
  private:
   void serve();
   void answer(int connection);
+  // Until `connection` is readable: false at the timeout, on an error or once stopped.
+  bool awaitReadable(int connection) const;
 
   Source source_;
   Fd listener_;

@@ -7,10 +7,12 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -77,6 +79,7 @@ TEST(FdPassing, DescriptorsArriveInOrderAcrossBatches) {
   const size_t before = openDescriptors();
   {
     FdServer server(name, objects.source());
+    server.start();
     std::string payload, why;
     std::vector<std::string> seen;
     ASSERT_TRUE(fetchFds(
@@ -131,8 +134,59 @@ TEST(FdPassing, AnotherProcessReceivesTheSameObjects) {
   }
   close(go[0]);
   FdServer server(name, objects.source());
+  server.start();
   ASSERT_EQ(write(go[1], "g", 1), 1);
   close(go[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+}
+
+// Linux counts the descriptors a user has in flight against its RLIMIT_NOFILE (root with
+// CAP_SYS_RESOURCE is exempt): a server that sent batches faster than its client took them ran
+// past a 1024 limit after about a thousand descriptors (a 2 GiB buffer in 2 MiB allocations). As
+// an unprivileged user with a limit of 256, 3000 descriptors pass, each created when it is sent,
+// to a client that takes its time over the first.
+TEST(FdPassing, ThousandsOfDescriptorsPassUnderALowDescriptorLimit) {
+  const std::string name = serverName();
+  pid_t child = fork();  // before any thread: the child runs the server and the client
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(3);
+    const rlimit limit{256, 256};
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(4);
+    constexpr size_t kCount = 3000;
+    FdServer::Source source;
+    source.describe = [](uint64_t, std::string& payload, size_t& count) {
+      payload = "many";
+      count = kCount;
+      return true;
+    };
+    source.open = [](uint64_t, size_t index, std::string& why) {
+      Fd fd(memfd_create("fd-passing-many", MFD_CLOEXEC));
+      const std::string text = "object " + std::to_string(index);
+      if (!fd.valid() || write(fd.get(), text.data(), text.size()) < 0) {
+        why = "memfd_create";
+        return -1;
+      }
+      return fd.release();
+    };
+    FdServer server(name, source);
+    server.start();
+    std::string payload, why;
+    size_t seen = 0, wrong = 0;
+    const bool ok = fetchFds(
+        name, 1, 10000, payload,
+        [&](size_t index, int fd, std::string&) {
+          if (index == 0) usleep(200 * 1000);  // a slow first import: the server must wait
+          wrong += contentOf(fd) != "object " + std::to_string(index);
+          ++seen;
+          return true;
+        },
+        why);
+    if (!ok) std::fprintf(stderr, "fetch failed after %zu: %s\n", seen, why.c_str());
+    _exit(ok && seen == kCount && wrong == 0 ? 0 : 1);
+  }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
@@ -148,10 +202,31 @@ TEST(FdPassing, NoServerFailsAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
 }
 
+// One deadline bounds the whole exchange, however the server stalls.
+TEST(FdPassing, AServerThatStallsEndsTheFetchAtItsDeadline) {
+  FdServer::Source slow;
+  slow.describe = [](uint64_t, std::string&, size_t& count) {
+    usleep(800 * 1000);
+    count = 0;
+    return true;
+  };
+  slow.open = [](uint64_t, size_t, std::string&) { return -1; };
+  const std::string name = serverName();
+  FdServer server(name, slow);
+  server.start();
+  std::string payload, why;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(fetchFds(
+      name, 7, 200, payload, [](size_t, int, std::string&) { return true; }, why));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(600));
+  EXPECT_NE(why.find("timed out"), std::string::npos) << why;
+}
+
 TEST(FdPassing, UnknownKeyIsAClearFailure) {
   Objects objects(1);
   const std::string name = serverName();
   FdServer server(name, objects.source());
+  server.start();
   std::string payload, why;
   EXPECT_FALSE(fetchFds(
       name, 8, 2000, payload, [](size_t, int, std::string&) { return true; }, why));
@@ -164,6 +239,7 @@ TEST(FdPassing, ADescriptorGoneMidAnswerFailsWithTheOwnersReasonAndLeaksNothing)
   const size_t before = openDescriptors();
   {
     FdServer server(name, objects.source(FdServer::kFdsPerMessage + 3));
+    server.start();
     std::string payload, why;
     size_t taken = 0;
     EXPECT_FALSE(fetchFds(
@@ -185,6 +261,7 @@ TEST(FdPassing, ACallerThatRefusesADescriptorEndsTheFetch) {
   const size_t before = openDescriptors();
   {
     FdServer server(name, objects.source());
+    server.start();
     std::string payload, why;
     size_t taken = 0;
     EXPECT_FALSE(fetchFds(
@@ -202,11 +279,51 @@ TEST(FdPassing, ACallerThatRefusesADescriptorEndsTheFetch) {
   EXPECT_EQ(openDescriptors(), before) << "descriptors leaked";
 }
 
+// The name is taken when the server is made, before it answers anyone.
 TEST(FdPassing, ANameInUseIsAnError) {
   Objects objects(1);
   const std::string name = serverName();
   FdServer first(name, objects.source());
   EXPECT_THROW(FdServer(name, objects.source()), Error);
+}
+
+// Abstract names are visible to every user: a server another user bound under the expected name
+// is not trusted with the request.
+TEST(FdPassing, AServerOfAnotherUserIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a server as another user";
+  const std::string name = serverName();
+  int ready[2], done[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(done), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    Objects objects(1);
+    FdServer squatter(name, objects.source());
+    squatter.start();
+    char c = 0;
+    if (write(ready[1], "r", 1) != 1 || read(done[0], &c, 1) != 1) _exit(2);
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  std::string payload, why;
+  size_t taken = 0;
+  EXPECT_FALSE(fetchFds(
+      name, 7, 2000, payload,
+      [&](size_t, int, std::string&) {
+        ++taken;
+        return true;
+      },
+      why));
+  EXPECT_EQ(taken, 0u);
+  EXPECT_NE(why.find("runs as user 65534"), std::string::npos) << why;
+  ASSERT_EQ(write(done[1], "d", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) close(fd);
 }
 
 }  // namespace

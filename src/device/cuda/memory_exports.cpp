@@ -9,7 +9,14 @@
 namespace loom {
 
 MemoryExports::MemoryExports(const CudaDriver& driver, int device, int rank, std::string servers)
-    : driver_(driver), device_(device), rank_(rank), servers_(std::move(servers)) {}
+    : driver_(driver), device_(device), rank_(rank), servers_(std::move(servers)) {
+  try {
+    server_ = std::make_unique<FdServer>(fdServerName(servers_, rank_), source());
+  } catch (const Error& e) {
+    // Legacy IPC needs no server: only cuMem buffers are refused, with this reason.
+    serverWhy_ = e.what();
+  }
+}
 
 MemoryExports::~MemoryExports() {
   server_.reset();
@@ -55,10 +62,14 @@ bool MemoryExports::shareCuMem(char* ptr, size_t bytes, char* firstBase, SharedA
     char* base = nullptr;
     size_t size = 0;
     CUmemGenericAllocationHandle h{};
-    if (!driver_.addressRange(at, base, size) || base != at ||
-        vmm.retainAllocationHandle(&h, at) != CUDA_SUCCESS) {
+    if (!driver_.addressRange(at, base, size) || base != at) {
       release(e);
       LOOM_THROW(loomInvalidArgument, "the buffer runs past the end of its mapped memory (at ",
+                 static_cast<void*>(at), ")");
+    }
+    if (vmm.retainAllocationHandle(&h, at) != CUDA_SUCCESS) {
+      release(e);
+      LOOM_THROW(loomInvalidArgument, "the buffer runs from cuMem memory into other memory (at ",
                  static_cast<void*>(at), ")");
     }
     e.chunks.push_back(h);
@@ -83,14 +94,11 @@ bool MemoryExports::shareCuMem(char* ptr, size_t bytes, char* firstBase, SharedA
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (server_ == nullptr) {
-    try {
-      server_ = std::make_unique<FdServer>(fdServerName(servers_, rank_), source());
-    } catch (const Error& e2) {
-      release(e);
-      why = std::string("its cuMem memory cannot be shared: ") + e2.what();
-      return false;
-    }
+    release(e);
+    why = "its cuMem memory cannot be shared: " + serverWhy_;
+    return false;
   }
+  server_->start();
   shared.kind = SharedAllocation::kCuMem;
   shared.owner = static_cast<uint32_t>(rank_);
   shared.key = nextKey_++;

@@ -2,8 +2,8 @@
 // its allocation's legacy IPC handle, cuMem memory (cuMemCreate with POSIX file descriptor
 // handles, e.g. PyTorch's expandable segments) through the descriptors of the physical
 // allocations it spans, which this rank's descriptor server hands out until the buffer is
-// withdrawn. The server starts with the first cuMem buffer; a communicator that shares none runs
-// no thread for it.
+// withdrawn. The server's name is bound at init (no other process can take it later); its
+// thread starts with the first cuMem buffer, so a communicator that shares none runs none.
 //
 // A cuMem export retains its physical allocations (cuMemRetainAllocationHandle): the memory
 // stays valid for peers that fetch it until withdraw(), even if the owner unmaps it first.
@@ -56,6 +56,7 @@ class MemoryExports {
   std::mutex mutex_;
   std::map<uint64_t, CuMemExport> exports_;
   uint64_t nextKey_ = 1;
+  std::string serverWhy_;             // why server_ is null: its name could not be bound
   std::unique_ptr<FdServer> server_;  // last: stopped before the exports are released
 };
 
