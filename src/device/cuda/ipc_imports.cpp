@@ -11,7 +11,8 @@ namespace loom {
 
 namespace {
 
-// Bounds one fetch from a peer's descriptor server (a live server answers in microseconds).
+// Bounds a whole fetch from a peer's descriptor server, mapping included: a live server answers
+// in microseconds, and mapping a thousand allocations takes tens of milliseconds.
 constexpr int kFetchTimeoutMs = 5000;
 
 }  // namespace
@@ -35,23 +36,41 @@ char* IpcImports::open(const SharedAllocation& shared, std::string* why) {
       return it->second.base;
     }
     if (shared.kind == SharedAllocation::kLegacyIpc) {
+      // Under the lock: CUDA refuses a second open of the handle in this process.
       void* p = nullptr;
       cudaError_t err = cudaIpcOpenMemHandle(&p, shared.ipc, cudaIpcMemLazyEnablePeerAccess);
       if (err == cudaSuccess) {
         mapped = static_cast<char*>(p);
-      } else {
-        cudaGetLastError();
-        failure = std::string("cudaIpcOpenMemHandle: ") + cudaGetErrorString(err);
+        opened_[identity] = Opened{mapped, 1, shared};
+        return mapped;
       }
-    } else if (shared.kind == SharedAllocation::kCuMem) {
-      mapped = mapCuMem(shared, failure);
-    } else {
+      cudaGetLastError();
+      failure = std::string("cudaIpcOpenMemHandle: ") + cudaGetErrorString(err);
+    } else if (shared.kind != SharedAllocation::kCuMem) {
       failure = "malformed shared allocation (kind " + std::to_string(shared.kind) + ")";
     }
-    if (mapped != nullptr) opened_[identity] = Opened{mapped, 1, shared};
   }
-  if (mapped == nullptr && why != nullptr) *why = failure;
-  return mapped;
+  if (shared.kind == SharedAllocation::kCuMem) {
+    // Outside the lock: the fetch waits for the owner, and the other threads' opens and closes
+    // must not wait behind it. Two threads may map the same allocation at once (cuMem allows
+    // it); the second keeps the first's mapping and unmaps its own.
+    mapped = mapCuMem(shared, failure);
+    if (mapped != nullptr) {
+      Opened mine{mapped, 1, shared};
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto [it, inserted] = opened_.emplace(identity, mine);
+        if (!inserted) {
+          it->second.users += 1;
+          mapped = it->second.base;
+        }
+      }
+      if (mapped != mine.base) unmap(mine);
+      return mapped;
+    }
+  }
+  if (why != nullptr) *why = failure;
+  return nullptr;
 }
 
 char* IpcImports::mapCuMem(const SharedAllocation& shared, std::string& why) {

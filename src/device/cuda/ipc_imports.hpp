@@ -6,7 +6,8 @@
 //     allocation; each is imported and mapped in order into a range reserved here, with read and
 //     write access for this rank's device, and the descriptor closed at once (the mapping keeps
 //     the memory). Unmapped, and the range freed, with the last user.
-// Thread-safe: the watchdog maps registrations while the caller's thread registers windows.
+// Thread-safe: the watchdog maps registrations while the caller's thread registers windows; a
+// cuMem fetch runs outside the lock.
 #pragma once
 
 #include <cstddef>

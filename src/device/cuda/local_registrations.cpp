@@ -176,6 +176,11 @@ void LocalRegistrations::refreshPeer(int q) {
     if (gen == im.gen) continue;
     withdrawImport(q, s, false);
     if (gen == 0) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (im.failedGen == gen && now < im.retryAt) {
+      whole = false;
+      continue;
+    }
     Entry copy;
     std::memcpy(static_cast<void*>(&copy.shared), &e.shared, sizeof(copy.shared));
     copy.offset = e.offset;
@@ -189,12 +194,17 @@ void LocalRegistrations::refreshPeer(int q) {
     LOOM_CUDA_CHECK(cudaSetDevice(device_));
     char* mapped = imports_.open(copy.shared, &why);
     if (mapped == nullptr) {
-      // Tried again at every look (a kernel that needs it gives up at the communicator's
-      // timeout); said once per registration.
-      if (im.failedGen != gen)
+      // Tried again, less and less often (a kernel that needs it gives up at the
+      // communicator's timeout); said once per registration.
+      if (im.failedGen != gen) {
         LOOM_WARN(kSubsysColl, rank_, "rank ", q,
                   "'s registered buffer could not be mapped: ", why);
+        im.backoffMs = 10;
+      } else {
+        im.backoffMs = std::min<int64_t>(2 * im.backoffMs, 1000);
+      }
       im.failedGen = gen;
+      im.retryAt = now + std::chrono::milliseconds(im.backoffMs);
       whole = false;
       continue;
     }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -98,6 +99,10 @@ class LocalRegistrations {
     uint64_t gen = 0;
     SharedAllocation shared;  // kind kNone: none mapped
     uint64_t failedGen = 0;   // the generation whose mapping failed last (warned once)
+    // Its next try: a failed cuMem mapping costs the owner and this rank a whole fetch, so
+    // tries back off from 10 ms to 1 s instead of running at every look.
+    std::chrono::steady_clock::time_point retryAt{};
+    int64_t backoffMs = 0;
   };
   std::mutex refreshMutex_;
   std::vector<std::vector<Import>> imported_;  // [q][slot]
