@@ -395,7 +395,12 @@ void CudaEngine::barrier(cudaStream_t stream) {
 void CudaEngine::run(int algorithm, const CollArgs& call) {
   device_.makeCurrent();
   const CallStream stream = beginCall(call.stream);
-  enqueue(algorithm, call, stream.stream);
+  try {
+    enqueue(algorithm, call, stream.stream);
+  } catch (...) {
+    endCall(stream);  // what it launched before failing stays in the order
+    throw;
+  }
   endCall(stream);
 }
 
@@ -433,7 +438,16 @@ void CudaEngine::enqueue(int algorithm, const CollArgs& call, cudaStream_t strea
 void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t streamHandle) {
   device_.makeCurrent();
   const CallStream call = beginCall(streamHandle);
-  cudaStream_t stream = call.stream;
+  try {
+    enqueuePointToPoint(ops, call.stream);
+  } catch (...) {
+    endCall(call);  // the rounds launched before the failure stay in the order
+    throw;
+  }
+  endCall(call);
+}
+
+void CudaEngine::enqueuePointToPoint(const std::vector<DeviceP2POp>& ops, cudaStream_t stream) {
   const int n = setup_.nranks, me = setup_.rank;
   // Rounds of at most one send and one receive per peer, in issue order: the order in which two
   // ranks' operations on a pair match.
@@ -475,7 +489,6 @@ void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
     a.channelBase = cuda::kMaxBlocks;
     cuda::launchSimpleCopy(dev_, a, stream);
   }
-  endCall(call);
 }
 
 }  // namespace loom

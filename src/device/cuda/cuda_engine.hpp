@@ -95,8 +95,9 @@ class CudaEngine final : public NativeCollectives {
   };
   CallStream beginCall(loomStream_t stream);
   void endCall(const CallStream& call);
-  // run()'s work, between beginCall and endCall.
+  // run()'s and pointToPoint()'s work, between beginCall and endCall.
   void enqueue(int algorithm, const CollArgs& call, cudaStream_t stream);
+  void enqueuePointToPoint(const std::vector<DeviceP2POp>& ops, cudaStream_t stream);
   void launchExchange(const cuda::ExchangeArgs& args, bool reduce, const CollArgs& call,
                       Protocol protocol, cudaStream_t stream);
   void barrier(cudaStream_t stream);
