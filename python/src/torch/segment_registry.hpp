@@ -12,11 +12,12 @@
 // mapped intervals and registers each as one: a map that touches intervals replaces them by
 // their union, an unmap replaces the intervals it cuts by what is left of them. The snapshot
 // reports one segment per contiguous mapped range of an expandable segment, fed in as maps.
-// Costs: every growth of an interval withdraws and re-registers the whole of it (this rank's
-// device work is waited for, if a call used it), and each peer maps it again from descriptors,
-// one per physical allocation (2 MiB or 20 MiB pages), when a call first needs it. Memory the
-// allocator unmaps returns to the device only once the peers have unmapped it, at their next
-// deregistration. Memory Loom cannot share (cuMem memory made without POSIX file descriptor
+// Costs: every growth of an interval withdraws and re-registers the whole of it; the withdrawal
+// waits for all of this rank's device work (loomCommDeregister) inside the allocator's call, so
+// a growth waits for the device to be idle, and a capture in global mode on another thread would
+// make it fail. Each peer maps the grown interval again from descriptors, one per physical
+// allocation (2 MiB or 20 MiB pages), when a call first needs it. Memory the allocator unmaps
+// returns to the device only once the peers have unmapped it, at their next deregistration. Memory Loom cannot share (cuMem memory made without POSIX file descriptor
 // handles: torch's expandable segments where it picks fabric handles) fails to register, is
 // reported once, and runs unregistered.
 //
