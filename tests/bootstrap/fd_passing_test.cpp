@@ -72,6 +72,19 @@ class Objects {
 
 std::string serverName() { return ShmSegment::uniqueName("loom-fd-test-"); }
 
+// Fetches key 7 from `name`, counting the descriptors taken; fetchFds' result.
+bool fetchCounting(const std::string& name, size_t& taken, std::string& why) {
+  std::string payload;
+  taken = 0;
+  return fetchFds(
+      name, 7, 2000, payload,
+      [&](size_t, int, std::string&) {
+        ++taken;
+        return true;
+      },
+      why);
+}
+
 TEST(FdPassing, DescriptorsArriveInOrderAcrossBatches) {
   const size_t count = 2 * FdServer::kFdsPerMessage + 5;
   Objects objects(count);
@@ -240,15 +253,9 @@ TEST(FdPassing, ADescriptorGoneMidAnswerFailsWithTheOwnersReasonAndLeaksNothing)
   {
     FdServer server(name, objects.source(FdServer::kFdsPerMessage + 3));
     server.start();
-    std::string payload, why;
+    std::string why;
     size_t taken = 0;
-    EXPECT_FALSE(fetchFds(
-        name, 7, 2000, payload,
-        [&](size_t, int, std::string&) {
-          ++taken;
-          return true;
-        },
-        why));
+    EXPECT_FALSE(fetchCounting(name, taken, why));
     EXPECT_EQ(taken, FdServer::kFdsPerMessage);  // the first batch was whole
     EXPECT_NE(why.find("withdrawn meanwhile"), std::string::npos) << why;
   }
@@ -308,15 +315,9 @@ TEST(FdPassing, AServerOfAnotherUserIsRefused) {
   }
   char c = 0;
   ASSERT_EQ(read(ready[0], &c, 1), 1);
-  std::string payload, why;
+  std::string why;
   size_t taken = 0;
-  EXPECT_FALSE(fetchFds(
-      name, 7, 2000, payload,
-      [&](size_t, int, std::string&) {
-        ++taken;
-        return true;
-      },
-      why));
+  EXPECT_FALSE(fetchCounting(name, taken, why));
   EXPECT_EQ(taken, 0u);
   EXPECT_NE(why.find("runs as user 65534"), std::string::npos) << why;
   ASSERT_EQ(write(done[1], "d", 1), 1);

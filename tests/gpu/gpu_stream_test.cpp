@@ -212,41 +212,62 @@ TEST_P(Streams, SplitWithAConfigNamingNoDeviceStaysOnTheGpu) {
   loomCommDestroy(child);
 }
 
+// Buffers of a series of allreduces: an input holding this rank's values and a poisoned output
+// per call; every `largeEvery`th call has largeCount(t) elements, the others 4097.
+struct AllReduceSeries {
+  loomDataType_t t = loomFloat32;
+  std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+  std::vector<size_t> counts, firsts;
+
+  AllReduceSeries(Harness& h, int calls, int largeEvery) {
+    for (int i = 0; i < calls; ++i) {
+      const size_t n = i % largeEvery == largeEvery - 1 ? largeCount(t) : 4096 + 1;
+      counts.push_back(n);
+      firsts.push_back(h.nextFirst());
+      in.push_back(std::make_unique<DeviceBuffer>(n * sizeof(float)));
+      out.push_back(std::make_unique<DeviceBuffer>(n * sizeof(float)));
+      if (in.back()->p == nullptr || out.back()->p == nullptr) {
+        h.fail("no device memory for call " + std::to_string(i));
+        in.clear();  // calls() == 0: the test stops
+        out.clear();
+        return;
+      }
+      const std::vector<char> mine = values(t, gRank, n, firsts.back());
+      EXPECT_CUDA(cudaMemcpy(in.back()->p, mine.data(), mine.size(), cudaMemcpyHostToDevice));
+      EXPECT_CUDA(cudaMemset(out.back()->p, kPoison, n * sizeof(float)));
+    }
+  }
+  int calls() const { return static_cast<int>(out.size()); }
+  loomResult_t call(Harness& h, int i, cudaStream_t s) {
+    return loomAllReduce(in[i]->p, out[i]->p, counts[i], t, loomSum, h.comm(),
+                         static_cast<loomStream_t>(s));
+  }
+  void expectResults(Harness& h, const std::string& what) {
+    for (int i = 0; i < calls(); ++i)
+      h.expectData(reduceReference(t, loomSum, -1, counts[i], firsts[i], gRanks), out[i]->p, t,
+                   "allreduce " + std::to_string(i) + " " + what);
+  }
+};
+
 // One communicator used from two streams in turn, with no host synchronization in between: the
 // calls still run in issue order on every rank (neither deadlock nor mix up their data).
 TEST_P(Streams, OneCommunicatorOnAlternatingStreams) {
   if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
   Harness h(GetParam(), 4096);
   ASSERT_TRUE(h.ok());
-  const loomDataType_t t = loomFloat32;
-  const int kCalls = 10;
   cudaStream_t streams[2] = {nullptr, nullptr};
   for (cudaStream_t& s : streams) ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  std::vector<std::unique_ptr<DeviceBuffer>> in, out;
-  std::vector<size_t> counts, firsts;
-  for (int i = 0; i < kCalls; ++i) {
-    const size_t n = i % 3 == 2 ? largeCount(t) : 4096 + 1;
-    counts.push_back(n);
-    firsts.push_back(h.nextFirst());
-    in.push_back(std::make_unique<DeviceBuffer>(n * sizeof(float)));
-    out.push_back(std::make_unique<DeviceBuffer>(n * sizeof(float)));
-    ASSERT_TRUE(in.back()->p != nullptr && out.back()->p != nullptr);
-    const std::vector<char> mine = values(t, gRank, n, firsts.back());
-    ASSERT_CUDA(cudaMemcpy(in.back()->p, mine.data(), mine.size(), cudaMemcpyHostToDevice));
-    ASSERT_CUDA(cudaMemset(out.back()->p, kPoison, n * sizeof(float)));
-  }
-  for (int i = 0; i < kCalls; ++i) {
+  AllReduceSeries series(h, 10, 3);
+  ASSERT_EQ(series.calls(), 10);
+  for (int i = 0; i < series.calls(); ++i) {
     cudaStream_t s = streams[i % 2];
     ASSERT_CUDA(cudaLaunchHostFunc(s, holdStream, &gHoldMs));  // the other stream may run ahead
-    ASSERT_TRUE(h.call(loomAllReduce(in[i]->p, out[i]->p, counts[i], t, loomSum, h.comm(),
-                                     static_cast<loomStream_t>(s)),
+    ASSERT_TRUE(h.call(series.call(h, i, s),
                        "allreduce " + std::to_string(i) + " on stream " + std::to_string(i % 2)));
   }
   for (cudaStream_t s : streams) ASSERT_TRUE(h.settle("calls on alternating streams", s));
   for (cudaStream_t s : streams) cudaStreamDestroy(s);
-  for (int i = 0; i < kCalls; ++i)
-    h.expectData(reduceReference(t, loomSum, -1, counts[i], firsts[i], gRanks), out[i]->p, t,
-                 "allreduce " + std::to_string(i) + " of calls on alternating streams");
+  series.expectResults(h, "of calls on alternating streams");
 }
 
 // Every call on a stream of its own, destroyed right after the call while the call still waits
@@ -257,38 +278,23 @@ TEST_P(Streams, StreamsDestroyedBetweenCalls) {
   if (cpuReferenceMode()) GTEST_SKIP() << "CUDA only";
   Harness h(GetParam(), 4096);
   ASSERT_TRUE(h.ok());
-  const loomDataType_t t = loomFloat32;
-  const int kCalls = 6;
-  std::vector<std::unique_ptr<DeviceBuffer>> in, out;
-  std::vector<size_t> counts, firsts;
-  for (int i = 0; i < kCalls; ++i) {
-    const size_t n = i % 2 == 1 ? largeCount(t) : 4096 + 1;
-    counts.push_back(n);
-    firsts.push_back(h.nextFirst());
-    in.push_back(std::make_unique<DeviceBuffer>(n * sizeof(float)));
-    out.push_back(std::make_unique<DeviceBuffer>(n * sizeof(float)));
-    ASSERT_TRUE(in.back()->p != nullptr && out.back()->p != nullptr);
-    const std::vector<char> mine = values(t, gRank, n, firsts.back());
-    ASSERT_CUDA(cudaMemcpy(in.back()->p, mine.data(), mine.size(), cudaMemcpyHostToDevice));
-  }
-  for (int i = 0; i < kCalls; ++i) {
+  AllReduceSeries series(h, 6, 2);
+  ASSERT_EQ(series.calls(), 6);
+  for (int i = 0; i < series.calls(); ++i) {
     cudaStream_t s = nullptr;
     ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     if (i % 2 == 0) {
       ASSERT_CUDA(cudaLaunchHostFunc(s, holdStream, &gHoldMs));
     }
-    ASSERT_TRUE(h.call(loomAllReduce(in[i]->p, out[i]->p, counts[i], t, loomSum, h.comm(),
-                                     static_cast<loomStream_t>(s)),
-                       "allreduce " + std::to_string(i) + " on a stream of its own"));
+    ASSERT_TRUE(
+        h.call(series.call(h, i, s), "allreduce " + std::to_string(i) + " on a stream of its own"));
     ASSERT_CUDA(cudaStreamDestroy(s));  // its work still runs to the end
   }
   // The streams are gone: wait for the device (a kernel gives up at the communicator's timeout),
   // then for the communicator's verdict.
   ASSERT_CUDA(cudaDeviceSynchronize());
   ASSERT_TRUE(h.settle("calls on streams destroyed between them"));
-  for (int i = 0; i < kCalls; ++i)
-    h.expectData(reduceReference(t, loomSum, -1, counts[i], firsts[i], gRanks), out[i]->p, t,
-                 "allreduce " + std::to_string(i) + " on a destroyed stream");
+  series.expectResults(h, "on a destroyed stream");
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, Streams, ::testing::ValuesIn(sweepConfigs()),
