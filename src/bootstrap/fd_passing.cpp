@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "base/error.hpp"
@@ -142,22 +144,47 @@ FdServer::~FdServer() {
 }
 
 void FdServer::serve() {
-  for (;;) {
-    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Worker> workers;
+  auto reap = [&](bool all) {
+    for (auto it = workers.begin(); it != workers.end();) {
+      if (!all && !it->done->load()) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      it = workers.erase(it);
     }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
+  };
+  for (;;) {
+    reap(false);
+    // At most kMaxConnections answered at once: past that, new peers wait in the backlog.
+    const bool full = workers.size() >= kMaxConnections;
+    pollfd fds[2] = {{stop_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
+    // While answering, wake now and then to reap the finished.
+    const int n = poll(fds, full ? 1 : 2, workers.empty() ? -1 : 10);
+    if (n < 0 && errno != EINTR) break;
+    if (n <= 0) continue;
+    if (fds[0].revents != 0) break;
+    if (full || (fds[1].revents & POLLIN) == 0) continue;
     Fd connection(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!connection.valid()) continue;
-    try {
-      answer(connection.get());
-    } catch (...) {
-      // The client sees the connection close and reports it; the server serves on.
-    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    workers.push_back(Worker{std::thread([this, done, c = std::move(connection)] {
+                               try {
+                                 answer(c.get());
+                               } catch (...) {
+                                 // The client sees the connection close and says so.
+                               }
+                               done->store(true);
+                             }),
+                             done});
   }
+  // Stopped: each connection ends at its next wait (awaitReadable sees stop_).
+  reap(true);
 }
 
 bool FdServer::awaitReadable(int connection) const {

@@ -5,9 +5,12 @@
 // The owner serves its descriptors from a thread (FdServer), so that a peer fetches them whenever
 // it needs them (fetchFds) without the owner's caller taking part: a registration is published
 // once and mapped by each peer when it first sees it. Roles:
-//   - server thread: accepts one connection at a time on a Unix-domain SOCK_SEQPACKET socket in
-//     the abstract namespace (no file to remove after a crash), answers peers of its own user
-//     only (SO_PEERCRED), and sends what its Source offers under the requested key: a header,
+//   - server thread: accepts connections on a Unix-domain SOCK_SEQPACKET socket in the abstract
+//     namespace (no file to remove after a crash) and answers each on a thread of its own, at
+//     most kMaxConnections at once (peers mapping a large buffer at the same time would otherwise
+//     queue past their deadlines);
+//   - connection thread: answers peers of the server's user only (SO_PEERCRED), and sends what
+//     the Source offers under the requested key: a header,
 //     the payload bytes, then the descriptors in batches of kFdsPerMessage (SCM_RIGHTS), each
 //     batch after the client acknowledged the one before. Linux counts a user's descriptors in
 //     flight against its RLIMIT_NOFILE: unpaced, a buffer of a few thousand allocations failed;
@@ -35,8 +38,9 @@ class FdServer {
  public:
   static constexpr size_t kFdsPerMessage = 64;
   static constexpr int kConnectionTimeoutMs = 2000;
+  static constexpr size_t kMaxConnections = 8;
 
-  // What the server offers. Called on the server thread.
+  // What the server offers. Called on connection threads, several at once.
   struct Source {
     // The payload and the number of descriptors under `key`; false: nothing is under it.
     std::function<bool(uint64_t key, std::string& payload, size_t& count)> describe;

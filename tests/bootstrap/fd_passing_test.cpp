@@ -11,9 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/error.hpp"
@@ -203,6 +205,37 @@ TEST(FdPassing, ThousandsOfDescriptorsPassUnderALowDescriptorLimit) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+}
+
+// Peers fetching at the same time are answered at the same time: each takes 3 ms over every
+// descriptor (about 0.6 s a fetch, 0.4 s of it with the server waiting for acknowledgements),
+// so answered one after another the last ones would run past their 1.5 s deadline.
+TEST(FdPassing, PeersFetchingAtOnceAreAnsweredAtOnce) {
+  Objects objects(3 * FdServer::kFdsPerMessage);
+  const std::string name = serverName();
+  FdServer server(name, objects.source());
+  server.start();
+  constexpr int kPeers = 6;
+  std::atomic<int> fetched{0};
+  std::vector<std::thread> peers;
+  for (int p = 0; p < kPeers; ++p) {
+    peers.emplace_back([&] {
+      std::string payload, why;
+      const bool ok = fetchFds(
+          name, 7, 1500, payload,
+          [](size_t, int, std::string&) {
+            usleep(3000);
+            return true;
+          },
+          why);
+      if (ok)
+        fetched.fetch_add(1);
+      else
+        ADD_FAILURE() << why;
+    });
+  }
+  for (std::thread& t : peers) t.join();
+  EXPECT_EQ(fetched.load(), kPeers);
 }
 
 TEST(FdPassing, NoServerFailsAtOnce) {
