@@ -2,8 +2,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstring>
-
 #include "base/error.hpp"
 
 namespace loom {
@@ -30,6 +28,7 @@ bool MemoryExports::share(void* ptr, size_t bytes, SharedAllocation& shared, uin
   size_t size = 0;
   driver_.allocationOf(ptr, base, size);
   shared = SharedAllocation{};
+  why.clear();
   cudaError_t err = cudaIpcGetMemHandle(&shared.ipc, base);
   if (err == cudaSuccess) {
     LOOM_CHECK_ARG(p + bytes <= base + size, "the buffer runs past the end of its allocation");
@@ -38,17 +37,13 @@ bool MemoryExports::share(void* ptr, size_t bytes, SharedAllocation& shared, uin
     return true;
   }
   cudaGetLastError();
-  CUmemGenericAllocationHandle probe{};
-  if (!driver_.vmm().available() ||
-      driver_.vmm().retainAllocationHandle(&probe, base) != CUDA_SUCCESS) {
+  if (driver_.vmm().available() && shareCuMem(p, bytes, base, shared, offset, why)) return true;
+  if (why.empty())  // not cuMem memory either
     why = std::string("its memory cannot be shared with peers (cudaIpcGetMemHandle: ") +
           cudaGetErrorString(err) +
           "); use memory from loomMemAlloc, cudaMalloc or cuMemCreate with POSIX file "
           "descriptor handles, not from cudaMallocAsync pools";
-    return false;
-  }
-  driver_.vmm().release(probe);
-  return shareCuMem(p, bytes, base, shared, offset, why);
+  return false;
 }
 
 bool MemoryExports::shareCuMem(char* ptr, size_t bytes, char* firstBase, SharedAllocation& shared,
@@ -68,6 +63,9 @@ bool MemoryExports::shareCuMem(char* ptr, size_t bytes, char* firstBase, SharedA
                  static_cast<void*>(at), ")");
     }
     if (vmm.retainAllocationHandle(&h, at) != CUDA_SUCCESS) {
+      // At the first allocation: no cuMem memory at all (share() says why); later, the buffer
+      // runs on into other memory.
+      if (e.chunks.empty()) return false;
       release(e);
       LOOM_THROW(loomInvalidArgument, "the buffer runs from cuMem memory into other memory (at ",
                  static_cast<void*>(at), ")");

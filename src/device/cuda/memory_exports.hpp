@@ -45,6 +45,7 @@ class MemoryExports {
     std::vector<CUmemGenericAllocationHandle> chunks;  // retained, in address order
     std::vector<uint64_t> sizes;
   };
+  // False with `why` empty when firstBase is not cuMem memory.
   bool shareCuMem(char* ptr, size_t bytes, char* firstBase, SharedAllocation& shared,
                   uint64_t& offset, std::string& why);
   void release(const CuMemExport& e) const;
