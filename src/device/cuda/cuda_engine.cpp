@@ -394,14 +394,7 @@ void CudaEngine::barrier(cudaStream_t stream) {
 
 void CudaEngine::run(int algorithm, const CollArgs& call) {
   device_.makeCurrent();
-  const CallStream stream = beginCall(call.stream);
-  try {
-    enqueue(algorithm, call, stream.stream);
-  } catch (...) {
-    endCall(stream);  // what it launched before failing stays in the order
-    throw;
-  }
-  endCall(stream);
+  inCallOrder(call.stream, [&](cudaStream_t stream) { enqueue(algorithm, call, stream); });
 }
 
 void CudaEngine::enqueue(int algorithm, const CollArgs& call, cudaStream_t stream) {
@@ -437,14 +430,7 @@ void CudaEngine::enqueue(int algorithm, const CollArgs& call, cudaStream_t strea
 
 void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t streamHandle) {
   device_.makeCurrent();
-  const CallStream call = beginCall(streamHandle);
-  try {
-    enqueuePointToPoint(ops, call.stream);
-  } catch (...) {
-    endCall(call);  // the rounds launched before the failure stay in the order
-    throw;
-  }
-  endCall(call);
+  inCallOrder(streamHandle, [&](cudaStream_t stream) { enqueuePointToPoint(ops, stream); });
 }
 
 void CudaEngine::enqueuePointToPoint(const std::vector<DeviceP2POp>& ops, cudaStream_t stream) {

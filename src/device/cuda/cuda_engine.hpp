@@ -95,6 +95,19 @@ class CudaEngine final : public NativeCollectives {
   };
   CallStream beginCall(loomStream_t stream);
   void endCall(const CallStream& call);
+  // body(stream) between beginCall and endCall; a body that fails after launching keeps what it
+  // launched in the order.
+  template <typename Body>
+  void inCallOrder(loomStream_t stream, Body&& body) {
+    const CallStream call = beginCall(stream);
+    try {
+      body(call.stream);
+    } catch (...) {
+      endCall(call);
+      throw;
+    }
+    endCall(call);
+  }
   // run()'s and pointToPoint()'s work, between beginCall and endCall.
   void enqueue(int algorithm, const CollArgs& call, cudaStream_t stream);
   void enqueuePointToPoint(const std::vector<DeviceP2POp>& ops, cudaStream_t stream);
