@@ -45,6 +45,12 @@ std::string concat(const Args&... args) {
     if (!(cond)) LOOM_THROW(loomInvalidArgument, __VA_ARGS__); \
   } while (0)
 
+// Loom's own invariants: a failure is a bug in Loom, not the caller's.
+#define LOOM_CHECK_INTERNAL(cond, ...)                       \
+  do {                                                       \
+    if (!(cond)) LOOM_THROW(loomInternalError, __VA_ARGS__); \
+  } while (0)
+
 // Compares two values and reports both when they differ.
 #define LOOM_CHECK_EQ(a, b, code, what)                                        \
   do {                                                                         \

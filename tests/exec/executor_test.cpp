@@ -1,0 +1,158 @@
+// The executor over bounded in-process channels, ranks as threads: streaming dependencies carry a
+// ring's blocks through channels much smaller than a block, reductions and local work follow
+// their dependencies, and a wait gives up through the health check.
+#include "exec/executor.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "base/error.hpp"
+#include "device/cpu/cpu_device.hpp"
+#include "memory_channel.hpp"
+
+namespace loom {
+namespace {
+
+int wrap(int i, int n) { return ((i % n) + n) % n; }
+
+struct Rank {
+  Schedule schedule;
+  Executor executor;
+  std::vector<Channel*> channels;
+  std::function<void(int)> check = [](int) {};
+  PollSet pollSet;
+};
+
+// Runs every rank's schedule on its own thread; returns what each run threw ("" if nothing).
+std::vector<std::string> runAll(std::vector<Rank>& ranks, std::vector<std::vector<char*>>& bufs) {
+  std::unique_ptr<Device> cpu = createCpuDevice();
+  std::vector<std::string> errors(ranks.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    threads.emplace_back([&, r] {
+      ExecEnv env;
+      env.device = cpu.get();
+      env.channels = ranks[r].channels;
+      env.check = &ranks[r].check;
+      env.pollSet = &ranks[r].pollSet;
+      try {
+        ranks[r].executor.run(ranks[r].schedule, bufs[r], env);
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+std::vector<Rank> makeRanks(int n, std::vector<std::vector<std::unique_ptr<Channel>>>& owned) {
+  std::vector<Rank> ranks(n);
+  for (int r = 0; r < n; ++r)
+    for (auto& c : owned[r]) ranks[r].channels.push_back(c.get());
+  return ranks;
+}
+
+TEST(Executor, RingAllGatherStreamsBlocksThroughSmallChannels) {
+  for (int n : {2, 3, 5}) {
+    auto owned = test::memoryChannels(n, 64);
+    std::vector<Rank> ranks = makeRanks(n, owned);
+    const uint64_t block = 1000;
+    std::vector<std::vector<char>> in(n), out(n);
+    std::vector<std::vector<char*>> bufs(n);
+    for (int r = 0; r < n; ++r) {
+      in[r].assign(block, static_cast<char>('A' + r));
+      out[r].assign(block * n, 0);
+      bufs[r] = {in[r].data(), out[r].data()};
+      Schedule& s = ranks[r].schedule;
+      s.clear(n);
+      s.setExtents(block, block * n);
+      s.copy(s.output(r * block), s.input(), block, true);
+      uint32_t previous = ~0u;
+      for (int k = 0; k < n - 1; ++k) {
+        const uint32_t send =
+            s.send(wrap(r + 1, n), k == 0 ? s.input() : s.output(wrap(r - k, n) * block), block);
+        if (k > 0) s.streamAfter(send, previous);
+        previous = s.recv(wrap(r - 1, n), s.output(wrap(r - k - 1, n) * block), block, true);
+      }
+      s.finish();
+    }
+    std::vector<std::string> errors = runAll(ranks, bufs);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(errors[r], "");
+      for (int b = 0; b < n; ++b)
+        EXPECT_EQ(out[r][b * block + 7], 'A' + b) << "n " << n << " rank " << r << " block " << b;
+    }
+  }
+}
+
+TEST(Executor, ReductionsAndLocalWorkFollowTheirDependencies) {
+  // Two ranks: each receives the other's vector and adds it to its own (recvReduce, streaming
+  // behind nothing), then a local reduce doubles the sum into scratch and a copy moves it out,
+  // each streaming behind the one before.
+  auto owned = test::memoryChannels(2, 32);
+  std::vector<Rank> ranks = makeRanks(2, owned);
+  const int count = 300;
+  std::vector<std::vector<int32_t>> in(2), out(2);
+  std::vector<std::vector<char>> scratch(2);
+  std::vector<std::vector<char*>> bufs(2);
+  for (int r = 0; r < 2; ++r) {
+    in[r].resize(count);
+    for (int i = 0; i < count; ++i) in[r][i] = (r + 1) * i;
+    out[r].assign(2 * count, 0);
+    scratch[r].assign(count * 4, 0);
+    bufs[r] = {reinterpret_cast<char*>(in[r].data()), reinterpret_cast<char*>(out[r].data()),
+               scratch[r].data()};
+    Schedule& s = ranks[r].schedule;
+    s.clear(2);
+    s.setExtents(count * 4, 2 * count * 4);
+    const uint16_t tmp = s.addScratch("doubled", count * 4);
+    const Reduction sum{loomInt32, loomSum, -1, 1};
+    s.send(1 - r, s.input(), count * 4);
+    const uint32_t added = s.recvReduce(1 - r, s.output(), s.input(), count * 4, sum, true);
+    const BufferRef twice[2] = {s.output(), s.output()};
+    const uint32_t doubled = s.reduce(s.scratch(tmp), twice, 2, count * 4, sum);
+    s.streamAfter(doubled, added);
+    s.streamAfter(s.copy(s.output(count * 4), s.scratch(tmp), count * 4, true), doubled);
+    s.finish();
+  }
+  std::vector<std::string> errors = runAll(ranks, bufs);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(errors[r], "");
+    for (int i = 0; i < count; ++i) {
+      ASSERT_EQ(out[r][i], 3 * i);
+      ASSERT_EQ(out[r][count + i], 6 * i);
+    }
+  }
+}
+
+TEST(Executor, AWaitGivesUpThroughTheHealthCheck) {
+  // Rank 1 never sends: rank 0's receive waits until its check throws, naming the peer it waits
+  // for.
+  auto owned = test::memoryChannels(2, 64);
+  std::vector<Rank> ranks = makeRanks(2, owned);
+  std::vector<std::vector<char>> mem(2, std::vector<char>(64));
+  std::vector<std::vector<char*>> bufs = {{mem[0].data(), mem[0].data() + 32},
+                                          {mem[1].data(), mem[1].data() + 32}};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  std::atomic<int> checkedPeer{-2};
+  ranks[0].check = [&](int peer) {
+    checkedPeer = peer;
+    if (std::chrono::steady_clock::now() > deadline) LOOM_THROW(loomTimeout, "waited for ", peer);
+  };
+  ranks[0].schedule.clear(2);
+  ranks[0].schedule.setExtents(32, 32);
+  ranks[0].schedule.recv(1, ranks[0].schedule.output(), 16, true);
+  ranks[0].schedule.finish();
+  ranks[1].schedule.clear(2);
+  ranks[1].schedule.finish();
+  std::vector<std::string> errors = runAll(ranks, bufs);
+  EXPECT_EQ(errors[0], "waited for 1");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(checkedPeer.load(), 1);
+}
+
+}  // namespace
+}  // namespace loom
