@@ -15,15 +15,16 @@
 #include "base/wait.hpp"
 #include "device/device.hpp"
 #include "device/native.hpp"
+#include "exec/executor.hpp"
+#include "exec/schedule.hpp"
 #include "loom/loom.h"
 #include "transport/channel.hpp"
 #include "transport/shm/shm_arena.hpp"
 
 namespace loom {
 
-struct RingStep;      // ring_engine.hpp
-struct PairTransfer;  // pairwise.hpp
-struct Hierarchy;     // below
+struct RingStep;   // ring_steps.hpp
+struct Hierarchy;  // below
 
 class AlgoContext {
  public:
@@ -43,8 +44,14 @@ class AlgoContext {
   // Per-communicator workspaces, sized at init or grown once, so no call allocates.
   std::vector<const void*>* sources = nullptr;  // one entry per rank, for reductions
   std::vector<RingStep>* ringSteps = nullptr;
-  std::vector<PairTransfer>* transfers = nullptr;
+  std::vector<uint32_t>* opList = nullptr;    // builders: operation indices to refer back to
+  std::vector<BufferRef>* refList = nullptr;  // builders: a reduction's sources
   PollSet* pollSet = nullptr;  // the descriptors of a wait on network channels (base/wait.hpp)
+  // Algorithms that build a schedule: the communicator's schedule and executor (exec/), and the
+  // buffer addresses a run binds; reused from call to call.
+  Schedule* schedule = nullptr;
+  Executor* executor = nullptr;
+  std::vector<char*>* bindings = nullptr;
   // Communicators whose backend has native collectives: they run the native algorithms.
   NativeCollectives* native = nullptr;
   // Ranks on several nodes: the sub-groups the hierarchical algorithms compose (null otherwise).
@@ -75,36 +82,35 @@ class AlgoContext {
   }
 };
 
-// The groups of a communicator that spans nodes, built once at init: this rank's node (ranks
-// numbered by local index, the node's arena) and its column, the ranks with its local index on
-// every node (numbered by node). Only local indices below the smallest node's size have a column
-// (every node has such a rank), so uneven nodes still give every column one rank per node; the
-// rest of a larger node takes part in the intra-node phases only.
+// The groups of a communicator that spans nodes, built once at init: the ranks of every node (by
+// local index) and, for each local index below the smallest node's size, its column (the ranks
+// with that local index, one per node). Only local indices below the smallest node's size have a
+// column (every node has such a rank), so uneven nodes still give every column one rank per node;
+// the rest of a larger node takes part in the intra-node phases only.
 struct Hierarchy {
-  AlgoContext node;
-  AlgoContext column;                     // nranks 0: this rank's local index has no column
   std::vector<std::vector<int>> members;  // global ranks of each node, ascending
   std::vector<int> nodeOf, localIndex;    // of each global rank
   int nodeIndex = 0;                      // this rank's node
   int columns = 1;                        // the smallest node's size
-  std::vector<char>* scratch = nullptr;   // the hierarchical layer's own (phases use node's)
-  char* scratchBytes(size_t bytes) const {
-    if (scratch->size() < bytes) scratch->resize(bytes);
-    return scratch->data();
-  }
 };
 
 using AlgorithmFn = void (*)(const AlgoContext&, const CollArgs&);
+// Builds this rank's schedule of a call (ranks in the schedule are the communicator's) into a
+// cleared schedule; the executor then runs it.
+using ScheduleFn = void (*)(const AlgoContext&, const CollArgs&, Schedule&);
 
 struct Algorithm {
   loomFunc_t func;
   const char* name;
-  AlgorithmFn run;  // null for a native one
+  // Hand-written (the arena's), a composition, or a schedule's run with conditions of its own
+  // (runs first where both are set); null: the executor runs `build`'s schedule.
+  AlgorithmFn run;
   bool needsArena;  // runs only where all ranks share one host's memory
   // Moves and reduces data only through ctx.device (and the arena): runs unchanged on a device
   // whose copies and reductions take host pointers (DeviceCaps::mapsHostMemory).
   bool dataThroughDevice = false;
-  int native = -1;  // a backend's own: the index of its NativeAlgorithm
+  int native = -1;             // a backend's own: the index of its NativeAlgorithm
+  ScheduleFn build = nullptr;  // this rank's schedule of a call (tests, loom-info), if it has one
 };
 
 // Every host algorithm Loom has, for the selector and for forcing one in tests.
@@ -115,11 +121,19 @@ const char* funcName(loomFunc_t func);  // "allreduce", "allgather", ... (LOOM_A
 // The table entries of a backend's native collectives (names point into `native`).
 std::vector<Algorithm> nativeAlgorithms(const NativeCollectives& native);
 
+// Builds the schedule with `build` into ctx's schedule and runs it with ctx's executor: the call's
+// send and receive buffers as its input and output, its scratch buffers in ctx's scratch.
+void runSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build);
+// Runs ctx's schedule as built (finish() called), binding input and output as given.
+void runBuilt(const AlgoContext& ctx, const void* input, void* output);
+
 inline void runAlgorithm(const Algorithm& algo, const AlgoContext& ctx, const CollArgs& args) {
   if (algo.native >= 0)
     ctx.native->run(algo.native, args);
-  else
+  else if (algo.run != nullptr)
     algo.run(ctx, args);
+  else
+    runSchedule(ctx, args, algo.build);
 }
 
 }  // namespace loom

@@ -1,294 +1,256 @@
-// "hierarchical": collectives of ranks on several nodes as intra-node phases over the node's arena
-// (hierarchical_phases.hpp) around an inter-node phase over the channels of a column, the ranks
-// with one local index, one per node (ring algorithms and the ring engine). Only this rank's
-// column crosses the network, so each byte crosses it once per node, not once per rank.
+// "hierarchical": collectives of ranks on several nodes as intra-node phases over the node's
+// shared-memory channels around an inter-node phase over the channels of a column, the ranks with
+// one local index, one per node (algorithms/hierarchical_view.hpp). Only this rank's column crosses
+// the network, so each byte crosses it once per node, not once per rank.
 //
-// Slices: allreduce, reduce and broadcast cut the buffer into G slices, G = the smallest node's
-// size; local index l < G owns slice l on every node, so every column has one rank per node even
-// on uneven nodes (3 + 2: the third rank of the larger node only joins the intra-node phases).
-//   allreduce     = node reduce of slice l → column allreduce (ring) of slice l → node share
-//   reduce        = node reduce of slice l → column reduce (ring) to the root's node → node
-//                   share to the root
-//   broadcast     = node broadcast (direct) on the root's node → column broadcast (ring) of
-//                   slice l → node share on the other nodes
-// Blocks: allgather and reduce-scatter move whole per-rank blocks. Column l carries the blocks of
-// local index l, then l + G, l + 2G, ... (rounds; a node without that index sends nothing):
-//   allgather      = [uneven nodes: node share of own blocks] → column ring of the blocks,
-//                    straight into the output → node share of what the column brought
-//   reducescatter  = node reduce of the column's blocks → column reduce-scatter ring (own block
-//                    straight into the output) → node share of blocks of local index >= G
-// Phases run one after another (no overlap of the intra- and inter-node phases yet). alltoall:
-// hierarchical_alltoall.cpp (grouped by node over the node's and the column's channels).
-// One node: the communicator's own arena algorithm (the selector normally resolves that first).
+// Slices: allreduce, reduce and broadcast cut each pipeline chunk into G slices, G = the smallest
+// node's size; local index l < G owns slice l on every node, so every column has one rank per
+// node even on uneven nodes (3 + 2: the third rank of the larger node only joins the node phases).
+//   allreduce  = node reduce of slice l → column ring allreduce of slice l → node share
+//   reduce     = node reduce of slice l → column ring reduce to the root's node → the owners
+//                send their slices to the root
+//   broadcast  = the root sends its buffer, slice by slice, to its node mates → column ring
+//                broadcast of slice l from the root's node → node share on the other nodes
+// The phases of different chunks overlap: while the column ring carries chunk c, the node reduces
+// chunk c+1 and shares chunk c-1 (allreduce, reduce); broadcast streams at every hop. Allgather
+// and reduce-scatter: hierarchical_blocks.cpp; alltoall: hierarchical_alltoall.cpp. One node: the
+// communicator's own arena algorithm (the selector normally resolves that first).
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "algorithms/context.hpp"
 #include "algorithms/families.hpp"
-#include "algorithms/hierarchical_phases.hpp"
-#include "algorithms/partition.hpp"
-#include "algorithms/ring_engine.hpp"
+#include "algorithms/hierarchical_view.hpp"
+#include "algorithms/ring_steps.hpp"
 #include "base/dtype.hpp"
 #include "base/error.hpp"
 
 namespace loom {
 
+bool hierarchicalOnOneNode(const AlgoContext& ctx, const CollArgs& a) {
+  if (ctx.hierarchy != nullptr) return false;
+  LOOM_CHECK_ARG(ctx.arena != nullptr, "hierarchical ", funcName(a.func),
+                 " needs either one node or the node groups of a CPU communicator");
+  const Algorithm* direct = findAlgorithm(a.func, "direct");
+  LOOM_CHECK_INTERNAL(direct != nullptr, "no direct ", funcName(a.func));
+  runAlgorithm(*direct, ctx, a);
+  return true;
+}
+
 namespace {
 
 int wrap(int index, int n) { return ((index % n) + n) % n; }
 
-// A phase's algorithm; callers keep it in a function-local static, so calls compare no strings.
-const Algorithm& flat(loomFunc_t func, const char* name) {
-  const Algorithm* algo = findAlgorithm(func, name);
-  if (algo == nullptr)
-    LOOM_THROW(loomInternalError, "no algorithm ", name, " for ", funcName(func));
-  return *algo;
-}
+Reduction sumOf(const CollArgs& a) { return {a.dtype, kernelOp(a.op), a.accum, 1}; }
 
-// True when ranks share one arena: the pure intra-node path applies.
-bool singleNode(const AlgoContext& ctx, const CollArgs& a) {
-  if (ctx.hierarchy != nullptr) return false;
-  LOOM_CHECK_ARG(ctx.arena != nullptr, "hierarchical ", funcName(a.func),
-                 " needs either one node or the node groups of a CPU communicator");
-  flat(a.func, "direct").run(ctx, a);
-  return true;
-}
-
-NodeReduction nodeReduction(const CollArgs& a) {
-  return {a.dtype, dtypeSize(a.dtype), kernelOp(a.op), a.accum};
-}
-
-// Average's division, once, on a fully reduced range.
-void finishAverage(const AlgoContext& ctx, const CollArgs& a, char* data, size_t count) {
-  if (a.op != loomAvg || count == 0) return;
-  const void* srcs[1] = {data};
-  ctx.device->reduce(data, srcs, 1, count, a.dtype, loomSum, a.accum, ctx.nranks);
-}
-
-// Slice l of the buffer for local index l < G; the rest own nothing.
-struct Slices {
-  size_t count, esize;
+// One pipeline chunk cut into its columns' slices: (offset, bytes) from the buffer's start.
+struct ChunkSlices {
+  size_t chunkOffset, chunkCount, esize;
   int columns;
-  template <typename Visit>
-  void operator()(int local, Visit&& visit) const {
-    if (local >= columns) return;
-    Range s = sliceOf(count, columns, local);
-    if (s.count > 0) visit(s.offset * esize, s.count * esize);
-  }
-  Range of(int local) const { return sliceOf(count, columns, local); }
-};
-
-// The blocks a column carries: local index l, l + G, ... of the nodes `which` names (firstRound 1
-// skips local index l itself).
-struct ColumnBlocks {
-  enum Nodes { kAll, kOwn, kOthers };
-  const Hierarchy& h;
-  size_t block;
-  Nodes which = kAll;
-  int firstRound = 0;
-  int rounds() const {
-    size_t largest = 0;
-    for (const auto& m : h.members) largest = std::max(largest, m.size());
-    return static_cast<int>((largest + h.columns - 1) / h.columns);
-  }
-  template <typename Visit>
-  void operator()(int local, Visit&& visit) const {
-    if (local >= h.columns) return;
-    for (int t = firstRound, n = rounds(); t < n; ++t) {
-      size_t j = static_cast<size_t>(local + t * h.columns);
-      for (int m = 0; m < static_cast<int>(h.members.size()); ++m)
-        if (j < h.members[m].size() && (which == kAll || (which == kOwn) == (m == h.nodeIndex)))
-          visit(h.members[m][j] * block, block);
-    }
-  }  // This column's block of node `node` in `round` within a buffer of per-rank blocks at base;
-  // null with bytes 0 where that node has no rank of that local index.
-  char* at(char* base, int node, int round, size_t& bytes) const {
-    size_t j = static_cast<size_t>(h.node.rank + round * h.columns);
-    bytes = j < h.members[node].size() ? block : 0;
-    return bytes > 0 ? base + h.members[node][j] * block : nullptr;
+  std::pair<uint64_t, uint64_t> operator()(int j) const {
+    Range r = sliceOf(chunkCount, columns, j);
+    return {(chunkOffset + r.offset) * esize, r.count * esize};
   }
 };
 
-bool evenNodes(const Hierarchy& h) {
-  return std::all_of(h.members.begin(), h.members.end(), [&](const std::vector<int>& m) {
-    return static_cast<int>(m.size()) == h.columns;
-  });
+std::span<const uint32_t> justOne(const uint32_t& op) {
+  return std::span<const uint32_t>(&op, op == kNoOp ? 0 : 1);
 }
 
-void allReduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
-  if (singleNode(ctx, a) || a.count == 0) return;
-  const Hierarchy& h = *ctx.hierarchy;
-  size_t esize = dtypeSize(a.dtype);
-  char* recv = static_cast<char*>(a.recv);
-  Slices slices{a.count, esize, h.columns};
-  nodeReduce(h.node, static_cast<const char*>(a.send), recv, slices, nodeReduction(a));
-  if (h.column.nranks > 0) {
-    Range s = slices.of(h.node.rank);
-    CollArgs sub = a;
-    sub.send = sub.recv = recv + s.offset * esize;
-    sub.count = s.count;
-    sub.op = kernelOp(a.op);
-    static const Algorithm& ring = flat(loomFuncAllReduce, "ring");
-    ring.run(h.column, sub);
-    finishAverage(ctx, a, recv + s.offset * esize, s.count);
+// The column ring allreduce of one slice, in place in `region` (ring.cpp's steps).
+RingOps appendColumnAllReduce(Schedule& s, const HierView& v, const AlgoContext& ctx,
+                              BufferRef region, uint64_t count, size_t esize, const CollArgs& a,
+                              const uint32_t& ready) {
+  const int k = v.nodes(), r = v.node();
+  auto seg = [&](int i) { return sliceOf(count, k, wrap(i, k)); };
+  std::vector<RingStep>& steps = *ctx.ringSteps;
+  steps.clear();
+  for (int t = 0; t < k - 1; ++t) {  // reduce-scatter
+    Range out = seg(r - t), in = seg(r - t - 1);
+    RingStep st;
+    st.send = region.at(out.offset * esize);
+    st.sendBytes = out.count * esize;
+    st.sendAfterPrevRecv = t > 0;
+    st.recvDst = region.at(in.offset * esize);
+    st.recvBytes = in.count * esize;
+    st.reduce = true;
+    st.reduceWith = st.recvDst;
+    // The sum over every rank of every node is complete here: average divides once, by all.
+    st.divisor = t == k - 2 ? averageDivisor(a.op, ctx.nranks) : 1;
+    st.toOutput = true;
+    steps.push_back(st);
   }
-  nodeShare(h.node, recv, slices, [&](int, size_t offset, size_t bytes, const char* data) {
-    ctx.copyOut(recv + offset, data, bytes, a.count * esize);
-  });
+  for (int t = 0; t < k - 1; ++t) {  // all-gather
+    Range out = seg(r + 1 - t), in = seg(r - t);
+    RingStep st;
+    st.send = region.at(out.offset * esize);
+    st.sendBytes = out.count * esize;
+    st.sendAfterPrevRecv = true;
+    st.recvDst = region.at(in.offset * esize);
+    st.recvBytes = in.count * esize;
+    st.toOutput = true;
+    steps.push_back(st);
+  }
+  return appendRing(s, v.columnLeft(), v.columnRight(), steps, sumOf(a), justOne(ready));
 }
 
-void reduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
-  if (singleNode(ctx, a) || a.count == 0) return;
-  const Hierarchy& h = *ctx.hierarchy;
-  size_t esize = dtypeSize(a.dtype);
-  int rootNode = h.nodeOf[a.root];
-  bool isRoot = ctx.rank == a.root;
-  // Partial sums live in the hierarchical scratch: recvbuff means nothing off the root.
-  char* partial = h.scratchBytes(a.count * esize);
-  char* recv = static_cast<char*>(a.recv);
-  Slices slices{a.count, esize, h.columns};
-  nodeReduce(h.node, static_cast<const char*>(a.send), partial, slices, nodeReduction(a));
-  if (h.column.nranks > 0) {
-    Range s = slices.of(h.node.rank);
-    CollArgs sub = a;
-    sub.send = sub.recv = partial + s.offset * esize;
-    sub.count = s.count;
-    sub.op = kernelOp(a.op);
-    sub.root = rootNode;
-    static const Algorithm& ring = flat(loomFuncReduce, "ring");
-    ring.run(h.column, sub);
-    if (h.nodeIndex == rootNode) {
-      finishAverage(ctx, a, partial + s.offset * esize, s.count);
-      if (isRoot)
-        ctx.device->copy(recv + s.offset * esize, partial + s.offset * esize, s.count * esize);
+// The column chain reduce of one slice towards `rootNode`, in place in `region` (ring.cpp's
+// reduce): the node right of the root's starts, each next one adds its own, the root's ends.
+RingOps appendColumnReduce(Schedule& s, const HierView& v, const AlgoContext& ctx, BufferRef region,
+                           uint64_t bytes, int rootNode, const CollArgs& a, const uint32_t& ready) {
+  const int d = wrap(v.node() - rootNode, v.nodes());
+  std::vector<RingStep>& steps = *ctx.ringSteps;
+  steps.clear();
+  RingStep first;
+  if (d == 1) {
+    first.send = region;
+    first.sendBytes = bytes;
+    steps.push_back(first);
+  } else {
+    first.recvDst = region;
+    first.recvBytes = bytes;
+    first.reduce = true;
+    first.reduceWith = region;
+    first.divisor = d == 0 ? averageDivisor(a.op, ctx.nranks) : 1;
+    steps.push_back(first);
+    if (d != 0) {
+      RingStep out;
+      out.send = region;
+      out.sendBytes = bytes;
+      out.sendAfterPrevRecv = true;
+      steps.push_back(out);
     }
   }
-  if (h.nodeIndex != rootNode) return;
-  nodeShare(h.node, partial, slices, [&](int, size_t offset, size_t bytes, const char* data) {
-    if (isRoot) ctx.copyOut(recv + offset, data, bytes, a.count * esize);
-  });
+  return appendRing(s, v.columnLeft(), v.columnRight(), steps, sumOf(a), justOne(ready));
 }
 
-void broadcastHierarchical(const AlgoContext& ctx, const CollArgs& a) {
-  if (singleNode(ctx, a) || a.count == 0) return;
-  const Hierarchy& h = *ctx.hierarchy;
-  size_t esize = dtypeSize(a.dtype);
-  int rootNode = h.nodeOf[a.root];
-  char* recv = static_cast<char*>(a.recv);
-  if (h.nodeIndex == rootNode) {
-    CollArgs sub = a;
-    sub.root = h.localIndex[a.root];
-    static const Algorithm& direct = flat(loomFuncBroadcast, "direct");
-    direct.run(h.node, sub);
+// Node reduce, column phase and node share of allreduce (toRoot < 0) or reduce, chunk by chunk,
+// emitted in pipeline order (each channel's lane holds the chunks in the order they flow: the
+// node reduce of chunk t, then the column phase and the share of chunk t-1).
+void buildSliced(const AlgoContext& ctx, const CollArgs& a, Schedule& s, int toRoot) {
+  const HierView v{*ctx.hierarchy, ctx.rank};
+  const size_t esize = dtypeSize(a.dtype);
+  const size_t chunk = hierarchicalChunkElements(a.count, esize);
+  const size_t chunks = chunkCount(a.count, chunk);
+  const int n = v.mateCount(), l = v.local(), G = v.columns();
+  const bool reduce = toRoot >= 0;
+  const int rootNode = reduce ? v.h.nodeOf[toRoot] : -1;
+  // Reduce: partial sums in scratch (the output exists on the root only).
+  const BufferRef partial =
+      reduce ? s.scratch(s.addScratch("partial", a.count * esize)) : s.output();
+  // The pieces of two chunks alternate: a chunk's receives wait for the reduction two back.
+  const uint64_t pieceBytes = sliceOf(std::min(chunk, a.count), G, 0).count * esize;
+  const BufferRef pieces = s.scratch(s.addScratch("pieces", 2 * n * pieceBytes));
+  uint32_t reduces[2] = {kNoOp, kNoOp};
+  for (size_t t = 0; t <= chunks; ++t) {
+    if (t < chunks) {
+      Range c = chunkOf(a.count, chunk, t);
+      reduces[t % 2] = appendNodeReduce(s, v, ctx, ChunkSlices{c.offset, c.count, esize, G},
+                                        s.input(), partial, pieces.at((t % 2) * n * pieceBytes),
+                                        pieceBytes, reduces[t % 2], sumOf(a), !reduce);
+    }
+    if (t == 0) continue;
+    const Range c = chunkOf(a.count, chunk, t - 1);
+    const ChunkSlices slices{c.offset, c.count, esize, G};
+    const uint32_t reduced = reduces[(t - 1) % 2];
+    if (!reduce) {
+      if (v.inColumn()) {
+        const auto [offset, bytes] = slices(l);
+        RingOps ring =
+            appendColumnAllReduce(s, v, ctx, s.output(offset), bytes / esize, esize, a, reduced);
+        for (int i = 0; i < n; ++i)
+          if (i != l) s.after(s.send(v.mates()[i], s.output(offset), bytes), ring.lastRecv);
+      }
+      for (int j = 0; j < G; ++j)
+        if (j != l) s.recv(v.mates()[j], s.output(slices(j).first), slices(j).second, true);
+      continue;
+    }
+    // Reduce: the column chain to the root's node, whose owners hand their slices to the root.
+    uint32_t final = reduced;
+    if (v.inColumn()) {
+      const auto [offset, bytes] = slices(l);
+      RingOps ring = appendColumnReduce(s, v, ctx, partial.at(offset), bytes, rootNode, a, reduced);
+      if (v.node() == rootNode) final = ring.lastRecv;
+    }
+    if (v.node() != rootNode) continue;
+    const int rootLocal = v.h.localIndex[toRoot];
+    if (v.inColumn()) {
+      const auto [offset, bytes] = slices(l);
+      if (ctx.rank == toRoot)
+        s.after(s.copy(s.output(offset), partial.at(offset), bytes, true), final);
+      else
+        s.after(s.send(toRoot, partial.at(offset), bytes), final);
+    }
+    if (ctx.rank == toRoot)
+      for (int j = 0; j < G; ++j)
+        if (j != rootLocal) s.recv(v.mates()[j], s.output(slices(j).first), slices(j).second, true);
   }
-  Slices slices{a.count, esize, h.columns};
-  if (h.column.nranks > 0) {
-    Range s = slices.of(h.node.rank);
-    CollArgs sub = a;
-    sub.send = sub.recv = recv + s.offset * esize;
-    sub.count = s.count;
-    sub.root = rootNode;
-    static const Algorithm& ring = flat(loomFuncBroadcast, "ring");
-    ring.run(h.column, sub);
-  }
-  if (h.nodeIndex == rootNode) return;
-  nodeShare(h.node, recv, slices, [&](int, size_t offset, size_t bytes, const char* data) {
-    ctx.copyOut(recv + offset, data, bytes, a.count * esize);
-  });
 }
 
-void allGatherHierarchical(const AlgoContext& ctx, const CollArgs& a) {
-  if (singleNode(ctx, a) || a.count == 0) return;
-  const Hierarchy& h = *ctx.hierarchy;
-  size_t block = a.count * dtypeSize(a.dtype), total = block * ctx.nranks;
-  char* recv = static_cast<char*>(a.recv);
-  char* mine = recv + ctx.rank * block;
-  if (a.send != mine) ctx.device->copy(mine, a.send, block);
-  auto land = [&](int, size_t offset, size_t bytes, const char* data) {
-    ctx.copyOut(recv + offset, data, bytes, total);
+void buildAllReduceHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  buildSliced(ctx, a, s, -1);
+}
+
+void buildReduceHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  buildSliced(ctx, a, s, a.root);
+}
+
+void buildBroadcastHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  const HierView v{*ctx.hierarchy, ctx.rank};
+  const size_t esize = dtypeSize(a.dtype);
+  const int n = v.mateCount(), l = v.local(), G = v.columns();
+  const int rootNode = v.h.nodeOf[a.root];
+  auto slice = [&](int j) {
+    Range r = sliceOf(a.count, G, j);
+    return std::make_pair(r.offset * esize, r.count * esize);
   };
-  // Uneven nodes: column l also carries blocks of local index l + G, ... that only its node
-  // mates have; share the node's own blocks first.
-  bool even = evenNodes(h);
-  if (!even) {
-    const std::vector<int>& members = h.members[h.nodeIndex];
-    auto own = [&](int local, auto&& visit) { visit(members[local] * block, block); };
-    nodeShare(h.node, recv, own, land);
-  }
-  ColumnBlocks blocks{h, block};
-  if (h.column.nranks > 0) {
-    const int k = h.column.nranks, me = h.column.rank;
-    auto item = [&](int node, int round, size_t& bytes) {
-      return blocks.at(recv, node, round, bytes);
-    };
-    std::vector<RingStep>& steps = *ctx.ringSteps;
-    steps.clear();
-    for (int t = 0, rounds = blocks.rounds(); t < rounds; ++t) {
-      for (int s = 0; s < k - 1; ++s) {
-        RingStep step;
-        step.send = item(wrap(me - s, k), t, step.sendBytes);
-        step.sendAfterPrevRecv = s > 0;
-        step.recvDst = item(wrap(me - s - 1, k), t, step.recvBytes);
-        steps.push_back(step);
+  // This rank's slice l, when it has arrived here: what the column forwards and shares.
+  uint32_t arrived = kNoOp;
+  BufferRef from = s.output(slice(l).first);
+  if (v.node() == rootNode) {
+    if (ctx.rank == a.root) {
+      if (a.send != a.recv) s.copy(s.output(), s.input(), a.count * esize, true);
+      for (int i = 0; i < n; ++i)
+        if (i != l)
+          for (int j = 0; j < G; ++j)
+            s.send(v.mates()[i], s.input(slice(j).first), slice(j).second);
+      from = s.input(slice(l).first);
+    } else {
+      for (int j = 0; j < G; ++j) {
+        const uint32_t recv = s.recv(a.root, s.output(slice(j).first), slice(j).second, true);
+        if (j == l) arrived = recv;
       }
     }
-    runRing(h.column, steps, {a.dtype, loomSum, a.accum});
   }
-  ColumnBlocks brought{h, block, even ? ColumnBlocks::kAll : ColumnBlocks::kOthers};
-  nodeShare(h.node, recv, brought, land);
-}
-
-void reduceScatterHierarchical(const AlgoContext& ctx, const CollArgs& a) {
-  if (singleNode(ctx, a) || a.count == 0) return;
-  const Hierarchy& h = *ctx.hierarchy;
-  size_t esize = dtypeSize(a.dtype), block = a.count * esize;
-  char* recv = static_cast<char*>(a.recv);
-  // The node's partial sums of the column's blocks, at their input offsets; the ring then
-  // accumulates in place (each position is received at most once, never the one sent first).
-  char* partial = h.scratchBytes(block * ctx.nranks);
-  ColumnBlocks blocks{h, block};
-  nodeReduce(h.node, static_cast<const char*>(a.send), partial, blocks, nodeReduction(a));
-  if (h.column.nranks > 0) {
-    const int k = h.column.nranks, me = h.column.rank;
-    auto item = [&](int node, int round, size_t& bytes) {
-      return blocks.at(partial, node, round, bytes);
-    };
-    std::vector<RingStep>& steps = *ctx.ringSteps;
-    steps.clear();
-    for (int t = 0, rounds = blocks.rounds(); t < rounds; ++t) {
-      for (int s = 0; s < k - 1; ++s) {
-        bool last = s == k - 2;
-        RingStep step;
-        step.send = item(wrap(me - s - 1, k), t, step.sendBytes);
-        step.sendAfterPrevRecv = s > 0;
-        step.recvDst = item(wrap(me - s - 2, k), t, step.recvBytes);
-        step.reduceWith = step.recvDst;
-        if (last) {
-          step.divisor = averageDivisor(a.op, ctx.nranks);
-          if (t == 0) step.recvDst = recv;  // this rank's own block: straight into the output
-        }
-        steps.push_back(step);
-      }
-    }
-    runRing(h.column, steps, {a.dtype, kernelOp(a.op), a.accum});
+  if (!v.inColumn()) {
+    if (v.node() != rootNode)
+      for (int j = 0; j < G; ++j)
+        s.recv(v.mates()[j], s.output(slice(j).first), slice(j).second, true);
+    return;
   }
-  // Blocks of local index >= G ended on their column's rank of this node: hand them over.
-  ColumnBlocks finals{h, block, ColumnBlocks::kOwn, 1};
-  size_t mine = ctx.rank * block;
-  nodeShare(h.node, partial, finals, [&](int, size_t offset, size_t bytes, const char* data) {
-    if (offset >= mine && offset < mine + block)
-      ctx.device->copy(recv + (offset - mine), data, bytes);
-  });
+  const auto [offset, bytes] = slice(l);
+  const int k = v.nodes(), d = wrap(v.node() - rootNode, k);
+  if (d > 0) arrived = s.recv(v.columnLeft(), s.output(offset), bytes, true);
+  if (d < k - 1) {
+    const uint32_t forward = s.send(v.columnRight(), from, bytes);
+    if (arrived != kNoOp) s.streamAfter(forward, arrived);
+  }
+  if (v.node() == rootNode) return;
+  for (int i = 0; i < n; ++i) {
+    if (i == l) continue;
+    s.streamAfter(s.send(v.mates()[i], s.output(offset), bytes), arrived);
+  }
+  for (int j = 0; j < G; ++j)
+    if (j != l) s.recv(v.mates()[j], s.output(slice(j).first), slice(j).second, true);
 }
 
 }  // namespace
 
 void registerHierarchicalAlgorithms(std::vector<Algorithm>& out) {
-  out.push_back({loomFuncAllReduce, "hierarchical", allReduceHierarchical, false});
-  out.push_back({loomFuncAllGather, "hierarchical", allGatherHierarchical, false});
-  out.push_back({loomFuncReduceScatter, "hierarchical", reduceScatterHierarchical, false});
-  out.push_back({loomFuncBroadcast, "hierarchical", broadcastHierarchical, false});
-  out.push_back({loomFuncReduce, "hierarchical", reduceHierarchical, false});
+  out.push_back(hierarchicalAlgorithm<buildAllReduceHierarchical>(loomFuncAllReduce));
+  out.push_back(hierarchicalAlgorithm<buildBroadcastHierarchical>(loomFuncBroadcast));
+  out.push_back(hierarchicalAlgorithm<buildReduceHierarchical>(loomFuncReduce));
 }
 
 }  // namespace loom

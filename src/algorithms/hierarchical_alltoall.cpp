@@ -10,92 +10,22 @@
 //   3. uneven nodes only: column rank l hands the blocks for its node mates of local index
 //      l + G, ... on to them (over the node's channels).
 // Every block is one channel transfer, read from the send buffer or written into the output
-// wherever it is this rank's own; only blocks in transit stop in the hierarchical scratch. The
-// network carries the same bytes as "pairwise", in (nodes - 1) messages per column rank rather
-// than (ranks - node size) per rank.
+// wherever it is this rank's own; only blocks in transit stop in scratch. The network carries the
+// same bytes as "pairwise", in (nodes - 1) messages per column rank rather than (ranks - node
+// size) per rank. One schedule: a block in transit goes on as it arrives (its send streams behind
+// its receive), so the phases overlap.
 #include <algorithm>
 #include <vector>
 
 #include "algorithms/context.hpp"
 #include "algorithms/families.hpp"
+#include "algorithms/hierarchical_view.hpp"
 #include "base/dtype.hpp"
 #include "base/error.hpp"
-#include "base/wait.hpp"
 
 namespace loom {
 
 namespace {
-
-// Transfers of one peer and direction, run in order: a sequence of blocks over one channel. Both
-// ends list the same block sizes in the same order (a channel pads each transfer to 8 bytes).
-class Exchange {
- public:
-  explicit Exchange(const AlgoContext& ctx) : ctx_(ctx) {
-    streams_.clear();
-    blocks_.clear();
-  }
-  void begin(int peer, bool isSend) {
-    streams_.push_back({peer, isSend, blocks_.size(), blocks_.size()});
-  }
-  void block(const char* data, size_t bytes) {
-    blocks_.push_back({const_cast<char*>(data), bytes});
-    streams_.back().end = blocks_.size();
-  }
-  // Progresses every stream together until all are done (a stream's blocks one after another).
-  void run() {
-    auto pass = [&]() -> bool {
-      bool moved = false;
-      for (Stream& s : streams_) {
-        Channel& ch = ctx_.channel(s.peer);
-        while (s.next < s.end) {
-          Block& b = blocks_[s.next];
-          size_t n = s.isSend ? ch.trySend(b.data + s.position, b.bytes - s.position)
-                              : ch.tryReceive(b.data + s.position, b.bytes - s.position);
-          s.position += n;
-          moved |= n > 0;
-          if (s.position < b.bytes) break;
-          ++s.next, s.position = 0;
-        }
-      }
-      return moved;
-    };
-    auto done = [&] {
-      return std::all_of(streams_.begin(), streams_.end(),
-                         [](const Stream& s) { return s.next == s.end; });
-    };
-    auto check = [&] {
-      for (const Stream& s : streams_)
-        if (s.next < s.end) ctx_.check(s.peer);
-    };
-    // Blocks in poll on the network streams once spinning stops paying (base/wait.hpp).
-    auto gather = [&](PollSet& set) {
-      for (const Stream& s : streams_)
-        if (s.next < s.end) ctx_.channel(s.peer).addPollFds(set, s.isSend);
-    };
-    while (!done()) {
-      if (!pass()) waitUntil(pass, check, gather, *ctx_.pollSet, ctx_.peers);
-    }
-  }
-
- private:
-  struct Stream {
-    int peer;
-    bool isSend;
-    size_t next, end;  // blocks_[next, end) remain
-    size_t position = 0;
-  };
-  struct Block {
-    char* data;
-    size_t bytes;
-  };
-  const AlgoContext& ctx_;
-  // Reused per thread: no allocation per call once the largest call has been seen.
-  static thread_local std::vector<Stream> streams_;
-  static thread_local std::vector<Block> blocks_;
-};
-
-thread_local std::vector<Exchange::Stream> Exchange::streams_;
-thread_local std::vector<Exchange::Block> Exchange::blocks_;
 
 // Who sends what where; every rank evaluates it alike for every node.
 struct Layout {
@@ -114,129 +44,121 @@ struct Layout {
   int nodes() const { return static_cast<int>(h.members.size()); }
 };
 
-void allToAllHierarchical(const AlgoContext& ctx, const CollArgs& a) {
-  if (a.count == 0) return;
-  if (ctx.hierarchy == nullptr) {
-    LOOM_CHECK_ARG(ctx.arena != nullptr,
-                   "hierarchical alltoall needs either one node or the node groups of a CPU "
-                   "communicator");
-    static const Algorithm& direct = *findAlgorithm(loomFuncAllToAll, "direct");
-    direct.run(ctx, a);
-    return;
-  }
+void buildAllToAllHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
   const Hierarchy& h = *ctx.hierarchy;
+  const HierView v{h, ctx.rank};
   const Layout lay{h, a.count * dtypeSize(a.dtype)};
-  const size_t B = lay.block;
-  const char* send = static_cast<const char*>(a.send);
-  char* recv = static_cast<char*>(a.recv);
-  const int me = ctx.rank, x = h.nodeIndex, l = h.node.rank;
+  const uint64_t B = lay.block;
+  const int me = ctx.rank, x = h.nodeIndex, l = v.local();
   const std::vector<int>& mates = h.members[x];
-  const bool inColumn = h.column.nranks > 0;
+  const bool inColumn = v.inColumn();
 
   // Scratch: what this column rank sends each other node (rows: sources of this node; its own
   // row stays unused, it goes from the send buffer), then what it hands on to each node mate of
-  // its column (rows: sources on other nodes, in node order).
-  size_t remoteSources = ctx.nranks - mates.size();
-  size_t packBytes = 0;
+  // its column (rows: sources on other nodes, in node order). Block b of it arrives by the
+  // receive arrivals[b], which the block's next send streams behind.
+  const size_t remoteSources = ctx.nranks - mates.size();
+  uint64_t packBytes = 0;
   if (inColumn)
     for (int y = 0; y < lay.nodes(); ++y)
       if (y != x) packBytes += mates.size() * lay.destinationCount(y, l) * B;
-  size_t handOn = inColumn ? lay.destinationCount(x, l) - 1 : 0;
-  char* pack = h.scratchBytes(packBytes + handOn * remoteSources * B);
-  char* forward = pack + packBytes;
-  // Where the row of source index i for node y starts in the pack.
-  auto packRow = [&](int y, size_t i) {
-    size_t offset = 0;
+  const size_t handOn = inColumn ? lay.destinationCount(x, l) - 1 : 0;
+  const uint64_t scratchBytes = packBytes + handOn * remoteSources * B;
+  const BufferRef pack = s.scratch(s.addScratch("transit", scratchBytes));
+  std::vector<uint32_t>& arrivals = *ctx.opList;
+  arrivals.assign(B > 0 ? scratchBytes / B : 0, kNoOp);
+  auto packRow = [&](int y, size_t i) {  // offset of the row of source index i for node y
+    uint64_t offset = 0;
     for (int m = 0; m < y; ++m)
       if (m != x) offset += mates.size() * lay.destinationCount(m, l) * B;
-    return pack + offset + i * lay.destinationCount(y, l) * B;
+    return offset + i * lay.destinationCount(y, l) * B;
   };
   // The hand-on row of node mate d (local index l + k*G, k >= 1): blocks from every remote
   // source, in node order.
   auto forwardRow = [&](int d) {
     size_t k = static_cast<size_t>(h.localIndex[d] / h.columns) - 1;
-    return forward + k * remoteSources * B;
+    return packBytes + k * remoteSources * B;
   };
-  auto remoteSourceIndex = [&](int s) {
+  auto remoteSourceIndex = [&](int src) {
     size_t i = 0;
     for (int m = 0; m < lay.nodes(); ++m) {
       if (m == x) continue;
-      if (m == h.nodeOf[s])
-        return i + (std::lower_bound(h.members[m].begin(), h.members[m].end(), s) -
+      if (m == h.nodeOf[src])
+        return i + (std::lower_bound(h.members[m].begin(), h.members[m].end(), src) -
                     h.members[m].begin());
       i += h.members[m].size();
     }
     return i;
   };
+  auto toTransit = [&](int peer, uint64_t offset) {
+    arrivals[offset / B] = s.recv(peer, pack.at(offset), B);
+  };
+  auto fromTransit = [&](int peer, uint64_t offset) {
+    s.streamAfter(s.send(peer, pack.at(offset), B), arrivals[offset / B]);
+  };
 
-  ctx.device->copy(recv + me * B, send + me * B, B);
+  s.copy(s.output(me * B), s.input(me * B), B, true);
 
   // 1. Node exchange.
-  {
-    Exchange ex(h.node);
-    for (int t = 0; t < h.node.nranks; ++t) {
-      if (t == l) continue;
-      ex.begin(t, true);
-      ex.block(send + mates[t] * B, B);
-      if (t < h.columns)
-        for (int y = 0; y < lay.nodes(); ++y)
-          if (y != x) lay.destinations(y, t, [&](int d) { ex.block(send + d * B, B); });
-      ex.begin(t, false);
-      ex.block(recv + mates[t] * B, B);
-      if (inColumn)
-        for (int y = 0; y < lay.nodes(); ++y) {
-          if (y == x) continue;
-          char* row = packRow(y, t);
-          for (size_t k = 0, n = lay.destinationCount(y, l); k < n; ++k) ex.block(row + k * B, B);
-        }
-    }
-    ex.run();
+  for (int t = 0; t < v.mateCount(); ++t) {
+    if (t == l) continue;
+    s.send(mates[t], s.input(mates[t] * B), B);
+    if (t < h.columns)
+      for (int y = 0; y < lay.nodes(); ++y)
+        if (y != x) lay.destinations(y, t, [&](int d) { s.send(mates[t], s.input(d * B), B); });
+    s.recv(mates[t], s.output(mates[t] * B), B, true);
+    if (inColumn)
+      for (int y = 0; y < lay.nodes(); ++y) {
+        if (y == x) continue;
+        const uint64_t row = packRow(y, t);
+        for (size_t k = 0, n = lay.destinationCount(y, l); k < n; ++k)
+          toTransit(mates[t], row + k * B);
+      }
   }
 
-  // 2. Column exchange (the column is numbered by node).
+  // 2. Column exchange with each other node's rank of this local index.
   if (inColumn) {
-    Exchange ex(h.column);
     for (int y = 0; y < lay.nodes(); ++y) {
       if (y == x) continue;
-      ex.begin(y, true);
+      const int peer = v.columnRank(y, l);
       for (size_t i = 0; i < mates.size(); ++i) {
         size_t k = 0;
         lay.destinations(y, l, [&](int d) {
-          ex.block(mates[i] == me ? send + d * B : packRow(y, i) + k * B, B);
+          if (mates[i] == me)
+            s.send(peer, s.input(d * B), B);
+          else
+            fromTransit(peer, packRow(y, i) + k * B);
           ++k;
         });
       }
-      ex.begin(y, false);
-      for (int s : h.members[y])
+      for (int src : h.members[y])
         lay.destinations(x, l, [&](int d) {
-          ex.block(d == me ? recv + s * B : forwardRow(d) + remoteSourceIndex(s) * B, B);
+          if (d == me)
+            s.recv(peer, s.output(src * B), B, true);
+          else
+            toTransit(peer, forwardRow(d) + remoteSourceIndex(src) * B);
         });
     }
-    ex.run();
   }
 
   // 3. Hand-on to the node mates without a column of their own.
-  if (handOn == 0 && l < h.columns) return;
-  Exchange ex(h.node);
-  if (l < h.columns) {
+  if (inColumn) {
     lay.destinations(x, l, [&](int d) {
       if (d == me) return;
-      ex.begin(h.localIndex[d], true);
-      for (size_t i = 0; i < remoteSources; ++i) ex.block(forwardRow(d) + i * B, B);
+      for (size_t i = 0; i < remoteSources; ++i) fromTransit(d, forwardRow(d) + i * B);
     });
   } else {
-    ex.begin(lay.column(me), false);
+    const int column = mates[lay.column(me)];
     for (int m = 0; m < lay.nodes(); ++m)
       if (m != x)
-        for (int s : h.members[m]) ex.block(recv + s * B, B);
+        for (int src : h.members[m]) s.recv(column, s.output(src * B), B, true);
   }
-  ex.run();
 }
 
 }  // namespace
 
 void registerHierarchicalAllToAllAlgorithms(std::vector<Algorithm>& out) {
-  out.push_back({loomFuncAllToAll, "hierarchical", allToAllHierarchical, false});
+  out.push_back(hierarchicalAlgorithm<buildAllToAllHierarchical>(loomFuncAllToAll));
 }
 
 }  // namespace loom

@@ -1,12 +1,9 @@
 // "pairwise": collectives as one transfer per pair of ranks over the pair channels, all in flight
-// together, so they run on any transport (the arena-free counterparts of "direct"). gather and
-// scatter: the root exchanges with every rank; alltoall(v): every rank with every other (alltoallv
-// first exchanges the byte counts of every pair, so a mismatch is an error (and, through the abort,
-// one for every rank) rather than a desynchronised stream); barrier: a token to rank 0 from
-// everyone, then one back.
-#include "algorithms/pairwise.hpp"
-
-#include <algorithm>
+// together (one schedule, a lane per peer and direction), so they run on any transport (the
+// arena-free counterparts of "direct"). gather and scatter: the root exchanges with every rank;
+// alltoall(v): every rank with every other (alltoallv first exchanges the byte counts of every
+// pair, so a mismatch is an error (and, through the abort, one for every rank) rather than a
+// desynchronised stream); barrier: a token to rank 0 from everyone, then one back.
 #include <vector>
 
 #include "algorithms/context.hpp"
@@ -18,148 +15,115 @@ namespace loom {
 
 namespace {
 
-// The communicator's list, emptied for this call.
-std::vector<PairTransfer>& transferList(const AlgoContext& ctx) {
-  ctx.transfers->clear();
-  return *ctx.transfers;
-}
-
-void add(std::vector<PairTransfer>& list, int peer, bool isSend, const void* data, size_t bytes) {
-  if (bytes > 0) list.push_back({peer, isSend, static_cast<char*>(const_cast<void*>(data)), bytes});
-}
-
-// Progresses every transfer together until all are done. A pair has at most one transfer per
-// direction in a list, so stream order never matters between them.
-void runTransfers(const AlgoContext& ctx, std::vector<PairTransfer>& list) {
-  auto pass = [&]() -> bool {
-    bool moved = false;
-    for (PairTransfer& t : list) {
-      if (t.position == t.bytes) continue;
-      Channel& ch = ctx.channel(t.peer);
-      size_t n = t.isSend ? ch.trySend(t.data + t.position, t.bytes - t.position)
-                          : ch.tryReceive(t.data + t.position, t.bytes - t.position);
-      t.position += n;
-      moved |= n > 0;
-    }
-    return moved;
-  };
-  auto done = [&] {
-    return std::all_of(list.begin(), list.end(),
-                       [](const PairTransfer& t) { return t.position == t.bytes; });
-  };
-  auto check = [&] {
-    for (const PairTransfer& t : list)
-      if (t.position < t.bytes) ctx.check(t.peer);
-  };
-  auto gather = [&](PollSet& set) {
-    for (const PairTransfer& t : list)
-      if (t.position < t.bytes) ctx.channel(t.peer).addPollFds(set, t.isSend);
-  };
-  while (!done()) {
-    if (!pass()) waitUntil(pass, check, gather, *ctx.pollSet, ctx.peers);
+void buildGatherPairwise(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  const uint64_t block = a.count * dtypeSize(a.dtype);
+  if (ctx.rank != a.root) {
+    s.send(a.root, s.input(), block);
+    return;
   }
+  for (int p = 0; p < ctx.nranks; ++p)
+    if (p != ctx.rank) s.recv(p, s.output(p * block), block, true);
+  if (static_cast<const char*>(a.send) != static_cast<const char*>(a.recv) + ctx.rank * block)
+    s.copy(s.output(ctx.rank * block), s.input(), block, true);
 }
 
-void gatherPairwise(const AlgoContext& ctx, const CollArgs& a) {
-  size_t block = a.count * dtypeSize(a.dtype);
-  std::vector<PairTransfer>& list = transferList(ctx);
-  if (ctx.rank == a.root) {
-    char* recv = static_cast<char*>(a.recv);
-    for (int p = 0; p < ctx.nranks; ++p)
-      if (p != ctx.rank) add(list, p, false, recv + p * block, block);
-    if (a.send != recv + ctx.rank * block) ctx.device->copy(recv + ctx.rank * block, a.send, block);
-  } else {
-    add(list, a.root, true, a.send, block);
+void buildScatterPairwise(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  const uint64_t block = a.count * dtypeSize(a.dtype);
+  if (ctx.rank != a.root) {
+    s.recv(a.root, s.output(), block, true);
+    return;
   }
-  runTransfers(ctx, list);
+  for (int p = 0; p < ctx.nranks; ++p)
+    if (p != ctx.rank) s.send(p, s.input(p * block), block);
+  if (static_cast<const char*>(a.send) + ctx.rank * block != a.recv)
+    s.copy(s.output(), s.input(ctx.rank * block), block, true);
 }
 
-void scatterPairwise(const AlgoContext& ctx, const CollArgs& a) {
-  size_t block = a.count * dtypeSize(a.dtype);
-  std::vector<PairTransfer>& list = transferList(ctx);
-  if (ctx.rank == a.root) {
-    const char* send = static_cast<const char*>(a.send);
-    for (int p = 0; p < ctx.nranks; ++p)
-      if (p != ctx.rank) add(list, p, true, send + p * block, block);
-    if (send + ctx.rank * block != a.recv) ctx.device->copy(a.recv, send + ctx.rank * block, block);
-  } else {
-    add(list, a.root, false, a.recv, block);
-  }
-  runTransfers(ctx, list);
-}
-
-void allToAllPairwise(const AlgoContext& ctx, const CollArgs& a) {
-  size_t block = a.count * dtypeSize(a.dtype);
-  const char* send = static_cast<const char*>(a.send);
-  char* recv = static_cast<char*>(a.recv);
-  std::vector<PairTransfer>& list = transferList(ctx);
+void buildAllToAllPairwise(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  const uint64_t block = a.count * dtypeSize(a.dtype);
   for (int p = 0; p < ctx.nranks; ++p) {
     if (p == ctx.rank) continue;
-    add(list, p, true, send + p * block, block);
-    add(list, p, false, recv + p * block, block);
+    s.send(p, s.input(p * block), block);
+    s.recv(p, s.output(p * block), block, true);
   }
   // In place, this rank's own block is already where it belongs.
-  if (send != recv) ctx.device->copy(recv + ctx.rank * block, send + ctx.rank * block, block);
-  runTransfers(ctx, list);
+  if (a.send != a.recv) s.copy(s.output(ctx.rank * block), s.input(ctx.rank * block), block, true);
+}
+
+// alltoallv: this rank's counts to every peer and theirs to it (input: 8 bytes per peer, the
+// count this rank sends it; output: what each peer sends this rank).
+void buildCountExchange(const AlgoContext& ctx, const CollArgs&, Schedule& s) {
+  for (int p = 0; p < ctx.nranks; ++p) {
+    if (p == ctx.rank) continue;
+    s.send(p, s.input(p * sizeof(uint64_t)), sizeof(uint64_t));
+    s.recv(p, s.output(p * sizeof(uint64_t)), sizeof(uint64_t));
+  }
+}
+
+void buildAllToAllvData(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  const size_t esize = dtypeSize(a.dtype);
+  const int r = ctx.rank;
+  for (int p = 0; p < ctx.nranks; ++p) {
+    if (p == r) continue;
+    s.send(p, s.input(a.sendDispls[p] * esize), a.sendCounts[p] * esize);
+    s.recv(p, s.output(a.recvDispls[p] * esize), a.recvCounts[p] * esize, true);
+  }
+  s.copy(s.output(a.recvDispls[r] * esize), s.input(a.sendDispls[r] * esize),
+         a.sendCounts[r] * esize, true);
 }
 
 void allToAllvPairwise(const AlgoContext& ctx, const CollArgs& a) {
-  size_t esize = dtypeSize(a.dtype);
   const int n = ctx.nranks, r = ctx.rank;
-  // Counts first: every pair checks that what one sends is what the other expects.
-  std::vector<char>& scratch = *ctx.scratch;
-  if (scratch.size() < 2 * n * sizeof(uint64_t)) scratch.resize(2 * n * sizeof(uint64_t));
-  auto* mine = reinterpret_cast<uint64_t*>(scratch.data());
+  // Counts first: every pair checks that what one sends is what the other expects. They live in
+  // the communicator's scratch (the schedules below take none).
+  uint64_t* mine = reinterpret_cast<uint64_t*>(ctx.scratchBytes(2 * n * sizeof(uint64_t)));
   uint64_t* theirs = mine + n;
-  std::vector<PairTransfer>& list = transferList(ctx);
-  for (int p = 0; p < n; ++p) {
-    mine[p] = a.sendCounts[p];
-    if (p == r) continue;
-    add(list, p, true, &mine[p], sizeof(uint64_t));
-    add(list, p, false, &theirs[p], sizeof(uint64_t));
-  }
-  runTransfers(ctx, list);
+  for (int p = 0; p < n; ++p) mine[p] = a.sendCounts[p];
+  Schedule& s = *ctx.schedule;
+  s.clear(static_cast<int>(ctx.channels->size()));
+  s.setExtents(n * sizeof(uint64_t), n * sizeof(uint64_t));
+  buildCountExchange(ctx, a, s);
+  s.finish();
+  runBuilt(ctx, mine, theirs);
   theirs[r] = mine[r];
   for (int p = 0; p < n; ++p)
     if (theirs[p] != a.recvCounts[p])
       LOOM_THROW(loomInvalidUsage, "alltoallv: rank ", p, " sends ", theirs[p],
                  " elements to rank ", r, ", which expects ", a.recvCounts[p]);
-  list.clear();
-  const char* send = static_cast<const char*>(a.send);
-  char* recv = static_cast<char*>(a.recv);
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    add(list, p, true, send + a.sendDispls[p] * esize, a.sendCounts[p] * esize);
-    add(list, p, false, recv + a.recvDispls[p] * esize, a.recvCounts[p] * esize);
-  }
-  ctx.device->copy(recv + a.recvDispls[r] * esize, send + a.sendDispls[r] * esize,
-                   a.sendCounts[r] * esize);
-  runTransfers(ctx, list);
+  runSchedule(ctx, a, buildAllToAllvData);
 }
 
-void barrierPairwise(const AlgoContext& ctx, const CollArgs&) {
-  uint64_t token = 0;
-  thread_local std::vector<uint64_t> tokens;
-  if (tokens.size() < static_cast<size_t>(ctx.nranks)) tokens.resize(ctx.nranks);
-  for (bool toRoot : {true, false}) {
-    std::vector<PairTransfer>& list = transferList(ctx);
-    if (ctx.rank == 0) {
-      for (int p = 1; p < ctx.nranks; ++p) add(list, p, !toRoot, &tokens[p], sizeof(uint64_t));
-    } else {
-      add(list, 0, toRoot, &token, sizeof(token));
-    }
-    runTransfers(ctx, list);
+void buildBarrierPairwise(const AlgoContext& ctx, const CollArgs&, Schedule& s) {
+  // Tokens in scratch: one word per peer (their values mean nothing).
+  const uint16_t tokens = s.addScratch("tokens", ctx.nranks * sizeof(uint64_t));
+  const uint64_t word = sizeof(uint64_t);
+  if (ctx.rank != 0) {
+    s.send(0, s.scratch(tokens), word);
+    s.recv(0, s.scratch(tokens, word), word);
+    return;
   }
+  // Released only once everyone arrived.
+  const uint32_t everyone = s.join();
+  for (int p = 1; p < ctx.nranks; ++p)
+    s.after(everyone, s.recv(p, s.scratch(tokens, p * word), word));
+  for (int p = 1; p < ctx.nranks; ++p)
+    s.after(s.send(p, s.scratch(tokens, p * word), word), everyone);
+}
+
+Algorithm built(loomFunc_t func, ScheduleFn build) {
+  Algorithm algo{func, "pairwise", nullptr, false};
+  algo.build = build;
+  return algo;
 }
 
 }  // namespace
 
 void registerPairwiseAlgorithms(std::vector<Algorithm>& out) {
-  out.push_back({loomFuncGather, "pairwise", gatherPairwise, false});
-  out.push_back({loomFuncScatter, "pairwise", scatterPairwise, false});
-  out.push_back({loomFuncAllToAll, "pairwise", allToAllPairwise, false});
+  out.push_back(built(loomFuncGather, buildGatherPairwise));
+  out.push_back(built(loomFuncScatter, buildScatterPairwise));
+  out.push_back(built(loomFuncAllToAll, buildAllToAllPairwise));
   out.push_back({loomFuncAllToAllv, "pairwise", allToAllvPairwise, false});
-  out.push_back({loomFuncBarrier, "pairwise", barrierPairwise, false});
+  out.push_back(built(loomFuncBarrier, buildBarrierPairwise));
 }
 
 }  // namespace loom

@@ -15,6 +15,7 @@ const std::vector<Algorithm>& allAlgorithms() {
     registerAllToAllvAlgorithms(out);
     registerPairwiseAlgorithms(out);
     registerHierarchicalAlgorithms(out);
+    registerHierarchicalBlockAlgorithms(out);
     registerHierarchicalAllToAllAlgorithms(out);
     return out;
   }();

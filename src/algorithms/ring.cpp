@@ -1,13 +1,14 @@
-// "ring": bandwidth-optimal collectives over pair channels, so they run on any transport.
+// "ring": bandwidth-optimal collectives over pair channels, so they run on any transport, built as
+// schedules (algorithms/ring_steps.hpp) for the executor.
 // allreduce = reduce-scatter ring (N-1 steps, each rank reduces the segment arriving from the left
 // into its result) then all-gather ring (N-1 steps forwarding finished segments). allgather and
-// reduce-scatter are the two halves on their own. Steps stream through runRing (ring_engine.hpp).
+// reduce-scatter are the two halves on their own; broadcast and reduce a chain along the ring.
 #include <vector>
 
 #include "algorithms/context.hpp"
 #include "algorithms/families.hpp"
 #include "algorithms/partition.hpp"
-#include "algorithms/ring_engine.hpp"
+#include "algorithms/ring_steps.hpp"
 #include "base/dtype.hpp"
 
 namespace loom {
@@ -16,148 +17,150 @@ namespace {
 
 int wrap(int index, int n) { return ((index % n) + n) % n; }
 
-RingReduction reductionOf(const CollArgs& a) { return {a.dtype, kernelOp(a.op), a.accum}; }
+Reduction reductionOf(const CollArgs& a) { return {a.dtype, kernelOp(a.op), a.accum, 1}; }
 
-void allReduceRing(const AlgoContext& ctx, const CollArgs& a) {
-  size_t esize = dtypeSize(a.dtype);
+int leftOf(const AlgoContext& ctx) { return wrap(ctx.rank - 1, ctx.nranks); }
+int rightOf(const AlgoContext& ctx) { return wrap(ctx.rank + 1, ctx.nranks); }
+
+// A one-rank reduction: the input, reduced alone (so that the output has the reduction's
+// rounding, as with more ranks).
+void reduceAlone(Schedule& s, uint64_t bytes, const CollArgs& a) {
+  const BufferRef in = s.input();
+  s.reduce(s.output(), &in, 1, bytes, {a.dtype, loomSum, a.accum, 1}, true);
+}
+
+std::vector<RingStep>& stepList(const AlgoContext& ctx) {
+  ctx.ringSteps->clear();
+  return *ctx.ringSteps;
+}
+
+void buildAllReduceRing(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  const size_t esize = dtypeSize(a.dtype);
   const int n = ctx.nranks, r = ctx.rank;
-  const char* send = static_cast<const char*>(a.send);
-  char* recv = static_cast<char*>(a.recv);
-  if (n == 1) {
-    const void* srcs[1] = {send};
-    ctx.device->reduce(recv, srcs, 1, a.count, a.dtype, loomSum, a.accum, 1);
-    return;
-  }
+  if (n == 1) return reduceAlone(s, a.count * esize, a);
   auto seg = [&](int i) { return sliceOf(a.count, n, wrap(i, n)); };
-  std::vector<RingStep>& steps = *ctx.ringSteps;
-  steps.clear();
+  std::vector<RingStep>& steps = stepList(ctx);
   for (int k = 0; k < n - 1; ++k) {  // reduce-scatter
     Range out = seg(r - k), in = seg(r - k - 1);
-    RingStep s;
-    s.send = (k == 0 ? send : recv) + out.offset * esize;
-    s.sendBytes = out.count * esize;
-    s.sendAfterPrevRecv = k > 0;
-    s.recvDst = recv + in.offset * esize;
-    s.recvBytes = in.count * esize;
-    s.reduceWith = send + in.offset * esize;
-    s.divisor = k == n - 2 ? averageDivisor(a.op, n) : 1;
-    steps.push_back(s);
+    RingStep st;
+    st.send = (k == 0 ? s.input() : s.output()).at(out.offset * esize);
+    st.sendBytes = out.count * esize;
+    st.sendAfterPrevRecv = k > 0;
+    st.recvDst = s.output(in.offset * esize);
+    st.recvBytes = in.count * esize;
+    st.reduce = true;
+    st.reduceWith = s.input(in.offset * esize);
+    st.divisor = k == n - 2 ? averageDivisor(a.op, n) : 1;
+    st.toOutput = true;
+    steps.push_back(st);
   }
   for (int k = 0; k < n - 1; ++k) {  // all-gather
     Range out = seg(r + 1 - k), in = seg(r - k);
-    RingStep s;
-    s.send = recv + out.offset * esize;
-    s.sendBytes = out.count * esize;
-    s.sendAfterPrevRecv = true;
-    s.recvDst = recv + in.offset * esize;
-    s.recvBytes = in.count * esize;
-    steps.push_back(s);
+    RingStep st;
+    st.send = s.output(out.offset * esize);
+    st.sendBytes = out.count * esize;
+    st.sendAfterPrevRecv = true;
+    st.recvDst = s.output(in.offset * esize);
+    st.recvBytes = in.count * esize;
+    st.toOutput = true;
+    steps.push_back(st);
   }
-  runRing(ctx, steps, reductionOf(a));
+  appendRing(s, leftOf(ctx), rightOf(ctx), steps, reductionOf(a));
 }
 
-void allGatherRing(const AlgoContext& ctx, const CollArgs& a) {
-  size_t block = a.count * dtypeSize(a.dtype);
+void buildAllGatherRing(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  const uint64_t block = a.count * dtypeSize(a.dtype);
   const int n = ctx.nranks, r = ctx.rank;
-  char* recv = static_cast<char*>(a.recv);
-  ctx.device->copy(recv + r * block, a.send, block);
-  std::vector<RingStep>& steps = *ctx.ringSteps;
-  steps.clear();
+  s.copy(s.output(r * block), s.input(), block, true);
+  std::vector<RingStep>& steps = stepList(ctx);
   for (int k = 0; k < n - 1; ++k) {
-    RingStep s;
-    s.send = recv + wrap(r - k, n) * block;
-    s.sendBytes = block;
-    s.sendAfterPrevRecv = k > 0;
-    s.recvDst = recv + wrap(r - k - 1, n) * block;
-    s.recvBytes = block;
-    steps.push_back(s);
+    RingStep st;
+    // The first step sends this rank's own block from the input: no wait for the copy above.
+    st.send = k == 0 ? s.input() : s.output(wrap(r - k, n) * block);
+    st.sendBytes = block;
+    st.sendAfterPrevRecv = k > 0;
+    st.recvDst = s.output(wrap(r - k - 1, n) * block);
+    st.recvBytes = block;
+    st.toOutput = true;
+    steps.push_back(st);
   }
-  runRing(ctx, steps, reductionOf(a));
+  appendRing(s, leftOf(ctx), rightOf(ctx), steps, reductionOf(a));
 }
 
-void reduceScatterRing(const AlgoContext& ctx, const CollArgs& a) {
-  size_t block = a.count * dtypeSize(a.dtype);
+void buildReduceScatterRing(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  const uint64_t block = a.count * dtypeSize(a.dtype);
   const int n = ctx.nranks, r = ctx.rank;
-  const char* send = static_cast<const char*>(a.send);
-  if (n == 1) {
-    const void* srcs[1] = {send};
-    ctx.device->reduce(a.recv, srcs, 1, a.count, a.dtype, loomSum, a.accum, 1);
-    return;
-  }
+  if (n == 1) return reduceAlone(s, block, a);
   // Partial sums travel through scratch (indexed by block) so the send buffer stays untouched.
-  char* scratch = ctx.scratchBytes(block * n);
-  std::vector<RingStep>& steps = *ctx.ringSteps;
-  steps.clear();
+  const uint16_t partial = s.addScratch("partial", block * n);
+  std::vector<RingStep>& steps = stepList(ctx);
   for (int k = 0; k < n - 1; ++k) {
-    int out = wrap(r - k - 1, n), in = wrap(r - k - 2, n);
-    bool last = k == n - 2;
-    RingStep s;
-    s.send = (k == 0 ? send : scratch) + out * block;
-    s.sendBytes = block;
-    s.sendAfterPrevRecv = k > 0;
-    s.recvDst = last ? static_cast<char*>(a.recv) : scratch + in * block;
-    s.recvBytes = block;
-    s.reduceWith = send + in * block;
-    s.divisor = last ? averageDivisor(a.op, n) : 1;
-    steps.push_back(s);
+    const int out = wrap(r - k - 1, n), in = wrap(r - k - 2, n);
+    const bool last = k == n - 2;
+    RingStep st;
+    st.send = (k == 0 ? s.input() : s.scratch(partial)).at(out * block);
+    st.sendBytes = block;
+    st.sendAfterPrevRecv = k > 0;
+    st.recvDst = last ? s.output() : s.scratch(partial, in * block);
+    st.recvBytes = block;
+    st.reduce = true;
+    st.reduceWith = s.input(in * block);
+    st.divisor = last ? averageDivisor(a.op, n) : 1;
+    st.toOutput = last;
+    steps.push_back(st);
   }
-  runRing(ctx, steps, reductionOf(a));
+  appendRing(s, leftOf(ctx), rightOf(ctx), steps, reductionOf(a));
 }
 
 // Distance of this rank from `root` going right around the ring.
 int distanceFrom(int rank, int root, int n) { return wrap(rank - root, n); }
 
-void broadcastRing(const AlgoContext& ctx, const CollArgs& a) {
-  size_t bytes = a.count * dtypeSize(a.dtype);
+void buildBroadcastRing(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  const uint64_t bytes = a.count * dtypeSize(a.dtype);
   const int n = ctx.nranks;
-  char* recv = static_cast<char*>(a.recv);
-  int d = distanceFrom(ctx.rank, a.root, n);
-  if (d == 0 && a.send != a.recv) ctx.device->copy(recv, a.send, bytes);
+  const int d = distanceFrom(ctx.rank, a.root, n);
+  if (d == 0 && a.send != a.recv) s.copy(s.output(), s.input(), bytes, true);
   if (n == 1) return;
-  std::vector<RingStep>& steps = *ctx.ringSteps;
-  steps.clear();
+  std::vector<RingStep>& steps = stepList(ctx);
   if (d > 0) {  // receive from the left
-    RingStep s;
-    s.recvDst = recv;
-    s.recvBytes = bytes;
-    steps.push_back(s);
+    RingStep st;
+    st.recvDst = s.output();
+    st.recvBytes = bytes;
+    st.toOutput = true;
+    steps.push_back(st);
   }
-  if (d < n - 1) {  // forward to the right, as it arrives
-    RingStep s;
-    s.send = recv;
-    s.sendBytes = bytes;
-    s.sendAfterPrevRecv = d > 0;
-    steps.push_back(s);
+  if (d < n - 1) {  // forward to the right, as it arrives (the root: from its input)
+    RingStep st;
+    st.send = d == 0 ? s.input() : s.output();
+    st.sendBytes = bytes;
+    st.sendAfterPrevRecv = d > 0;
+    steps.push_back(st);
   }
-  runRing(ctx, steps, reductionOf(a));
+  appendRing(s, leftOf(ctx), rightOf(ctx), steps, reductionOf(a));
 }
 
-void reduceRing(const AlgoContext& ctx, const CollArgs& a) {
-  size_t bytes = a.count * dtypeSize(a.dtype);
+void buildReduceRing(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  const uint64_t bytes = a.count * dtypeSize(a.dtype);
   const int n = ctx.nranks;
-  const char* send = static_cast<const char*>(a.send);
-  if (n == 1) {
-    const void* srcs[1] = {send};
-    ctx.device->reduce(a.recv, srcs, 1, a.count, a.dtype, loomSum, a.accum, 1);
-    return;
-  }
+  if (n == 1) return reduceAlone(s, bytes, a);
   // The chain starts right of the root and ends at it: distance 1 sends its input, each next
   // rank adds its own and passes the partial sum on, the root adds the last input.
-  int d = distanceFrom(ctx.rank, a.root, n);
-  std::vector<RingStep>& steps = *ctx.ringSteps;
-  steps.clear();
+  const int d = distanceFrom(ctx.rank, a.root, n);
+  std::vector<RingStep>& steps = stepList(ctx);
   if (d == 1) {
-    RingStep s;
-    s.send = send;
-    s.sendBytes = bytes;
-    steps.push_back(s);
+    RingStep st;
+    st.send = s.input();
+    st.sendBytes = bytes;
+    steps.push_back(st);
   } else {
-    char* partial = d == 0 ? static_cast<char*>(a.recv) : ctx.scratchBytes(bytes);
+    const BufferRef partial = d == 0 ? s.output() : s.scratch(s.addScratch("partial", bytes));
     RingStep in;
     in.recvDst = partial;
     in.recvBytes = bytes;
-    in.reduceWith = send;
+    in.reduce = true;
+    in.reduceWith = s.input();
     in.divisor = d == 0 ? averageDivisor(a.op, n) : 1;
+    in.toOutput = d == 0;
     steps.push_back(in);
     if (d != 0) {
       RingStep out;
@@ -167,17 +170,23 @@ void reduceRing(const AlgoContext& ctx, const CollArgs& a) {
       steps.push_back(out);
     }
   }
-  runRing(ctx, steps, reductionOf(a));
+  appendRing(s, leftOf(ctx), rightOf(ctx), steps, reductionOf(a));
+}
+
+Algorithm built(loomFunc_t func, ScheduleFn build) {
+  Algorithm algo{func, "ring", nullptr, false};
+  algo.build = build;
+  return algo;
 }
 
 }  // namespace
 
 void registerRingAlgorithms(std::vector<Algorithm>& out) {
-  out.push_back({loomFuncAllReduce, "ring", allReduceRing, false});
-  out.push_back({loomFuncAllGather, "ring", allGatherRing, false});
-  out.push_back({loomFuncReduceScatter, "ring", reduceScatterRing, false});
-  out.push_back({loomFuncBroadcast, "ring", broadcastRing, false});
-  out.push_back({loomFuncReduce, "ring", reduceRing, false});
+  out.push_back(built(loomFuncAllReduce, buildAllReduceRing));
+  out.push_back(built(loomFuncAllGather, buildAllGatherRing));
+  out.push_back(built(loomFuncReduceScatter, buildReduceScatterRing));
+  out.push_back(built(loomFuncBroadcast, buildBroadcastRing));
+  out.push_back(built(loomFuncReduce, buildReduceRing));
 }
 
 }  // namespace loom

@@ -84,7 +84,8 @@ void runStaged(const Algorithm& algo, const AlgoContext& hostCtx, Device& device
     device.copyAsync(const_cast<void*>(host.send), args.send, extents.sendBytes,
                      CopyKind::kDeviceToHost, args.stream);
   device.synchronize(args.stream);
-  algo.run(hostCtx, host);  // nothing in flight while it runs: a failure here leaves no copy
+  runAlgorithm(algo, hostCtx,
+               host);  // nothing in flight while it runs: a failure here leaves no copy
   if (extents.recvBytes > 0)
     device.copyAsync(args.recv, host.recv, extents.recvBytes, CopyKind::kHostToDevice, args.stream);
   // The staging buffers are reused by the next call: the copy must be done with them.
@@ -93,7 +94,7 @@ void runStaged(const Algorithm& algo, const AlgoContext& hostCtx, Device& device
 
 void runMapped(const Algorithm& algo, const AlgoContext& ctx, const CollArgs& args) {
   ctx.device->synchronize(args.stream);  // the input is complete
-  algo.run(ctx, args);                   // every copy and reduction done when it returns
+  runAlgorithm(algo, ctx, args);         // every copy and reduction done when it returns
 }
 
 CollArgs enqueueStaged(Device& device, StreamGate& gate, HostStaging& staging, const CollArgs& args,
@@ -120,7 +121,7 @@ void enqueueMapped(Device& device, StreamGate& gate, const CollArgs& args, Devic
 void runGated(const Algorithm& algo, const AlgoContext& ctx, Device& device, StreamGate& gate,
               const CollArgs& args, DeviceEvent& input) {
   ctx.wait([&] { return device.eventDone(input); }, -1);  // the input is complete
-  algo.run(ctx, args);  // every copy and reduction done when it returns
+  runAlgorithm(algo, ctx, args);  // every copy and reduction done when it returns
   gate.release();
 }
 

@@ -155,7 +155,11 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   ringSteps_.reserve(2 * nranks_);
   ctx_.sources = &sources_;
   ctx_.ringSteps = &ringSteps_;
-  ctx_.transfers = &transfers_;
+  ctx_.opList = &opList_;
+  ctx_.refList = &refList_;
+  ctx_.schedule = &schedule_;
+  ctx_.executor = &executor_;
+  ctx_.bindings = &bindings_;
   ctx_.pollSet = &pollSet_;
   ctx_.streamingMinBytes = static_cast<size_t>(std::max<int64_t>(env::streamingMinBytes(), 0));
   ctx_.native = native_.get();
@@ -365,8 +369,6 @@ std::string Comm::transportCounters() const {
 }
 
 void Comm::setUpHierarchy() {
-  const int node = nodes_.nodeOf(rank_), local = nodes_.localIndex(rank_);
-  const std::vector<int>& members = nodes_.members(node);
   int columns = nodes_.nranks();
   for (int n = 0; n < nodes_.nodeCount(); ++n) {
     hierarchy_.members.push_back(nodes_.members(n));
@@ -376,37 +378,8 @@ void Comm::setUpHierarchy() {
     hierarchy_.nodeOf.push_back(nodes_.nodeOf(r));
     hierarchy_.localIndex.push_back(nodes_.localIndex(r));
   }
-  hierarchy_.nodeIndex = node;
+  hierarchy_.nodeIndex = nodes_.nodeOf(rank_);
   hierarchy_.columns = columns;
-  hierarchy_.scratch = &hierScratch_;
-
-  // Sub-contexts share the communicator's workspaces (their phases run one at a time) and its
-  // checks: their ranks map back to global ones, so every wait checks the same peers and clock.
-  for (int peer : members) nodeChannels_.push_back(collChannels_[peer].get());
-  AlgoContext& nodeCtx = hierarchy_.node;
-  nodeCtx = hostCtx_;
-  nodeCtx.rank = local;
-  nodeCtx.nranks = static_cast<int>(members.size());
-  nodeCtx.arena = &arena_;
-  nodeCtx.channels = &nodeChannels_;
-  nodeCtx.check = [this, &members](int peer) { check(peer < 0 ? -1 : members[peer]); };
-  nodeCtx.mismatch = [this, &members](const std::vector<std::optional<CallSignature>>& local) {
-    std::vector<std::optional<CallSignature>> seen(nranks_);
-    for (size_t i = 0; i < local.size(); ++i) seen[members[i]] = local[i];
-    throwArenaMismatch(seen);
-  };
-
-  AlgoContext& columnCtx = hierarchy_.column;
-  columnCtx = hostCtx_;
-  columnCtx.nranks = 0;
-  if (local < columns) {
-    columnRanks_ = nodes_.ranksWithLocalIndex(local);
-    for (int peer : columnRanks_) columnChannels_.push_back(collChannels_[peer].get());
-    columnCtx.rank = node;
-    columnCtx.nranks = static_cast<int>(columnRanks_.size());
-    columnCtx.channels = &columnChannels_;
-    columnCtx.check = [this](int peer) { check(peer < 0 ? -1 : columnRanks_[peer]); };
-  }
   ctx_.hierarchy = &hierarchy_;
   hostCtx_.hierarchy = &hierarchy_;
 }

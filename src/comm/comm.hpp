@@ -14,8 +14,7 @@
 #include "algorithms/chunked.hpp"
 #include "algorithms/context.hpp"
 #include "algorithms/p2p.hpp"
-#include "algorithms/pairwise.hpp"
-#include "algorithms/ring_engine.hpp"
+#include "algorithms/ring_steps.hpp"
 #include "algorithms/staged.hpp"
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
@@ -296,9 +295,6 @@ class Comm {
   std::vector<Channel*> collChannelViews_;  // collChannels_ as the algorithms see them
   // Several nodes: the node and column sub-groups of the hierarchical algorithms.
   Hierarchy hierarchy_;
-  std::vector<Channel*> nodeChannels_, columnChannels_;
-  std::vector<int> columnRanks_;
-  std::vector<char> hierScratch_;
   std::vector<P2PInbox> inboxes_;  // per peer: messages that came before their receive
   std::vector<int> peerPidfds_;
   std::unique_ptr<Selector> selector_;
@@ -326,7 +322,12 @@ class Comm {
   std::vector<char> scratch_;
   std::vector<const void*> sources_;
   std::vector<RingStep> ringSteps_;
-  std::vector<PairTransfer> transfers_;
+  std::vector<uint32_t> opList_;
+  std::vector<BufferRef> refList_;
+  // The algorithms' schedule, its executor and their buffer bindings (exec/), reused.
+  Schedule schedule_;
+  Executor executor_;
+  std::vector<char*> bindings_;
   PollSet pollSet_;  // the algorithms' waits on network channels
   Deadline deadline_;
   std::vector<Clock::time_point> nextPeerCheck_;  // [0]: no peer in particular, [r+1]: rank r

@@ -1,0 +1,102 @@
+// What the hierarchical builders share: this rank's place in the node/column picture
+// (algorithms/context.hpp's Hierarchy) and the intra-node phases as schedule operations over the
+// node's pair channels (shared memory).
+//
+//   node reduce: every node rank sends each owner its share of a range; the owner reduces what it
+//                received with its own input, in local-rank order, into a destination. Pieces
+//                land in scratch; the reduction streams behind the receives.
+//   node share:  an owner sends a range to its node mates, each receives it straight into its
+//                output; a send may stream behind whatever writes the range.
+//
+// The inter-node phases are rings over a column's channels (algorithms/ring_steps.hpp). Every
+// phase is a set of operations with dependencies on the ones that produce its data, so the
+// executor overlaps the node's phases of one chunk with the network phase of another.
+#pragma once
+
+#include <vector>
+
+#include "algorithms/context.hpp"
+#include "algorithms/partition.hpp"
+
+namespace loom {
+
+struct HierView {
+  const Hierarchy& h;
+  int me;  // global rank
+  int node() const { return h.nodeIndex; }
+  int local() const { return h.localIndex[me]; }
+  int columns() const { return h.columns; }
+  int nodes() const { return static_cast<int>(h.members.size()); }
+  const std::vector<int>& mates() const { return h.members[h.nodeIndex]; }
+  int mateCount() const { return static_cast<int>(mates().size()); }
+  bool inColumn() const { return local() < columns(); }
+  // The column ring of this rank's local index, over the nodes in order.
+  int columnRank(int node, int local) const { return h.members[node][local]; }
+  int columnLeft() const { return columnRank((node() + nodes() - 1) % nodes(), local()); }
+  int columnRight() const { return columnRank((node() + 1) % nodes(), local()); }
+};
+
+// Pipeline chunks of a hierarchical call of `count` elements: large calls are cut so that the
+// node phases of one chunk run while the network carries another; each chunk is cut again into
+// one slice per column.
+inline size_t hierarchicalChunkElements(size_t count, size_t esize) {
+  constexpr size_t kMinChunk = size_t{1} << 20, kMaxChunk = size_t{16} << 20;
+  size_t bytes = count * esize / 8;
+  bytes = bytes < kMinChunk ? kMinChunk : bytes > kMaxChunk ? kMaxChunk : bytes;
+  return bytes / esize > 0 ? bytes / esize : 1;
+}
+
+constexpr uint32_t kNoOp = ~uint32_t{0};
+
+// True when the ranks share one arena: runs the arena's algorithm instead (hierarchical.cpp).
+bool hierarchicalOnOneNode(const AlgoContext& ctx, const CollArgs& a);
+
+// The run function of a hierarchical algorithm: the arena's algorithm on one node, nothing for
+// an empty call, else the schedule `Build` makes.
+template <ScheduleFn Build>
+void runHierarchical(const AlgoContext& ctx, const CollArgs& a) {
+  if (hierarchicalOnOneNode(ctx, a) || a.count == 0) return;
+  runSchedule(ctx, a, Build);
+}
+
+template <ScheduleFn Build>
+Algorithm hierarchicalAlgorithm(loomFunc_t func) {
+  Algorithm algo{func, "hierarchical", runHierarchical<Build>, false};
+  algo.build = Build;
+  return algo;
+}
+
+// Node reduce of every owner's range: `range(j)` gives owner j's (offset, bytes), the same in the
+// input and in `dst`. This rank sends each other owner its range of `input`; as an owner it
+// receives every mate's range into `pieces` (one slot of `pieceBytes` per local index) and
+// reduces them with its own input, in local-rank order, into `dst`.
+// Every receive into pieces waits for `piecesFree` (the reduction that last read them). Returns
+// this rank's reduction (kNoOp if it owns nothing).
+template <typename Range>
+uint32_t appendNodeReduce(Schedule& s, const HierView& v, const AlgoContext& ctx, Range range,
+                          BufferRef input, BufferRef dst, BufferRef pieces, uint64_t pieceBytes,
+                          uint32_t piecesFree, const Reduction& reduction, bool toOutput) {
+  const int l = v.local(), n = v.mateCount();
+  for (int j = 0; j < v.columns(); ++j) {
+    if (j == l) continue;
+    const auto [offset, bytes] = range(j);
+    s.send(v.mates()[j], input.at(offset), bytes);
+  }
+  if (!v.inColumn()) return kNoOp;
+  const auto [offset, bytes] = range(l);
+  std::vector<BufferRef>& sources = *ctx.refList;
+  sources.clear();
+  for (int i = 0; i < n; ++i)
+    sources.push_back(i == l ? input.at(offset) : pieces.at(i * pieceBytes));
+  const uint32_t reduce = s.reduce(dst.at(offset), sources.data(), static_cast<int>(sources.size()),
+                                   bytes, reduction, toOutput);
+  for (int i = 0; i < n; ++i) {
+    if (i == l) continue;
+    const uint32_t recv = s.recv(v.mates()[i], pieces.at(i * pieceBytes), bytes);
+    if (piecesFree != kNoOp) s.after(recv, piecesFree);
+    s.streamAfter(reduce, recv);
+  }
+  return reduce;
+}
+
+}  // namespace loom

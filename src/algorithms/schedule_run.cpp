@@ -1,0 +1,52 @@
+// Running a built schedule with a communicator's executor: the glue between an algorithm's
+// context and the executor's environment.
+#include <algorithm>
+
+#include "algorithms/context.hpp"
+#include "base/coll_args.hpp"
+
+namespace loom {
+
+namespace {
+
+constexpr uint64_t kScratchAlign = 64;
+
+uint64_t aligned(uint64_t bytes) { return (bytes + kScratchAlign - 1) & ~(kScratchAlign - 1); }
+
+}  // namespace
+
+void runBuilt(const AlgoContext& ctx, const void* input, void* output) {
+  const Schedule& s = *ctx.schedule;
+  const std::vector<ScheduleBuffer>& buffers = s.buffers();
+  uint64_t scratch = 0;
+  for (size_t b = 2; b < buffers.size(); ++b) scratch += aligned(buffers[b].bytes);
+  char* base = scratch > 0 ? ctx.scratchBytes(scratch) : nullptr;
+  std::vector<char*>& bind = *ctx.bindings;
+  bind.clear();
+  bind.push_back(static_cast<char*>(const_cast<void*>(input)));
+  bind.push_back(static_cast<char*>(output));
+  for (size_t b = 2; b < buffers.size(); ++b) {
+    bind.push_back(base);
+    base += aligned(buffers[b].bytes);
+  }
+  ExecEnv env;
+  env.device = ctx.device;
+  env.channels = std::span<Channel* const>(ctx.channels->data(), ctx.channels->size());
+  env.check = &ctx.check;
+  env.pollSet = ctx.pollSet;
+  env.corePeers = ctx.peers;
+  env.streamingMinBytes = ctx.streamingMinBytes;
+  ctx.executor->run(s, std::span<char* const>(bind.data(), bind.size()), env);
+}
+
+void runSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build) {
+  Schedule& s = *ctx.schedule;
+  s.clear(static_cast<int>(ctx.channels->size()));
+  const CallExtents extents = callExtents(args, ctx.rank, ctx.nranks);
+  s.setExtents(extents.sendBytes, extents.recvBytes);
+  build(ctx, args, s);
+  s.finish();
+  runBuilt(ctx, args.send, args.recv);
+}
+
+}  // namespace loom
