@@ -91,7 +91,7 @@ void P2PEngine::finish(const std::vector<P2PTicket*>& tickets) {
         lock.unlock();
         // Until this caller's tickets are done, or none of this engine's are left to move (a
         // group's tickets on another engine finish on that engine's thread).
-        drive([&] { return mine() || (active_.empty() && incoming_.empty()); });
+        drive([&] { return mine() || idle(); });
         lock.lock();
         driving_ = false;
         changed_.notify_all();
@@ -113,37 +113,40 @@ void P2PEngine::threadLoop() {
     if (stopping_) return;
     driving_ = true;
     lock.unlock();
-    drive([&] { return stopping_ || (incoming_.empty() && active_.empty()); });
+    drive([&] { return stopping_.load() || idle(); });
     lock.lock();
     driving_ = false;
     changed_.notify_all();
   }
 }
 
+void P2PEngine::takePosted() {
+  if (posted_.load(std::memory_order_acquire) == taken_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  active_.insert(active_.end(), incoming_.begin(), incoming_.end());
+  incoming_.clear();
+  taken_ = posted_.load();
+  // Sized by what is outstanding, not by how a pass happens to go: once warm, nothing grows.
+  ops_.reserve(active_.size());
+  done_.reserve(active_.size());
+  passState_.busy.reserve(active_.size());
+}
+
 template <typename Until>
 void P2PEngine::drive(Until until) {
+  // The executor's progress loop over this engine's tickets (their lanes are the tag matcher's:
+  // algorithms/p2p); a failure finishes every ticket with it, and the loop then finds nothing
+  // left to drive.
   for (;;) {
-    uint64_t seen = 0;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      active_.insert(active_.end(), incoming_.begin(), incoming_.end());
-      incoming_.clear();
-      // Sized by what is outstanding, not by how a pass happens to go: once warm, nothing grows.
-      ops_.reserve(active_.size());
-      done_.reserve(active_.size());
-      passState_.busy.reserve(active_.size());
-      seen = posted_.load();
-      if (until()) return;
-    }
     try {
-      if (!pass()) {
-        // Nothing moved: wait for bytes (or new tickets, or a stop), checking health meanwhile.
-        auto ready = [&] { return posted_.load() != seen || stopping_.load() || pass(); };
-        waitUntil(
-            ready, [&] { healthCheck(); }, [&](PollSet& set) { gatherPointToPoint(ops_, set); },
-            pollSet_);
-      }
-      finishDone();
+      driveUntil(
+          *this,
+          [&] {
+            takePosted();
+            return until();
+          },
+          pollSet_, CoreSharing());
+      return;
     } catch (const Error& e) {
       failAll(e);
     } catch (const std::exception& e) {
@@ -153,9 +156,12 @@ void P2PEngine::drive(Until until) {
 }
 
 bool P2PEngine::pass() {
+  takePosted();
   ops_.clear();
   for (P2PTicket* t : active_) ops_.push_back(&t->op);
-  return progressPointToPoint(ops_, passState_);
+  const bool moved = progressPointToPoint(ops_, passState_);
+  finishDone();
+  return moved;
 }
 
 void P2PEngine::healthCheck() {

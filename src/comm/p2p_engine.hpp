@@ -26,6 +26,7 @@
 #include "algorithms/p2p.hpp"
 #include "base/error.hpp"
 #include "base/wait.hpp"
+#include "exec/executor.hpp"
 
 namespace loom {
 
@@ -60,7 +61,7 @@ struct P2PEngineHooks {
   std::function<void(const Error& error)> fail;
 };
 
-class P2PEngine {
+class P2PEngine final : private Progress {
  public:
   explicit P2PEngine(P2PEngineHooks hooks) : hooks_(std::move(hooks)) {}
   ~P2PEngine();
@@ -81,7 +82,13 @@ class P2PEngine {
   void enqueueLocked(P2PTicket* ticket);
   template <typename Until>
   void drive(Until until);
-  bool pass();
+  // Progress, for the executor's loop: new tickets taken, every ticket moved, finished ones done.
+  bool pass() override;
+  void check() override { healthCheck(); }
+  void gather(PollSet& set) override { gatherPointToPoint(ops_, set); }
+  // The driver's own: posted tickets moved to active_ (without the lock when there are none).
+  void takePosted();
+  bool idle() const { return active_.empty() && posted_.load() == taken_; }
   void healthCheck();
   void finishDone();
   void failAll(const Error& error);
@@ -100,6 +107,7 @@ class P2PEngine {
   std::atomic<bool> stopping_{false};
   std::thread thread_;
   // The driver's own (touched only while holding the token):
+  uint64_t taken_ = 0;  // posted tickets moved to active_
   std::vector<P2PTicket*> active_;
   std::vector<P2POp*> ops_;
   std::vector<P2PTicket*> done_;
