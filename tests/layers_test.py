@@ -7,6 +7,8 @@
    code names CUDA: no LOOM_HAVE_CUDA, no cuda*/Cuda*/CUDA* identifier (comments and strings do
    not count). The one exception is __CUDACC__ in base/dtype.hpp, which marks its scalar
    conversions as callable from any device compiler's kernels.
+3. No thread-local state but the C API's per-thread state (src/api/thread_state.cpp): the
+   workspaces of calls belong to their communicator.
 
 Usage: layers_test.py REPO_ROOT. Prints each violation; exits 1 if there is any.
 """
@@ -24,6 +26,8 @@ layers = [name.strip(" `.") for name in re.split(r"→|->", match.group(1))]
 rank = {name: i for i, name in enumerate(layers)}
 
 CUDA_ALLOWED = ("src/device/cuda/", "src/device/builtin.cpp")
+THREAD_LOCAL_ALLOWED = ("src/api/thread_state.cpp",)
+THREAD_LOCAL = re.compile(r"\bthread_local\b")
 CUDA_WORD = re.compile(r"\bLOOM_HAVE_CUDA\b|\b(?:cuda|Cuda|CUDA)\w*|\b__CUDA\w*")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/', re.M)
 
@@ -48,6 +52,10 @@ for path in sources:
     for included in INCLUDE.findall(text):
         if included in rank and rank[included] > rank[layer]:
             problems.append(f"{rel}: includes {included}/ (layer '{included}' is above '{layer}')")
+    if rel not in THREAD_LOCAL_ALLOWED:
+        for number, line in enumerate(code_only(text).splitlines(), 1):
+            if THREAD_LOCAL.search(line):
+                problems.append(f"{rel}:{number}: thread_local outside the C API's thread state")
     if rel.startswith(CUDA_ALLOWED):
         continue
     for number, line in enumerate(code_only(text).splitlines(), 1):

@@ -7,6 +7,7 @@
 
 #include "api/group.hpp"
 #include "api/handle.hpp"
+#include "api/thread_state.hpp"
 #include "base/dtype.hpp"
 
 namespace loom {
@@ -174,7 +175,7 @@ loomResult_t submitP2P(const char* function, bool isSend, void* buffer, size_t c
       recordGroupOp(op);
       return loomSuccess;
     }
-    thread_local std::vector<GroupOp> single;  // reused: a send allocates nothing
+    std::vector<GroupOp>& single = apiThreadState().single;  // reused: a send allocates nothing
     single.assign(1, op);
     return runGroupOps(single);
   });

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api/handle.hpp"
+#include "api/thread_state.hpp"
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "base/sha256.hpp"
@@ -15,12 +16,10 @@
 
 namespace loom {
 
-namespace {
-thread_local std::string tlsLastError;
-}
+namespace {}
 
-void setLastError(const std::string& message) { tlsLastError = message; }
-const std::string& lastError() { return tlsLastError; }
+void setLastError(const std::string& message) { apiThreadState().lastError = message; }
+const std::string& lastError() { return apiThreadState().lastError; }
 
 HandleUse::HandleUse(loomComm_t handle) {
   LOOM_CHECK_ARG(handle != nullptr, "communicator is NULL");

@@ -18,6 +18,7 @@
 #include "algorithms/staged.hpp"
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
+#include "comm/group_run.hpp"
 #include "comm/p2p_engine.hpp"
 #include "comm/stream_jobs.hpp"
 #include "plan/selector.hpp"
@@ -90,6 +91,8 @@ class Comm {
   P2POp pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int64_t tag);
   // Host communicators: progresses every send and receive, blocking or not (p2p_engine.hpp).
   P2PEngine& p2pEngine() { return *p2pEngine_; }
+  // Runs the groups queued on this communicator's progress thread (non-blocking communicators).
+  GroupRunner& groupRunner() { return groupRunner_; }
   // Communicators on a device: a group's sends and receives, ordered on `stream` (native
   // collectives, or staged through host memory and the P2PEngine).
   void devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
@@ -360,6 +363,7 @@ class Comm {
   mutable std::mutex errorMutex_;
   std::string asyncMessage_;
 
+  GroupRunner groupRunner_;
   P2PPeers p2pPeers_;
   // Last: its thread stops before the channels and inboxes it drives go away. Every communicator
   // without native collectives has one (host buffers, and device buffers staged through host).

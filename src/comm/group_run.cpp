@@ -1,0 +1,166 @@
+#include "comm/group_run.hpp"
+
+#include <algorithm>
+
+#include "base/error.hpp"
+#include "comm/comm.hpp"
+
+namespace loom {
+
+namespace {
+
+DeviceP2POp deviceOp(const GroupCall& c) {
+  return DeviceP2POp{c.isSend, c.peer, c.buffer, c.bytes, c.tag};
+}
+
+}  // namespace
+
+size_t GroupRunner::runDeviceBatch(const std::vector<GroupCall>& calls, size_t first) {
+  batch_.clear();
+  size_t i = first;
+  for (; i < calls.size() && !calls[i].isCollective && calls[i].comm == calls[first].comm; ++i) {
+    LOOM_CHECK_ARG(calls[i].stream == calls[first].stream,
+                   "the sends and receives of one group on a GPU communicator must use one stream");
+    batch_.push_back(deviceOp(calls[i]));
+  }
+  calls[first].comm->devicePointToPoint(batch_, calls[first].stream);
+  return i;
+}
+
+void GroupRunner::findStaged(const std::vector<GroupCall>& calls) {
+  stagedCount_ = 0;
+  bool collective = false;
+  for (const GroupCall& c : calls) collective |= c.isCollective;
+  if (!collective) return;
+  for (const GroupCall& c : calls) {
+    if (c.isCollective || !c.comm->stagesPointToPoint()) continue;
+    auto end = staged_.begin() + static_cast<std::ptrdiff_t>(stagedCount_);
+    if (std::find_if(staged_.begin(), end,
+                     [&](const StagedBatch& b) { return b.comm == c.comm; }) != end)
+      continue;
+    if (staged_.size() <= stagedCount_) staged_.emplace_back();
+    staged_[stagedCount_].comm = c.comm;
+    staged_[stagedCount_].begun = false;
+    ++stagedCount_;
+  }
+}
+
+bool GroupRunner::takeStaged(const std::vector<GroupCall>& calls, size_t i) {
+  Comm* comm = calls[i].comm;
+  auto end = staged_.begin() + static_cast<std::ptrdiff_t>(stagedCount_);
+  auto batch =
+      std::find_if(staged_.begin(), end, [&](const StagedBatch& b) { return b.comm == comm; });
+  if (batch == end) return false;
+  if (batch->begun) return true;
+  batch->ops.clear();
+  for (size_t j = i; j < calls.size(); ++j) {
+    if (calls[j].isCollective || calls[j].comm != comm) continue;
+    LOOM_CHECK_ARG(calls[j].stream == calls[i].stream,
+                   "the sends and receives of one group on a device communicator must use one "
+                   "stream");
+    batch->ops.push_back(deviceOp(calls[j]));
+  }
+  comm->beginStagedPointToPoint(batch->ops, calls[i].stream);
+  batch->begun = true;
+  comm->p2pEngine().startThread();  // the group's collectives run meanwhile
+  return true;
+}
+
+void GroupRunner::endStaged() {
+  // Every begun batch ends; the first error is reported after all ended.
+  std::exception_ptr first;
+  for (size_t k = 0; k < stagedCount_; ++k) {
+    StagedBatch& batch = staged_[k];
+    if (!batch.begun) continue;
+    batch.begun = false;
+    try {
+      batch.comm->endStagedPointToPoint();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void GroupRunner::postAndRun(const std::vector<GroupCall>& calls, bool collectiveAfterP2P) {
+  for (size_t i = 0; i < calls.size();) {
+    const GroupCall& c = calls[i];
+    if (c.isCollective) {
+      // Sends and receives posted so far move on the engines' threads meanwhile.
+      for (P2PEngine* engine : engines_) engine->startThread();
+      c.comm->collective(c.args);
+      ++i;
+      continue;
+    }
+    if (takeStaged(calls, i)) {
+      ++i;
+      continue;
+    }
+    if (c.comm->onDevice()) {
+      i = runDeviceBatch(calls, i);
+      continue;
+    }
+    P2PTicket& ticket = *tickets_[posted_];
+    ticket.reset();
+    ticket.op = c.comm->pointToPoint(c.isSend, c.peer, c.buffer, c.bytes, c.tag);
+    P2PEngine* engine = &c.comm->p2pEngine();
+    if (std::find(engines_.begin(), engines_.end(), engine) == engines_.end()) {
+      engines_.push_back(engine);
+      // A waiter drives one engine; the others (and all, while collectives run) need threads.
+      if (engines_.size() > 1 || collectiveAfterP2P)
+        for (P2PEngine* e : engines_) e->startThread();
+    }
+    engine->postOwned(ticket);
+    ++posted_;
+    ++i;
+  }
+}
+
+void GroupRunner::finishPosted() {
+  // Posted tickets point into tickets_: they finish (at once, on an aborted communicator) before
+  // the next group reuses it.
+  tickets_.resize(posted_);
+  if (!engines_.empty()) engines_.front()->finish(tickets_);
+}
+
+void GroupRunner::run(const std::vector<GroupCall>& calls) {
+  findStaged(calls);
+  size_t hostP2P = 0;
+  bool collectiveAfterP2P = false;
+  for (const GroupCall& c : calls) {
+    if (c.isCollective)
+      collectiveAfterP2P |= hostP2P > 0;
+    else if (!c.comm->onDevice())
+      ++hostP2P;
+  }
+  while (pool_.size() < hostP2P) pool_.push_back(std::make_unique<P2PTicket>());
+  tickets_.clear();
+  for (size_t i = 0; i < hostP2P; ++i) tickets_.push_back(pool_[i].get());
+  engines_.clear();
+  posted_ = 0;
+  try {
+    postAndRun(calls, collectiveAfterP2P);
+  } catch (...) {
+    try {
+      endStaged();   // their tickets point into the communicators' staging
+    } catch (...) {  // the first error is the one to report
+    }
+    try {
+      finishPosted();
+    } catch (...) {  // the first error is the one to report
+    }
+    throw;
+  }
+  try {
+    finishPosted();
+  } catch (...) {
+    try {
+      endStaged();
+    } catch (...) {  // the first error is the one to report
+    }
+    throw;
+  }
+  endStaged();
+}
+
+}  // namespace loom
