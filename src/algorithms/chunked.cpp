@@ -4,6 +4,7 @@
 
 #include "algorithms/partition.hpp"
 #include "base/dtype.hpp"
+#include "base/error.hpp"
 
 namespace loom {
 
@@ -43,26 +44,6 @@ Roles rolesOf(const CollArgs& args, int rank) {
                                                         : true};
 }
 
-// Chunk `index` of the call, as the host algorithm runs it: in place in the staging memory.
-CollArgs hostChunkArgs(const CollArgs& args, char* host, const Chunk& chunk, size_t elementBytes) {
-  CollArgs onHost = args;
-  onHost.stream = nullptr;
-  onHost.count = chunk.bytes / elementBytes;
-  onHost.send = host + chunk.offset;
-  onHost.recv = host + chunk.offset;
-  return onHost;
-}
-
-// Chunk i's device->host copy (where this rank has input), then `ready` recorded behind it.
-void copyChunkIn(Device& device, char* host, const CollArgs& args, bool hasInput, size_t i,
-                 size_t total, size_t chunkBytes, DeviceEvent& ready) {
-  Chunk chunk = chunkAt(i, total, chunkBytes);
-  if (hasInput && chunk.bytes > 0)
-    device.copyAsync(host + chunk.offset, static_cast<const char*>(args.send) + chunk.offset,
-                     chunk.bytes, CopyKind::kDeviceToHost, args.stream);
-  device.recordEvent(ready, args.stream);
-}
-
 }  // namespace
 
 bool elementwise(loomFunc_t func) {
@@ -89,102 +70,53 @@ void runChunked(const ChunkAlgorithm& select, const AlgoContext& ctx, const Coll
   }
 }
 
-StagingEvents::StagingEvents(Device& device) {
-  for (int i = 0; i <= kLookahead; ++i) events_.push_back(device.createEvent());
-}
-
-void runPipelinedStaged(const ChunkAlgorithm& select, const AlgoContext& hostCtx, Device& device,
-                        HostStaging& staging, StagingEvents& events, const CollArgs& args,
-                        size_t chunkBytes) {
-  const size_t elementBytes = dtypeSize(args.dtype), total = args.count * elementBytes;
-  const auto [hasInput, takesOutput] = rolesOf(args, hostCtx.rank);
-  char* host = staging.recv(total);
-  staging.releaseRetired();  // blocking calls: nothing in flight uses old staging memory
-  char* recv = static_cast<char*>(args.recv);
-  const size_t n = chunkCount(total, chunkBytes);
-  auto copyIn = [&](size_t i) {
-    copyChunkIn(device, host, args, hasInput, i, total, chunkBytes, events[i]);
-  };
-  try {
-    for (size_t i = 0; i < std::min<size_t>(n, StagingEvents::kLookahead); ++i) copyIn(i);
-    for (size_t i = 0; i < n; ++i) {
-      DeviceEvent& ready = events[i];
-      hostCtx.wait([&] { return device.eventDone(ready); }, -1);
-      Chunk chunk = chunkAt(i, total, chunkBytes);
-      runAlgorithm(select(chunk.bytes), hostCtx, hostChunkArgs(args, host, chunk, elementBytes));
-      if (takesOutput && chunk.bytes > 0)
-        device.copyAsync(recv + chunk.offset, host + chunk.offset, chunk.bytes,
-                         CopyKind::kHostToDevice, args.stream);
-      if (i + StagingEvents::kLookahead < n) copyIn(i + StagingEvents::kLookahead);
-    }
-  } catch (...) {
-    // A failure (a peer's, the device's) must not leave copies in flight into the staging
-    // memory, which the abort or destroy that follows may release: drain the stream first.
-    try {
-      device.synchronize(args.stream);
-    } catch (...) {
-      // The device's own failure: the error being reported already says it.
-    }
-    throw;
-  }
-  // The staging memory is reused by the next call: its copies must be done with it.
-  device.synchronize(args.stream);
-}
-
-int enqueuePipelinedStaged(Device& device, StreamGate& gate, char* host, const CollArgs& args,
-                           size_t chunkBytes, int rank, DeviceEvent* const* inputs,
-                           EnqueueProgress& progress) {
+void buildPipelined(Schedule& s, const CollArgs& args, int rank, size_t chunkBytes) {
   const size_t total = args.count * dtypeSize(args.dtype);
   const auto [hasInput, takesOutput] = rolesOf(args, rank);
-  char* recv = static_cast<char*>(args.recv);
+  s.setExtents(hasInput ? total : 0, takesOutput ? total : 0);
+  const uint16_t stage = s.addStaging("stage", total);
   const size_t n = chunkCount(total, chunkBytes);
+  // The device lane in the blocking schedule's order: copies in run kLookahead chunks ahead of
+  // each chunk's copy out, so the copies of chunk c+k overlap the exchange of chunk c.
   auto copyIn = [&](size_t i) {
-    copyChunkIn(device, host, args, hasInput, i, total, chunkBytes, *inputs[i]);
-    progress.recorded.store(i + 1, std::memory_order_release);
+    const Chunk c = chunkAt(i, total, chunkBytes);
+    return hasInput && c.bytes > 0 ? s.deviceCopy(s.scratch(stage, c.offset), s.input(c.offset),
+                                                  c.bytes, CopyKind::kDeviceToHost)
+                                   : s.deviceMarker();
   };
-  // The blocking schedule's order on the stream: copies in run the lookahead ahead of the gate
-  // and copy out of each chunk, so the copies of chunk c+k overlap the exchange of chunk c.
-  int gates = 0;
-  for (size_t i = 0; i < std::min<size_t>(n, StagingEvents::kLookahead); ++i) copyIn(i);
+  uint32_t in[kLookahead + 1] = {};
+  for (size_t i = 0; i < std::min(n, kLookahead); ++i) in[i % (kLookahead + 1)] = copyIn(i);
+  uint32_t host = 0;
   for (size_t i = 0; i < n; ++i) {
-    Chunk chunk = chunkAt(i, total, chunkBytes);
+    host = s.call(static_cast<uint32_t>(i));
+    s.after(host, in[i % (kLookahead + 1)]);
     if (takesOutput) {
-      device.enqueueHostTask(gate, args.stream);
-      ++gates;
-      if (chunk.bytes > 0)
-        device.copyAsync(recv + chunk.offset, host + chunk.offset, chunk.bytes,
-                         CopyKind::kHostToDevice, args.stream);
+      const Chunk c = chunkAt(i, total, chunkBytes);
+      s.after(c.bytes > 0 ? s.deviceCopy(s.output(c.offset), s.scratch(stage, c.offset), c.bytes,
+                                         CopyKind::kHostToDevice)
+                          : s.deviceMarker(),
+              host);
     }
-    if (i + StagingEvents::kLookahead < n) copyIn(i + StagingEvents::kLookahead);
+    if (i + kLookahead < n) in[(i + kLookahead) % (kLookahead + 1)] = copyIn(i + kLookahead);
   }
-  // No output: one gate at the end still holds the next call's copies out of the staging memory
-  // until this call's host part is done with it.
-  if (!takesOutput) {
-    device.enqueueHostTask(gate, args.stream);
-    ++gates;
-  }
-  return gates;
+  if (!takesOutput) s.after(s.deviceMarker(), host);
 }
 
-void runPipelinedHost(const ChunkAlgorithm& select, const AlgoContext& hostCtx, Device& device,
-                      StreamGate& gate, char* host, const CollArgs& args, size_t chunkBytes,
-                      DeviceEvent* const* inputs, const EnqueueProgress& progress) {
+void addPipelinedCalls(AlgorithmCalls& calls, const ChunkAlgorithm& select, const Schedule& s,
+                       std::span<char* const> bound, const CollArgs& args, size_t chunkBytes) {
   const size_t elementBytes = dtypeSize(args.dtype), total = args.count * elementBytes;
-  const bool takesOutput = rolesOf(args, hostCtx.rank).takesOutput;
+  LOOM_CHECK_INTERNAL(s.buffers().size() == 3 && s.buffers()[2].staging,
+                      "not a pipelined schedule");
+  char* host = bound[2];  // the "stage" buffer
   for (size_t i = 0, n = chunkCount(total, chunkBytes); i < n; ++i) {
-    DeviceEvent& ready = *inputs[i];
-    auto recorded = [&] { return progress.recorded.load(std::memory_order_acquire) > i; };
-    hostCtx.wait([&] { return recorded() || progress.abandoned.load(std::memory_order_acquire); },
-                 -1);
-    if (!recorded())
-      LOOM_THROW(loomInternalError, "the call failed on its rank while its chunk ", i,
-                 " was enqueued on the stream");
-    hostCtx.wait([&] { return device.eventDone(ready); }, -1);
-    Chunk chunk = chunkAt(i, total, chunkBytes);
-    runAlgorithm(select(chunk.bytes), hostCtx, hostChunkArgs(args, host, chunk, elementBytes));
-    if (takesOutput) gate.release();
+    const Chunk chunk = chunkAt(i, total, chunkBytes);
+    CollArgs onHost = args;
+    onHost.stream = nullptr;
+    onHost.count = chunk.bytes / elementBytes;
+    onHost.send = host + chunk.offset;
+    onHost.recv = host + chunk.offset;
+    calls.add(select(chunk.bytes), onHost);
   }
-  if (!takesOutput) gate.release();
 }
 
 }  // namespace loom

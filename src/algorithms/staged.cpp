@@ -48,8 +48,9 @@ bool runsMapped(const Algorithm& algo, const DeviceCaps& caps) {
 
 namespace {
 
-// The call as the host algorithm runs it on the staging memory. An in-place call stays in place
-// on the host: the input is staged where the output will be.
+constexpr uint16_t kStageOut = 2, kStageIn = 3;  // buildStaged's staging buffers
+
+// An in-place call stays in place on the host: the input is staged where the output will be.
 bool stagedInPlace(const CollArgs& args, const CallExtents& extents) {
   const char* send = static_cast<const char*>(args.send);
   char* recv = static_cast<char*>(args.recv);
@@ -57,72 +58,50 @@ bool stagedInPlace(const CollArgs& args, const CallExtents& extents) {
          send + extents.sendBytes <= recv + extents.recvBytes && extents.sendBytes > 0;
 }
 
-CollArgs stagedArgs(HostStaging& staging, const CollArgs& args, const CallExtents& extents) {
-  CollArgs host = args;
-  host.stream = nullptr;
-  const char* send = static_cast<const char*>(args.send);
-  char* recv = static_cast<char*>(args.recv);
-  const bool inPlace = stagedInPlace(args, extents);
-  char* recvStage = staging.recv(extents.recvBytes);
-  if (args.recv != nullptr) host.recv = recvStage;
-  if (inPlace) {
-    host.send = recvStage + (send - recv);
-  } else if (args.send != nullptr) {
-    host.send = staging.send(extents.sendBytes);
-  }
-  return host;
-}
-
 }  // namespace
 
-void runStaged(const Algorithm& algo, const AlgoContext& hostCtx, Device& device,
-               HostStaging& staging, const CollArgs& args) {
-  CallExtents extents = callExtents(args, hostCtx.rank, hostCtx.nranks);
-  CollArgs host = stagedArgs(staging, args, extents);
-  staging.releaseRetired();  // blocking calls: nothing in flight uses old staging memory
-  if (extents.sendBytes > 0)
-    device.copyAsync(const_cast<void*>(host.send), args.send, extents.sendBytes,
-                     CopyKind::kDeviceToHost, args.stream);
-  device.synchronize(args.stream);
-  runAlgorithm(algo, hostCtx,
-               host);  // nothing in flight while it runs: a failure here leaves no copy
-  if (extents.recvBytes > 0)
-    device.copyAsync(args.recv, host.recv, extents.recvBytes, CopyKind::kHostToDevice, args.stream);
-  // The staging buffers are reused by the next call: the copy must be done with them.
-  device.synchronize(args.stream);
+void buildStaged(Schedule& s, const CollArgs& args, int rank, int nranks) {
+  const CallExtents e = callExtents(args, rank, nranks);
+  const bool inPlace = stagedInPlace(args, e);
+  s.setExtents(e.sendBytes, e.recvBytes);
+  const uint16_t out = s.addStaging("stage-out", e.recvBytes);
+  const BufferRef in =
+      inPlace ? s.scratch(out, static_cast<const char*>(args.send) - static_cast<char*>(args.recv))
+              : s.scratch(e.sendBytes > 0 ? s.addStaging("stage-in", e.sendBytes) : out);
+  // The host part waits until the input is on the host (or, without input, until the stream
+  // reached the call); the stream's later work waits until the output is back (or, without
+  // output, until the host part is done with the staging memory that the next call reuses).
+  const uint32_t input = e.sendBytes > 0
+                             ? s.deviceCopy(in, s.input(), e.sendBytes, CopyKind::kDeviceToHost)
+                             : s.deviceMarker();
+  const uint32_t host = s.call(0);
+  s.after(host, input);
+  const uint32_t output = e.recvBytes > 0 ? s.deviceCopy(s.output(), s.scratch(out), e.recvBytes,
+                                                         CopyKind::kHostToDevice)
+                                          : s.deviceMarker();
+  s.after(output, host);
 }
 
-void runMapped(const Algorithm& algo, const AlgoContext& ctx, const CollArgs& args) {
-  ctx.device->synchronize(args.stream);  // the input is complete
-  runAlgorithm(algo, ctx, args);         // every copy and reduction done when it returns
-}
-
-CollArgs enqueueStaged(Device& device, StreamGate& gate, HostStaging& staging, const CollArgs& args,
-                       int rank, int nranks, DeviceEvent& input) {
-  CallExtents extents = callExtents(args, rank, nranks);
-  CollArgs host = stagedArgs(staging, args, extents);
-  if (extents.sendBytes > 0)
-    device.copyAsync(const_cast<void*>(host.send), args.send, extents.sendBytes,
-                     CopyKind::kDeviceToHost, args.stream);
-  device.recordEvent(input, args.stream);
-  device.enqueueHostTask(gate, args.stream);
-  if (extents.recvBytes > 0)
-    device.copyAsync(args.recv, host.recv, extents.recvBytes, CopyKind::kHostToDevice, args.stream);
+CollArgs stagedHostArgs(const Schedule& s, std::span<char* const> bound, const CollArgs& args) {
+  CollArgs host = args;
+  host.stream = nullptr;
+  const CallExtents e{s.buffers()[Schedule::kInput].bytes, s.buffers()[Schedule::kOutput].bytes};
+  if (args.recv != nullptr) host.recv = bound[kStageOut];
+  if (stagedInPlace(args, e))
+    host.send =
+        bound[kStageOut] + (static_cast<const char*>(args.send) - static_cast<char*>(args.recv));
+  else if (args.send != nullptr)
+    host.send = s.buffers().size() > kStageIn ? bound[kStageIn] : bound[kStageOut];
   return host;
 }
 
-void enqueueMapped(Device& device, StreamGate& gate, const CollArgs& args, DeviceEvent& input) {
-  device.recordEvent(input, args.stream);
-  // The algorithm writes the output with the device's own copies (its work stream): the caller's
-  // later work waits for them behind the gate.
-  device.enqueueHostTask(gate, args.stream);
-}
-
-void runGated(const Algorithm& algo, const AlgoContext& ctx, Device& device, StreamGate& gate,
-              const CollArgs& args, DeviceEvent& input) {
-  ctx.wait([&] { return device.eventDone(input); }, -1);  // the input is complete
-  runAlgorithm(algo, ctx, args);  // every copy and reduction done when it returns
-  gate.release();
+void buildMapped(Schedule& s) {
+  // The algorithm writes the output with the device's own copies (its work stream), done when
+  // the host call returns: the caller's later work waits for the call.
+  const uint32_t input = s.deviceMarker();
+  const uint32_t host = s.call(0);
+  s.after(host, input);
+  s.after(s.deviceMarker(), host);
 }
 
 }  // namespace loom

@@ -1,25 +1,27 @@
-// Host algorithms on device buffers, for backends without native collectives.
+// Host algorithms on device buffers, for backends without native collectives: one schedule per
+// shape (exec/schedule.hpp), run by either of the executor's drivers (exec/executor.hpp): inline
+// where the call blocks, stream-ordered where the device runs host tasks (DeviceCaps::hostTasks:
+// the call returns once its device lane is enqueued; the host part runs on the progress queue).
 //
-// staged: the call's input is copied from the device to pinned host memory on the caller's
-// stream, the host algorithm runs on host memory (reducing on the host), and the output is
-// copied back; the call returns when the output is in place. Works for any backend, across nodes
-// too: the fallback of every optional plug-in entry.
-// mapped: where the device's copies and reductions take host pointers and it reduces
-// (DeviceCaps), an arena algorithm runs as it is with the device doing every copy and reduction:
-// one copy into shared memory per rank instead of two whole-buffer stagings.
+//   staged:    the input copied from the device to pinned host memory, the host algorithm on it
+//              (a host call), the output copied back. Works for any backend and across nodes:
+//              the fallback of every optional plug-in entry.
+//   mapped:    where the device's copies and reductions take host pointers and it reduces
+//              (DeviceCaps), an arena algorithm runs as it is with the device doing every copy
+//              and reduction (one copy into shared memory per rank instead of two stagings):
+//              a marker the host call waits for (the input is complete), the call, a marker the
+//              stream waits for (its later work sees the output).
+//   pipelined: elementwise calls of a heterogeneous communicator cut into chunks
+//              (algorithms/chunked.hpp).
 //
-// In stream order (devices that run host tasks, caps().hostTasks), each is split in two halves:
-// at call time the stream side is enqueued on the caller's stream (staged: the copy in, the
-// recording of an input event, a gate task, the copy out; mapped: the event and the gate) and the
-// call returns; the communicator's progress thread later runs runGated: it waits for the input
-// event, runs the algorithm and releases the gate, which lets the copy out and the caller's later
-// work run.
+// The host calls' arguments point into the staging memory the caller binds (stagedHostArgs,
+// pipelinedChunkArgs). Staging and scratch grow once and are reused.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "algorithms/context.hpp"
-#include "algorithms/stream_gate.hpp"
 
 namespace loom {
 
@@ -72,22 +74,32 @@ class DeviceScratch {
 // True when `algo` can run mapped on `caps`'s device (see above).
 bool runsMapped(const Algorithm& algo, const DeviceCaps& caps);
 
-// Runs a host algorithm for a call whose buffers are memory of `device`; hostCtx is the
-// communicator's context with the host CPU as its device.
-void runStaged(const Algorithm& algo, const AlgoContext& hostCtx, Device& device,
-               HostStaging& staging, const CollArgs& args);
-// Runs an algorithm with runsMapped(): after the caller's stream, with ctx.device the device.
-void runMapped(const Algorithm& algo, const AlgoContext& ctx, const CollArgs& args);
+// The staged shape of `args` on rank `rank` of `nranks` into a cleared schedule; its staging
+// buffers are "stage-in" (absent where the call runs in place on the host or has no input) and
+// "stage-out". Host call 0 runs the algorithm.
+void buildStaged(Schedule& s, const CollArgs& args, int rank, int nranks);
+// The call as the host algorithm runs it, on the staging memory bound to `s`'s buffers.
+CollArgs stagedHostArgs(const Schedule& s, std::span<char* const> bound, const CollArgs& args);
+// The mapped shape: host call 0 runs the algorithm on the device's own buffers.
+void buildMapped(Schedule& s);
 
-// Stream half of a staged call (see above); returns the call as the host algorithm runs it, on
-// the staging memory. Enqueues one gate task.
-CollArgs enqueueStaged(Device& device, StreamGate& gate, HostStaging& staging, const CollArgs& args,
-                       int rank, int nranks, DeviceEvent& input);
-// Stream half of a mapped call: the input event and one gate task.
-void enqueueMapped(Device& device, StreamGate& gate, const CollArgs& args, DeviceEvent& input);
-// Host half of either, on the progress thread: `args` as enqueueStaged returned it (staged, with
-// the host CPU's context) or the call itself (mapped, with the device's context).
-void runGated(const Algorithm& algo, const AlgoContext& ctx, Device& device, StreamGate& gate,
-              const CollArgs& args, DeviceEvent& input);
+// The host calls of a device call: each runs one algorithm on one CollArgs with one context.
+class AlgorithmCalls final : public HostCalls {
+ public:
+  void clear(const AlgoContext& ctx) {
+    ctx_ = &ctx;
+    calls_.clear();
+  }
+  void add(const Algorithm& algo, const CollArgs& args) { calls_.push_back({&algo, args}); }
+  void run(uint32_t call) override { runAlgorithm(*calls_[call].algo, *ctx_, calls_[call].args); }
+
+ private:
+  struct Call {
+    const Algorithm* algo;
+    CollArgs args;
+  };
+  const AlgoContext* ctx_ = nullptr;
+  std::vector<Call> calls_;
+};
 
 }  // namespace loom

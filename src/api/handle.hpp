@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "base/error.hpp"
-#include "comm/async_worker.hpp"
 #include "comm/comm.hpp"
+#include "comm/progress_queue.hpp"
 
 enum class HandleState : int { kInitializing, kLive, kDestroying, kDestroyed };
 
@@ -27,8 +27,10 @@ struct loomComm {
   bool blocking = true;
   int nranks = 0;
   int rank = 0;
-  std::unique_ptr<loom::Comm> comm;           // set once initialization succeeded
-  std::unique_ptr<loom::AsyncWorker> worker;  // non-blocking communicators only
+  // Non-blocking communicators only: the progress queue their initialization and calls run on
+  // (the communicator's tree uses it too). Declared before comm: it outlives it.
+  std::unique_ptr<loom::ProgressQueue> queue;
+  std::unique_ptr<loom::Comm> comm;  // set once initialization succeeded
 };
 
 namespace loom {
@@ -84,7 +86,9 @@ loomResult_t runOrQueue(loomComm* handle, Work&& work) {
     work();
     return loomSuccess;
   }
-  handle->worker->enqueue(std::function<void()>(std::forward<Work>(work)));
+  handle->queue->submit([work = std::forward<Work>(work)](bool skip) mutable {
+    if (!skip) work();  // after a failure the communicator is aborted: the rest is skipped
+  });
   return loomInProgress;
 }
 

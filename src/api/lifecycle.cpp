@@ -36,10 +36,11 @@ HandleUse::HandleUse(loomComm_t handle) {
 }
 
 Comm& HandleUse::comm() const {
-  // The flag, not the pointer: a non-blocking initialization writes the pointer on its worker.
+  // The flag, not the pointer: a non-blocking initialization writes the pointer on its progress
+  // queue.
   if (!handle_->ready.load()) {
     std::string message;
-    loomResult_t error = handle_->worker ? handle_->worker->error(&message) : loomInternalError;
+    loomResult_t error = handle_->queue ? handle_->queue->error(&message) : loomInternalError;
     if (error != loomSuccess) LOOM_THROW(error, "communicator initialization failed: ", message);
     LOOM_THROW(loomInProgress, "communicator is still initializing (non-blocking init)");
   }
@@ -48,7 +49,7 @@ Comm& HandleUse::comm() const {
 
 namespace {
 
-// Creates the handle and builds the Comm now or, for a non-blocking config, on its worker.
+// Creates the handle and builds the Comm now or, for a non-blocking config, on its progress queue.
 loomResult_t initHandle(loomComm_t* out, int nranks, int rank, const CommConfig& cfg,
                         std::function<std::unique_ptr<Comm>(const CommConfig&)> build) {
   auto handle = std::make_unique<loomComm>();
@@ -64,9 +65,11 @@ loomResult_t initHandle(loomComm_t* out, int nranks, int rank, const CommConfig&
     *out = handle.release();
     return loomSuccess;
   }
-  handle->worker = std::make_unique<AsyncWorker>();
+  handle->queue = std::make_unique<ProgressQueue>();
+  withFlag.progress = handle->queue.get();
+  withFlag.progressRoot = true;
   loomComm* raw = handle.get();
-  raw->worker->enqueue([raw, build, withFlag] {
+  raw->queue->submit([raw, build, withFlag](bool) {
     raw->comm = build(withFlag);
     raw->ready.store(true);
     // A destroy that began meanwhile owns the handle now: it must not come back to life.
@@ -283,7 +286,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
 loomResult_t loomCommFinalize(loomComm_t comm) {
   return guarded("loomCommFinalize", [&] {
     HandleUse use(comm);
-    if (use->worker) use->worker->drain();
+    if (use->queue) use->queue->drain();
     return loomSuccess;
   });
 }
@@ -310,13 +313,16 @@ loomResult_t destroyHandle(loomComm_t comm, bool abort) {
   // A non-blocking initialization still running gives up at once (its bootstrap watches this
   // flag); nobody can use a communicator that is being destroyed anyway.
   if (state == HandleState::kInitializing) comm->abortFlag.store(true);
-  // While a non-blocking initialization runs, its worker may be writing comm->comm.
+  // While a non-blocking initialization runs, its progress queue may be writing comm->comm.
   if (abort && state == HandleState::kLive)
     comm->comm->abort("loomCommAbort called on rank " + std::to_string(comm->rank));
   // Calls already running finish (they are bounded by the timeout; abort makes them fail fast).
   while (comm->inflight.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  comm->worker.reset();  // drains what is queued (an aborted comm fails it quickly), joins
+  // What is queued runs first (an aborted communicator fails it quickly); the communicator goes
+  // before the queue it uses.
+  if (comm->queue) comm->queue->drain();
   comm->comm.reset();
+  comm->queue.reset();
   comm->state.store(HandleState::kDestroyed);
   keepTombstone(comm);
   return loomSuccess;
@@ -335,15 +341,15 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
   return guarded("loomCommGetAsyncError", [&] {
     LOOM_CHECK_ARG(asyncError != nullptr, "asyncError is NULL");
     HandleUse use(comm);
-    if (use->worker) {
+    if (use->queue) {
       std::string message;
-      loomResult_t error = use->worker->error(&message);
+      loomResult_t error = use->queue->error(&message);
       if (error != loomSuccess) {
         setLastError(message);
         *asyncError = error;
         return loomSuccess;
       }
-      if (use->worker->busy()) {
+      if (use->queue->busy()) {
         *asyncError = loomInProgress;
         return loomSuccess;
       }

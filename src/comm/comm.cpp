@@ -89,6 +89,10 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
       nranks_(nranks),
       id_(id),
       aborted_(config.abortFlag != nullptr ? config.abortFlag : &ownAborted_) {
+  // The tree's progress queue: the caller's (a non-blocking handle's, a parent's), or one of its
+  // own. The tree's root reports the queue's failures (from the end of this constructor on).
+  if (config_.progress == nullptr) ownProgress_ = std::make_unique<ProgressQueue>();
+  progress_ = config_.progress != nullptr ? config_.progress : ownProgress_.get();
   device_ = DeviceRegistry::process().create(config_.device);
   hostDevice_ = createCpuDevice();
   // "cuda" means the current device at init: split children must use the same one.
@@ -167,14 +171,12 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   hostCtx_.device = hostDevice_.get();
   if (!sharedMemory_ && !native_) setUpHierarchy();
   if (onDevice() && !native_) staging_ = std::make_unique<HostStaging>(*device_);
-  if (hetero_ && staging_) stagingEvents_ = std::make_unique<StagingEvents>(*device_);
   if (!native_) setUpP2PEngine();
   if (staging_ && device_->caps().hostTasks && !env::deviceBlocking()) {
     StreamJobs::Hooks hooks;
     hooks.run = [this](StreamJob& job) { runJob(job); };
-    hooks.fail = [this](const Error& e) { fail(e); };
     hooks.timeoutMs = config_.timeoutMs;
-    jobs_ = std::make_unique<StreamJobs>(*device_, std::move(hooks));
+    jobs_ = std::make_unique<StreamJobs>(*device_, std::move(hooks), *progress_);
   }
   const DeviceIdentity& identity = device_->identity();
   deviceDescription_ =
@@ -196,6 +198,8 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, selector_->explain());
   if (hetero_ && rank_ == 0) LOOM_INFO(kSubsysInit, rank_, describeHeterogeneous());
   if (hetero_) prepareComposition();
+  if (config_.progressRoot || ownProgress_)
+    progress_->setFailHook([this](const Error& e) { fail(e); });
 }
 
 void Comm::crossCheckLauncher() const {
@@ -219,6 +223,7 @@ Comm::~Comm() {
   staging_.reset();
   for (int fd : peerPidfds_)
     if (fd >= 0) close(fd);
+  if (config_.progressRoot) progress_->setFailHook(nullptr);  // the handle's queue outlives it
 }
 
 void Comm::setUpSharedMemory() {
@@ -720,8 +725,9 @@ void Comm::execute(const Algorithm& algo, const CollArgs& args) {
   if (hetero_ && composes(args)) return executeComposed(args);
   if (hetero_ && elementwise(args.func)) return executeChunked(args);
   if (algo.native >= 0 || !onDevice()) return runAlgorithm(algo, ctx_, args);
-  if (sharedMemory_ && runsMapped(algo, device_->caps())) return runMapped(algo, ctx_, args);
-  runStaged(algo, hostCtx_, *device_, *staging_, args);
+  const bool mapped = sharedMemory_ && runsMapped(algo, device_->caps());
+  runDeviceCall(mapped ? DeviceShape::kMapped : DeviceShape::kStaged, args, &algo, 0, *device_,
+                *staging_);
 }
 
 void Comm::collective(const CollArgs& args) {
@@ -871,7 +877,7 @@ void Comm::setUpP2PEngine() {
   hooks.timeoutMs = config_.timeoutMs;
   hooks.checkPeer = [this](int peer) { checkAlive(peer); };
   hooks.fail = [this](const Error& e) { fail(e); };
-  p2pEngine_ = std::make_unique<P2PEngine>(std::move(hooks));
+  p2pEngine_ = std::make_unique<P2PEngine>(std::move(hooks), *progress_);
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) {

@@ -20,6 +20,7 @@
 #include "bootstrap/bootstrap.hpp"
 #include "comm/group_run.hpp"
 #include "comm/p2p_engine.hpp"
+#include "comm/progress_queue.hpp"
 #include "comm/stream_jobs.hpp"
 #include "plan/selector.hpp"
 #include "topology/cluster_map.hpp"
@@ -52,6 +53,11 @@ struct CommConfig {
   // Called once, with the first failure: a heterogeneous communicator's sub-communicators fail
   // their parent, also when the failure is found on their own progress thread.
   std::function<void(const Error&)> onFail;
+  // The progress queue of the communicator's tree (comm/progress_queue.hpp): null, its own; a
+  // non-blocking handle's (progressRoot: this communicator reports the queue's failures), or the
+  // parent's for the sub-communicators a communicator makes for itself.
+  ProgressQueue* progress = nullptr;
+  bool progressRoot = false;
 };
 
 // Reads a C config (may be null) plus the environment into a CommConfig; validates it.
@@ -138,7 +144,7 @@ class Comm {
   // this host communicator) in chunks; with `device`, its buffers are that device's memory,
   // pipelined through `staging`.
   void collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
-                          HostStaging* staging, StagingEvents* events);
+                          HostStaging* staging);
   // ... and a collective of it that is not elementwise (the allgather's alltoallv), in one piece;
   // with `device`, staged through `staging`.
   void collectiveStaged(const CollArgs& args, Device* device, HostStaging* staging);
@@ -165,8 +171,7 @@ class Comm {
   bool passesHostBuffers(const CollArgs& args) const;
   void collectiveThroughDevice(const CollArgs& args);
   bool hostBufferOfHetero(const DeviceP2POp& op) const;  // ... and their sends and receives
-  void runInChunks(const CollArgs& args, size_t chunkSetting, Device* device, HostStaging* staging,
-                   StagingEvents* events);
+  void runInChunks(const CollArgs& args, size_t chunkSetting, Device* device, HostStaging* staging);
   // Runs body; an error it throws aborts the communicator (peers learn it) and is rethrown.
   template <typename Body>
   void failOnError(Body&& body) {
@@ -183,13 +188,26 @@ class Comm {
     }
   }
   // Stream-ordered device ranks (jobs_): the call-time halves, and the host half of a job.
+  // Device calls (comm/device_calls.cpp): a call's shape as a schedule, run inline (blocking)
+  // or enqueued in stream order; host calls run on this communicator's host algorithms (a
+  // heterogeneous communicator's exchange: on the leaders' communicator, `host`).
+  enum class DeviceShape { kStaged, kMapped, kPipelined };
+  struct DeviceCall {
+    Schedule* schedule;
+    std::vector<char*>* bound;
+    AlgorithmCalls* calls;
+  };
+  void buildDeviceCall(DeviceCall& call, DeviceShape shape, const CollArgs& a,
+                       const Algorithm* algo, size_t chunkBytes, HostStaging& staging);
+  ExecEnv deviceEnv(Device& device, loomStream_t stream, HostCalls& calls);
+  void runDeviceCall(DeviceShape shape, const CollArgs& a, const Algorithm* algo, size_t chunkBytes,
+                     Device& device, HostStaging& staging);
+  void enqueueDeviceCall(DeviceShape shape, const CollArgs& args, const Algorithm* algo,
+                         size_t chunkBytes, Comm& host);
   void enqueueCollective(const Algorithm& algo, const CollArgs& args);
-  void enqueueChunked(const CollArgs& args, Comm& host, size_t chunkSetting);
-  void enqueueGated(const Algorithm& algo, const CollArgs& args);
   void runJob(StreamJob& job);
+  void runJobHost(StreamJob& job, Device& device, StreamGate& gate);
   void releaseStagingIfIdle();
-  void runLeaderJob(StreamJob& job, Device& device, StreamGate& gate);
-  void enqueueLeaderGated(const CollArgs& args, Comm& host);
   bool composes(const CollArgs& args);
   void prepareComposition();
   void setUpComposition();
@@ -244,7 +262,10 @@ class Comm {
   // that cause names, as this rank's own error, or the error itself.
   Error withRemoteCause(const Error& error);
 
+  // First: destroyed last, after everything that queues work on it.
+  std::unique_ptr<ProgressQueue> ownProgress_;
   CommConfig config_;
+  ProgressQueue* progress_ = nullptr;
   int rank_;
   int nranks_;
   UniqueId id_;
@@ -313,7 +334,11 @@ class Comm {
   std::vector<DeviceP2POp> stagedOps_;  // the staged batch between begin and end
   loomStream_t stagedStream_ = nullptr;
   char* stagedHost_ = nullptr;
-  std::unique_ptr<StagingEvents> stagingEvents_;    // heterogeneous device ranks: pipelined staging
+  // Blocking device calls: their schedule, bound buffers, host calls and executor, reused.
+  Schedule deviceSchedule_;
+  std::vector<char*> deviceBound_;
+  AlgorithmCalls deviceCalls_;
+  Executor deviceExecutor_;
   std::unique_ptr<DeviceScratch> hostCallScratch_;  // ... and their calls on host buffers
   // Device ranks whose device runs host tasks: calls in stream order. While it has work, its
   // progress thread alone runs this communicator's host algorithms (and owns the deadline and

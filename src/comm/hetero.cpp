@@ -91,13 +91,13 @@ std::string Comm::describeHeterogeneous() const {
 
 void Comm::executeChunked(const CollArgs& args) {
   if (onDevice())
-    runInChunks(args, heteroChunkBytes_, device_.get(), staging_.get(), stagingEvents_.get());
+    runInChunks(args, heteroChunkBytes_, device_.get(), staging_.get());
   else
-    runInChunks(args, heteroChunkBytes_, nullptr, nullptr, nullptr);
+    runInChunks(args, heteroChunkBytes_, nullptr, nullptr);
 }
 
 void Comm::runInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
-                       HostStaging* staging, StagingEvents* events) {
+                       HostStaging* staging) {
   const size_t elementBytes = dtypeSize(args.dtype);
   const size_t chunk = heteroChunkBytes(args.count * elementBytes, elementBytes, chunkSetting);
   auto select = [&](size_t chunkBytes) -> const Algorithm& {
@@ -106,7 +106,7 @@ void Comm::runInChunks(const CollArgs& args, size_t chunkSetting, Device* device
   if (device == nullptr)
     runChunked(select, ctx_, args, chunk);
   else
-    runPipelinedStaged(select, hostCtx_, *device, *staging, *events, args, chunk);
+    runDeviceCall(DeviceShape::kPipelined, args, nullptr, chunk, *device, *staging);
 }
 
 bool Comm::composes(const CollArgs& args) {
@@ -153,6 +153,8 @@ void Comm::setUpComposition() {
   CommConfig sub = config_;
   sub.clusterSplit.clear();  // one kind each: the sub-communicators are homogeneous
   sub.abortFlag = nullptr;
+  sub.progress = progress_;  // one progress queue for the tree
+  sub.progressRoot = false;
   sub.name = config_.name + (config_.name.empty() ? "" : "/") + "cluster";
   sub.algo.clear();  // LOOM_ALGO names this communicator's host algorithms (the exchange's below)
   // A phase that fails on a sub-communicator's progress thread (stream-ordered device ranks)
@@ -231,13 +233,13 @@ void Comm::setUpComposition() {
 }
 
 void Comm::collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
-                              HostStaging* staging, StagingEvents* events) {
+                              HostStaging* staging) {
   beginOperation();
   failOnError([&] {
     beginCall(args);
     CollArgs a = args;
     if (a.accum < 0) a.accum = config_.accum;
-    runInChunks(a, chunkSetting, device, staging, events);
+    runInChunks(a, chunkSetting, device, staging);
   });
 }
 
@@ -251,7 +253,7 @@ void Comm::collectiveStaged(const CollArgs& args, Device* device, HostStaging* s
     if (device == nullptr)
       runAlgorithm(algo, ctx_, a);
     else
-      runStaged(algo, hostCtx_, *device, *staging, a);
+      runDeviceCall(DeviceShape::kStaged, a, &algo, 0, *device, *staging);
   });
 }
 

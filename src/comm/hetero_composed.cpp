@@ -100,17 +100,22 @@ void Comm::exchangeInChunks(const CollArgs& args) {
   // In chunks on every member (the same boundaries), pipelined on device members: in stream
   // order, a job of this communicator whose host part runs on the leaders' communicator.
   if (jobs_)
-    enqueueChunked(args, *leaderComm_, heteroChunkBytes_);
+    enqueueDeviceCall(DeviceShape::kPipelined, args, nullptr,
+                      heteroChunkBytes(args.count * dtypeSize(args.dtype), dtypeSize(args.dtype),
+                                       heteroChunkBytes_),
+                      *leaderComm_);
   else if (onDevice())
-    leaderComm_->collectiveInChunks(args, heteroChunkBytes_, device_.get(), staging_.get(),
-                                    stagingEvents_.get());
+    leaderComm_->collectiveInChunks(args, heteroChunkBytes_, device_.get(), staging_.get());
   else
-    leaderComm_->collectiveInChunks(args, heteroChunkBytes_, nullptr, nullptr, nullptr);
+    leaderComm_->collectiveInChunks(args, heteroChunkBytes_, nullptr, nullptr);
 }
 
 void Comm::exchangeInOnePiece(const CollArgs& args) {
   if (jobs_)
-    enqueueLeaderGated(args, *leaderComm_);
+    enqueueDeviceCall(
+        DeviceShape::kStaged, args,
+        &leaderComm_->selector_->select(args.func, args.count * dtypeSize(args.dtype)), 0,
+        *leaderComm_);
   else if (onDevice())
     leaderComm_->collectiveStaged(args, device_.get(), staging_.get());
   else

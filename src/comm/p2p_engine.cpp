@@ -33,13 +33,18 @@ void setTicketCallback(P2PTicket& ticket, std::function<void(loomResult_t)> call
   callback(ticket.result);
 }
 
+P2PEngine::P2PEngine(P2PEngineHooks hooks, ProgressQueue& queue)
+    : hooks_(std::move(hooks)), queue_(queue) {
+  queue_.attach(*this);
+}
+
 P2PEngine::~P2PEngine() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   changed_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  queue_.detach(*this);  // its drive sees stopping_ and ends
   std::lock_guard<std::mutex> lock(mutex_);
   finishAllLocked(loomInvalidUsage,
                   "the communicator was destroyed with this point-to-point operation in flight");
@@ -51,23 +56,52 @@ std::shared_ptr<P2PTicket> P2PEngine::post(const P2POp& op) {
   auto ticket = std::make_shared<P2PTicket>();
   ticket->op = op;
   ticket->deadline = Clock::now() + std::chrono::milliseconds(hooks_.timeoutMs);
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!thread_.joinable()) thread_ = std::thread([this] { threadLoop(); });
-  requests_.push_back(ticket);
-  enqueueLocked(ticket.get());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queueDrives_ = true;
+    requests_.push_back(ticket);
+    enqueueLocked(ticket.get());
+  }
+  queue_.wake();
   return ticket;
 }
 
 void P2PEngine::postOwned(P2PTicket& ticket) {
   hooks_.checkPeer(-1);
   ticket.deadline = Clock::now() + std::chrono::milliseconds(hooks_.timeoutMs);
-  std::lock_guard<std::mutex> lock(mutex_);
-  enqueueLocked(&ticket);
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    enqueueLocked(&ticket);
+    wake = queueDrives_;
+  }
+  if (wake) queue_.wake();
 }
 
 void P2PEngine::startThread() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queueDrives_ = true;
+  }
+  queue_.wake();
+}
+
+bool P2PEngine::wantsDriving() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!thread_.joinable()) thread_ = std::thread([this] { threadLoop(); });
+  return queueDrives_ && !driving_ && !stopping_ && (!incoming_.empty() || !active_.empty());
+}
+
+void P2PEngine::driveWhile(const std::function<bool()>& stop) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (driving_ || stopping_) return;
+    driving_ = true;
+  }
+  drive([&] { return stopping_.load() || idle() || stop(); });
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    driving_ = false;
+  }
   changed_.notify_all();
 }
 
@@ -95,6 +129,12 @@ void P2PEngine::finish(const std::vector<P2PTicket*>& tickets) {
         lock.lock();
         driving_ = false;
         changed_.notify_all();
+        // Tickets left outstanding (requests, another caller's) go back to the queue's thread.
+        if (queueDrives_ && (!incoming_.empty() || !active_.empty())) {
+          lock.unlock();
+          queue_.wake();
+          lock.lock();
+        }
       } else {
         // Woken when a ticket finishes; the bound covers tickets of other engines.
         changed_.wait_for(lock, std::chrono::milliseconds(1));
@@ -103,21 +143,6 @@ void P2PEngine::finish(const std::vector<P2PTicket*>& tickets) {
   }
   for (const P2PTicket* t : tickets)
     if (t->result != loomSuccess) throw Error(t->result, t->message);
-}
-
-void P2PEngine::threadLoop() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  for (;;) {
-    changed_.wait(
-        lock, [&] { return stopping_ || (!driving_ && (!incoming_.empty() || !active_.empty())); });
-    if (stopping_) return;
-    driving_ = true;
-    lock.unlock();
-    drive([&] { return stopping_.load() || idle(); });
-    lock.lock();
-    driving_ = false;
-    changed_.notify_all();
-  }
 }
 
 void P2PEngine::takePosted() {

@@ -8,8 +8,10 @@
 //    health checks, finishes tickets and calls their callbacks.
 //  - A blocking caller (loomSend/loomRecv, a group) posts its tickets and drives itself when no one
 //    else does, so blocking point-to-point costs no thread hand-off and allocates nothing.
-//  - Non-blocking requests (loomIsend/loomIrecv) start the engine's own thread, which drives
-//    whenever tickets are outstanding and no caller does.
+//  - Non-blocking requests (loomIsend/loomIrecv), and groups whose collectives run while their
+//    sends and receives are in flight, hand the driving to the communicator's progress queue
+//    (comm/progress_queue.hpp), whose thread drives whenever tickets are outstanding and no
+//    caller does.
 // A failure (timeout, dead peer, size mismatch, abort) finishes every outstanding ticket with the
 // error and aborts the communicator.
 #pragma once
@@ -26,6 +28,7 @@
 #include "algorithms/p2p.hpp"
 #include "base/error.hpp"
 #include "base/wait.hpp"
+#include "comm/progress_queue.hpp"
 #include "exec/executor.hpp"
 
 namespace loom {
@@ -61,21 +64,22 @@ struct P2PEngineHooks {
   std::function<void(const Error& error)> fail;
 };
 
-class P2PEngine final : private Progress {
+class P2PEngine final : private Progress, private ProgressQueue::Background {
  public:
-  explicit P2PEngine(P2PEngineHooks hooks) : hooks_(std::move(hooks)) {}
+  P2PEngine(P2PEngineHooks hooks, ProgressQueue& queue);
   ~P2PEngine();
   P2PEngine(const P2PEngine&) = delete;
   P2PEngine& operator=(const P2PEngine&) = delete;
 
-  // Non-blocking: the ticket progresses on the engine's thread (started on first use).
+  // Non-blocking: the ticket progresses on the progress queue's thread when no caller drives.
   std::shared_ptr<P2PTicket> post(const P2POp& op);
   // Posts a ticket owned by the caller (kept alive until it finished) without waiting for it.
   void postOwned(P2PTicket& ticket);
   // Waits until every ticket of `tickets` finished, driving when no one else does; throws the
   // first failure among them.
   void finish(const std::vector<P2PTicket*>& tickets);
-  // Starts the engine's thread (a group that runs collectives while its sends are in flight).
+  // From now on the progress queue's thread drives outstanding tickets when no caller does (a
+  // group that runs collectives while its sends are in flight).
   void startThread();
 
  private:
@@ -95,7 +99,9 @@ class P2PEngine final : private Progress {
   // Finishes every outstanding ticket with code (caller holds mutex_); returns their callbacks.
   void finishAllLocked(loomResult_t code, const std::string& message);
   void runCallbacks();
-  void threadLoop();
+  // ProgressQueue::Background: driven by the queue's thread.
+  bool wantsDriving() override;
+  void driveWhile(const std::function<bool()>& stop) override;
 
   P2PEngineHooks hooks_;
   std::mutex mutex_;
@@ -104,8 +110,9 @@ class P2PEngine final : private Progress {
   std::vector<std::shared_ptr<P2PTicket>> requests_;  // keeps requests alive until finished
   std::atomic<uint64_t> posted_{0};
   bool driving_ = false;
+  bool queueDrives_ = false;  // the queue's thread drives when no caller does
   std::atomic<bool> stopping_{false};
-  std::thread thread_;
+  ProgressQueue& queue_;
   // The driver's own (touched only while holding the token):
   uint64_t taken_ = 0;  // posted tickets moved to active_
   std::vector<P2PTicket*> active_;

@@ -7,13 +7,13 @@
 
 namespace loom {
 
-StreamJobs::StreamJobs(Device& device, Hooks hooks)
+StreamJobs::StreamJobs(Device& device, Hooks hooks, ProgressQueue& queue)
     : device_(device),
       hooks_(std::move(hooks)),
       gate_(std::make_unique<StreamGate>()),
       lastEnd_(device.createEvent()),
       slots_(kMaxJobs),
-      thread_([this] { loop(); }) {}
+      queue_(queue) {}
 
 StreamJobs::~StreamJobs() {
   if (!stopped_) stop();
@@ -25,18 +25,14 @@ StreamJob& StreamJobs::begin(loomStream_t stream) {
   StreamJob& job = slots_[(head_ + queued_) % kMaxJobs];
   // Its last use is done: its events go back to the pool only now, since a job handed over early
   // may have failed on the progress thread while its caller was still recording them.
-  freeEvents_.insert(freeEvents_.end(), job.inputs.begin(), job.inputs.end());
-  job.inputs.clear();
+  freeEvents_.insert(freeEvents_.end(), job.events.begin(), job.events.end());
+  job.events.clear();
   lock.unlock();
   // A call on another stream than the previous one: its copies into the staging memory and its
   // gate tasks come after the previous call's (the gate counts its tasks in order).
   if (haveLast_ && stream != lastStream_) device_.waitEvent(stream, *lastEnd_);
   for (auto& counts : job.counts) counts.clear();
   job.host = nullptr;
-  job.algo = nullptr;
-  job.mapped = false;
-  job.staging = nullptr;
-  job.progress.reset();
   return job;
 }
 
@@ -52,17 +48,13 @@ DeviceEvent* StreamJobs::takeEvent() {
   return event;
 }
 
-void StreamJobs::submit(loomStream_t stream) {
-  enqueued(stream);
-  submitEarly();
-}
-
 void StreamJobs::submitEarly() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++queued_;
   }
   changed_.notify_all();
+  queue_.submit([this](bool skip) { runNext(skip); });
 }
 
 void StreamJobs::enqueued(loomStream_t stream) {
@@ -72,7 +64,7 @@ void StreamJobs::enqueued(loomStream_t stream) {
 }
 
 void StreamJobs::abandon(StreamJob& job, loomStream_t stream) {
-  job.progress.abandoned.store(true, std::memory_order_release);
+  job.order.abandoned.store(true, std::memory_order_release);
   try {
     enqueued(stream);
   } catch (const std::exception&) {
@@ -111,12 +103,7 @@ void StreamJobs::quiesce() {
 }
 
 bool StreamJobs::stop() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  changed_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  drain();  // the queue runs (or, after a failure, skips) every job submitted
   stopped_ = true;
   gate_->open();
   bool done = false;
@@ -136,37 +123,31 @@ bool StreamJobs::stop() {
   return done;
 }
 
-void StreamJobs::loop() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  for (;;) {
-    changed_.wait(lock, [&] { return queued_ > 0 || stopping_; });
-    if (queued_ == 0) return;  // stopping, and drained
-    StreamJob& job = slots_[head_];
-    const bool skip = failed_;
-    lock.unlock();
-    if (!skip) {
-      try {
-        hooks_.run(job);
-      } catch (const std::exception& e) {
-        const Error error = [&] {
-          if (auto* loomError = dynamic_cast<const Error*>(&e)) return *loomError;
-          return Error(loomInternalError, e.what());
-        }();
-        try {
-          hooks_.fail(error);
-        } catch (...) {  // reporting failed too: the gate below still frees the streams
-        }
-        gate_->open();
-        lock.lock();
-        failed_ = true;
-        lock.unlock();
-      }
+void StreamJobs::runNext(bool skip) {
+  StreamJob* job = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job = &slots_[head_];
+  }
+  if (!skip) {
+    try {
+      hooks_.run(*job);
+    } catch (...) {
+      gate_->open();  // every stream runs to its end; the queue aborts the communicator
+      advance();
+      throw;
     }
-    lock.lock();
+  }
+  advance();
+}
+
+void StreamJobs::advance() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
     head_ = (head_ + 1) % kMaxJobs;
     --queued_;
-    changed_.notify_all();
   }
+  changed_.notify_all();
 }
 
 }  // namespace loom

@@ -6,15 +6,16 @@
 // Roles:
 //   caller (call time): begin() takes a free job slot (at most kMaxJobs calls in flight: a full
 //     queue blocks the caller, as a full launch queue does) and orders the stream after the
-//     previous call's stream work when the stream changed; the caller enqueues the copies, the
-//     input events (takeEvent) and the gate tasks (gate()) and fills the job; submit() records
-//     the end event and hands the job over. A chunked job is handed over before its stream work
-//     is enqueued (submitEarly(), then enqueued() records the end event): its enqueue may block
-//     on a full launch queue until the host part has released gates (EnqueueProgress).
-//   progress thread: runs each job's host part (Hooks::run: waits for its input events, runs the
-//     host algorithm, releases its gates). A failure aborts the communicator (Hooks::fail) and
-//     opens the gate for good, so every stream runs to its end and no caller waits for ever; the
-//     jobs after it are skipped.
+//     previous call's stream work when the stream changed; the caller fills the job (its
+//     schedule, events from takeEvent()), hands it over (submitEarly()), enqueues its device
+//     lane with gate() (exec/executor.hpp) and records the end event (enqueued()). Handed over
+//     before its stream work is enqueued: the enqueue may block on a full launch queue until the
+//     host part has released gates (StreamOrder).
+//   progress queue (comm/progress_queue.hpp): each job is a task that runs its host part
+//     (Hooks::run: waits for its input events, runs the host algorithm, releases its gates). A
+//     failure opens the gate for good, so every stream runs to its end and no caller waits for
+//     ever, and is the queue's failure (which aborts the communicator); the jobs after it are
+//     skipped, still releasing their slots.
 // Nothing is allocated per call once warm: job slots, their event lists and the events are reused.
 #pragma once
 
@@ -27,26 +28,27 @@
 #include <thread>
 #include <vector>
 
-#include "algorithms/chunked.hpp"
-#include "algorithms/context.hpp"
-#include "algorithms/stream_gate.hpp"
+#include "algorithms/staged.hpp"
 #include "base/error.hpp"
+#include "comm/progress_queue.hpp"
+#include "exec/executor.hpp"
+#include "exec/stream_gate.hpp"
 
 namespace loom {
 
 class Comm;
 
+// One stream-ordered call: its device shape (algorithms/staged.hpp, chunked.hpp) as a schedule
+// with its buffers bound, the device lane's progress as enqueued, its host calls, and what it
+// owns of the caller's arguments.
 struct StreamJob {
-  enum class Kind { kChunked, kGated };
-  Kind kind = Kind::kGated;
-  Comm* host = nullptr;  // whose host algorithm runs the chunks (null: the queue's communicator)
-  const Algorithm* algo = nullptr;   // kGated
-  bool mapped = false;               // kGated: on the device's memory, with the device's context
-  CollArgs args;                     // kChunked: the call; kGated: as the algorithm runs it
-  char* staging = nullptr;           // kChunked: the call's host memory
-  size_t chunkBytes = 0;             // kChunked
-  std::vector<DeviceEvent*> inputs;  // one per chunk (kGated: one)
-  EnqueueProgress progress;          // kChunked: handed over before its stream work is enqueued
+  Comm* host = nullptr;  // whose host algorithms run the host calls (null: the queue's comm)
+  CollArgs args;         // the call (its number and signature are taken when its host part runs)
+  Schedule schedule;
+  std::vector<char*> bound;
+  StreamOrder order;
+  AlgorithmCalls calls;
+  std::vector<DeviceEvent*> events;           // taken from the pool, returned at the slot's reuse
   std::array<std::vector<size_t>, 4> counts;  // alltoallv's arrays, owned: the caller's may go
 };
 
@@ -54,11 +56,10 @@ class StreamJobs {
  public:
   static constexpr size_t kMaxJobs = 16;
   struct Hooks {
-    std::function<void(StreamJob&)> run;     // the host part; throws on failure
-    std::function<void(const Error&)> fail;  // aborts the communicator (tells the peers)
+    std::function<void(StreamJob&)> run;  // the host part; throws on failure
     int64_t timeoutMs = 600000;
   };
-  StreamJobs(Device& device, Hooks hooks);
+  StreamJobs(Device& device, Hooks hooks, ProgressQueue& queue);
   ~StreamJobs();
   StreamJobs(const StreamJobs&) = delete;
   StreamJobs& operator=(const StreamJobs&) = delete;
@@ -67,7 +68,6 @@ class StreamJobs {
   StreamJob& begin(loomStream_t stream);
   DeviceEvent* takeEvent();
   StreamGate& gate() { return *gate_; }
-  void submit(loomStream_t stream);
   // A job whose inputs, staging and arguments are filled, handed over before its stream work is
   // enqueued; enqueued() follows once it is (records the end event).
   void submitEarly();
@@ -85,13 +85,14 @@ class StreamJobs {
   void quiesce();
   // Opens the gate for good (the communicator failed): streams run to their end.
   void openGate() { gate_->open(); }
-  // Destroy: runs or skips (aborted) what is queued, stops the thread, opens the gate and waits
-  // (at most the timeout) for the last call's stream work. False: it is still running; the
+  // Destroy: waits until the queue ran or skipped (aborted) what is queued, opens the gate and
+  // waits (at most the timeout) for the last call's stream work. False: it is still running; the
   // events, the gate and the staging memory it uses must then outlive this (they are leaked).
   bool stop();
 
  private:
-  void loop();
+  void runNext(bool skip);  // the queue's task of the oldest job
+  void advance();
   bool streamsDone(int64_t timeoutMs);
 
   Device& device_;
@@ -105,10 +106,10 @@ class StreamJobs {
   std::condition_variable changed_;
   std::vector<StreamJob> slots_;
   size_t head_ = 0, queued_ = 0;  // the next job to run; jobs submitted and not yet done
-  bool failed_ = false, stopping_ = false, stopped_ = false;
+  bool stopped_ = false;
   std::vector<std::unique_ptr<DeviceEvent>> events_;
   std::vector<DeviceEvent*> freeEvents_;
-  std::thread thread_;  // last: starts once the rest is built
+  ProgressQueue& queue_;
 };
 
 }  // namespace loom

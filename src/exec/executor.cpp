@@ -13,9 +13,23 @@ namespace {
 // copy does not hold back the channels of the other lanes for its whole length.
 constexpr uint64_t kLocalSlice = uint64_t{1} << 20;
 
+bool onDevice(const ScheduleOp& op) { return op.kind == OpKind::kDeviceCopy; }
+
 }  // namespace
 
-void Executor::run(const Schedule& schedule, std::span<char* const> buffers, const ExecEnv& env) {
+void deviceLaneLinks(const Schedule& schedule, std::vector<uint8_t>& hostWaits,
+                     std::vector<uint8_t>* waitsForHost) {
+  const std::vector<ScheduleOp>& ops = schedule.ops();
+  hostWaits.assign(ops.size(), 0);
+  if (waitsForHost != nullptr) waitsForHost->assign(ops.size(), 0);
+  for (const ScheduleDep& d : schedule.deps()) {
+    if (onDevice(ops[d.on]) && !onDevice(ops[d.op])) hostWaits[d.on] = 1;
+    if (waitsForHost != nullptr && onDevice(ops[d.op]) && !onDevice(ops[d.on]))
+      (*waitsForHost)[d.op] = 1;
+  }
+}
+
+void Executor::start(const Schedule& schedule, std::span<char* const> buffers, const ExecEnv& env) {
   schedule_ = &schedule;
   buffers_ = buffers;
   env_ = &env;
@@ -27,11 +41,82 @@ void Executor::run(const Schedule& schedule, std::span<char* const> buffers, con
   remaining_ = nops;
   networked_ = false;
   for (const ScheduleLane& lane : schedule.lanes()) {
-    if (lane.kind == LaneKind::kLocal) continue;
+    if (lane.kind != LaneKind::kSendTo && lane.kind != LaneKind::kRecvFrom) continue;
     networked_ |= channel(lane.peer).pollFd(lane.kind == LaneKind::kSendTo) >= 0;
   }
+  deviceLaneLinks(schedule, hostWaits_);
+  inFlight_.clear();
+  eventsUsed_ = 0;
+  issued_ = false;
+}
+
+void Executor::run(const Schedule& schedule, std::span<char* const> buffers, const ExecEnv& env) {
+  start(schedule, buffers, env);
+  gate_ = nullptr;
+  order_ = nullptr;
+  // The run ends when the stream has done the device lane's last operation.
+  for (const ScheduleLane& lane : schedule.lanes())
+    if (lane.kind == LaneKind::kDevice && lane.end > lane.begin)
+      hostWaits_[schedule.laneOps()[lane.end - 1]] = 1;
+  try {
+    driveUntil(
+        *this, [this] { return remaining_ == 0; }, *env.pollSet, env.corePeers);
+  } catch (...) {
+    drainDevice();
+    throw;
+  }
+}
+
+int Executor::enqueueDeviceLane(const Schedule& schedule, std::span<char* const> buffers,
+                                const ExecEnv& env, StreamGate& gate, StreamOrder& order) {
+  int gates = 0;
+  for (const ScheduleLane& lane : schedule.lanes()) {
+    if (lane.kind != LaneKind::kDevice) continue;
+    for (uint32_t i = lane.begin; i < lane.end; ++i) {
+      const uint32_t index = schedule.laneOps()[i];
+      const ScheduleOp& op = schedule.ops()[index];
+      if (order.waitsForHost[index]) {
+        env.streamDevice->enqueueHostTask(gate, env.stream);
+        ++gates;
+      }
+      if (op.bytes > 0)
+        env.streamDevice->copyAsync(buffers[op.dst.buffer] + op.dst.offset,
+                                    buffers[op.src.buffer] + op.src.offset, op.bytes, op.copyKind,
+                                    env.stream);
+      if (order.events[index] != nullptr)
+        env.streamDevice->recordEvent(*order.events[index], env.stream);
+      order.enqueued.store(i - lane.begin + 1, std::memory_order_release);
+    }
+  }
+  return gates;
+}
+
+void Executor::runHostLanes(const Schedule& schedule, std::span<char* const> buffers,
+                            const ExecEnv& env, StreamGate& gate, const StreamOrder& order) {
+  start(schedule, buffers, env);
+  gate_ = &gate;
+  order_ = &order;
+  gates_.clear();
+  nextGate_ = 0;
+  // The device lane ran at call time: what the host waits for is watched through its events,
+  // the rest is done as far as this half knows; its gates open in order.
+  for (const ScheduleLane& lane : schedule.lanes()) {
+    if (lane.kind != LaneKind::kDevice) continue;
+    for (uint32_t i = lane.begin; i < lane.end; ++i) {
+      const uint32_t index = schedule.laneOps()[i];
+      if (order.waitsForHost[index]) gates_.push_back(index);
+      if (order.events[index] != nullptr) {
+        inFlight_.emplace_back(index, i - lane.begin);
+      } else {
+        done_[index] = 1;
+        --remaining_;
+      }
+    }
+    head_[&lane - schedule.lanes().data()] = lane.end - lane.begin;
+  }
   driveUntil(
-      *this, [this] { return remaining_ == 0; }, *env.pollSet, env.corePeers);
+      *this, [this] { return remaining_ == 0 && nextGate_ == gates_.size(); }, *env.pollSet,
+      env.corePeers);
 }
 
 bool Executor::pass() {
@@ -39,6 +124,7 @@ bool Executor::pass() {
   const std::vector<ScheduleLane>& lanes = s.lanes();
   const std::vector<uint32_t>& laneOps = s.laneOps();
   bool moved = false;
+  if (!inFlight_.empty()) moved |= order_ != nullptr ? pollStreamOrder() : pollDevice();
   for (uint32_t l = 0; l < lanes.size(); ++l) {
     const ScheduleLane& lane = lanes[l];
     uint32_t& head = head_[l];
@@ -47,6 +133,11 @@ bool Executor::pass() {
       const uint32_t index = laneOps[lane.begin + head];
       Limit limit = limitOf(s.ops()[index]);
       if (!limit.ready) break;
+      if (lane.kind == LaneKind::kDevice) {
+        moved |= issueDevice(index);
+        ++head;
+        continue;
+      }
       moved |= step(index, limit.bytes, l);
       if (!done_[index]) break;
       ++head;
@@ -54,6 +145,7 @@ bool Executor::pass() {
       moved = true;  // a finished operation may let others go on
     }
   }
+  if (gate_ != nullptr) releaseGates();
   return moved;
 }
 
@@ -63,8 +155,9 @@ Executor::Limit Executor::limitOf(const ScheduleOp& op) const {
   for (uint32_t d = op.depBegin; d < op.depEnd; ++d) {
     const ScheduleDep& dep = deps[d];
     if (done_[dep.on]) continue;
-    // A zero-byte operation has nothing to stream: it waits for the whole.
-    if (!dep.streamed || op.bytes == 0) return {false, 0};
+    // A zero-byte operation, a device or host call: nothing to stream, they wait for the whole.
+    if (!dep.streamed || op.bytes == 0 || onDevice(op) || op.kind == OpKind::kCall)
+      return {false, 0};
     limit = std::min(limit, position_[dep.on]);
   }
   return {true, limit};
@@ -74,6 +167,12 @@ bool Executor::step(uint32_t index, uint64_t limit, uint32_t lane) {
   const ScheduleOp& op = schedule_->ops()[index];
   uint64_t& position = position_[index];
   bool moved = false;
+  if (op.kind == OpKind::kCall) {
+    LOOM_CHECK_INTERNAL(env_->calls != nullptr, "a schedule with host calls run without them");
+    env_->calls->run(op.call);
+    done_[index] = 1;
+    return true;
+  }
   if (op.bytes > 0) {
     switch (op.kind) {
       case OpKind::kSend:
@@ -85,8 +184,7 @@ bool Executor::step(uint32_t index, uint64_t limit, uint32_t lane) {
       case OpKind::kRecvReduce:
         moved = stepRecvReduce(op, position, limit);
         break;
-      case OpKind::kCopy:
-      case OpKind::kReduce:
+      default:
         moved = stepLocal(op, position, limit);
         break;
     }
@@ -119,7 +217,7 @@ bool Executor::stepRecv(const ScheduleOp& op, uint64_t& position) {
     std::span<const char> span = ch.peek(op.bytes - position);
     const size_t n = std::min<size_t>(span.size(), op.bytes - position);
     if (n == 0) break;
-    if (op.toOutput && toOutputStreams(op))
+    if (toOutputStreams(op))
       env_->device->copyToOutput(dst + position, span.data(), n);
     else
       env_->device->copy(dst + position, span.data(), n);
@@ -173,6 +271,96 @@ bool Executor::stepLocal(const ScheduleOp& op, uint64_t& position, uint64_t limi
   return true;
 }
 
+DeviceEvent& Executor::eventAt(size_t i) {
+  while (events_.size() <= i) events_.push_back(env_->streamDevice->createEvent());
+  return *events_[i];
+}
+
+bool Executor::issueDevice(uint32_t index) {
+  // Issued in the lane's order: the stream runs them in that order. Host work waits only for
+  // the ones that have an event behind them.
+  const ScheduleOp& op = schedule_->ops()[index];
+  Device& device = *env_->streamDevice;
+  if (op.bytes > 0) device.copyAsync(at(op.dst), at(op.src), op.bytes, op.copyKind, env_->stream);
+  issued_ = true;
+  if (hostWaits_[index]) {
+    DeviceEvent& event = eventAt(eventsUsed_);
+    device.recordEvent(event, env_->stream);
+    inFlight_.emplace_back(index, eventsUsed_++);
+    return true;
+  }
+  done_[index] = 1;
+  --remaining_;
+  return true;
+}
+
+bool Executor::pollDevice() {
+  bool moved = false;
+  for (size_t i = 0; i < inFlight_.size();) {
+    if (!env_->streamDevice->eventDone(*events_[inFlight_[i].second])) {
+      ++i;
+      continue;
+    }
+    done_[inFlight_[i].first] = 1;
+    --remaining_;
+    inFlight_[i] = inFlight_.back();
+    inFlight_.pop_back();
+    moved = true;
+  }
+  return moved;
+}
+
+bool Executor::pollStreamOrder() {
+  // An event is asked about only once it was recorded: a device reports one never recorded as
+  // done.
+  bool moved = false;
+  const size_t enqueued = order_->enqueued.load(std::memory_order_acquire);
+  for (size_t i = 0; i < inFlight_.size();) {
+    const auto [index, position] = inFlight_[i];
+    if (position >= enqueued) {
+      if (order_->abandoned.load(std::memory_order_acquire) &&
+          position >= order_->enqueued.load(std::memory_order_acquire))
+        LOOM_THROW(loomInternalError,
+                   "the call failed on its rank while its device work was enqueued on the stream");
+      ++i;
+      continue;
+    }
+    if (!env_->streamDevice->eventDone(*order_->events[index])) {
+      ++i;
+      continue;
+    }
+    done_[index] = 1;
+    --remaining_;
+    inFlight_[i] = inFlight_.back();
+    inFlight_.pop_back();
+    moved = true;
+  }
+  return moved;
+}
+
+void Executor::releaseGates() {
+  // A gate opens once every host operation its device operation waits for is done, in order.
+  const Schedule& s = *schedule_;
+  while (nextGate_ < gates_.size()) {
+    const ScheduleOp& op = s.ops()[gates_[nextGate_]];
+    for (uint32_t d = op.depBegin; d < op.depEnd; ++d) {
+      const ScheduleDep& dep = s.deps()[d];
+      if (!onDevice(s.ops()[dep.on]) && !done_[dep.on]) return;
+    }
+    gate_->release();
+    ++nextGate_;
+  }
+}
+
+void Executor::drainDevice() noexcept {
+  // A failed run must leave nothing in flight into memory the caller may free or reuse.
+  if (!issued_ || env_->streamDevice == nullptr) return;
+  try {
+    env_->streamDevice->synchronize(env_->stream);
+  } catch (...) {  // the device's own failure: the error being reported already says it
+  }
+}
+
 bool Executor::toOutputStreams(const ScheduleOp& op) const {
   return op.toOutput && schedule_->buffers()[Schedule::kOutput].bytes >= env_->streamingMinBytes;
 }
@@ -181,20 +369,22 @@ void Executor::checkPending() const {
   // Only the peers this rank still needs may fail the wait: a neighbour that got all it needed
   // from this rank may finish and exit while this rank still waits for another.
   const Schedule& s = *schedule_;
-  bool localPending = false;
+  bool localPending = !inFlight_.empty();
   for (uint32_t l = 0; l < s.lanes().size(); ++l) {
     const ScheduleLane& lane = s.lanes()[l];
     if (lane.begin + head_[l] >= lane.end) continue;
-    if (lane.kind == LaneKind::kLocal)
-      localPending = true;
-    else
+    if (lane.kind == LaneKind::kSendTo || lane.kind == LaneKind::kRecvFrom)
       (*env_->check)(lane.peer);
+    else
+      localPending = true;
   }
-  if (localPending) (*env_->check)(-1);
+  if (localPending || (gate_ != nullptr && nextGate_ < gates_.size())) (*env_->check)(-1);
 }
 
 void Executor::gatherPending(PollSet& set) const {
   if (networked_) set.markNetworked();
+  // Device work has no descriptor: the wait polls it in short sleeps.
+  if (!inFlight_.empty()) set.add(-1, POLLIN);
   const Schedule& s = *schedule_;
   for (uint32_t l = 0; l < s.lanes().size(); ++l) {
     const ScheduleLane& lane = s.lanes()[l];

@@ -1,23 +1,38 @@
 // The executor: the one progress loop of Loom's host side. It runs a schedule (exec/schedule.hpp)
-// over a communicator's channels until every operation is done: each pass moves every lane's
-// first unfinished operation as far as its channel, its dependencies and its bytes allow (a lane
-// goes on to its next operation as soon as one finishes); when a pass moves nothing it waits, with
-// the usual spin, poll on the channels' sockets, yield and sleep (base/wait.hpp), running the
-// health check for the peers still owed bytes (the deadline, the abort flag, a dead peer).
+// over a communicator's channels and device until every operation is done: each pass moves every
+// lane's first unfinished operation as far as its channel, its dependencies and its bytes allow (a
+// lane goes on to its next operation as soon as one finishes; the device lane issues its
+// operations to the stream and learns of their end by events); when a pass moves nothing it
+// waits, with the usual spin, poll on the channels' sockets, yield and sleep (base/wait.hpp),
+// running the health check for the peers still owed bytes (the deadline, the abort flag, a dead
+// peer).
 //
-// Roles: the caller's thread drives (the inline driver). What it needs of the communicator comes
-// in an ExecEnv: the channels by rank, the device that copies and reduces host memory, the health
-// check, the poll set and the core-sharing picture of the waits. Nothing is allocated per run once
+// Two drivers of one schedule:
+//   inline (run): the calling thread drives every lane, the device lane's copies included, and
+//     returns when all is done (blocking calls).
+//   stream-ordered (enqueueDeviceLane, then runHostLanes): at call time the device lane is
+//     enqueued on the caller's stream whole, a gate task (exec/stream_gate.hpp) in front of every
+//     device operation that waits for host work and an event behind every one that host work
+//     waits for, and the call returns; later the communicator's progress queue runs the host
+//     lanes, waiting for those events and releasing the gates in order as their host work ends.
+//     StreamOrder says how far the enqueue got, since the host half may have to start before it
+//     ends (a long device lane can fill a device's launch queue, which drains past its first gate
+//     only once the host half released it).
+//
+// What a run needs of the communicator comes in an ExecEnv. Nothing is allocated per run once
 // the executor has seen a schedule of the same size.
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "base/wait.hpp"
 #include "device/device.hpp"
 #include "exec/schedule.hpp"
+#include "exec/stream_gate.hpp"
 #include "transport/channel.hpp"
 
 namespace loom {
@@ -47,6 +62,15 @@ void driveUntil(Progress& work, Done&& done, PollSet& set, const CoreSharing& pe
   }
 }
 
+// The host work of a schedule's kCall operations, by index.
+class HostCalls {
+ public:
+  virtual void run(uint32_t call) = 0;
+
+ protected:
+  ~HostCalls() = default;
+};
+
 struct ExecEnv {
   Device* device = nullptr;            // copies and reductions of host-addressable memory
   std::span<Channel* const> channels;  // by rank: the channel each send or receive uses
@@ -54,22 +78,46 @@ struct ExecEnv {
   // `peer` (a rank; -1: none in particular) is gone.
   const std::function<void(int peer)>* check = nullptr;
   PollSet* pollSet = nullptr;
-  CoreSharing corePeers;         // whom a wait may yield its core to
-  size_t streamingMinBytes = 0;  // outputs at least this large are written past the cache
+  CoreSharing corePeers;           // whom a wait may yield its core to
+  size_t streamingMinBytes = 0;    // outputs at least this large are written past the cache
+  Device* streamDevice = nullptr;  // the device lane: copies and events of this device ...
+  loomStream_t stream = nullptr;   // ... in this stream's order
+  HostCalls* calls = nullptr;      // kCall operations
+};
+
+// A stream-ordered run's device lane as enqueued, shared by its two halves.
+struct StreamOrder {
+  std::vector<DeviceEvent*> events;    // by operation: the event behind it (null: none)
+  std::atomic<size_t> enqueued{0};     // device-lane operations enqueued, in lane order
+  std::atomic<bool> abandoned{false};  // the enqueue failed: nothing more will be enqueued
+  std::vector<uint8_t> hostWaits, waitsForHost;  // deviceLaneLinks(), kept for the enqueue
+  // Empties the order for `schedule`, taking an event (from take()) for every device operation
+  // that host work waits for.
+  template <typename TakeEvent>
+  void prepare(const Schedule& schedule, TakeEvent&& take);
 };
 
 class Executor final : private Progress {
  public:
-  // Runs `schedule` to its end. buffers[b] is the address of the schedule's buffer b (input,
-  // output, then its scratch buffers); the input is only read. Throws what the health check or a
-  // channel throws; the schedule's bytes are then partly moved and the call has failed.
+  // Runs `schedule` to its end (the inline driver). buffers[b] is the address of the schedule's
+  // buffer b (input, output, then its scratch buffers); the input is only read. Throws what the
+  // health check, a channel or the device throws; the call has then failed, and nothing of it is
+  // left in flight on the device.
   void run(const Schedule& schedule, std::span<char* const> buffers, const ExecEnv& env);
+  // The stream-ordered driver's call-time half (see above); it may block where the device's
+  // launch queue is full. Returns the number of gate tasks enqueued.
+  static int enqueueDeviceLane(const Schedule& schedule, std::span<char* const> buffers,
+                               const ExecEnv& env, StreamGate& gate, StreamOrder& order);
+  // ... and its host half, on the progress queue: every lane but the device's.
+  void runHostLanes(const Schedule& schedule, std::span<char* const> buffers, const ExecEnv& env,
+                    StreamGate& gate, const StreamOrder& order);
 
  private:
   struct Limit {
     bool ready;      // every dependency allows the operation to start
     uint64_t bytes;  // how far it may go
   };
+  void start(const Schedule& schedule, std::span<char* const> buffers, const ExecEnv& env);
   bool pass() override;
   void check() override { checkPending(); }
   void gather(PollSet& set) override { gatherPending(set); }
@@ -79,24 +127,56 @@ class Executor final : private Progress {
   bool stepRecv(const ScheduleOp& op, uint64_t& position);
   bool stepRecvReduce(const ScheduleOp& op, uint64_t& position, uint64_t limit);
   bool stepLocal(const ScheduleOp& op, uint64_t& position, uint64_t limit);
+  bool issueDevice(uint32_t index);
+  bool pollDevice();
+  bool pollStreamOrder();
+  void releaseGates();
+  void drainDevice() noexcept;
   void checkPending() const;
   void gatherPending(PollSet& set) const;
   char* at(BufferRef ref) const { return buffers_[ref.buffer] + ref.offset; }
   Channel& channel(int peer) const { return *env_->channels[peer]; }
   bool toOutputStreams(const ScheduleOp& op) const;
+  DeviceEvent& eventAt(size_t i);
 
   // The run in progress.
   const Schedule* schedule_ = nullptr;
   std::span<char* const> buffers_;
   const ExecEnv* env_ = nullptr;
-  bool networked_ = false;  // some lane's channel is a network channel
-  size_t remaining_ = 0;    // operations not yet done
+  StreamGate* gate_ = nullptr;          // stream-ordered host half: the run's gate ...
+  const StreamOrder* order_ = nullptr;  // ... and its enqueued device lane
+  bool networked_ = false;              // some lane's channel is a network channel
+  size_t remaining_ = 0;                // operations not yet done
   // Per operation and lane, reused from run to run.
   std::vector<uint64_t> position_;  // bytes done
   std::vector<uint8_t> done_;
-  std::vector<uint32_t> head_;     // per lane: its first unfinished operation (index into it)
-  std::vector<uint8_t> blocked_;   // per lane: its last send found the channel full
-  std::vector<const void*> srcs_;  // a reduction's sources
+  std::vector<uint8_t> hostWaits_;  // device operations some host operation waits for
+  std::vector<uint32_t> head_;      // per lane: its first unfinished operation (index into it)
+  std::vector<uint8_t> blocked_;    // per lane: its last send found the channel full
+  std::vector<const void*> srcs_;   // a reduction's sources
+  // Inline device lane: operations issued and not yet seen finished, with their events.
+  std::vector<std::pair<uint32_t, size_t>> inFlight_;
+  std::vector<std::unique_ptr<DeviceEvent>> events_;
+  size_t eventsUsed_ = 0;
+  bool issued_ = false;  // some device operation was issued (a failure must drain the stream)
+  // Stream-ordered host half: the gated device operations in lane order, the next to release.
+  std::vector<uint32_t> gates_;
+  size_t nextGate_ = 0;
 };
+
+// Device operations that some host operation waits for (gets an event) and device operations
+// that wait for some host operation (get a gate), by operation index.
+void deviceLaneLinks(const Schedule& schedule, std::vector<uint8_t>& hostWaits,
+                     std::vector<uint8_t>* waitsForHost = nullptr);
+
+template <typename TakeEvent>
+void StreamOrder::prepare(const Schedule& schedule, TakeEvent&& take) {
+  deviceLaneLinks(schedule, hostWaits, &waitsForHost);
+  events.assign(schedule.ops().size(), nullptr);
+  for (size_t i = 0; i < hostWaits.size(); ++i)
+    if (hostWaits[i]) events[i] = take();
+  enqueued.store(0, std::memory_order_relaxed);
+  abandoned.store(false, std::memory_order_relaxed);
+}
 
 }  // namespace loom

@@ -19,6 +19,10 @@ const char* opKindName(OpKind kind) {
       return "copy";
     case OpKind::kReduce:
       return "reduce";
+    case OpKind::kDeviceCopy:
+      return "deviceCopy";
+    case OpKind::kCall:
+      return "call";
   }
   return "?";
 }
@@ -35,21 +39,28 @@ void Schedule::clear(int nranks) {
   sendLane_.assign(nranks, -1);
   recvLane_.assign(nranks, -1);
   localLane_.clear();
+  deviceLane_.clear();
   finished_ = false;
 }
 
 uint16_t Schedule::addScratch(const char* name, uint64_t bytes) {
-  buffers_.push_back({name, bytes});
+  buffers_.push_back({name, bytes, false});
+  return static_cast<uint16_t>(buffers_.size() - 1);
+}
+
+uint16_t Schedule::addStaging(const char* name, uint64_t bytes) {
+  buffers_.push_back({name, bytes, true});
   return static_cast<uint16_t>(buffers_.size() - 1);
 }
 
 uint16_t Schedule::laneFor(LaneKind kind, int peer) {
   std::vector<int32_t>* table = kind == LaneKind::kSendTo     ? &sendLane_
                                 : kind == LaneKind::kRecvFrom ? &recvLane_
-                                                              : &localLane_;
+                                : kind == LaneKind::kLocal    ? &localLane_
+                                                              : &deviceLane_;
   LOOM_CHECK_INTERNAL(peer >= 0, "a lane needs a peer or local number, got ", peer);
-  if (kind == LaneKind::kLocal && static_cast<size_t>(peer) >= table->size())
-    table->resize(peer + 1, -1);
+  const bool numbered = kind == LaneKind::kLocal || kind == LaneKind::kDevice;
+  if (numbered && static_cast<size_t>(peer) >= table->size()) table->resize(peer + 1, -1);
   LOOM_CHECK_INTERNAL(static_cast<size_t>(peer) < table->size(), "peer ", peer, " is not a rank");
   int32_t& lane = (*table)[peer];
   if (lane < 0) {
@@ -127,6 +138,25 @@ uint32_t Schedule::reduce(BufferRef dst, const BufferRef* sources, int count, ui
   return add(op);
 }
 
+uint32_t Schedule::deviceCopy(BufferRef dst, BufferRef src, uint64_t bytes, CopyKind kind) {
+  ScheduleOp op;
+  op.kind = OpKind::kDeviceCopy;
+  op.lane = laneFor(LaneKind::kDevice, 0);
+  op.dst = dst;
+  op.src = src;
+  op.bytes = bytes;
+  op.copyKind = kind;
+  return add(op);
+}
+
+uint32_t Schedule::call(uint32_t index, int localLane) {
+  ScheduleOp op;
+  op.kind = OpKind::kCall;
+  op.lane = laneFor(LaneKind::kLocal, localLane);
+  op.call = index;
+  return add(op);
+}
+
 void Schedule::finish() {
   // Lanes: each lane's operations in the order they were added (a counting sort by lane).
   laneCounts_.assign(lanes_.size() + 1, 0);
@@ -171,11 +201,12 @@ std::string refText(const Schedule& s, BufferRef r) {
 
 uint64_t Schedule::hash() const {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (const ScheduleBuffer& b : buffers_) h = mix(h, b.bytes);
+  for (const ScheduleBuffer& b : buffers_) h = mix(h, b.bytes ^ static_cast<uint64_t>(b.staging));
   for (const ScheduleOp& op : ops_) {
     h = mix(h, static_cast<uint64_t>(op.kind) | static_cast<uint64_t>(op.lane) << 8 |
                    static_cast<uint64_t>(static_cast<uint32_t>(op.peer)) << 24 |
                    static_cast<uint64_t>(op.toOutput) << 56);
+    h = mix(h, static_cast<uint64_t>(op.copyKind) | static_cast<uint64_t>(op.call) << 8);
     h = mix(h, op.dst.buffer | static_cast<uint64_t>(op.src.buffer) << 16);
     h = mix(h, op.dst.offset);
     h = mix(h, op.src.offset);
@@ -201,14 +232,20 @@ std::string Schedule::describe() const {
     out << "  lane "
         << (lane.kind == LaneKind::kSendTo     ? "send to "
             : lane.kind == LaneKind::kRecvFrom ? "recv from "
-                                               : "local ")
+            : lane.kind == LaneKind::kLocal    ? "local "
+                                               : "device ")
         << lane.peer << ":\n";
     for (uint32_t i = lane.begin; i < lane.end; ++i) {
       const uint32_t index = laneOps_[i];
       const ScheduleOp& op = ops_[index];
-      out << "    #" << index << " " << opKindName(op.kind) << " " << op.bytes << " B";
-      if (op.kind != OpKind::kSend) out << " -> " << refText(*this, op.dst);
-      if (op.kind == OpKind::kSend || op.kind == OpKind::kCopy || op.kind == OpKind::kRecvReduce)
+      out << "    #" << index << " " << opKindName(op.kind);
+      if (op.kind == OpKind::kCall) out << " " << op.call;
+      if (op.kind != OpKind::kCall) out << " " << op.bytes << " B";
+      if (op.kind != OpKind::kSend && op.kind != OpKind::kCall && op.bytes > 0)
+        out << " -> " << refText(*this, op.dst);
+      if ((op.kind == OpKind::kSend || op.kind == OpKind::kCopy || op.kind == OpKind::kRecvReduce ||
+           op.kind == OpKind::kDeviceCopy) &&
+          op.bytes > 0)
         out << " from " << refText(*this, op.src);
       for (uint32_t s = op.sourceBegin; s < op.sourceEnd; ++s)
         out << (s == op.sourceBegin ? " from " : ", ") << refText(*this, sources_[s]);

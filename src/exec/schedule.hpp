@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "device/device.hpp"
 #include "loom/loom.h"
 
 namespace loom {
@@ -31,6 +32,12 @@ enum class OpKind : uint8_t {
   kRecvReduce,  // dst = reduce(src, what arrives from `peer`), element by element
   kCopy,        // dst = src
   kReduce,      // dst = reduce(sources...), in the order given
+  // On the device lane, in the order of the caller's stream: dst = src by the device's copy
+  // (copyKind names the memories; zero bytes: a marker, the point the stream has reached).
+  kDeviceCopy,
+  // Host work the schedule does not spell out (an arena algorithm on staged memory, a backend's
+  // own collective): `call` indexes the HostCalls the run is given; done when it returns.
+  kCall,
 };
 
 const char* opKindName(OpKind kind);
@@ -59,9 +66,11 @@ struct ScheduleOp {
   int32_t peer = -1;  // send and receive kinds: the peer's rank in the communicator
   BufferRef dst, src;
   uint64_t bytes = 0;
-  Reduction reduction;                      // kRecvReduce, kReduce
-  uint32_t depBegin = 0, depEnd = 0;        // Schedule::deps(), filled by finish()
-  uint32_t sourceBegin = 0, sourceEnd = 0;  // kReduce: Schedule::sources()
+  Reduction reduction;                            // kRecvReduce, kReduce
+  CopyKind copyKind = CopyKind::kDeviceToDevice;  // kDeviceCopy
+  uint32_t call = 0;                              // kCall
+  uint32_t depBegin = 0, depEnd = 0;              // Schedule::deps(), filled by finish()
+  uint32_t sourceBegin = 0, sourceEnd = 0;        // kReduce: Schedule::sources()
 };
 
 struct ScheduleDep {
@@ -70,7 +79,9 @@ struct ScheduleDep {
   bool streamed = false;  // byte by byte (see above) rather than for the whole
 };
 
-enum class LaneKind : uint8_t { kSendTo, kRecvFrom, kLocal };
+// kDevice: the device's stream (one lane): its operations are issued in order and finish in the
+// stream's order, while the host lanes go on.
+enum class LaneKind : uint8_t { kSendTo, kRecvFrom, kLocal, kDevice };
 
 struct ScheduleLane {
   LaneKind kind = LaneKind::kLocal;
@@ -80,7 +91,8 @@ struct ScheduleLane {
 
 struct ScheduleBuffer {
   const char* name = "";
-  uint64_t bytes = 0;  // what the operations may touch (setExtents, addScratch)
+  uint64_t bytes = 0;    // what the operations may touch (setExtents, addScratch)
+  bool staging = false;  // pinned host memory of the device (addStaging), else plain host memory
 };
 
 class Schedule {
@@ -102,6 +114,8 @@ class Schedule {
   BufferRef output(uint64_t offset = 0) const { return {kOutput, offset}; }
   // A scratch buffer of `bytes` (bound by the caller to memory of at least that size).
   uint16_t addScratch(const char* name, uint64_t bytes);
+  // A buffer of host memory the device copies to and from (pinned), bound by the caller.
+  uint16_t addStaging(const char* name, uint64_t bytes);
   BufferRef scratch(uint16_t buffer, uint64_t offset = 0) const { return {buffer, offset}; }
 
   // Operations; each returns its index. Zero-byte transfers are kept (they order nothing on the
@@ -115,6 +129,11 @@ class Schedule {
   // dst = reduce(sources) in the order given; `sources` are copied into the schedule.
   uint32_t reduce(BufferRef dst, const BufferRef* sources, int count, uint64_t bytes,
                   const Reduction& reduction, bool toOutput = false, int localLane = 0);
+  uint32_t deviceCopy(BufferRef dst, BufferRef src, uint64_t bytes, CopyKind kind);
+  // A point in the device's stream: what the host waits for (an input complete), or where the
+  // stream waits for the host (its later work after a host operation).
+  uint32_t deviceMarker() { return deviceCopy(output(), output(), 0, CopyKind::kDeviceToDevice); }
+  uint32_t call(uint32_t index, int localLane = 0);
   // A zero-byte local operation that is done once everything it is made to wait for is: one
   // dependency for many waiters instead of each waiting for each.
   uint32_t join(int localLane = 0) { return copy(output(), output(), 0, false, localLane); }
@@ -150,7 +169,7 @@ class Schedule {
   std::vector<ScheduleLane> lanes_;
   std::vector<uint32_t> laneOps_;
   // Building: which lane each peer's channel directions and each local number have (-1: none).
-  std::vector<int32_t> sendLane_, recvLane_, localLane_;
+  std::vector<int32_t> sendLane_, recvLane_, localLane_, deviceLane_;
   std::vector<uint32_t> laneCounts_;  // finish()'s scratch
   std::vector<ScheduleDep> depScratch_;
   bool finished_ = false;

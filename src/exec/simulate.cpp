@@ -62,7 +62,8 @@ std::string Simulator::where(int r, uint32_t index) const {
   out << "rank " << r << ", lane "
       << (lane.kind == LaneKind::kSendTo     ? "send to "
           : lane.kind == LaneKind::kRecvFrom ? "recv from "
-                                             : "local ")
+          : lane.kind == LaneKind::kLocal    ? "local "
+                                             : "device ")
       << lane.peer << ", op #" << index << " (" << opKindName(op.kind) << " " << op.bytes << " B)";
   return out.str();
 }
@@ -77,7 +78,8 @@ void Simulator::checkBounds(int r, uint32_t index) {
   if (op.bytes == 0) return;
   bool ok = true;
   if (op.kind != OpKind::kSend) ok &= inside(op.dst);
-  if (op.kind == OpKind::kSend || op.kind == OpKind::kCopy || op.kind == OpKind::kRecvReduce)
+  if (op.kind == OpKind::kSend || op.kind == OpKind::kCopy || op.kind == OpKind::kRecvReduce ||
+      op.kind == OpKind::kDeviceCopy)
     ok &= inside(op.src);
   for (uint32_t i = op.sourceBegin; i < op.sourceEnd; ++i) ok &= inside(s.sources()[i]);
   if (!ok) fail(where(r, index) + " reaches past the end of a buffer");
@@ -117,7 +119,8 @@ bool Simulator::step(int r, uint32_t index) {
   if (!ready) return false;
   if (!st.started[index] && op.bytes > 0) {
     checkBounds(r, index);
-    if (op.kind == OpKind::kCopy || op.kind == OpKind::kReduce) st.started[index] = 1;
+    if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv && op.kind != OpKind::kRecvReduce)
+      st.started[index] = 1;
   }
   uint64_t n = 0;
   if (op.kind == OpKind::kSend) {
@@ -155,10 +158,14 @@ bool Simulator::step(int r, uint32_t index) {
       }
     }
     ch.read += n;
+  } else if (op.kind == OpKind::kCall) {
+    // Host work the schedule does not spell out: done once its dependencies are.
+    st.done[index] = 1;
+    return true;
   } else {
     n = limit - pos;
     if (counted(r) && n > 0) {
-      if (op.kind == OpKind::kCopy) {
+      if (op.kind == OpKind::kCopy || op.kind == OpKind::kDeviceCopy) {
         std::memmove(at(r, op.dst) + pos, at(r, op.src) + pos, n);
       } else {
         std::vector<const void*> srcs;
