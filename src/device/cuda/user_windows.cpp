@@ -22,11 +22,13 @@ struct PartRecord {
 }  // namespace
 
 UserWindows::UserWindows(MemoryExports& exports, IpcImports& imports, int rank, int nranks,
+                         std::vector<int> process,
                          std::function<std::vector<std::string>(const std::string&)> allGather)
     : exports_(exports),
       imports_(imports),
       rank_(rank),
       nranks_(nranks),
+      process_(std::move(process)),
       allGather_(std::move(allGather)) {}
 
 UserWindows::~UserWindows() {
@@ -78,7 +80,8 @@ bool UserWindows::add(uint64_t id, void* ptr, size_t bytes, std::string& why) {
       continue;
     }
     std::string reason;
-    char* mapped = imports_.open(r.shared, &reason);
+    const bool sameProcess = !process_.empty() && process_[q] == process_[rank_];
+    char* mapped = imports_.open(r.shared, sameProcess, &reason);
     if (mapped == nullptr) {
       failure = "rank " + std::to_string(q) + "'s part could not be mapped (" + reason + ")";
       break;
