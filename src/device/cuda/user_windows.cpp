@@ -124,8 +124,12 @@ void UserWindows::remove(uint64_t id) {
     sharing_.erase(sharing_.begin() + static_cast<ptrdiff_t>(i));
     break;
   }
-  // No rank frees its part before every peer has closed its mapping of it.
-  allGather_("");
+  // No rank frees its part before every peer has closed its mapping of it. Peers of this process
+  // map nothing (they use the part's own address), so when every peer is one, nothing is waited
+  // for: one thread may deregister the windows of all its GPUs one after the other (nccl-tests).
+  bool allInProcess = !process_.empty();
+  for (int q : process_) allInProcess &= q == process_[rank_];
+  if (!allInProcess) allGather_("");
 }
 
 const UserWindow* UserWindows::find(const void* ptr, size_t bytes, size_t& offset) const {

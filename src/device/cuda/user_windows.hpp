@@ -41,7 +41,8 @@ class UserWindows {
   // peer (nothing stays open then).
   bool add(uint64_t id, void* ptr, size_t bytes, std::string& why);
   // Collective, after this rank's device work is finished: closes the peers' parts and returns
-  // once every rank has closed this rank's.
+  // once every rank has closed this rank's (at once when every peer is in this process: none maps
+  // it).
   void remove(uint64_t id);
   bool empty() const { return windows_.empty(); }
   // The window whose part holds [ptr, ptr + bytes), and ptr's offset in it; null if none.
