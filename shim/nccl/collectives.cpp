@@ -1,10 +1,15 @@
 // Collectives and point-to-point: argument checks, then Loom, or the real NCCL for what Loom does
 // not run (pre-multiplied sums on CUDA buffers or on types the host path cannot scale) and for
 // the operations LOOM_NCCL_FORCE_FALLBACK names.
+#include <cstddef>
 #include <cstring>
 #include <memory>
 
 #include "shim.hpp"
+
+#if defined(LOOM_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+#endif
 
 using namespace loom::nccl_shim;
 
@@ -72,6 +77,22 @@ void scale(const PreMulSum& op, const void* in, void* out, size_t n) {
   }
 }
 
+// The per-call config of NCCL 2.32's nccl*Config collectives (none before).
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+using CollConfig = ncclCollConfig_t;
+// The real NCCL's nccl*Config variant, where the call has a config and the library has it.
+#define LOOM_NCCL_REAL_CONFIG(fn, ...) \
+  if (config != nullptr && lib.fn##Config != nullptr) return lib.fn##Config(__VA_ARGS__, config)
+#else
+struct CollConfig;
+#define LOOM_NCCL_REAL_CONFIG(fn, ...) (void)config
+#endif
+
+// A field of the caller's per-call config, where its struct (its size) has it.
+#define LOOM_NCCL_CONFIG_FIELD(config, field, fallback)                                       \
+  ((config)->size >= offsetof(CollConfig, field) + sizeof((config)->field) ? (config)->field \
+                                                                           : (fallback))
+
 // One call: checks, the route, then submit. loomFn(loomComm, stream, const void* send, op) and
 // realFn(lib, realComm, op) run when the call is issued (now, or at ncclGroupEnd).
 struct Call {
@@ -84,12 +105,61 @@ struct Call {
   cudaStream_t stream = nullptr;
   const void* sendbuff = nullptr;
   size_t scaledElements = 0;  // elements of sendbuff a pre-multiplied sum scales
+  const CollConfig* config = nullptr;  // nccl*Config's
 };
+
+// What Loom makes of a per-call config: its event, and whether the call must go to the real NCCL
+// (an algorithm selection names NCCL's own algorithms). The tuning fields (CTAs, CGA cluster
+// size, CTA policy, vendor extensions) and the profiler tag are NCCL's and ignored.
+struct PerCall {
+  ncclResult_t refused = ncclSuccess;
+  std::string why;          // the refusal, or the reason to fall back
+  bool toReal = false;
+  cudaEvent_t event = nullptr;  // launchCompletionEvent: recorded on the stream before the call
+};
+
+PerCall readConfig(const CollConfig* config) {
+  PerCall out;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+  if (config == nullptr) return out;
+  if (config->magic != NCCL_API_MAGIC || config->size < offsetof(ncclCollConfig_t, minCTAs)) {
+    out.refused = ncclInvalidArgument;
+    out.why = "config was not initialized with NCCL_COLLCONFIG_INITIALIZER";
+    return out;
+  }
+  const char* selection = LOOM_NCCL_CONFIG_FIELD(config, algSelection, nullptr);
+  if (selection != nullptr && *selection != '\0') {
+    out.toReal = true;
+    out.why = std::string("a per-call algorithm selection (algSelection \"") + selection +
+              "\": NCCL's own algorithms)";
+  }
+  out.event = LOOM_NCCL_CONFIG_FIELD(config, launchCompletionEvent, nullptr);
+#else
+  (void)config;
+#endif
+  return out;
+}
+
+// launchCompletionEvent on Loom's route: recorded on the stream right before the call's work, as
+// NCCL records it before the launch with CUDA < 12.3 (work the event releases may run beside
+// the call's kernel, never wait for it).
+ncclResult_t recordLaunchEvent(Entry entry, cudaEvent_t event, void* stream) {
+#if defined(LOOM_HAVE_CUDA)
+  if (event == nullptr) return ncclSuccess;
+  const cudaError_t err = cudaEventRecord(event, static_cast<cudaStream_t>(stream));
+  if (err != cudaSuccess)
+    return fail(entry, ncclUnhandledCudaError,
+                std::string("launchCompletionEvent: cudaEventRecord: ") + cudaGetErrorString(err));
+#else
+  (void)entry, (void)event, (void)stream;
+#endif
+  return ncclSuccess;
+}
 
 template <typename LoomFn, typename RealFn>
 ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
   ncclResult_t error = ncclSuccess;
-  ncclComm* c = checkComm(call.entry, call.handle, &error);
+  ncclComm* c = checkReady(call.entry, call.handle, &error);
   auto refuse = [&](ncclResult_t code, const std::string& message) {
     ncclResult_t r = fail(call.entry, code, message);
     refuseInGroup(r);
@@ -101,6 +171,8 @@ ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
   }
   if (static_cast<int>(call.type) < 0 || call.type >= ncclNumTypes)
     return refuse(ncclInvalidArgument, "datatype " + std::to_string(call.type) + " is not valid");
+  const PerCall perCall = readConfig(call.config);
+  if (perCall.refused != ncclSuccess) return refuse(perCall.refused, perCall.why);
   const char* why = nullptr;
   std::string reason;
   PreMulSum preMul;
@@ -126,6 +198,7 @@ ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
     reason = std::string("LOOM_NCCL_FORCE_FALLBACK names ") + opKindName(call.kind);
     why = reason.c_str();
   }
+  if (c->loom != nullptr && why == nullptr && perCall.toReal) why = perCall.why.c_str();
   if (c->loom == nullptr || why != nullptr) {
     // Without a real NCCL the call fails now, with the reason; its communicator on the real side
     // is made when the call is issued (at ncclGroupEnd inside a group), outside any real group.
@@ -172,6 +245,7 @@ ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
   loomComm_t comm = c->loom;
   void* stream = c->onHost ? nullptr : static_cast<void*>(call.stream);
   const Entry entry = call.entry;
+  const cudaEvent_t event = c->onHost ? nullptr : perCall.event;
   if (isPreMul) {
     auto scratch =
         std::make_shared<std::vector<unsigned char>>(call.scaledElements * typeBytes(call.type));
@@ -184,14 +258,144 @@ ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
   }
   const void* send = call.sendbuff;
   const loomRedOp_t op = static_cast<loomRedOp_t>(call.op);
-  return submit(entry, c, false, nullptr,
-                [=] { return fromLoom(entry, loomFn(comm, stream, send, op)); });
+  return submit(entry, c, false, nullptr, [=] {
+    if (ncclResult_t r = recordLaunchEvent(entry, event, stream); r != ncclSuccess) return r;
+    return fromLoom(entry, loomFn(comm, stream, send, op));
+  });
 }
 
 loomDataType_t lt(ncclDataType_t type) { return static_cast<loomDataType_t>(type); }
 
 int nranksOf(ncclComm_t comm) {
   return comm != nullptr && comm->magic == ncclComm::kMagic ? comm->nranks : 0;
+}
+
+// The collectives with a per-call config variant (NCCL 2.32): each plain entry point is its
+// config variant without a config.
+ncclResult_t allReduce(Entry entry, const void* sendbuff, void* recvbuff, size_t count,
+                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                       cudaStream_t stream, const CollConfig* config) {
+  Call call{entry, OpKind::kAllReduce, comm, datatype, true, op, stream, sendbuff, count, config};
+  return run(
+      call,
+      [=](loomComm_t c, void* s, const void* send, loomRedOp_t o) {
+        return loomAllReduce(send, recvbuff, count, lt(datatype), o, c, s);
+      },
+      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t o) {
+        LOOM_NCCL_REAL_CONFIG(AllReduce, sendbuff, recvbuff, count, datatype, o, c, stream);
+        return lib.AllReduce(sendbuff, recvbuff, count, datatype, o, c, stream);
+      });
+}
+
+ncclResult_t broadcast(Entry entry, const void* sendbuff, void* recvbuff, size_t count,
+                       ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
+                       const CollConfig* config) {
+  Call call{entry, OpKind::kBroadcast, comm, datatype, false, ncclSum, stream, sendbuff, 0, config};
+  return run(
+      call,
+      [=](loomComm_t c, void* s, const void* send, loomRedOp_t) {
+        return loomBroadcast(send, recvbuff, count, lt(datatype), root, c, s);
+      },
+      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t) {
+        LOOM_NCCL_REAL_CONFIG(Broadcast, sendbuff, recvbuff, count, datatype, root, c, stream);
+        return lib.Broadcast(sendbuff, recvbuff, count, datatype, root, c, stream);
+      });
+}
+
+ncclResult_t reduce(Entry entry, const void* sendbuff, void* recvbuff, size_t count,
+                    ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                    cudaStream_t stream, const CollConfig* config) {
+  Call call{entry, OpKind::kReduce, comm, datatype, true, op, stream, sendbuff, count, config};
+  return run(
+      call,
+      [=](loomComm_t c, void* s, const void* send, loomRedOp_t o) {
+        return loomReduce(send, recvbuff, count, lt(datatype), o, root, c, s);
+      },
+      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t o) {
+        LOOM_NCCL_REAL_CONFIG(Reduce, sendbuff, recvbuff, count, datatype, o, root, c, stream);
+        return lib.Reduce(sendbuff, recvbuff, count, datatype, o, root, c, stream);
+      });
+}
+
+ncclResult_t allGather(Entry entry, const void* sendbuff, void* recvbuff, size_t sendcount,
+                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+                       const CollConfig* config) {
+  Call call{entry, OpKind::kAllGather, comm, datatype, false, ncclSum, stream, sendbuff, 0, config};
+  return run(
+      call,
+      [=](loomComm_t c, void* s, const void* send, loomRedOp_t) {
+        return loomAllGather(send, recvbuff, sendcount, lt(datatype), c, s);
+      },
+      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t) {
+        LOOM_NCCL_REAL_CONFIG(AllGather, sendbuff, recvbuff, sendcount, datatype, c, stream);
+        return lib.AllGather(sendbuff, recvbuff, sendcount, datatype, c, stream);
+      });
+}
+
+ncclResult_t reduceScatter(Entry entry, const void* sendbuff, void* recvbuff, size_t recvcount,
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream, const CollConfig* config) {
+  Call call{entry,    OpKind::kReduceScatter, comm,
+            datatype, true,                   op,
+            stream,   sendbuff,               recvcount * static_cast<size_t>(nranksOf(comm)),
+            config};
+  return run(
+      call,
+      [=](loomComm_t c, void* s, const void* send, loomRedOp_t o) {
+        return loomReduceScatter(send, recvbuff, recvcount, lt(datatype), o, c, s);
+      },
+      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t o) {
+        LOOM_NCCL_REAL_CONFIG(ReduceScatter, sendbuff, recvbuff, recvcount, datatype, o, c, stream);
+        return lib.ReduceScatter(sendbuff, recvbuff, recvcount, datatype, o, c, stream);
+      });
+}
+
+ncclResult_t allToAll(Entry entry, const void* sendbuff, void* recvbuff, size_t count,
+                      ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+                      const CollConfig* config) {
+  Call call{entry, OpKind::kAllToAll, comm, datatype, false, ncclSum, stream, sendbuff, 0, config};
+  return run(
+      call,
+      [=](loomComm_t c, void* s, const void* send, loomRedOp_t) {
+        return loomAllToAll(send, recvbuff, count, lt(datatype), c, s);
+      },
+      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t) {
+        if (lib.AlltoAll == nullptr) return ncclInvalidUsage;
+        LOOM_NCCL_REAL_CONFIG(AlltoAll, sendbuff, recvbuff, count, datatype, c, stream);
+        return lib.AlltoAll(sendbuff, recvbuff, count, datatype, c, stream);
+      });
+}
+
+ncclResult_t gather(Entry entry, const void* sendbuff, void* recvbuff, size_t count,
+                    ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
+                    const CollConfig* config) {
+  Call call{entry, OpKind::kGather, comm, datatype, false, ncclSum, stream, sendbuff, 0, config};
+  return run(
+      call,
+      [=](loomComm_t c, void* s, const void* send, loomRedOp_t) {
+        return loomGather(send, recvbuff, count, lt(datatype), root, c, s);
+      },
+      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t) {
+        if (lib.Gather == nullptr) return ncclInvalidUsage;
+        LOOM_NCCL_REAL_CONFIG(Gather, sendbuff, recvbuff, count, datatype, root, c, stream);
+        return lib.Gather(sendbuff, recvbuff, count, datatype, root, c, stream);
+      });
+}
+
+ncclResult_t scatter(Entry entry, const void* sendbuff, void* recvbuff, size_t count,
+                     ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
+                     const CollConfig* config) {
+  Call call{entry, OpKind::kScatter, comm, datatype, false, ncclSum, stream, sendbuff, 0, config};
+  return run(
+      call,
+      [=](loomComm_t c, void* s, const void* send, loomRedOp_t) {
+        return loomScatter(send, recvbuff, count, lt(datatype), root, c, s);
+      },
+      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t) {
+        if (lib.Scatter == nullptr) return ncclInvalidUsage;
+        LOOM_NCCL_REAL_CONFIG(Scatter, sendbuff, recvbuff, count, datatype, root, c, stream);
+        return lib.Scatter(sendbuff, recvbuff, count, datatype, root, c, stream);
+      });
 }
 
 }  // namespace
@@ -201,136 +405,114 @@ extern "C" {
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream) {
-  Call call{
-      Entry::kAllReduce, OpKind::kAllReduce, comm, datatype, true, op, stream, sendbuff, count};
-  return run(
-      call,
-      [=](loomComm_t c, void* s, const void* send, loomRedOp_t o) {
-        return loomAllReduce(send, recvbuff, count, lt(datatype), o, c, s);
-      },
-      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t o) {
-        return lib.AllReduce(sendbuff, recvbuff, count, datatype, o, c, stream);
-      });
+  return allReduce(Entry::kAllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream,
+                   nullptr);
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm,
                            cudaStream_t stream) {
-  Call call{Entry::kBroadcast, OpKind::kBroadcast, comm, datatype, false, ncclSum, stream,
-            sendbuff};
-  return run(
-      call,
-      [=](loomComm_t c, void* s, const void* send, loomRedOp_t) {
-        return loomBroadcast(send, recvbuff, count, lt(datatype), root, c, s);
-      },
-      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t) {
-        return lib.Broadcast(sendbuff, recvbuff, count, datatype, root, c, stream);
-      });
+  return broadcast(Entry::kBroadcast, sendbuff, recvbuff, count, datatype, root, comm, stream,
+                   nullptr);
 }
 
 ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                        cudaStream_t stream) {
-  Call call{Entry::kBcast, OpKind::kBroadcast, comm, datatype, false, ncclSum, stream, buff};
-  return run(
-      call,
-      [=](loomComm_t c, void* s, const void*, loomRedOp_t) {
-        return loomBroadcast(buff, buff, count, lt(datatype), root, c, s);
-      },
-      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t) {
-        return lib.Broadcast(buff, buff, count, datatype, root, c, stream);
-      });
+  return broadcast(Entry::kBcast, buff, buff, count, datatype, root, comm, stream, nullptr);
 }
 
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-  Call call{Entry::kReduce, OpKind::kReduce, comm, datatype, true, op, stream, sendbuff, count};
-  return run(
-      call,
-      [=](loomComm_t c, void* s, const void* send, loomRedOp_t o) {
-        return loomReduce(send, recvbuff, count, lt(datatype), o, root, c, s);
-      },
-      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t o) {
-        return lib.Reduce(sendbuff, recvbuff, count, datatype, o, root, c, stream);
-      });
+  return reduce(Entry::kReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream,
+                nullptr);
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  Call call{Entry::kAllGather, OpKind::kAllGather, comm, datatype, false, ncclSum, stream,
-            sendbuff};
-  return run(
-      call,
-      [=](loomComm_t c, void* s, const void* send, loomRedOp_t) {
-        return loomAllGather(send, recvbuff, sendcount, lt(datatype), c, s);
-      },
-      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t) {
-        return lib.AllGather(sendbuff, recvbuff, sendcount, datatype, c, stream);
-      });
+  return allGather(Entry::kAllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream,
+                   nullptr);
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream) {
-  Call call{Entry::kReduceScatter,
-            OpKind::kReduceScatter,
-            comm,
-            datatype,
-            true,
-            op,
-            stream,
-            sendbuff,
-            recvcount * static_cast<size_t>(nranksOf(comm))};
-  return run(
-      call,
-      [=](loomComm_t c, void* s, const void* send, loomRedOp_t o) {
-        return loomReduceScatter(send, recvbuff, recvcount, lt(datatype), o, c, s);
-      },
-      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t o) {
-        return lib.ReduceScatter(sendbuff, recvbuff, recvcount, datatype, o, c, stream);
-      });
+  return reduceScatter(Entry::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm,
+                       stream, nullptr);
 }
 
 ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  Call call{Entry::kAlltoAll, OpKind::kAllToAll, comm, datatype, false, ncclSum, stream, sendbuff};
-  return run(
-      call,
-      [=](loomComm_t c, void* s, const void* send, loomRedOp_t) {
-        return loomAllToAll(send, recvbuff, count, lt(datatype), c, s);
-      },
-      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t) {
-        if (lib.AlltoAll == nullptr) return ncclInvalidUsage;
-        return lib.AlltoAll(sendbuff, recvbuff, count, datatype, c, stream);
-      });
+  return allToAll(Entry::kAlltoAll, sendbuff, recvbuff, count, datatype, comm, stream, nullptr);
 }
 
 ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                         int root, ncclComm_t comm, cudaStream_t stream) {
-  Call call{Entry::kGather, OpKind::kGather, comm, datatype, false, ncclSum, stream, sendbuff};
-  return run(
-      call,
-      [=](loomComm_t c, void* s, const void* send, loomRedOp_t) {
-        return loomGather(send, recvbuff, count, lt(datatype), root, c, s);
-      },
-      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t) {
-        if (lib.Gather == nullptr) return ncclInvalidUsage;
-        return lib.Gather(sendbuff, recvbuff, count, datatype, root, c, stream);
-      });
+  return gather(Entry::kGather, sendbuff, recvbuff, count, datatype, root, comm, stream, nullptr);
 }
 
 ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  Call call{Entry::kScatter, OpKind::kScatter, comm, datatype, false, ncclSum, stream, sendbuff};
-  return run(
-      call,
-      [=](loomComm_t c, void* s, const void* send, loomRedOp_t) {
-        return loomScatter(send, recvbuff, count, lt(datatype), root, c, s);
-      },
-      [=](const RealNccl& lib, ncclComm_t c, ncclRedOp_t) {
-        if (lib.Scatter == nullptr) return ncclInvalidUsage;
-        return lib.Scatter(sendbuff, recvbuff, count, datatype, root, c, stream);
-      });
+  return scatter(Entry::kScatter, sendbuff, recvbuff, count, datatype, root, comm, stream,
+                 nullptr);
 }
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+ncclResult_t ncclAllReduceConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                 cudaStream_t stream, const ncclCollConfig_t* config) {
+  return allReduce(Entry::kAllReduceConfig, sendbuff, recvbuff, count, datatype, op, comm, stream,
+                   config);
+}
+
+ncclResult_t ncclBroadcastConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                                 cudaStream_t stream, const ncclCollConfig_t* config) {
+  return broadcast(Entry::kBroadcastConfig, sendbuff, recvbuff, count, datatype, root, comm,
+                   stream, config);
+}
+
+ncclResult_t ncclReduceConfig(const void* sendbuff, void* recvbuff, size_t count,
+                              ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                              cudaStream_t stream, const ncclCollConfig_t* config) {
+  return reduce(Entry::kReduceConfig, sendbuff, recvbuff, count, datatype, op, root, comm, stream,
+                config);
+}
+
+ncclResult_t ncclAllGatherConfig(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                 ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+                                 const ncclCollConfig_t* config) {
+  return allGather(Entry::kAllGatherConfig, sendbuff, recvbuff, sendcount, datatype, comm, stream,
+                   config);
+}
+
+ncclResult_t ncclReduceScatterConfig(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                     ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                     cudaStream_t stream, const ncclCollConfig_t* config) {
+  return reduceScatter(Entry::kReduceScatterConfig, sendbuff, recvbuff, recvcount, datatype, op,
+                       comm, stream, config);
+}
+
+ncclResult_t ncclAlltoAllConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+                                const ncclCollConfig_t* config) {
+  return allToAll(Entry::kAlltoAllConfig, sendbuff, recvbuff, count, datatype, comm, stream,
+                  config);
+}
+
+ncclResult_t ncclGatherConfig(const void* sendbuff, void* recvbuff, size_t count,
+                              ncclDataType_t datatype, int root, ncclComm_t comm,
+                              cudaStream_t stream, const ncclCollConfig_t* config) {
+  return gather(Entry::kGatherConfig, sendbuff, recvbuff, count, datatype, root, comm, stream,
+                config);
+}
+
+ncclResult_t ncclScatterConfig(const void* sendbuff, void* recvbuff, size_t count,
+                               ncclDataType_t datatype, int root, ncclComm_t comm,
+                               cudaStream_t stream, const ncclCollConfig_t* config) {
+  return scatter(Entry::kScatterConfig, sendbuff, recvbuff, count, datatype, root, comm, stream,
+                 config);
+}
+#endif
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
@@ -371,3 +553,13 @@ LOOM_NCCL_PALIAS(ncclGather)
 LOOM_NCCL_PALIAS(ncclScatter)
 LOOM_NCCL_PALIAS(ncclSend)
 LOOM_NCCL_PALIAS(ncclRecv)
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+LOOM_NCCL_PALIAS(ncclAllReduceConfig)
+LOOM_NCCL_PALIAS(ncclBroadcastConfig)
+LOOM_NCCL_PALIAS(ncclReduceConfig)
+LOOM_NCCL_PALIAS(ncclAllGatherConfig)
+LOOM_NCCL_PALIAS(ncclReduceScatterConfig)
+LOOM_NCCL_PALIAS(ncclAlltoAllConfig)
+LOOM_NCCL_PALIAS(ncclGatherConfig)
+LOOM_NCCL_PALIAS(ncclScatterConfig)
+#endif
