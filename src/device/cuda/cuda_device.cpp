@@ -55,9 +55,12 @@ DeviceScope::DeviceScope(int ordinal) {
     cudaGetLastError();
     current = -1;
   }
-  if (current == ordinal) return;
+  // Also where `ordinal` is current already: a thread that never called CUDA has device 0
+  // "current" with no context bound to it (the shim's group threads, the watchdog), and the
+  // driver API (cuMemGetAddressRange, stream memory operations) needs it bound; cudaSetDevice binds
+  // it, and costs little once it is.
   LOOM_CUDA_CHECK(cudaSetDevice(ordinal));
-  previous_ = current;
+  if (current != ordinal) previous_ = current;
 }
 
 DeviceScope::~DeviceScope() {

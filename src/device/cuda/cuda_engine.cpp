@@ -295,10 +295,9 @@ bool CudaEngine::watchContext(uint64_t tick) {
   // Cheap every time; the context's identity (a reset and a new context between two looks) now
   // and then.
   if (device_.contextAlive(tick % 256 == 0)) return true;
+  // Nothing logged here: at exit the process's static objects (the log's among them) may be
+  // destroyed already.
   contextLost_.store(true);
-  LOOM_INFO(kSubsysInit, setup_.rank, "CUDA context of device ", device_.ordinal(),
-            " is gone (cudaDeviceReset, or the runtime unloading at exit): the watchdog stops "
-            "using CUDA");
   return false;
 }
 
