@@ -5,11 +5,9 @@
 #include <cstring>
 #include <memory>
 
+#include "per_call.hpp"
 #include "shim.hpp"
 
-#if defined(LOOM_HAVE_CUDA)
-#include <cuda_runtime_api.h>
-#endif
 
 using namespace loom::nccl_shim;
 
@@ -77,21 +75,13 @@ void scale(const PreMulSum& op, const void* in, void* out, size_t n) {
   }
 }
 
-// The per-call config of NCCL 2.32's nccl*Config collectives (none before).
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
-using CollConfig = ncclCollConfig_t;
 // The real NCCL's nccl*Config variant, where the call has a config and the library has it.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
 #define LOOM_NCCL_REAL_CONFIG(fn, ...) \
   if (config != nullptr && lib.fn##Config != nullptr) return lib.fn##Config(__VA_ARGS__, config)
 #else
-struct CollConfig;
 #define LOOM_NCCL_REAL_CONFIG(fn, ...) (void)config
 #endif
-
-// A field of the caller's per-call config, where its struct (its size) has it.
-#define LOOM_NCCL_CONFIG_FIELD(config, field, fallback)                                       \
-  ((config)->size >= offsetof(CollConfig, field) + sizeof((config)->field) ? (config)->field \
-                                                                           : (fallback))
 
 // One call: checks, the route, then submit. loomFn(loomComm, stream, const void* send, op) and
 // realFn(lib, realComm, op) run when the call is issued (now, or at ncclGroupEnd).
@@ -106,55 +96,8 @@ struct Call {
   const void* sendbuff = nullptr;
   size_t scaledElements = 0;  // elements of sendbuff a pre-multiplied sum scales
   const CollConfig* config = nullptr;  // nccl*Config's
+  size_t stageBytes = 0;  // alltoall in place: its input, copied to scratch for Loom first
 };
-
-// What Loom makes of a per-call config: its event, and whether the call must go to the real NCCL
-// (an algorithm selection names NCCL's own algorithms). The tuning fields (CTAs, CGA cluster
-// size, CTA policy, vendor extensions) and the profiler tag are NCCL's and ignored.
-struct PerCall {
-  ncclResult_t refused = ncclSuccess;
-  std::string why;          // the refusal, or the reason to fall back
-  bool toReal = false;
-  cudaEvent_t event = nullptr;  // launchCompletionEvent: recorded on the stream before the call
-};
-
-PerCall readConfig(const CollConfig* config) {
-  PerCall out;
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
-  if (config == nullptr) return out;
-  if (config->magic != NCCL_API_MAGIC || config->size < offsetof(ncclCollConfig_t, minCTAs)) {
-    out.refused = ncclInvalidArgument;
-    out.why = "config was not initialized with NCCL_COLLCONFIG_INITIALIZER";
-    return out;
-  }
-  const char* selection = LOOM_NCCL_CONFIG_FIELD(config, algSelection, nullptr);
-  if (selection != nullptr && *selection != '\0') {
-    out.toReal = true;
-    out.why = std::string("a per-call algorithm selection (algSelection \"") + selection +
-              "\": NCCL's own algorithms)";
-  }
-  out.event = LOOM_NCCL_CONFIG_FIELD(config, launchCompletionEvent, nullptr);
-#else
-  (void)config;
-#endif
-  return out;
-}
-
-// launchCompletionEvent on Loom's route: recorded on the stream right before the call's work, as
-// NCCL records it before the launch with CUDA < 12.3 (work the event releases may run beside
-// the call's kernel, never wait for it).
-ncclResult_t recordLaunchEvent(Entry entry, cudaEvent_t event, void* stream) {
-#if defined(LOOM_HAVE_CUDA)
-  if (event == nullptr) return ncclSuccess;
-  const cudaError_t err = cudaEventRecord(event, static_cast<cudaStream_t>(stream));
-  if (err != cudaSuccess)
-    return fail(entry, ncclUnhandledCudaError,
-                std::string("launchCompletionEvent: cudaEventRecord: ") + cudaGetErrorString(err));
-#else
-  (void)entry, (void)event, (void)stream;
-#endif
-  return ncclSuccess;
-}
 
 template <typename LoomFn, typename RealFn>
 ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
@@ -258,6 +201,22 @@ ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
   }
   const void* send = call.sendbuff;
   const loomRedOp_t op = static_cast<loomRedOp_t>(call.op);
+  if (call.stageBytes > 0) {
+    auto scratch = std::make_shared<void*>(nullptr);
+    const bool host = c->onHost;
+    const int device = c->cudaDevice;
+    const size_t bytes = call.stageBytes;
+    return submit(
+        entry, c, false, nullptr,
+        [=] {
+          if (ncclResult_t r = recordLaunchEvent(entry, event, stream); r != ncclSuccess) return r;
+          if (ncclResult_t r = stageInput(entry, host, device, stream, send, bytes, scratch.get());
+              r != ncclSuccess)
+            return r;
+          return fromLoom(entry, loomFn(comm, stream, *scratch, op));
+        },
+        [=] { releaseStage(host, device, stream, *scratch); });
+  }
   return submit(entry, c, false, nullptr, [=] {
     if (ncclResult_t r = recordLaunchEvent(entry, event, stream); r != ncclSuccess) return r;
     return fromLoom(entry, loomFn(comm, stream, send, op));
@@ -354,6 +313,8 @@ ncclResult_t allToAll(Entry entry, const void* sendbuff, void* recvbuff, size_t 
                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
                       const CollConfig* config) {
   Call call{entry, OpKind::kAllToAll, comm, datatype, false, ncclSum, stream, sendbuff, 0, config};
+  if (sendbuff == recvbuff)
+    call.stageBytes = count * typeBytes(datatype) * static_cast<size_t>(nranksOf(comm));
   return run(
       call,
       [=](loomComm_t c, void* s, const void* send, loomRedOp_t) {

@@ -45,10 +45,11 @@ ncclResult_t firstFailure(ncclResult_t a, ncclResult_t b) {
   return a == ncclInProgress || b == ncclInProgress ? ncclInProgress : ncclSuccess;
 }
 
-ncclResult_t issueCounted(const PendingOp& op) {
+// `withAfter` false: the caller runs op.after itself, once the group around the op ended.
+ncclResult_t issueCounted(const PendingOp& op, bool withAfter = true) {
   ncclResult_t result = op.prepare ? op.prepare() : ncclSuccess;
   if (result == ncclSuccess) result = op.issue();
-  if (op.after) op.after();
+  if (withAfter && op.after) op.after();
   if (result != ncclSuccess && result != ncclInProgress) count(op.entry, Route::kError);
   return result;
 }
@@ -65,10 +66,27 @@ ncclResult_t runOps(const std::vector<const PendingOp*>& ops) {
       (op->real ? anyReal : anyLoom) = true;
   }
   if (anyLoom) {
+    // Each communicator's operations together (in their order; communicators in order of first
+    // appearance): Loom's group runs a GPU communicator's consecutive sends and receives as one
+    // kernel, so that a caller interleaving communicators (send on A, send on B, receive on A...)
+    // does not get a send kernel waiting for a receive queued behind it on the same stream. The
+    // operations of a group are concurrent: the order across communicators is the caller's only.
+    std::vector<const PendingOp*> ordered;
+    for (const PendingOp* op : ops) {
+      if (op->real || op->standalone) continue;
+      bool seen = false;
+      for (const PendingOp* o : ordered) seen |= o->comm == op->comm;
+      if (seen) continue;
+      for (const PendingOp* same : ops)
+        if (same->comm == op->comm && !same->real && !same->standalone) ordered.push_back(same);
+    }
     loomGroupStart();
-    for (const PendingOp* op : ops)
-      if (!op->real && !op->standalone) result = firstFailure(result, issueCounted(*op));
+    for (const PendingOp* op : ordered) result = firstFailure(result, issueCounted(*op, false));
     result = firstFailure(result, fromLoom(Entry::kGroupEnd, loomGroupEnd()));
+    // Loom's group issued the calls at its end: what follows them (an in-place alltoall's scratch
+    // freed in stream order) comes now.
+    for (const PendingOp* op : ordered)
+      if (op->after) op->after();
   }
   if (!anyReal) return result;
   std::vector<const PendingOp*> ready;

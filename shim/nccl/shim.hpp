@@ -151,7 +151,8 @@ ncclResult_t ensureReal(Entry entry, ncclComm* comm, const char* why, const Real
 // Runs an operation now or, inside a group, at ncclGroupEnd. loom and real ops of one group run
 // as Loom's group then the real NCCL's group. prepare (real ops, may be empty) runs first, outside
 // the real NCCL's group: it makes the communicator's real side on first need. after (may be empty)
-// runs once the real NCCL's group around the operation ended, or right after it was issued.
+// runs once the group (Loom's or the real NCCL's) around the operation ended, or right after it
+// was issued outside a group.
 ncclResult_t submit(Entry entry, ncclComm* comm, bool real, std::function<ncclResult_t()> prepare,
                     std::function<ncclResult_t()> issue, std::function<void()> after = {});
 // Runs a call that waits for the other ranks of comm (window registration) now or, inside a
