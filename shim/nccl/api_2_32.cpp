@@ -43,8 +43,9 @@ ncclResult_t onRealWindow(Entry entry, ncclWindow_t win, const char* what, ncclW
   *lib = realNccl(nullptr);
   if (r->real == nullptr || *lib == nullptr)
     return fail(entry, ncclInvalidUsage,
-                std::string(what) + " of a window of a Loom communicator: Loom does not hand "
-                                    "out such pointers (its peers' memory is its kernels' only)");
+                std::string(what) +
+                    " of a window of a Loom communicator: Loom does not hand "
+                    "out such pointers (its peers' memory is its kernels' only)");
   *real = static_cast<ncclWindow_t>(r->real);
   return ncclSuccess;
 }
@@ -53,8 +54,8 @@ ncclResult_t onRealWindow(Entry entry, ncclWindow_t win, const char* what, ncclW
 template <typename Fn, typename... Args>
 ncclResult_t callReal(Entry entry, const RealNccl& lib, Fn fn, const char* name, Args... args) {
   if (fn == nullptr)
-    return fail(entry, ncclInvalidUsage, lib.path + " (NCCL " + std::to_string(lib.version) +
-                                             ") has no " + name);
+    return fail(entry, ncclInvalidUsage,
+                lib.path + " (NCCL " + std::to_string(lib.version) + ") has no " + name);
   count(entry, Route::kNccl);
   return fromReal(entry, lib, nullptr, fn(args...));
 }
@@ -121,8 +122,8 @@ ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
   if (c == nullptr) return error;
   const RealNccl* lib = realNccl(nullptr);
   if (c->real != nullptr && lib != nullptr && lib->CommSuspend != nullptr) {
-    ncclResult_t r = callReal(entry, *lib, lib->CommSuspend, "ncclCommSuspend", realHandle(c),
-                              flags);
+    ncclResult_t r =
+        callReal(entry, *lib, lib->CommSuspend, "ncclCommSuspend", realHandle(c), flags);
     if (r != ncclSuccess) return r;
   }
   if (c->loom != nullptr) count(entry, Route::kLoom);
@@ -218,8 +219,8 @@ ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclCo
   if (c == nullptr) return error;
   const RealNccl* lib = wholeReal(entry, c, "ncclWaitSignal (one-sided)", &error);
   if (lib == nullptr) return error;
-  return callReal(entry, *lib, lib->WaitSignal, "ncclWaitSignal", nDesc, signalDescs,
-                  realHandle(c), stream);
+  return callReal(entry, *lib, lib->WaitSignal, "ncclWaitSignal", nDesc, signalDescs, realHandle(c),
+                  stream);
 }
 
 // Encryption of NCCL's TCP sockets. Loom authenticates its bootstrap (HMAC) but sends data in the
@@ -262,8 +263,8 @@ ncclResult_t ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t* prop
                 "props was not initialized with NCCL_COMM_PROPERTIES_INITIALIZER");
   const RealNccl* lib = realNccl(nullptr);
   if (c->loom == nullptr && lib != nullptr)
-    return callReal(entry, *lib, lib->CommQueryProperties, "ncclCommQueryProperties",
-                    realHandle(c), props);
+    return callReal(entry, *lib, lib->CommQueryProperties, "ncclCommQueryProperties", realHandle(c),
+                    props);
   count(entry, Route::kLoom);
   ncclCommProperties_t mine{};
   mine.rank = c->rank;
@@ -277,15 +278,14 @@ ncclResult_t ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t* prop
   mine.ginConnectionType = NCCL_GIN_CONNECTION_NONE;
   const size_t header = offsetof(ncclCommProperties_t, rank);
   const size_t upTo = std::min(props->size, sizeof(ncclCommProperties_t));
-  std::memcpy(reinterpret_cast<char*>(props) + header, reinterpret_cast<const char*>(&mine) + header,
-              upTo - header);
+  std::memcpy(reinterpret_cast<char*>(props) + header,
+              reinterpret_cast<const char*>(&mine) + header, upTo - header);
   return ncclSuccess;
 }
 
 // Pointers into a window's memory as NCCL's device API addresses it: the real NCCL's windows
 // answer; on a Loom window only the rank's own part is known (its user pointer).
-ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
-                                      void** outPtr) {
+ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void** outPtr) {
   const Entry entry = Entry::kGetDevicePointer;
   if (outPtr == nullptr) return fail(entry, ncclInvalidArgument, "outPtr is NULL");
   Registration* r = windowOf(window);
@@ -297,7 +297,8 @@ ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int pe
   }
   ncclWindow_t real = nullptr;
   const RealNccl* lib = nullptr;
-  if (ncclResult_t e = onRealWindow(entry, window, "a peer's pointer", &real, &lib); e != ncclSuccess)
+  if (ncclResult_t e = onRealWindow(entry, window, "a peer's pointer", &real, &lib);
+      e != ncclSuccess)
     return e;
   return callReal(entry, *lib, lib->GetPeerDevicePointer, "ncclGetPeerDevicePointer", real, offset,
                   peer, outPtr);

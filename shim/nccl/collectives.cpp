@@ -8,7 +8,6 @@
 #include "per_call.hpp"
 #include "shim.hpp"
 
-
 using namespace loom::nccl_shim;
 
 namespace {
@@ -94,7 +93,7 @@ struct Call {
   ncclRedOp_t op = ncclSum;
   cudaStream_t stream = nullptr;
   const void* sendbuff = nullptr;
-  size_t scaledElements = 0;  // elements of sendbuff a pre-multiplied sum scales
+  size_t scaledElements = 0;           // elements of sendbuff a pre-multiplied sum scales
   const CollConfig* config = nullptr;  // nccl*Config's
   size_t stageBytes = 0;  // alltoall in place: its input, copied to scratch for Loom first
 };
@@ -165,10 +164,10 @@ ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
       if (!isPreMul) return ncclSuccess;
       const void* scalar =
           preMul.residence == ncclScalarHostImmediate ? preMul.value.data() : preMul.scalar;
-      ncclResult_t r = fromReal(entry, *lib, c->real,
-                                lib->RedOpCreatePreMulSum(realOp.get(), const_cast<void*>(scalar),
-                                                          preMul.type, preMul.residence,
-                                                          reinterpret_cast<ncclComm_t>(c->real)));
+      ncclResult_t r = fromReal(
+          entry, *lib, c->real,
+          lib->RedOpCreatePreMulSum(realOp.get(), const_cast<void*>(scalar), preMul.type,
+                                    preMul.residence, reinterpret_cast<ncclComm_t>(c->real)));
       *made = r == ncclSuccess;
       return r;
     };
@@ -294,9 +293,15 @@ ncclResult_t allGather(Entry entry, const void* sendbuff, void* recvbuff, size_t
 ncclResult_t reduceScatter(Entry entry, const void* sendbuff, void* recvbuff, size_t recvcount,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream, const CollConfig* config) {
-  Call call{entry,    OpKind::kReduceScatter, comm,
-            datatype, true,                   op,
-            stream,   sendbuff,               recvcount * static_cast<size_t>(nranksOf(comm)),
+  Call call{entry,
+            OpKind::kReduceScatter,
+            comm,
+            datatype,
+            true,
+            op,
+            stream,
+            sendbuff,
+            recvcount * static_cast<size_t>(nranksOf(comm)),
             config};
   return run(
       call,
@@ -413,8 +418,7 @@ ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, nccl
 
 ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  return scatter(Entry::kScatter, sendbuff, recvbuff, count, datatype, root, comm, stream,
-                 nullptr);
+  return scatter(Entry::kScatter, sendbuff, recvbuff, count, datatype, root, comm, stream, nullptr);
 }
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
@@ -428,8 +432,8 @@ ncclResult_t ncclAllReduceConfig(const void* sendbuff, void* recvbuff, size_t co
 ncclResult_t ncclBroadcastConfig(const void* sendbuff, void* recvbuff, size_t count,
                                  ncclDataType_t datatype, int root, ncclComm_t comm,
                                  cudaStream_t stream, const ncclCollConfig_t* config) {
-  return broadcast(Entry::kBroadcastConfig, sendbuff, recvbuff, count, datatype, root, comm,
-                   stream, config);
+  return broadcast(Entry::kBroadcastConfig, sendbuff, recvbuff, count, datatype, root, comm, stream,
+                   config);
 }
 
 ncclResult_t ncclReduceConfig(const void* sendbuff, void* recvbuff, size_t count,

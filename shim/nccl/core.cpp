@@ -500,8 +500,8 @@ ncclResult_t ncclGroupEnd() {
   if (result != ncclSuccess) {
     // As NCCL does: a group with a refused operation is dropped as a whole (every rank refused
     // the same arguments), and its end reports the refusal.
-    const std::string why = std::string("group dropped: an operation in it failed (") +
-                            lastError() + ")";
+    const std::string why =
+        std::string("group dropped: an operation in it failed (") + lastError() + ")";
     for (const DeferredInit& init : inits) {
       if (init.comm->magic != ncclComm::kMagic) {  // a split's NOCOLOR placeholder
         delete init.comm;

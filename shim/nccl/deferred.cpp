@@ -45,9 +45,10 @@ Outcome makeLoomRanks(const std::vector<const DeferredInit*>& inits) {
     const ncclComm* c = inits[i]->comm;
     count(inits[i]->entry, Route::kLoom);
     if (c->nranks != nranks)
-      return {ncclInvalidArgument, "ncclGroupEnd: the inits of one unique id in this group give "
-                                   "nranks " + std::to_string(nranks) + " and " +
-                                       std::to_string(c->nranks)};
+      return {ncclInvalidArgument,
+              "ncclGroupEnd: the inits of one unique id in this group give "
+              "nranks " +
+                  std::to_string(nranks) + " and " + std::to_string(c->nranks)};
     ranks.push_back(c->rank);
     configs[i] = loomConfigFor(c->hasConfig ? &c->config : nullptr, c->cudaDevice, &devices[i]);
     // Made here, synchronously: a non-blocking caller sees its init done at the group's end.

@@ -125,16 +125,15 @@ ncclResult_t initRank(Entry entry, ncclComm_t* out, int nranks, const ncclUnique
 
 namespace loom::nccl_shim {
 
-ncclResult_t splitNow(Entry entry, ncclComm* parent, int color, int key,
-                      const ncclConfig_t* config, ncclComm* into, ncclComm_t* newcomm) {
+ncclResult_t splitNow(Entry entry, ncclComm* parent, int color, int key, const ncclConfig_t* config,
+                      ncclComm* into, ncclComm_t* newcomm) {
   if (parent->loom == nullptr) {
     const RealNccl* lib = realNccl(nullptr);
     count(entry, Route::kNccl);
     ncclComm_t real = nullptr;
-    ncclResult_t result =
-        fromReal(entry, *lib, parent->real,
-                 lib->CommSplit(reinterpret_cast<ncclComm_t>(parent->real), color, key, &real,
-                                const_cast<ncclConfig_t*>(config)));
+    ncclResult_t result = fromReal(entry, *lib, parent->real,
+                                   lib->CommSplit(reinterpret_cast<ncclComm_t>(parent->real), color,
+                                                  key, &real, const_cast<ncclConfig_t*>(config)));
     if ((result == ncclSuccess || result == ncclInProgress) && real != nullptr) {
       if (into != nullptr)
         adoptReal(into, *lib, real);

@@ -11,7 +11,7 @@
 namespace loom::nccl_shim {
 
 // A field of the caller's per-call config, where its struct (its size) has it.
-#define LOOM_NCCL_CONFIG_FIELD(config, field, fallback)                                       \
+#define LOOM_NCCL_CONFIG_FIELD(config, field, fallback)                                      \
   ((config)->size >= offsetof(CollConfig, field) + sizeof((config)->field) ? (config)->field \
                                                                            : (fallback))
 
@@ -51,7 +51,8 @@ ncclResult_t stageInput(Entry entry, bool host, int device, void* stream, const 
   if (device >= 0) cudaSetDevice(device);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   cudaError_t err = cudaMallocAsync(scratch, bytes, s);
-  if (err == cudaSuccess) err = cudaMemcpyAsync(*scratch, input, bytes, cudaMemcpyDeviceToDevice, s);
+  if (err == cudaSuccess)
+    err = cudaMemcpyAsync(*scratch, input, bytes, cudaMemcpyDeviceToDevice, s);
   if (previous >= 0) cudaSetDevice(previous);
   if (err != cudaSuccess)
     return fail(entry, ncclUnhandledCudaError,

@@ -131,8 +131,8 @@ ncclComm* checkReady(Entry entry, ncclComm_t comm, ncclResult_t* error);
 // each on the CUDA device that was current at its call).
 struct DeferredInit {
   Entry entry;
-  ncclComm* comm;           // the caller's handle, initState ncclInProgress
-  ncclUniqueId id{};        // init: the communicator's id
+  ncclComm* comm;              // the caller's handle, initState ncclInProgress
+  ncclUniqueId id{};           // init: the communicator's id
   ncclComm* parent = nullptr;  // split: the parent (color, key)
   int color = 0;
   int key = 0;
@@ -177,8 +177,8 @@ void adoptReal(ncclComm* c, const RealNccl& lib, ncclComm_t real);
 void deleteComm(ncclComm* c);
 // ncclCommSplit now: the child fills `into` (a handle made at the call, for a deferred split) or
 // a new handle in *newcomm; NCCL_SPLIT_NOCOLOR leaves both alone.
-ncclResult_t splitNow(Entry entry, ncclComm* parent, int color, int key,
-                      const ncclConfig_t* config, ncclComm* into, ncclComm_t* newcomm);
+ncclResult_t splitNow(Entry entry, ncclComm* parent, int color, int key, const ncclConfig_t* config,
+                      ncclComm* into, ncclComm_t* newcomm);
 
 // Loom's config for a new communicator of this process.
 loomConfig_t loomConfigFor(const ncclConfig_t* config, int cudaDevice, std::string* device);

@@ -291,8 +291,8 @@ loomResult_t loomCommInitRanksConfig(loomComm_t* comms, int count, int nranks, l
       for (int j = 0; j < i; ++j)
         LOOM_CHECK_ARG(chosen[j] != chosen[i], "rank ", chosen[i], " is given twice");
       cfgs.push_back(resolveConfig(configs != nullptr ? configs[i] : nullptr));
-      LOOM_CHECK_ARG(cfgs.back().blocking,
-                     "ranks made together are blocking: configs[", i, "] asks for non-blocking");
+      LOOM_CHECK_ARG(cfgs.back().blocking, "ranks made together are blocking: configs[", i,
+                     "] asks for non-blocking");
       announce(chosen[i]);
     }
     return initRanksTogether(comms, nranks, unpackUniqueId(commId), chosen, cfgs);
@@ -309,8 +309,8 @@ loomResult_t loomCommInitAllConfig(loomComm_t* comms, int ndev, const int* devli
       LOOM_CHECK_ARG(devlist[i] >= 0, "devlist[", i, "] = ", devlist[i], " is negative");
     CommConfig base = resolveConfig(config);
     LOOM_CHECK_ARG(base.blocking, "loomCommInitAll makes blocking communicators");
-    const bool kindGiven = config != nullptr && config->device != nullptr &&
-                           std::string(config->device) != "cuda";
+    const bool kindGiven =
+        config != nullptr && config->device != nullptr && std::string(config->device) != "cuda";
     std::vector<int> ranks;
     std::vector<CommConfig> cfgs;
     for (int i = 0; i < ndev; ++i) {

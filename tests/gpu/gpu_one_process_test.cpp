@@ -26,14 +26,14 @@ namespace {
 
 int gFailures = 0;
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
+#define CHECK(cond, ...)                                                            \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
       std::fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                       \
-      std::fprintf(stderr, "\n");                                              \
-      if (++gFailures > 20) std::exit(1);                                      \
-    }                                                                          \
+      std::fprintf(stderr, __VA_ARGS__);                                            \
+      std::fprintf(stderr, "\n");                                                   \
+      if (++gFailures > 20) std::exit(1);                                           \
+    }                                                                               \
   } while (0)
 
 void loomOk(loomResult_t r, const char* what) {
@@ -155,8 +155,10 @@ void checkDirectPeers(std::vector<Rank>& ranks) {
     const std::string want =
         "p2p (" + std::to_string(n - 1) + " peers in this process directly, 0 through CUDA IPC)";
     if (allPairs)
-      CHECK(std::strstr(text, want.c_str()) != nullptr, "rank %d does not map its peers "
-            "directly:\n%s", i, text);
+      CHECK(std::strstr(text, want.c_str()) != nullptr,
+            "rank %d does not map its peers "
+            "directly:\n%s",
+            i, text);
     else
       std::printf("rank %d: some GPUs have no peer access to each other; topology:\n%s\n", i, text);
     if (i == 0) std::printf("rank 0: %s\n", std::strstr(text, "device:"));

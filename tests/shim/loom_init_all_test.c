@@ -96,8 +96,7 @@ int main(void) {
   CHECK(loomCommInitAllConfig(comms, 2, list, &cpu) == loomInvalidArgument, "devlist for cpu");
   loomConfig_t nonBlocking = cpu;
   nonBlocking.blocking = 0;
-  CHECK(loomCommInitAllConfig(comms, 2, NULL, &nonBlocking) == loomInvalidArgument,
-        "non-blocking");
+  CHECK(loomCommInitAllConfig(comms, 2, NULL, &nonBlocking) == loomInvalidArgument, "non-blocking");
 
   /* Ranks 0 and 2 made together here, rank 1 joining on its own (another process's part). */
   loomUniqueId id;

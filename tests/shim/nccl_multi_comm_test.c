@@ -39,23 +39,23 @@ static int g_host, g_failures, g_ndev = 1;
 static int g_dev[MAX_COMMS];
 static cudaStream_t g_stream[MAX_COMMS];
 
-#define CHECK(cond, ...)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);           \
-      fprintf(stderr, __VA_ARGS__);                                                      \
-      fprintf(stderr, "\n");                                                             \
-      if (++g_failures > 20) exit(1);                                                    \
-    }                                                                                    \
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fprintf(stderr, "\n");                                                   \
+      if (++g_failures > 20) exit(1);                                          \
+    }                                                                          \
   } while (0)
-#define NCCLOK(call)                                                                       \
-  do {                                                                                     \
-    ncclResult_t r_ = (call);                                                              \
-    if (r_ != ncclSuccess) {                                                               \
-      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,                   \
-              ncclGetErrorString(r_), ncclGetLastError(NULL));                             \
-      exit(1);                                                                             \
-    }                                                                                      \
+#define NCCLOK(call)                                                                             \
+  do {                                                                                           \
+    ncclResult_t r_ = (call);                                                                    \
+    if (r_ != ncclSuccess) {                                                                     \
+      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_), \
+              ncclGetLastError(NULL));                                                           \
+      exit(1);                                                                                   \
+    }                                                                                            \
   } while (0)
 
 static void useDevice(int i) {

@@ -279,9 +279,8 @@ std::vector<NativeSelectorRow> CudaEngine::selectorRows() const {
 }
 
 std::string CudaEngine::describe() const {
-  return windows_.describe() + " windows of " +
-         std::to_string(layout_.totalBytes() >> 20) + " MiB, slot " +
-         std::to_string(layout_.slotBytes) + " B";
+  return windows_.describe() + " windows of " + std::to_string(layout_.totalBytes() >> 20) +
+         " MiB, slot " + std::to_string(layout_.slotBytes) + " B";
 }
 
 void CudaEngine::stop() {

@@ -132,7 +132,7 @@ class CudaEngine final : public NativeCollectives {
   cuda::WindowLayout layout_;
   PeerWindows windows_;
   cuda::DevComm dev_{};
-  uint64_t* counters_ = nullptr;        // device memory: sent and received sequence numbers
+  uint64_t* counters_ = nullptr;  // device memory: sent and received sequence numbers
   MappedHostMemory statusMemory_;
   cuda::DevStatus* status_ = nullptr;   // in statusMemory_: host view
   char* barrierScratch_ = nullptr;      // device memory for loomBarrier's token allreduce

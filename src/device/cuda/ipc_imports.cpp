@@ -50,10 +50,10 @@ char* IpcImports::reachInProcess(const SharedAllocation& shared, std::string& wh
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = device_;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    const CUresult r = driver_.vmm().available()
-                           ? driver_.vmm().setAccess(reinterpret_cast<CUdeviceptr>(base),
-                                                     shared.bytes, &access, 1)
-                           : CUDA_ERROR_NOT_SUPPORTED;
+    const CUresult r =
+        driver_.vmm().available()
+            ? driver_.vmm().setAccess(reinterpret_cast<CUdeviceptr>(base), shared.bytes, &access, 1)
+            : CUDA_ERROR_NOT_SUPPORTED;
     if (r != CUDA_SUCCESS) {
       why = "cuMemSetAccess for GPU " + std::to_string(device_) + ": error " + std::to_string(r);
       return nullptr;

@@ -85,7 +85,7 @@ class LocalRegistrations {
   bool usable_ = false;
   std::string why_;
   ShmSegment board_;
-  size_t pageStride_ = 0;               // bytes of a rank's page in board_, whole OS pages
+  size_t pageStride_ = 0;  // bytes of a rank's page in board_, whole OS pages
   MappedHostMemory tableMemory_;
   cuda::ImportEntry* table_ = nullptr;  // in tableMemory_
   const cuda::ImportEntry* tableOnDevice_ = nullptr;

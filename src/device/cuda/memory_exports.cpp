@@ -89,7 +89,8 @@ bool MemoryExports::shareCuMem(char* ptr, size_t bytes, char* firstBase, SharedA
     e.sizes.push_back(size);
     CUmemAllocationProp prop{};
     const bool known = vmm.getAllocationProperties(&prop, h) == CUDA_SUCCESS;
-    if (known && (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop.location.id != device_)) {
+    if (known &&
+        (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop.location.id != device_)) {
       release(e);
       why = "its cuMem memory lives on another device than the communicator's (" +
             std::to_string(device_) + ")";
