@@ -98,6 +98,88 @@ struct Call {
   size_t stageBytes = 0;  // alltoall in place: its input, copied to scratch for Loom first
 };
 
+// The real NCCL's route: its communicator made (collectively) when the call is issued, a
+// pre-multiplied sum on an op of the real NCCL made for this call.
+template <typename RealFn>
+ncclResult_t submitReal(const Call& call, ncclComm* c, const std::string& because, bool isPreMul,
+                        const PreMulSum& preMul, RealFn realFn) {
+  const Entry entry = call.entry;
+  // A pre-multiplied sum runs on an op of the real NCCL made for this call from the definition
+  // as it is now (the caller may destroy its op before a group around the call ends, as NCCL
+  // allows), and destroyed once the real group around the call ended.
+  auto realOp = std::make_shared<ncclRedOp_t>(call.op);
+  auto made = std::make_shared<bool>(false);  // prepare made *realOp
+  auto prepare = [=]() -> ncclResult_t {
+    const RealNccl* lib = realNccl(nullptr);
+    if (c->loom != nullptr) {
+      if (ncclResult_t r = ensureReal(entry, c, because.c_str(), &lib); r != ncclSuccess) return r;
+    }
+    if (!isPreMul) return ncclSuccess;
+    const void* scalar =
+        preMul.residence == ncclScalarHostImmediate ? preMul.value.data() : preMul.scalar;
+    ncclResult_t r = fromReal(
+        entry, *lib, c->real,
+        lib->RedOpCreatePreMulSum(realOp.get(), const_cast<void*>(scalar), preMul.type,
+                                  preMul.residence, reinterpret_cast<ncclComm_t>(c->real)));
+    *made = r == ncclSuccess;
+    return r;
+  };
+  auto issue = [=] {
+    const RealNccl* lib = realNccl(nullptr);
+    return fromReal(entry, *lib, c->real,
+                    realFn(*lib, reinterpret_cast<ncclComm_t>(c->real), *realOp));
+  };
+  std::function<void()> after;
+  if (isPreMul)
+    after = [=] {
+      if (*made)
+        (void)realNccl(nullptr)->RedOpDestroy(*realOp, reinterpret_cast<ncclComm_t>(c->real));
+    };
+  return submit(entry, c, true, prepare, issue, after);
+}
+
+// Loom's route: a pre-multiplied sum scaled on the host first, an in-place alltoall through
+// scratch, the per-call launch event recorded first.
+template <typename LoomFn>
+ncclResult_t submitLoom(const Call& call, ncclComm* c, const PerCall& perCall, bool isPreMul,
+                        const PreMulSum& preMul, LoomFn loomFn) {
+  loomComm_t comm = c->loom;
+  void* stream = c->onHost ? nullptr : static_cast<void*>(call.stream);
+  const Entry entry = call.entry;
+  const cudaEvent_t event = c->onHost ? nullptr : perCall.event;
+  const void* send = call.sendbuff;
+  if (isPreMul) {
+    auto scratch =
+        std::make_shared<std::vector<unsigned char>>(call.scaledElements * typeBytes(call.type));
+    const size_t n = call.scaledElements;
+    return submit(entry, c, false, nullptr, [=] {
+      scale(preMul, send, scratch->data(), n);
+      return fromLoom(entry, loomFn(comm, stream, scratch->data(), loomSum));
+    });
+  }
+  const loomRedOp_t op = static_cast<loomRedOp_t>(call.op);
+  if (call.stageBytes > 0) {
+    auto scratch = std::make_shared<void*>(nullptr);
+    const bool host = c->onHost;
+    const int device = c->cudaDevice;
+    const size_t bytes = call.stageBytes;
+    return submit(
+        entry, c, false, nullptr,
+        [=] {
+          if (ncclResult_t r = recordLaunchEvent(entry, event, stream); r != ncclSuccess) return r;
+          if (ncclResult_t r = stageInput(entry, host, device, stream, send, bytes, scratch.get());
+              r != ncclSuccess)
+            return r;
+          return fromLoom(entry, loomFn(comm, stream, *scratch, op));
+        },
+        [=] { releaseStage(host, device, stream, *scratch); });
+  }
+  return submit(entry, c, false, nullptr, [=] {
+    if (ncclResult_t r = recordLaunchEvent(entry, event, stream); r != ncclSuccess) return r;
+    return fromLoom(entry, loomFn(comm, stream, send, op));
+  });
+}
+
 template <typename LoomFn, typename RealFn>
 ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
   ncclResult_t error = ncclSuccess;
@@ -141,85 +223,15 @@ ncclResult_t run(const Call& call, LoomFn loomFn, RealFn realFn) {
     why = reason.c_str();
   }
   if (c->loom != nullptr && why == nullptr && perCall.toReal) why = perCall.why.c_str();
-  if (c->loom == nullptr || why != nullptr) {
-    // Without a real NCCL the call fails now, with the reason; its communicator on the real side
-    // is made when the call is issued (at ncclGroupEnd inside a group), outside any real group.
-    std::string missing;
-    if (realNccl(&missing) == nullptr)
-      return refuse(ncclInvalidUsage,
-                    std::string(why) + ", and there is no real NCCL to run it: " + missing);
-    const Entry entry = call.entry;
-    const std::string because = why != nullptr ? why : "";
-    // A pre-multiplied sum runs on an op of the real NCCL made for this call from the definition
-    // as it is now (the caller may destroy its op before a group around the call ends, as NCCL
-    // allows), and destroyed once the real group around the call ended.
-    auto realOp = std::make_shared<ncclRedOp_t>(call.op);
-    auto made = std::make_shared<bool>(false);  // prepare made *realOp
-    auto prepare = [=]() -> ncclResult_t {
-      const RealNccl* lib = realNccl(nullptr);
-      if (c->loom != nullptr) {
-        if (ncclResult_t r = ensureReal(entry, c, because.c_str(), &lib); r != ncclSuccess)
-          return r;
-      }
-      if (!isPreMul) return ncclSuccess;
-      const void* scalar =
-          preMul.residence == ncclScalarHostImmediate ? preMul.value.data() : preMul.scalar;
-      ncclResult_t r = fromReal(
-          entry, *lib, c->real,
-          lib->RedOpCreatePreMulSum(realOp.get(), const_cast<void*>(scalar), preMul.type,
-                                    preMul.residence, reinterpret_cast<ncclComm_t>(c->real)));
-      *made = r == ncclSuccess;
-      return r;
-    };
-    auto issue = [=] {
-      const RealNccl* lib = realNccl(nullptr);
-      return fromReal(entry, *lib, c->real,
-                      realFn(*lib, reinterpret_cast<ncclComm_t>(c->real), *realOp));
-    };
-    std::function<void()> after;
-    if (isPreMul)
-      after = [=] {
-        if (*made)
-          (void)realNccl(nullptr)->RedOpDestroy(*realOp, reinterpret_cast<ncclComm_t>(c->real));
-      };
-    return submit(entry, c, true, prepare, issue, after);
-  }
-  loomComm_t comm = c->loom;
-  void* stream = c->onHost ? nullptr : static_cast<void*>(call.stream);
-  const Entry entry = call.entry;
-  const cudaEvent_t event = c->onHost ? nullptr : perCall.event;
-  if (isPreMul) {
-    auto scratch =
-        std::make_shared<std::vector<unsigned char>>(call.scaledElements * typeBytes(call.type));
-    const void* send = call.sendbuff;
-    const size_t n = call.scaledElements;
-    return submit(entry, c, false, nullptr, [=] {
-      scale(preMul, send, scratch->data(), n);
-      return fromLoom(entry, loomFn(comm, stream, scratch->data(), loomSum));
-    });
-  }
-  const void* send = call.sendbuff;
-  const loomRedOp_t op = static_cast<loomRedOp_t>(call.op);
-  if (call.stageBytes > 0) {
-    auto scratch = std::make_shared<void*>(nullptr);
-    const bool host = c->onHost;
-    const int device = c->cudaDevice;
-    const size_t bytes = call.stageBytes;
-    return submit(
-        entry, c, false, nullptr,
-        [=] {
-          if (ncclResult_t r = recordLaunchEvent(entry, event, stream); r != ncclSuccess) return r;
-          if (ncclResult_t r = stageInput(entry, host, device, stream, send, bytes, scratch.get());
-              r != ncclSuccess)
-            return r;
-          return fromLoom(entry, loomFn(comm, stream, *scratch, op));
-        },
-        [=] { releaseStage(host, device, stream, *scratch); });
-  }
-  return submit(entry, c, false, nullptr, [=] {
-    if (ncclResult_t r = recordLaunchEvent(entry, event, stream); r != ncclSuccess) return r;
-    return fromLoom(entry, loomFn(comm, stream, send, op));
-  });
+  if (c->loom != nullptr && why == nullptr)
+    return submitLoom(call, c, perCall, isPreMul, preMul, loomFn);
+  // Without a real NCCL the call fails now, with the reason; its communicator on the real side
+  // is made when the call is issued (at ncclGroupEnd inside a group), outside any real group.
+  std::string missing;
+  if (realNccl(&missing) == nullptr)
+    return refuse(ncclInvalidUsage,
+                  std::string(why) + ", and there is no real NCCL to run it: " + missing);
+  return submitReal(call, c, why != nullptr ? why : "", isPreMul, preMul, realFn);
 }
 
 loomDataType_t lt(ncclDataType_t type) { return static_cast<loomDataType_t>(type); }

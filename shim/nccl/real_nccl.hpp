@@ -13,7 +13,11 @@
 #pragma GCC visibility push(default)
 #include <nccl.h>
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+// NCCL's device API headers define static helpers that a host file leaves unused.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
 #include <nccl_device/host.h>
+#pragma GCC diagnostic pop
 #endif
 #pragma GCC visibility pop
 
