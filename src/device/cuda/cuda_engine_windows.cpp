@@ -343,7 +343,13 @@ void CudaEngine::runCopyEngine(const cuda::ZeroCopyArgs& a, cudaStream_t stream)
 void CudaEngine::watchCopyEngine() {
   const uint64_t issued = ceIssuedNs_.load();
   if (issued == 0 || ceReleased_.load()) return;
-  if (cudaEventQuery(ceDone_) != cudaErrorNotReady) {
+  const cudaError_t done = cudaEventQuery(ceDone_);
+  if (contextGone(done)) {  // cudaDeviceReset, or the runtime unloading: nothing to watch now
+    cudaGetLastError();
+    contextLost_.store(true);
+    return;
+  }
+  if (done != cudaErrorNotReady) {
     cudaGetLastError();
     uint64_t expected = issued;  // unless a newer call was enqueued meanwhile
     ceIssuedNs_.compare_exchange_strong(expected, 0);
