@@ -132,7 +132,8 @@ loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId c
  * names the rank and the reason). The calling thread's current CUDA device is left as it was;
  * each communicator's calls run on its own device whatever the caller's current one is, and a
  * CUDA communicator's calls only enqueue work on the stream, so one thread may drive all of them.
- * (Host communicators block in each collective until every rank joined: a thread per rank.)
+ * Calls that wait for the peers on the host need a thread per rank: every collective of a host
+ * communicator, window registration, and every collective under LOOM_CHECK=2 (its exchange).
  * Peers of one process use each other's GPU memory directly (peer access, no CUDA IPC).
  * Communicators made so are blocking. */
 loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist);
