@@ -23,6 +23,7 @@ deps:
 	@scripts/install_deps.sh
 
 build: deps
+	scripts/nccl_header.sh $(BUILD)/_deps/nccl
 	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CUDA=$(CUDA) \
 	  -DLOOM_CUDA_CHECK_ONLY=$(CUDA_CHECK_ONLY) $(if $(CUDA_ARCHS),-DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS))
 	cmake --build $(BUILD) -j $(JOBS)

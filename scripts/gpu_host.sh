@@ -35,6 +35,9 @@ if [[ ${PYTHON_PACKAGE:-0} == 1 ]]; then
   python_args=(-DLOOM_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$(command -v "${PYTHON:-python3}")")
 fi
 
+# The NCCL shim's nccl.h: 2.32's where the host has none as recent (needs PyPI or LOOM_NCCL_WHEEL).
+scripts/nccl_header.sh "$build/_deps/nccl" >>"$out/logs/cmake.log" 2>&1
+
 t0=$(date +%s)
 if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CUDA=ON \
     "${gtest_args[@]}" "${python_args[@]}" >"$out/logs/cmake.log" 2>&1; then

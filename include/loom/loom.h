@@ -124,6 +124,32 @@ loomResult_t loomGetUniqueId(loomUniqueId* uniqueId);
 loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank);
 loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
                                     loomConfig_t* config);
+/* One process, several devices (as ncclCommInitAll): comms[i] becomes rank i of one new
+ * ndev-rank communicator, on CUDA device devlist[i] (devlist NULL: devices 0 .. ndev-1). The
+ * ranks are made together, a thread each (every rank's init waits for all of them, so one thread
+ * could not make them one after the other). All or nothing: when one rank fails the others give up
+ * at once, every comms[i] is NULL, and the first failure's code is returned (loomGetLastError
+ * names the rank and the reason). The calling thread's current CUDA device is left as it was;
+ * each communicator's calls run on its own device whatever the caller's current one is, and a
+ * CUDA communicator's calls only enqueue work on the stream, so one thread may drive all of them.
+ * Calls that wait for the peers on the host need a thread per rank: every collective of a host
+ * communicator, window registration, and every collective under LOOM_CHECK=2 (its exchange).
+ * Peers of one process use each other's GPU memory directly (peer access, no CUDA IPC).
+ * Communicators made so are blocking. */
+loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist);
+/* The same with a config for every rank (timeout, name, accumulation type; blocking only):
+ * config->device NULL or "cuda" puts rank i on CUDA device devlist[i] (or i); another kind puts
+ * every rank on a device of that kind: "cpu" (devlist must be NULL), or a plug-in's kind, rank i
+ * on "kind:devlist[i]" (or "kind:i"). config NULL: as loomCommInitAll. */
+loomResult_t loomCommInitAllConfig(loomComm_t* comms, int ndev, const int* devlist,
+                                   loomConfig_t* config);
+/* Several ranks of one communicator made together by this process, as NCCL makes the inits of
+ * one group (ncclGroupStart; ncclCommInitRank on each device; ncclGroupEnd): comms[i] becomes
+ * rank ranks[i] of the nranks-rank communicator commId names, with configs[i] (configs NULL, or
+ * an entry NULL: defaults). The other ranks join from other processes (or other calls) as with
+ * loomCommInitRankConfig. A thread per rank, all or nothing, as loomCommInitAll. */
+loomResult_t loomCommInitRanksConfig(loomComm_t* comms, int count, int nranks, loomUniqueId commId,
+                                     const int* ranks, loomConfig_t* const* configs);
 /* Rank, size and rendezvous from LOOM_RANK/RANK/OMPI_COMM_WORLD_RANK, WORLD_SIZE/... and
  * LOOM_COMM_ID=host:port or MASTER_ADDR:(MASTER_PORT+1); the job secret from LOOM_JOB_SECRET. */
 loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config);

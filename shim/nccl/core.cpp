@@ -29,11 +29,13 @@ struct PendingOp {
   std::function<ncclResult_t()> prepare;  // real ops: makes the real communicator if needed
   std::function<ncclResult_t()> issue;
   std::function<void()> after;  // once the real NCCL's group around it ended (or it was issued)
+  bool standalone = false;      // a Loom call outside Loom's group that waits for the peers
 };
 struct GroupState {
   int depth = 0;
   ncclResult_t firstError = ncclSuccess;  // an op refused while recording fails the group's end
   std::vector<PendingOp> ops;
+  std::vector<DeferredInit> inits;
 };
 thread_local GroupState tlsGroup;
 
@@ -43,10 +45,11 @@ ncclResult_t firstFailure(ncclResult_t a, ncclResult_t b) {
   return a == ncclInProgress || b == ncclInProgress ? ncclInProgress : ncclSuccess;
 }
 
-ncclResult_t issueCounted(const PendingOp& op) {
+// `withAfter` false: the caller runs op.after itself, once the group around the op ended.
+ncclResult_t issueCounted(const PendingOp& op, bool withAfter = true) {
   ncclResult_t result = op.prepare ? op.prepare() : ncclSuccess;
   if (result == ncclSuccess) result = op.issue();
-  if (op.after) op.after();
+  if (withAfter && op.after) op.after();
   if (result != ncclSuccess && result != ncclInProgress) count(op.entry, Route::kError);
   return result;
 }
@@ -56,17 +59,39 @@ ncclResult_t issueCounted(const PendingOp& op) {
 ncclResult_t runOps(const std::vector<const PendingOp*>& ops) {
   ncclResult_t result = ncclSuccess;
   bool anyLoom = false, anyReal = false;
-  for (const PendingOp* op : ops) (op->real ? anyReal : anyLoom) = true;
+  for (const PendingOp* op : ops) {
+    if (op->standalone)  // registrations: before the calls that may use them
+      result = firstFailure(result, issueCounted(*op));
+    else
+      (op->real ? anyReal : anyLoom) = true;
+  }
   if (anyLoom) {
+    // Each communicator's operations together (in their order; communicators in order of first
+    // appearance): Loom's group runs a GPU communicator's consecutive sends and receives as one
+    // kernel, so that a caller interleaving communicators (send on A, send on B, receive on A...)
+    // does not get a send kernel waiting for a receive queued behind it on the same stream. The
+    // operations of a group are concurrent: the order across communicators is the caller's only.
+    std::vector<const PendingOp*> ordered;
+    for (const PendingOp* op : ops) {
+      if (op->real || op->standalone) continue;
+      bool seen = false;
+      for (const PendingOp* o : ordered) seen |= o->comm == op->comm;
+      if (seen) continue;
+      for (const PendingOp* same : ops)
+        if (same->comm == op->comm && !same->real && !same->standalone) ordered.push_back(same);
+    }
     loomGroupStart();
-    for (const PendingOp* op : ops)
-      if (!op->real) result = firstFailure(result, issueCounted(*op));
+    for (const PendingOp* op : ordered) result = firstFailure(result, issueCounted(*op, false));
     result = firstFailure(result, fromLoom(Entry::kGroupEnd, loomGroupEnd()));
+    // Loom's group issued the calls at its end: what follows them (an in-place alltoall's scratch
+    // freed in stream order) comes now.
+    for (const PendingOp* op : ordered)
+      if (op->after) op->after();
   }
   if (!anyReal) return result;
   std::vector<const PendingOp*> ready;
   for (const PendingOp* op : ops) {
-    if (!op->real) continue;
+    if (!op->real || op->standalone) continue;
     ncclResult_t prepared = op->prepare ? op->prepare() : ncclSuccess;
     if (prepared != ncclSuccess) {
       count(op->entry, Route::kError);
@@ -86,6 +111,46 @@ ncclResult_t runOps(const std::vector<const PendingOp*>& ops) {
   result = firstFailure(result, fromReal(Entry::kGroupEnd, *lib, nullptr, lib->GroupEnd()));
   for (const PendingOp* op : ready)
     if (op->after) op->after();
+  return result;
+}
+
+// One thread runs the group; or one thread per communicator when it holds several and some
+// part of it blocks its thread until the other ranks joined: a host collective (ncclCommInitAll in
+// host mode), a window registration, every collective under LOOM_CHECK=2 (its fingerprint
+// exchange), or making a real NCCL communicator.
+ncclResult_t runGroup(const std::vector<PendingOp>& ops) {
+  std::vector<ncclComm*> comms;
+  bool blocks = env::loomCheck() >= 2;
+  for (const PendingOp& op : ops) {
+    blocks |= op.comm->onHost || op.standalone;
+    bool known = false;
+    for (ncclComm* c : comms) known |= c == op.comm;
+    if (!known) comms.push_back(op.comm);
+  }
+  ncclResult_t result = ncclSuccess;
+  if (!blocks || comms.size() < 2) {
+    std::vector<const PendingOp*> all;
+    for (const PendingOp& op : ops) all.push_back(&op);
+    return runOps(all);
+  }
+  std::vector<ncclResult_t> results(comms.size(), ncclSuccess);
+  std::vector<std::string> messages(comms.size());
+  std::vector<std::thread> threads;
+  for (size_t c = 0; c < comms.size(); ++c) {
+    threads.emplace_back([&, c] {
+      std::vector<const PendingOp*> mine;
+      for (const PendingOp& op : ops)
+        if (op.comm == comms[c]) mine.push_back(&op);
+      results[c] = runOps(mine);
+      messages[c] = lastError();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t c = 0; c < comms.size(); ++c) {
+    if (results[c] != ncclSuccess && results[c] != ncclInProgress && result == ncclSuccess)
+      setLastError(messages[c]);
+    result = firstFailure(result, results[c]);
+  }
   return result;
 }
 
@@ -121,8 +186,13 @@ ncclResult_t fromLoom(Entry, loomResult_t result) {
     case loomInvalidUsage:
       return ncclInvalidUsage;
     case loomRemoteError:
-    case loomTimeout:  // peers did not come in time: NCCL reports a remote failure
       return ncclRemoteError;
+    case loomTimeout:
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+      return ncclTimeout;  // NCCL's own code for it since 2.30
+#else
+      return ncclRemoteError;  // before 2.30 NCCL reports peers that did not come as remote
+#endif
     default:
       return ncclInternalError;
   }
@@ -269,6 +339,33 @@ ncclComm* checkComm(Entry entry, ncclComm_t comm, ncclResult_t* error) {
   return nullptr;
 }
 
+ncclComm* checkReady(Entry entry, ncclComm_t comm, ncclResult_t* error) {
+  ncclComm* c = checkComm(entry, comm, error);
+  if (c == nullptr) return nullptr;
+  const ncclResult_t state = c->initState.load();
+  if (state == ncclSuccess) {
+    if (!c->suspended.load()) return c;
+    *error = fail(entry, ncclInvalidUsage, "the communicator is suspended (ncclCommSuspend)");
+    return nullptr;
+  }
+  if (state == ncclInProgress) {
+    // As in NCCL: an init and the calls on its communicator do not go in one group.
+    *error = fail(entry, ncclInvalidUsage,
+                  "the communicator is made at the end of the group its init was called in; "
+                  "call this after that ncclGroupEnd");
+  } else {
+    *error = fail(entry, state, "the communicator's init failed: " + c->initError);
+  }
+  return nullptr;
+}
+
+bool deferInit(const DeferredInit& init) {
+  if (tlsGroup.depth == 0) return false;
+  init.comm->initState.store(ncclInProgress);
+  tlsGroup.inits.push_back(init);
+  return true;
+}
+
 ncclResult_t ensureReal(Entry entry, ncclComm* comm, const char* why, const RealNccl** lib) {
   std::string missing;
   *lib = realNccl(&missing);
@@ -350,6 +447,15 @@ ncclResult_t submit(Entry entry, ncclComm* comm, bool real, std::function<ncclRe
   return ncclSuccess;
 }
 
+ncclResult_t submitCollectiveCall(Entry entry, ncclComm* comm,
+                                  std::function<ncclResult_t()> issue) {
+  PendingOp op{entry, comm, false, {}, std::move(issue), {}};
+  op.standalone = true;
+  if (tlsGroup.depth == 0) return issueCounted(op);
+  tlsGroup.ops.push_back(std::move(op));
+  return ncclSuccess;
+}
+
 size_t typeBytes(ncclDataType_t type) {
   switch (type) {
     case ncclInt8:
@@ -387,51 +493,35 @@ ncclResult_t ncclGroupEnd() {
   count(Entry::kGroupEnd, Route::kLoom);
   if (--tlsGroup.depth > 0) return ncclSuccess;
   std::vector<PendingOp> ops = std::move(tlsGroup.ops);
+  std::vector<DeferredInit> inits = std::move(tlsGroup.inits);
   tlsGroup.ops.clear();
+  tlsGroup.inits.clear();
   ncclResult_t result = std::exchange(tlsGroup.firstError, ncclSuccess);
   if (result != ncclSuccess) {
     // As NCCL does: a group with a refused operation is dropped as a whole (every rank refused
     // the same arguments), and its end reports the refusal.
-    setLastError(std::string("group dropped: an operation in it failed (") + lastError() + ")");
+    const std::string why =
+        std::string("group dropped: an operation in it failed (") + lastError() + ")";
+    for (const DeferredInit& init : inits) {
+      if (init.comm->magic != ncclComm::kMagic) {  // a split's NOCOLOR placeholder
+        delete init.comm;
+        continue;
+      }
+      init.comm->initError = why;
+      init.comm->initState.store(result);
+    }
+    setLastError(why);
     return result;
   }
-
-  // One thread runs the group; or, when it holds host communicators of several ranks of this
-  // process (ncclCommInitAll in host mode), one thread per communicator, since a host collective
-  // (and making a real NCCL communicator) blocks its thread until every rank has joined.
-  std::vector<ncclComm*> comms;
-  bool hostComms = false;
-  for (const PendingOp& op : ops) {
-    hostComms |= op.comm->onHost;
-    bool known = false;
-    for (ncclComm* c : comms) known |= c == op.comm;
-    if (!known) comms.push_back(op.comm);
-  }
-  if (hostComms && comms.size() > 1) {
-    std::vector<ncclResult_t> results(comms.size(), ncclSuccess);
-    std::vector<std::string> messages(comms.size());
-    std::vector<std::thread> threads;
-    for (size_t c = 0; c < comms.size(); ++c) {
-      threads.emplace_back([&, c] {
-        std::vector<const PendingOp*> mine;
-        for (const PendingOp& op : ops)
-          if (op.comm == comms[c]) mine.push_back(&op);
-        results[c] = runOps(mine);
-        messages[c] = lastError();
-      });
+  // The group's inits first, all together (NCCL's deferred inits): each waits for its peers.
+  if (!inits.empty()) {
+    result = makeDeferred(std::move(inits));
+    if (result != ncclSuccess) {
+      for (const PendingOp& op : ops) count(op.entry, Route::kError);
+      return result;
     }
-    for (std::thread& t : threads) t.join();
-    for (size_t c = 0; c < comms.size(); ++c) {
-      if (results[c] != ncclSuccess && results[c] != ncclInProgress && result == ncclSuccess)
-        setLastError(messages[c]);
-      result = firstFailure(result, results[c]);
-    }
-  } else {
-    std::vector<const PendingOp*> all;
-    for (const PendingOp& op : ops) all.push_back(&op);
-    result = firstFailure(result, runOps(all));
   }
-  return result;
+  return runGroup(ops);
 }
 
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
@@ -446,6 +536,15 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   if (--tlsGroup.depth == 0) {
     tlsGroup.ops.clear();
     tlsGroup.firstError = ncclSuccess;
+    for (const DeferredInit& init : tlsGroup.inits) {
+      if (init.comm->magic != ncclComm::kMagic) {  // a split's NOCOLOR placeholder
+        delete init.comm;
+        continue;
+      }
+      init.comm->initError = "its group ended with ncclGroupSimulateEnd, which makes nothing";
+      init.comm->initState.store(ncclInvalidUsage);
+    }
+    tlsGroup.inits.clear();
   }
   simInfo->estimatedTime = NCCL_UNDEF_FLOAT;
   return ncclSuccess;

@@ -23,6 +23,20 @@ Allocator allocator() {
   return Allocator::kCuda;
 }
 
+}  // namespace
+
+// The device API's types where nccl.h's release declares them (2.32's nccl_device/host.h); the
+// same C ABI (pointers) before.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+using DevCommRequirements = ncclDevCommRequirements_t;
+using DevComm = ncclDevComm_t;
+#else
+using DevCommRequirements = void;
+using DevComm = void;
+#endif
+
+namespace {
+
 Registration* checkRegistration(void* handle) {
   auto* r = static_cast<Registration*>(handle);
   return r != nullptr && r->magic == Registration::kMagic ? r : nullptr;
@@ -162,7 +176,7 @@ ncclResult_t ncclMemFree(void* ptr) {
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   const Entry entry = Entry::kCommRegister;
   ncclResult_t error = ncclSuccess;
-  ncclComm* c = checkComm(entry, comm, &error);
+  ncclComm* c = checkReady(entry, comm, &error);
   if (c == nullptr) return error;
   if (handle == nullptr) return fail(entry, ncclInvalidArgument, "handle is NULL");
   if (buff == nullptr && size > 0) return fail(entry, ncclInvalidArgument, "buff is NULL");
@@ -200,7 +214,7 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, vo
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   const Entry entry = Entry::kCommDeregister;
   ncclResult_t error = ncclSuccess;
-  ncclComm* c = checkComm(entry, comm, &error);
+  ncclComm* c = checkReady(entry, comm, &error);
   if (c == nullptr) return error;
   Registration* r = checkRegistration(handle);
   if (r == nullptr) return fail(entry, ncclInvalidArgument, "handle is not a registration");
@@ -227,13 +241,14 @@ ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, nc
                                     int winFlags) {
   const Entry entry = Entry::kCommWindowRegister;
   ncclResult_t error = ncclSuccess;
-  ncclComm* c = checkComm(entry, comm, &error);
+  ncclComm* c = checkReady(entry, comm, &error);
   if (c == nullptr) return error;
   if (win == nullptr) return fail(entry, ncclInvalidArgument, "win is NULL");
   if (buff == nullptr && size > 0) return fail(entry, ncclInvalidArgument, "buff is NULL");
   auto* r = new Registration;
   r->buffer = buff;
   r->bytes = size;
+  r->rank = c->rank;
   if (c->loom == nullptr) {
     const RealNccl* lib = realNccl(nullptr);
     count(entry, Route::kNccl);
@@ -249,9 +264,14 @@ ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, nc
   } else {
     static_assert(NCCL_WIN_COLL_SYMMETRIC == LOOM_WIN_COLL_SYMMETRIC);
     count(entry, Route::kLoom);
-    ncclResult_t result =
-        fromLoom(entry, loomCommWindowRegister(c->loom, buff, size, &r->window,
-                                               winFlags & NCCL_WIN_COLL_SYMMETRIC));
+    // Collective: every rank registers together. Inside a group it runs at the group's end, each
+    // communicator's on a thread of its own (nccl-tests registers every GPU's buffers from one
+    // thread in one group); the handle is valid at once, its window there after ncclGroupEnd.
+    loomComm_t loom = c->loom;
+    const int flags = winFlags & NCCL_WIN_COLL_SYMMETRIC;
+    ncclResult_t result = submitCollectiveCall(entry, c, [=]() {
+      return fromLoom(entry, loomCommWindowRegister(loom, buff, size, &r->window, flags));
+    });
     if (result != ncclSuccess) {
       delete r;
       return result;
@@ -264,7 +284,7 @@ ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, nc
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   const Entry entry = Entry::kCommWindowDeregister;
   ncclResult_t error = ncclSuccess;
-  ncclComm* c = checkComm(entry, comm, &error);
+  ncclComm* c = checkReady(entry, comm, &error);
   if (c == nullptr) return error;
   Registration* r = checkRegistration(win);
   if (r == nullptr) return fail(entry, ncclInvalidArgument, "win is not a window of this library");
@@ -276,9 +296,18 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
                       lib->CommWindowDeregister(reinterpret_cast<ncclComm_t>(c->real),
                                                 static_cast<ncclWindow_t>(r->real)));
   } else {
+    // Collective on Loom (no rank unmaps a part before every peer is done with it): inside a
+    // group at the group's end, each communicator's on a thread of its own, as registration.
     count(entry, Route::kLoom);
-    if (r->window != nullptr)
-      result = fromLoom(entry, loomCommWindowDeregister(c->loom, r->window));
+    loomComm_t loom = c->loom;
+    result = submitCollectiveCall(entry, c, [=]() {
+      ncclResult_t done = ncclSuccess;
+      if (r->window != nullptr) done = fromLoom(entry, loomCommWindowDeregister(loom, r->window));
+      r->magic = 0;
+      delete r;
+      return done;
+    });
+    return result;
   }
   r->magic = 0;
   delete r;
@@ -287,12 +316,11 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
 
 // NCCL's device API (nccl_device.h): kernels that reach peers through an ncclDevComm. Loom has
 // no device API, so these run on the real NCCL's communicator of comm (made on first need).
-__attribute__((visibility("default"))) ncclResult_t ncclDevCommCreate(ncclComm_t comm,
-                                                                      const void* requirements,
-                                                                      void* devComm) {
+__attribute__((visibility("default"))) ncclResult_t ncclDevCommCreate(
+    ncclComm_t comm, const DevCommRequirements* requirements, DevComm* devComm) {
   const Entry entry = Entry::kDevCommCreate;
   ncclResult_t error = ncclSuccess;
-  ncclComm* c = checkComm(entry, comm, &error);
+  ncclComm* c = checkReady(entry, comm, &error);
   if (c == nullptr) return error;
   const RealNccl* lib = realNccl(nullptr);
   if (c->loom != nullptr) {
@@ -307,10 +335,10 @@ __attribute__((visibility("default"))) ncclResult_t ncclDevCommCreate(ncclComm_t
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclDevCommDestroy(ncclComm_t comm,
-                                                                       const void* devComm) {
+                                                                       const DevComm* devComm) {
   const Entry entry = Entry::kDevCommDestroy;
   ncclResult_t error = ncclSuccess;
-  ncclComm* c = checkComm(entry, comm, &error);
+  ncclComm* c = checkReady(entry, comm, &error);
   if (c == nullptr) return error;
   const RealNccl* lib = realNccl(nullptr);
   if (c->real == nullptr || lib == nullptr || lib->DevCommDestroy == nullptr)

@@ -24,6 +24,10 @@ ncclResult_t checkConfig(Entry entry, const ncclConfig_t* config) {
   return ncclSuccess;
 }
 
+}  // namespace
+
+namespace loom::nccl_shim {
+
 ncclComm* newComm(int nranks, int rank, int cudaDevice, const ncclConfig_t* config) {
   auto* c = new ncclComm;
   c->onHost = hostMode();
@@ -39,23 +43,15 @@ ncclComm* newComm(int nranks, int rank, int cudaDevice, const ncclConfig_t* conf
   return c;
 }
 
-void deleteComm(ncclComm* c) {
-  setReal(c, nullptr);
-  c->magic = 0;  // a later call with this handle is refused rather than trusted
-  delete c;
-}
-
-// A communicator of the real NCCL as a whole.
 ncclComm* wrapReal(const RealNccl& lib, ncclComm_t real, const ncclConfig_t* config) {
-  int nranks = 0, rank = 0, device = -1;
-  if (lib.CommCount != nullptr) lib.CommCount(real, &nranks);
-  if (lib.CommUserRank != nullptr) lib.CommUserRank(real, &rank);
-  if (lib.CommCuDevice != nullptr) lib.CommCuDevice(real, &device);
-  ncclComm* c = newComm(nranks, rank, device, config);
-  c->cudaDevice = device;
-  setReal(c, reinterpret_cast<RealComm*>(real));
+  ncclComm* c = newComm(0, 0, -1, config);
+  adoptReal(c, lib, real);
   return c;
 }
+
+}  // namespace loom::nccl_shim
+
+namespace {
 
 const RealNccl* wholeLibrary(Entry entry, const std::string& why, ncclResult_t* error) {
   std::string missing;
@@ -80,6 +76,18 @@ ncclResult_t initRank(Entry entry, ncclComm_t* out, int nranks, const ncclUnique
                 "rank " + std::to_string(rank) + " is not in [0, " + std::to_string(nranks) + ")");
   if (ncclResult_t bad = checkConfig(entry, config); bad != ncclSuccess) return bad;
   std::string why;
+  if (groupDepth() > 0) {
+    // As NCCL: made at the group's end together with the group's other inits (one thread may
+    // make every rank of a communicator, each init waiting for all of them).
+    if (wholeFallback(&why)) {
+      ncclResult_t error = ncclSuccess;
+      if (wholeLibrary(entry, why, &error) == nullptr) return error;
+    }
+    ncclComm* c = newComm(nranks, rank, cudaDevice, config);
+    deferInit(DeferredInit{entry, c, id});
+    *out = c;
+    return ncclSuccess;
+  }
   if (wholeFallback(&why)) {
     ncclResult_t error = ncclSuccess;
     const RealNccl* lib = wholeLibrary(entry, why, &error);
@@ -114,6 +122,68 @@ ncclResult_t initRank(Entry entry, ncclComm_t* out, int nranks, const ncclUnique
 }
 
 }  // namespace
+
+namespace loom::nccl_shim {
+
+ncclResult_t splitNow(Entry entry, ncclComm* parent, int color, int key, const ncclConfig_t* config,
+                      ncclComm* into, ncclComm_t* newcomm) {
+  if (parent->loom == nullptr) {
+    const RealNccl* lib = realNccl(nullptr);
+    count(entry, Route::kNccl);
+    ncclComm_t real = nullptr;
+    ncclResult_t result = fromReal(entry, *lib, parent->real,
+                                   lib->CommSplit(reinterpret_cast<ncclComm_t>(parent->real), color,
+                                                  key, &real, const_cast<ncclConfig_t*>(config)));
+    if ((result == ncclSuccess || result == ncclInProgress) && real != nullptr) {
+      if (into != nullptr)
+        adoptReal(into, *lib, real);
+      else
+        *newcomm = wrapReal(*lib, real, config);
+    }
+    return result;
+  }
+  std::string device;
+  loomConfig_t cfg = loomConfigFor(config, parent->cudaDevice, &device);
+  cfg.device = nullptr;  // the parent's device, as NCCL's children keep the parent's GPU
+  cfg.blocking = 1;      // Loom splits blocking; a non-blocking caller sees it done at once
+  count(entry, Route::kLoom);
+  loomComm_t child = nullptr;
+  ncclResult_t result = fromLoom(entry, loomCommSplit(parent->loom, color, key, &child, &cfg));
+  if (result != ncclSuccess) {
+    count(entry, Route::kError);
+    return result;
+  }
+  if (child == nullptr) return ncclSuccess;  // NCCL_SPLIT_NOCOLOR
+  int nranks = 0, rank = 0;
+  loomCommCount(child, &nranks);
+  loomCommUserRank(child, &rank);
+  ncclComm* c = into;
+  if (c == nullptr) {
+    c = newComm(nranks, rank, parent->cudaDevice,
+                config != nullptr ? config : (parent->hasConfig ? &parent->config : nullptr));
+    c->onHost = parent->onHost;
+    *newcomm = c;
+  }
+  c->nranks = nranks;
+  c->rank = rank;
+  c->loom = child;
+  return ncclSuccess;
+}
+
+void adoptReal(ncclComm* c, const RealNccl& lib, ncclComm_t real) {
+  if (lib.CommCount != nullptr) lib.CommCount(real, &c->nranks);
+  if (lib.CommUserRank != nullptr) lib.CommUserRank(real, &c->rank);
+  if (lib.CommCuDevice != nullptr) lib.CommCuDevice(real, &c->cudaDevice);
+  setReal(c, reinterpret_cast<RealComm*>(real));
+}
+
+void deleteComm(ncclComm* c) {
+  setReal(c, nullptr);
+  c->magic = 0;  // a later call with this handle is refused rather than trusted
+  delete c;
+}
+
+}  // namespace loom::nccl_shim
 
 extern "C" {
 
@@ -158,7 +228,7 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myran
   if (nId < 1 || commIds == nullptr)
     return fail(entry, ncclInvalidArgument, "nId must be >= 1 with commIds non-NULL");
   std::string why;
-  if (wholeFallback(&why)) {
+  if (wholeFallback(&why) && groupDepth() == 0) {
     if (newcomm == nullptr) return fail(entry, ncclInvalidArgument, "newcomm is NULL");
     ncclResult_t error = ncclSuccess;
     const RealNccl* lib = wholeLibrary(entry, why, &error);
@@ -195,36 +265,23 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
     for (int i = 0; i < ndev; ++i) comms[i] = wrapReal(*lib, real[i], nullptr);
     return ncclSuccess;
   }
-  for (int i = 0; i < ndev; ++i) {
-    comms[i] = nullptr;
-    if (devlist != nullptr && devlist[i] < 0)
-      return fail(entry, ncclInvalidArgument, "devlist[" + std::to_string(i) + "] is negative");
+  for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+  // One rank per device in this process, made together (Loom's loomCommInitAll: a thread per
+  // rank, all or nothing).
+  std::vector<loomComm_t> made(ndev, nullptr);
+  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+  if (hostMode()) cfg.device = "cpu";
+  count(entry, Route::kLoom);
+  ncclResult_t result = fromLoom(
+      entry, loomCommInitAllConfig(made.data(), ndev, hostMode() ? nullptr : devlist, &cfg));
+  if (result != ncclSuccess) {
+    count(entry, Route::kError);
+    return result;
   }
-  // One rank per device in this process: each rank's init waits for the others, so each runs
-  // on its own thread.
-  loomUniqueId loomId;
-  if (ncclResult_t r = fromLoom(entry, loomGetUniqueId(&loomId)); r != ncclSuccess) return r;
-  ncclUniqueId id;
-  std::memcpy(&id, &loomId, sizeof(id));
-  std::vector<ncclResult_t> results(ndev, ncclSuccess);
-  std::vector<std::string> messages(ndev);
-  std::vector<std::thread> threads;
   for (int i = 0; i < ndev; ++i) {
-    threads.emplace_back([&, i] {
-      results[i] =
-          initRank(entry, &comms[i], ndev, id, i, nullptr, devlist != nullptr ? devlist[i] : i);
-      messages[i] = lastError();
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (int i = 0; i < ndev; ++i) {
-    if (results[i] == ncclSuccess) continue;
-    for (int j = 0; j < ndev; ++j) {
-      if (comms[j] != nullptr) ncclCommDestroy(comms[j]);
-      comms[j] = nullptr;
-    }
-    setLastError(messages[i]);
-    return results[i];
+    ncclComm* c = newComm(ndev, i, devlist != nullptr ? devlist[i] : i, nullptr);
+    c->loom = made[i];
+    comms[i] = c;
   }
   return ncclSuccess;
 }
@@ -233,53 +290,41 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
                            ncclConfig_t* config) {
   const Entry entry = Entry::kCommSplit;
   ncclResult_t error = ncclSuccess;
-  ncclComm* parent = checkComm(entry, comm, &error);
+  ncclComm* parent = checkReady(entry, comm, &error);
   if (parent == nullptr) return error;
   if (newcomm == nullptr) return fail(entry, ncclInvalidArgument, "newcomm is NULL");
   *newcomm = nullptr;
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
     return fail(entry, ncclInvalidArgument, "color " + std::to_string(color) + " is negative");
   if (ncclResult_t bad = checkConfig(entry, config); bad != ncclSuccess) return bad;
-  if (parent->loom == nullptr) {
-    const RealNccl* lib = realNccl(nullptr);
-    count(entry, Route::kNccl);
-    ncclComm_t real = nullptr;
-    ncclResult_t result = fromReal(
-        entry, *lib, parent->real,
-        lib->CommSplit(reinterpret_cast<ncclComm_t>(parent->real), color, key, &real, config));
-    if ((result == ncclSuccess || result == ncclInProgress) && real != nullptr)
-      *newcomm = wrapReal(*lib, real, config);
-    return result;
+  if (groupDepth() > 0) {
+    // Made at the group's end, with the group's other splits and inits (one thread may split the
+    // communicators of every GPU of its process, each split waiting for all ranks). A rank
+    // without a color still takes part then; its handle is NULL at once, as NCCL's.
+    ncclComm* c = nullptr;
+    if (color != NCCL_SPLIT_NOCOLOR) {
+      c = newComm(0, 0, parent->cudaDevice,
+                  config != nullptr ? config : (parent->hasConfig ? &parent->config : nullptr));
+      c->onHost = parent->onHost;
+    }
+    DeferredInit init{entry, c, {}, parent, color, key};
+    if (c == nullptr) {
+      // Nothing to hand back: a placeholder handle carries the participation, freed once made.
+      init.comm = newComm(0, 0, parent->cudaDevice, nullptr);
+      init.comm->magic = 0;
+    }
+    deferInit(init);
+    *newcomm = c;
+    return ncclSuccess;
   }
-  std::string device;
-  loomConfig_t cfg = loomConfigFor(config, parent->cudaDevice, &device);
-  cfg.device = nullptr;  // the parent's device, as NCCL's children keep the parent's GPU
-  cfg.blocking = 1;      // Loom splits blocking; a non-blocking caller sees it done at once
-  count(entry, Route::kLoom);
-  loomComm_t child = nullptr;
-  ncclResult_t result = fromLoom(entry, loomCommSplit(parent->loom, color, key, &child, &cfg));
-  if (result != ncclSuccess) {
-    count(entry, Route::kError);
-    return result;
-  }
-  if (child == nullptr) return ncclSuccess;  // NCCL_SPLIT_NOCOLOR
-  int nranks = 0, rank = 0;
-  loomCommCount(child, &nranks);
-  loomCommUserRank(child, &rank);
-  ncclComm* c =
-      newComm(nranks, rank, parent->cudaDevice,
-              config != nullptr ? config : (parent->hasConfig ? &parent->config : nullptr));
-  c->onHost = parent->onHost;
-  c->loom = child;
-  *newcomm = c;
-  return ncclSuccess;
+  return splitNow(entry, parent, color, key, config, nullptr, newcomm);
 }
 
 ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                             ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   const Entry entry = Entry::kCommShrink;
   ncclResult_t error = ncclSuccess;
-  ncclComm* parent = checkComm(entry, comm, &error);
+  ncclComm* parent = checkReady(entry, comm, &error);
   if (parent == nullptr) return error;
   if (newcomm == nullptr) return fail(entry, ncclInvalidArgument, "newcomm is NULL");
   *newcomm = nullptr;
@@ -317,6 +362,10 @@ ncclResult_t endComm(Entry entry, ncclComm_t comm, loomResult_t (*loomEnd)(loomC
   ncclResult_t error = ncclSuccess;
   ncclComm* c = checkComm(entry, comm, &error);
   if (c == nullptr) return error;
+  if (c->initState.load() == ncclInProgress)
+    return fail(entry, ncclInvalidUsage,
+                "the communicator is made at the end of the group its init was called in; end "
+                "that group first");
   ncclResult_t result = ncclSuccess;
   if (c->loom != nullptr) {
     count(entry, Route::kLoom);
@@ -352,7 +401,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   const Entry entry = Entry::kCommRevoke;
   ncclResult_t error = ncclSuccess;
-  ncclComm* c = checkComm(entry, comm, &error);
+  ncclComm* c = checkReady(entry, comm, &error);
   if (c == nullptr) return error;
   const RealNccl* lib = realNccl(nullptr);
   if (c->loom != nullptr || lib == nullptr || lib->CommRevoke == nullptr)
@@ -373,6 +422,14 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   ncclComm* c = checkComm(entry, comm, &error);
   if (c == nullptr) return error;
   if (asyncError == nullptr) return fail(entry, ncclInvalidArgument, "asyncError is NULL");
+  // As NCCL's: a communicator whose init is still to come reports it in progress, one whose
+  // deferred init failed reports that failure.
+  if (const ncclResult_t state = c->initState.load(); state != ncclSuccess) {
+    count(entry, Route::kLoom);
+    if (state != ncclInProgress) setLastError(c->initError);
+    *asyncError = state;
+    return ncclSuccess;
+  }
   *asyncError = ncclSuccess;
   if (c->loom != nullptr) {
     count(entry, Route::kLoom);
@@ -443,6 +500,10 @@ const char* ncclGetErrorString(ncclResult_t result) {
       return "remote process exited, failed or did not come in time";
     case ncclInProgress:
       return "NCCL operation in progress";
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+    case ncclTimeout:
+      return "timeout: peers did not come in time";
+#endif
     default:
       return "unknown result code";
   }

@@ -117,6 +117,7 @@ std::string tryLoad(const std::string& path, const std::string& self, RealNccl* 
   loaded.path = path;
 #define LOOM_NCCL_REAL_RESOLVE(name) resolve(handle, "nccl" #name, &loaded.name);
   LOOM_NCCL_REAL_FUNCTIONS(LOOM_NCCL_REAL_RESOLVE)
+  LOOM_NCCL_REAL_FUNCTIONS_2_32(LOOM_NCCL_REAL_RESOLVE)
 #undef LOOM_NCCL_REAL_RESOLVE
   resolve(handle, "ncclDevCommCreate", &loaded.DevCommCreate);
   resolve(handle, "ncclDevCommDestroy", &loaded.DevCommDestroy);

@@ -12,6 +12,13 @@
 
 #pragma GCC visibility push(default)
 #include <nccl.h>
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+// NCCL's device API headers define static helpers that a host file leaves unused.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include <nccl_device/host.h>
+#pragma GCC diagnostic pop
+#endif
 #pragma GCC visibility pop
 
 #include <string>
@@ -31,8 +38,28 @@ struct RealNccl {
   X(GroupSimulateEnd) X(RedOpCreatePreMulSum) X(RedOpDestroy) X(MemAlloc) X(MemFree) \
   X(CommRegister) X(CommDeregister) X(CommWindowRegister) X(CommWindowDeregister)
 // clang-format on
+// What NCCL 2.29 to 2.32 added (null in an older real NCCL), where the shim is built against
+// 2.32's nccl.h.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+// clang-format off
+#define LOOM_NCCL_REAL_FUNCTIONS_2_32(X) \
+  X(AllReduceConfig) X(BroadcastConfig) X(ReduceConfig) X(AllGatherConfig) \
+  X(ReduceScatterConfig) X(AlltoAllConfig) X(GatherConfig) X(ScatterConfig) \
+  X(CommGetUniqueId) X(CommGrow) X(CommSuspend) X(CommResume) X(CommMemStats) \
+  X(WinGetUserPtr) X(PutSignal) X(Signal) X(WaitSignal) X(SetEncryption) X(ParamBind) \
+  X(ParamGetI8) X(ParamGetI16) X(ParamGetI32) X(ParamGetI64) X(ParamGetU8) X(ParamGetU16) \
+  X(ParamGetU32) X(ParamGetU64) X(ParamGetStr) X(ParamGet) X(ParamGetParameter) \
+  X(ParamGetAllParameterKeys) X(ParamDumpAll) X(CommQueryProperties) \
+  X(GetLsaMultimemDevicePointer) X(GetMultimemDevicePointer) X(GetLsaDevicePointer) \
+  X(GetPeerDevicePointer) X(GetMultimemDeviceLeInfo) X(GetCftDeviceLeInfo) \
+  X(GetPeerDeviceLeInfo)
+// clang-format on
+#else
+#define LOOM_NCCL_REAL_FUNCTIONS_2_32(X)
+#endif
 #define LOOM_NCCL_REAL_MEMBER(name) decltype(&nccl##name) name = nullptr;
   LOOM_NCCL_REAL_FUNCTIONS(LOOM_NCCL_REAL_MEMBER)
+  LOOM_NCCL_REAL_FUNCTIONS_2_32(LOOM_NCCL_REAL_MEMBER)
 #undef LOOM_NCCL_REAL_MEMBER
   // NCCL's device API (nccl_device.h, C++ only): declared here by their C ABI.
   ncclResult_t (*DevCommCreate)(ncclComm_t, const void* requirements, void* devComm) = nullptr;

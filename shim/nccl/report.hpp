@@ -13,7 +13,12 @@ namespace loom::nccl_shim {
   X(Reduce) X(AllGather) X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) X(Recv) \
   X(GroupStart) X(GroupEnd) X(GroupSimulateEnd) X(RedOpCreatePreMulSum) X(RedOpDestroy) \
   X(MemAlloc) X(MemFree) X(CommRegister) X(CommDeregister) X(CommWindowRegister) \
-  X(CommWindowDeregister) X(DevCommCreate) X(DevCommDestroy)
+  X(CommWindowDeregister) X(DevCommCreate) X(DevCommDestroy) X(AllReduceConfig) \
+  X(BroadcastConfig) X(ReduceConfig) X(AllGatherConfig) X(ReduceScatterConfig) \
+  X(AlltoAllConfig) X(GatherConfig) X(ScatterConfig) X(CommGetUniqueId) X(CommGrow) \
+  X(CommSuspend) X(CommResume) X(CommMemStats) X(WinGetUserPtr) X(PutSignal) X(Signal) \
+  X(WaitSignal) X(SetEncryption) X(Param) X(CommQueryProperties) X(GetDevicePointer) \
+  X(GetDeviceLeInfo)
 // clang-format on
 
 enum class Entry {

@@ -19,6 +19,7 @@
 #pragma GCC visibility pop
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -69,6 +70,7 @@ struct Registration {
   void* real = nullptr;  // the real NCCL's handle (ncclCommRegister / ncclCommWindowRegister)
   loomWindow_t window = nullptr;  // a window of a Loom communicator (ncclCommWindowRegister)
   loomRegistration_t loomRegistration = nullptr;  // ncclCommRegister on a Loom communicator
+  int rank = -1;  // the registering rank (ncclGetPeerDevicePointer of its own part)
 };
 
 }  // namespace loom::nccl_shim
@@ -90,6 +92,13 @@ struct ncclComm {
   ncclResult_t twinStatus = ncclSuccess;
   std::string twinError;
   std::vector<loom::nccl_shim::PreMulSum> preMulSums;  // op ncclNumOps + i
+  // An init or split inside a group is made at the group's end, as NCCL defers it: until then
+  // the handle is valid (count, rank, device, async error, destroy) but not usable. Success:
+  // made; ncclInProgress: waiting for its group's end; any other code: it failed (initError).
+  std::atomic<ncclResult_t> initState{ncclSuccess};
+  std::string initError;
+  // ncclCommSuspend'ed: not usable until ncclCommResume (NCCL 2.29+).
+  std::atomic<bool> suspended{false};
 };
 
 namespace loom::nccl_shim {
@@ -114,6 +123,27 @@ void warnOnce(const std::string& key, const std::string& message);
 
 // nullptr when comm is not one of the shim's communicators (the message is set).
 ncclComm* checkComm(Entry entry, ncclComm_t comm, ncclResult_t* error);
+// checkComm, and nullptr too when comm is not made yet (its init waits for its group's end) or
+// its deferred init failed.
+ncclComm* checkReady(Entry entry, ncclComm_t comm, ncclResult_t* error);
+
+// An init or split called inside a group, made at the group's end (all of the group's together,
+// each on the CUDA device that was current at its call).
+struct DeferredInit {
+  Entry entry;
+  ncclComm* comm;              // the caller's handle, initState ncclInProgress
+  ncclUniqueId id{};           // init: the communicator's id
+  ncclComm* parent = nullptr;  // split: the parent (color, key)
+  int color = 0;
+  int key = 0;
+};
+// Inside a group: records `init` for the group's end. False outside a group.
+bool deferInit(const DeferredInit& init);
+// Makes a group's deferred inits, together: the inits of one unique id as one
+// loomCommInitRanksConfig (a thread per rank inside), different ids and splits on threads of
+// their own, and (LOOM_NCCL_FORCE_FALLBACK=all) the real NCCL's inits in one group of its own.
+// Every handle ends made or failed; the first failure is returned with its message.
+ncclResult_t makeDeferred(std::vector<DeferredInit> inits);
 // The real NCCL's communicator for fallback calls on comm, made on first need (collective: every
 // rank reaches it at the same call). Fails with NCCL's code and a message when there is none.
 ncclResult_t ensureReal(Entry entry, ncclComm* comm, const char* why, const RealNccl** lib);
@@ -121,9 +151,14 @@ ncclResult_t ensureReal(Entry entry, ncclComm* comm, const char* why, const Real
 // Runs an operation now or, inside a group, at ncclGroupEnd. loom and real ops of one group run
 // as Loom's group then the real NCCL's group. prepare (real ops, may be empty) runs first, outside
 // the real NCCL's group: it makes the communicator's real side on first need. after (may be empty)
-// runs once the real NCCL's group around the operation ended, or right after it was issued.
+// runs once the group (Loom's or the real NCCL's) around the operation ended, or right after it
+// was issued outside a group.
 ncclResult_t submit(Entry entry, ncclComm* comm, bool real, std::function<ncclResult_t()> prepare,
                     std::function<ncclResult_t()> issue, std::function<void()> after = {});
+// Runs a call that waits for the other ranks of comm (window registration) now or, inside a
+// group, at its end: outside Loom's group, each communicator's on a thread of its own when the
+// group holds several (one thread could not register them one after the other).
+ncclResult_t submitCollectiveCall(Entry entry, ncclComm* comm, std::function<ncclResult_t()> issue);
 int groupDepth();
 // An operation refused inside a group fails the group's end too (as in NCCL).
 void refuseInGroup(ncclResult_t code);
@@ -132,6 +167,18 @@ ncclResult_t waitLoom(Entry entry, loomComm_t comm);
 
 // Bytes of one element of type (NCCL's types; unknown ones count as 8).
 size_t typeBytes(ncclDataType_t type);
+
+// A new handle (Loom side not made yet); config copied whole or, from a caller built against an
+// older nccl.h, as far as its size goes (the rest keeps NCCL_CONFIG_INITIALIZER's values).
+ncclComm* newComm(int nranks, int rank, int cudaDevice, const ncclConfig_t* config);
+// A handle for a communicator of the real NCCL as a whole; adoptReal makes an existing handle one.
+ncclComm* wrapReal(const RealNccl& lib, ncclComm_t real, const ncclConfig_t* config);
+void adoptReal(ncclComm* c, const RealNccl& lib, ncclComm_t real);
+void deleteComm(ncclComm* c);
+// ncclCommSplit now: the child fills `into` (a handle made at the call, for a deferred split) or
+// a new handle in *newcomm; NCCL_SPLIT_NOCOLOR leaves both alone.
+ncclResult_t splitNow(Entry entry, ncclComm* parent, int color, int key, const ncclConfig_t* config,
+                      ncclComm* into, ncclComm_t* newcomm);
 
 // Loom's config for a new communicator of this process.
 loomConfig_t loomConfigFor(const ncclConfig_t* config, int cudaDevice, std::string* device);

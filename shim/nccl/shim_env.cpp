@@ -52,6 +52,7 @@ std::vector<std::string> forceFallback() {
 }
 
 bool report() { return !kStandIn && get("LOOM_NCCL_REPORT", "0") != "0"; }
+int loomCheck() { return std::atoi(get("LOOM_CHECK", "0").c_str()); }
 bool warnEnabled() { return debugRank() >= 1; }
 bool infoEnabled() { return debugRank() >= 2; }
 

@@ -22,6 +22,9 @@ std::vector<std::string> forceFallback();
 // LOOM_NCCL_REPORT=1: per entry point, how many calls ran on Loom, on the real NCCL, or failed,
 // printed to stderr at exit.
 bool report();
+// LOOM_CHECK (Loom's own variable, read here too): at 2 every collective of a communicator first
+// meets its peers on the host, so a group's communicators of this process run on a thread each.
+int loomCheck();
 // LOOM_DEBUG (Loom's own variable, read here too): WARN and above print the shim's warnings.
 bool warnEnabled();
 bool infoEnabled();

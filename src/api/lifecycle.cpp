@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "base/log.hpp"
 #include "base/sha256.hpp"
 #include "bootstrap/bootstrap.hpp"
+#include "device/registry.hpp"
 
 namespace loom {
 
@@ -140,6 +142,72 @@ int envRank(const char* const* names, const char* what) {
              "and LOOM_WORLD_SIZE)");
 }
 
+// Ranks `ranks` of one communicator, each built on its own thread (each one's init waits for
+// all nranks ranks). The first failure raises every other rank's abort flag, which their
+// bootstraps watch, so they give up at once instead of waiting for the failed one until the
+// timeout. All or nothing: comms get handles only when every rank succeeded.
+loomResult_t initRanksTogether(loomComm_t* comms, int nranks, const UniqueId& id,
+                               const std::vector<int>& ranks, const std::vector<CommConfig>& cfgs) {
+  const size_t count = ranks.size();
+  std::vector<std::unique_ptr<loomComm>> handles(count);
+  for (size_t i = 0; i < count; ++i) {
+    handles[i] = std::make_unique<loomComm>();
+    handles[i]->nranks = nranks;
+    handles[i]->rank = ranks[i];
+  }
+  std::vector<std::optional<Error>> errors(count);
+  std::atomic<int> firstFailed{-1};
+  auto failAll = [&](size_t i) {
+    int none = -1;
+    if (!firstFailed.compare_exchange_strong(none, static_cast<int>(i))) return;
+    for (auto& h : handles) h->abortFlag.store(true);
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        CommConfig c = cfgs[i];
+        c.abortFlag = &handles[i]->abortFlag;
+        handles[i]->comm = std::make_unique<Comm>(id, nranks, ranks[i], c);
+      } catch (const Error& e) {
+        errors[i] = e;
+        failAll(i);
+      } catch (const std::exception& e) {
+        errors[i] = Error(loomInternalError, e.what());
+        failAll(i);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const int failed = firstFailed.load();
+  if (failed >= 0) {
+    const Error& e = *errors[static_cast<size_t>(failed)];
+    LOOM_THROW(e.code(), "rank ", ranks[static_cast<size_t>(failed)], " (of the ", count,
+               " made together): ", e.what());
+  }
+  for (size_t i = 0; i < count; ++i) {
+    handles[i]->ready.store(true);
+    handles[i]->state.store(HandleState::kLive);
+    comms[i] = handles[i].release();
+  }
+  return loomSuccess;
+}
+
+// The device of rank i of loomCommInitAll(Config): one per rank, of the config's kind.
+std::string initAllDevice(const CommConfig& cfg, bool kindGiven, const int* devlist, int i) {
+  if (!kindGiven) return "cuda:" + std::to_string(devlist != nullptr ? devlist[i] : i);
+  const auto [kind, index] = parseDeviceSpec(cfg.device);
+  LOOM_CHECK_ARG(index < 0, "config->device \"", cfg.device,
+                 "\" names one device; loomCommInitAll puts one rank on each device: pass the "
+                 "kind (\"cuda\", \"cpu\", a plug-in's) and devlist");
+  if (kind == "cpu") {
+    LOOM_CHECK_ARG(devlist == nullptr, "devlist must be NULL for device \"cpu\"");
+    return "cpu";
+  }
+  return kind + ":" + std::to_string(devlist != nullptr ? devlist[i] : i);
+}
+
 }  // namespace
 }  // namespace loom
 
@@ -207,6 +275,59 @@ loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId c
 
 loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank) {
   return loomCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+loomResult_t loomCommInitRanksConfig(loomComm_t* comms, int count, int nranks, loomUniqueId commId,
+                                     const int* ranks, loomConfig_t* const* configs) {
+  return guarded("loomCommInitRanksConfig", [&] {
+    LOOM_CHECK_ARG(comms != nullptr, "comms is NULL");
+    LOOM_CHECK_ARG(count >= 1, "count must be >= 1, got ", count);
+    LOOM_CHECK_ARG(ranks != nullptr, "ranks is NULL");
+    for (int i = 0; i < count; ++i) comms[i] = nullptr;
+    LOOM_CHECK_ARG(nranks >= 1, "nranks must be >= 1, got ", nranks);
+    std::vector<int> chosen(ranks, ranks + count);
+    std::vector<CommConfig> cfgs;
+    for (int i = 0; i < count; ++i) {
+      LOOM_CHECK_ARG(chosen[i] >= 0 && chosen[i] < nranks, "ranks[", i, "] = ", chosen[i],
+                     " is out of range [0, ", nranks, ")");
+      for (int j = 0; j < i; ++j)
+        LOOM_CHECK_ARG(chosen[j] != chosen[i], "rank ", chosen[i], " is given twice");
+      cfgs.push_back(resolveConfig(configs != nullptr ? configs[i] : nullptr));
+      LOOM_CHECK_ARG(cfgs.back().blocking, "ranks made together are blocking: configs[", i,
+                     "] asks for non-blocking");
+      announce(chosen[i]);
+    }
+    return initRanksTogether(comms, nranks, unpackUniqueId(commId), chosen, cfgs);
+  });
+}
+
+loomResult_t loomCommInitAllConfig(loomComm_t* comms, int ndev, const int* devlist,
+                                   loomConfig_t* config) {
+  return guarded("loomCommInitAll", [&] {
+    LOOM_CHECK_ARG(comms != nullptr, "comms is NULL");
+    LOOM_CHECK_ARG(ndev >= 1, "ndev must be >= 1, got ", ndev);
+    for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+    for (int i = 0; devlist != nullptr && i < ndev; ++i)
+      LOOM_CHECK_ARG(devlist[i] >= 0, "devlist[", i, "] = ", devlist[i], " is negative");
+    CommConfig base = resolveConfig(config);
+    LOOM_CHECK_ARG(base.blocking, "loomCommInitAll makes blocking communicators");
+    const bool kindGiven =
+        config != nullptr && config->device != nullptr && std::string(config->device) != "cuda";
+    std::vector<int> ranks;
+    std::vector<CommConfig> cfgs;
+    for (int i = 0; i < ndev; ++i) {
+      ranks.push_back(i);
+      cfgs.push_back(base);
+      cfgs.back().device = initAllDevice(base, kindGiven, devlist, i);
+    }
+    announce(0);
+    UniqueId id = startRendezvousRoot("", 0, JobSecret::random(), base.timeoutMs);
+    return initRanksTogether(comms, ndev, id, ranks, cfgs);
+  });
+}
+
+loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
+  return loomCommInitAllConfig(comms, ndev, devlist, nullptr);
 }
 
 loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {

@@ -394,6 +394,7 @@ void Comm::setUpNative() {
   setup.rank = rank_;
   setup.nranks = nranks_;
   setup.timeoutMs = config_.timeoutMs;
+  setup.process = processNumbers(ranks_);
   setup.allGather = [this](const std::string& mine) {
     return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
   };

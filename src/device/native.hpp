@@ -22,6 +22,9 @@ struct NativeSetup {
   int rank = 0;
   int nranks = 1;
   int64_t timeoutMs = 0;
+  // Which process each rank runs in: ranks with equal numbers share one (same host, PID
+  // namespace and pid), so each can use the others' memory at its own address. Empty: unknown.
+  std::vector<int> process;
   // All-gather of one string per rank over the communicator's bootstrap (init only).
   std::function<std::vector<std::string>(const std::string&)> allGather;
   // The reason this rank must stop (a dead peer, a peer's abort), if any.

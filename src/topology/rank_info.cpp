@@ -104,6 +104,21 @@ RankInfo RankInfo::deserialize(const std::string& bytes) {
   return info;
 }
 
+std::vector<int> processNumbers(const std::vector<RankInfo>& ranks) {
+  std::vector<int> number(ranks.size(), -1);
+  int next = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (number[r] >= 0) continue;
+    number[r] = next;
+    for (size_t q = r + 1; q < ranks.size(); ++q)
+      if (ranks[q].pid == ranks[r].pid && ranks[q].pidNamespace == ranks[r].pidNamespace &&
+          ranks[q].hostId == ranks[r].hostId)
+        number[q] = next;
+    ++next;
+  }
+  return number;
+}
+
 bool allOnOneHost(const std::vector<RankInfo>& ranks) {
   for (const RankInfo& r : ranks)
     if (r.hostId != ranks.front().hostId) return false;

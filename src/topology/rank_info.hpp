@@ -31,6 +31,10 @@ struct RankInfo {
   static RankInfo deserialize(const std::string& bytes);  // throws loomInternalError if malformed
 };
 
+// Per rank, the number of its process: ranks with equal numbers run in one process (same host
+// identity, PID namespace and pid), numbered in order of their lowest rank.
+std::vector<int> processNumbers(const std::vector<RankInfo>& ranks);
+
 // True when every rank reports the same host identity.
 bool allOnOneHost(const std::vector<RankInfo>& ranks);
 // True when every rank runs in this machine's network namespace, whatever LOOM_NODE_ID says: the

@@ -64,7 +64,7 @@ run self-name "passed" env LOOM_NCCL_FALLBACK=libnccl.so.2 LOOM_NCCL_FORCE_FALLB
 #    (LOOM_NCCL_FALLBACK unset, LD_LIBRARY_PATH at the shim's own symlink) loads a real NCCL
 #    (where the machine has one) or says it skipped itself.
 if command -v python3 >/dev/null; then
-  run preload "version 22809 via libnccl.so.2
+  run preload "version 2[0-9]{4} via libnccl.so.2
 fallback: (real NCCL|.*is this shim itself)" \
     env LD_PRELOAD="$shim" LD_LIBRARY_PATH="$(dirname "$shim")" LOOM_DEBUG=INFO \
     LOOM_NCCL_FORCE_FALLBACK=all python3 -c "

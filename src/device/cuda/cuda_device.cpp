@@ -49,6 +49,29 @@ cudaMemcpyKind memcpyKind(CopyKind kind) {
 
 }  // namespace
 
+DeviceScope::DeviceScope(int ordinal) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    current = -1;
+  }
+  // Also where `ordinal` is current already: a thread that never called CUDA has device 0
+  // "current" with no context bound to it (the shim's group threads, the watchdog), and the
+  // driver API (cuMemGetAddressRange, stream memory operations) needs it bound; cudaSetDevice binds
+  // it, and costs little once it is.
+  LOOM_CUDA_CHECK(cudaSetDevice(ordinal));
+  if (current != ordinal) previous_ = current;
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) cudaGetLastError();
+}
+
+bool contextGone(cudaError_t error) {
+  return error == cudaErrorCudartUnloading || error == cudaErrorContextIsDestroyed ||
+         error == cudaErrorDeviceUninitialized || error == cudaErrorInitializationError;
+}
+
 CudaDevice::CudaDevice(int ordinal) {
   cudaDeviceProp prop{};
   LOOM_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
@@ -56,34 +79,41 @@ CudaDevice::CudaDevice(int ordinal) {
   char bus[32] = {0};
   LOOM_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, ordinal));
   identity_ = {"cuda", "nvidia", prop.name, ordinal, bus};
+  // The context this device's resources will live in (cudaSetDevice makes it).
+  DeviceScope scope(ordinal);
+  contextId_ = driver_.primaryContextId(ordinal);
 }
 
-void CudaDevice::makeCurrent() const {
-  int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current == ordinal()) return;
-  LOOM_CUDA_CHECK(cudaSetDevice(ordinal()));
+bool CudaDevice::contextAlive(bool thorough) const {
+  if (!driver_.primaryContextActive(ordinal())) return false;
+  return !thorough || contextId_ == 0 || driver_.primaryContextId(ordinal()) == contextId_;
 }
 
 void* CudaDevice::allocate(size_t bytes) {
-  makeCurrent();
+  DeviceScope scope(ordinal());
   void* ptr = nullptr;
   LOOM_CUDA_CHECK(cudaMalloc(&ptr, bytes == 0 ? 1 : bytes));
   return ptr;
 }
 
 void CudaDevice::release(void* ptr) {
-  if (ptr != nullptr) cudaFree(ptr);
+  // After cudaDeviceReset the pointer is stale: it may name memory of the new context.
+  if (ptr == nullptr || !contextAlive(true)) return;
+  DeviceScope scope(ordinal());
+  cudaFree(ptr);
 }
 
 void* CudaDevice::allocateHost(size_t bytes) {
-  makeCurrent();
+  DeviceScope scope(ordinal());
   void* ptr = nullptr;
   LOOM_CUDA_CHECK(cudaHostAlloc(&ptr, bytes == 0 ? 1 : bytes, cudaHostAllocMapped));
   return ptr;
 }
 
 void CudaDevice::releaseHost(void* ptr) {
-  if (ptr != nullptr) cudaFreeHost(ptr);
+  if (ptr == nullptr || !contextAlive(true)) return;
+  DeviceScope scope(ordinal());
+  cudaFreeHost(ptr);
 }
 
 bool CudaDevice::isDeviceMemory(const void* ptr) const {
@@ -105,7 +135,7 @@ void CudaDevice::checkBuffer(const void* ptr, size_t bytes, const char* what) co
 }
 
 std::string CudaDevice::exportMemory(void* ptr, size_t) {
-  makeCurrent();
+  DeviceScope scope(ordinal());
   cudaIpcMemHandle_t handle{};
   LOOM_CUDA_CHECK(cudaIpcGetMemHandle(&handle, ptr));
   return std::string(reinterpret_cast<const char*>(&handle), sizeof(handle));
@@ -114,7 +144,7 @@ std::string CudaDevice::exportMemory(void* ptr, size_t) {
 void* CudaDevice::importMemory(const std::string& bytes) {
   LOOM_CHECK_ARG(bytes.size() == sizeof(cudaIpcMemHandle_t), "not a CUDA IPC handle (",
                  bytes.size(), " bytes)");
-  makeCurrent();
+  DeviceScope scope(ordinal());
   cudaIpcMemHandle_t handle{};
   std::memcpy(&handle, bytes.data(), sizeof(handle));
   void* ptr = nullptr;
@@ -129,7 +159,7 @@ void CudaDevice::closeImported(void* ptr) {
 void CudaDevice::copyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
                            loomStream_t stream) {
   if (dst == src || bytes == 0) return;
-  makeCurrent();
+  DeviceScope scope(ordinal());
   LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpyKind(kind), streamOf(stream)));
 }
 
@@ -139,7 +169,7 @@ void CudaDevice::reduceAsync(void* dst, const void* const* srcs, int nsrc, size_
   LOOM_CHECK_ARG(nsrc >= 1 && nsrc <= cuda::kMaxRanks, "reduce takes 1 to ", cuda::kMaxRanks,
                  " sources, got ", nsrc);
   if (count == 0) return;
-  makeCurrent();
+  DeviceScope scope(ordinal());
   const size_t bytes = count * dtypeSize(dtype);
   // The kernel reads the source list from device memory, which must outlive the launch: this
   // (off the hot path) form waits for it.
@@ -164,15 +194,17 @@ void CudaDevice::reduceAsync(void* dst, const void* const* srcs, int nsrc, size_
 }
 
 std::unique_ptr<DeviceEvent> CudaDevice::createEvent() {
-  makeCurrent();
+  DeviceScope scope(ordinal());
   return std::make_unique<CudaEvent>();
 }
 
 void CudaDevice::recordEvent(DeviceEvent& event, loomStream_t stream) {
+  DeviceScope scope(ordinal());  // the null stream is the current device's
   LOOM_CUDA_CHECK(cudaEventRecord(static_cast<CudaEvent&>(event).get(), streamOf(stream)));
 }
 
 void CudaDevice::waitEvent(loomStream_t stream, DeviceEvent& event) {
+  DeviceScope scope(ordinal());
   LOOM_CUDA_CHECK(cudaStreamWaitEvent(streamOf(stream), static_cast<CudaEvent&>(event).get(), 0));
 }
 
@@ -184,7 +216,7 @@ bool CudaDevice::eventDone(DeviceEvent& event) {
 }
 
 void CudaDevice::synchronize(loomStream_t stream) {
-  makeCurrent();
+  DeviceScope scope(ordinal());
   LOOM_CUDA_CHECK(cudaStreamSynchronize(streamOf(stream)));
 }
 
@@ -195,7 +227,7 @@ void CUDART_CB runHostTask(void* task) { static_cast<HostTask*>(task)->run(); }
 }  // namespace
 
 void CudaDevice::enqueueHostTask(HostTask& task, loomStream_t stream) {
-  makeCurrent();
+  DeviceScope scope(ordinal());
   LOOM_CUDA_CHECK(cudaLaunchHostFunc(streamOf(stream), runHostTask, &task));
 }
 
@@ -240,9 +272,9 @@ std::unique_ptr<Device> createCudaDevice(const std::string& spec) {
   if (ordinal < 0) LOOM_CUDA_CHECK(cudaGetDevice(&ordinal));
   LOOM_CHECK_ARG(ordinal < count, "device '", spec, "': this process sees ", count,
                  " CUDA device(s)");
-  auto device = std::make_unique<CudaDevice>(ordinal);
-  device->makeCurrent();
-  return device;
+  // The caller's current device stays what it was: every call of the device makes its own
+  // current for its duration.
+  return std::make_unique<CudaDevice>(ordinal);
 }
 
 std::unique_ptr<NativeCollectives> CudaDevice::createCollectives(const NativeSetup& setup) {

@@ -8,9 +8,29 @@
 #include <memory>
 #include <string>
 
+#include "device/cuda/cuda_driver.hpp"
 #include "device/device.hpp"
 
 namespace loom {
+
+// Makes `ordinal` the calling thread's current CUDA device for one scope and gives the caller
+// back its own device at the end, as NCCL's calls do: one thread may drive communicators on
+// several GPUs (nccl-tests -g N, ncclCommInitAll), each call on its own communicator's device,
+// and the caller's own CUDA calls after it must still go where it meant them to.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int ordinal);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;  // -1: nothing to give back
+};
+
+// CUDA errors that say the context is gone (cudaDeviceReset, or the runtime unloading at exit):
+// a thread of Loom that meets one stops using CUDA.
+bool contextGone(cudaError_t error);
 
 class CudaDevice final : public Device {
  public:
@@ -47,13 +67,20 @@ class CudaDevice final : public Device {
   std::unique_ptr<NativeCollectives> createCollectives(const NativeSetup& setup) override;
 
   int ordinal() const { return identity_.index; }
-  // Makes this device current on the calling thread (CUDA keeps the current device per thread).
-  void makeCurrent() const;
   int multiprocessors() const { return multiprocessors_; }
+  const CudaDriver& driver() const { return driver_; }
+  // Whether the primary context this device's resources were made in still exists: false once
+  // cudaDeviceReset (or the runtime's teardown at exit) destroyed it, even after a new one came.
+  // Its memory, events and streams are then neither used nor freed (a stale pointer may name the
+  // new context's memory). `thorough` also compares the context's identity (retains it for a
+  // moment: not for the hot path); otherwise only whether one is active.
+  bool contextAlive(bool thorough) const;
 
  private:
   DeviceIdentity identity_;
   int multiprocessors_ = 0;
+  CudaDriver driver_;
+  unsigned long long contextId_ = 0;  // the primary context's identity at creation; 0: unknown
   // Buffers are reused call after call: the last pointers that passed checkBuffer. (Under
   // unified addressing a device address never becomes host memory, so a remembered one stays a
   // device pointer even if it was freed and allocated again.)

@@ -28,6 +28,11 @@ CudaDriver::CudaDriver() {
   lookUp("cuDeviceGetAttribute", getAttribute_);
   lookUp("cuStreamWriteValue64", writeValue64_);
   lookUp("cuStreamWaitValue64", waitValue64_);
+  lookUp("cuDeviceGet", deviceGet_);
+  lookUp("cuDevicePrimaryCtxGetState", primaryCtxGetState_);
+  lookUp("cuDevicePrimaryCtxRetain", primaryCtxRetain_);
+  lookUp("cuDevicePrimaryCtxRelease", primaryCtxRelease_);
+  lookUp("cuCtxGetId", ctxGetId_);
   Vmm v;
   lookUp("cuMemRetainAllocationHandle", v.retainAllocationHandle);
   lookUp("cuMemGetAllocationPropertiesFromHandle", v.getAllocationProperties);
@@ -68,6 +73,31 @@ void CudaDriver::allocationOf(const void* ptr, char*& base, size_t& size) const 
                  ")");
   base = reinterpret_cast<char*>(b);
   size = s;
+}
+
+bool CudaDriver::primaryContextActive(int ordinal) const {
+  CUdevice device = 0;
+  if (deviceGet_ == nullptr || primaryCtxGetState_ == nullptr ||
+      deviceGet_(&device, ordinal) != CUDA_SUCCESS)
+    return true;  // cannot tell: as before, assume it is
+  unsigned int flags = 0;
+  int active = 0;
+  return primaryCtxGetState_(device, &flags, &active) == CUDA_SUCCESS && active != 0;
+}
+
+unsigned long long CudaDriver::primaryContextId(int ordinal) const {
+  if (ctxGetId_ == nullptr || primaryCtxRetain_ == nullptr || primaryCtxRelease_ == nullptr ||
+      !primaryContextActive(ordinal))
+    return 0;
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  if (deviceGet_(&device, ordinal) != CUDA_SUCCESS ||
+      primaryCtxRetain_(&context, device) != CUDA_SUCCESS)
+    return 0;
+  unsigned long long id = 0;
+  if (ctxGetId_(context, &id) != CUDA_SUCCESS) id = 0;
+  primaryCtxRelease_(device);
+  return id;
 }
 
 bool CudaDriver::streamMemOps(int device) const {

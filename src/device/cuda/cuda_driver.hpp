@@ -2,7 +2,8 @@
 // (cudaGetDriverEntryPointByVersion) so that libloom still links no libcuda and loads without a
 // GPU: an allocation's base (to export a registered buffer that starts inside one), the stream
 // memory operations of the copy-engine collectives (flags written and awaited by the stream
-// itself, no kernel), and the virtual memory calls that share cuMem memory between processes.
+// itself, no kernel), the virtual memory calls that share cuMem memory between processes, and the
+// primary context's state (whether cudaDeviceReset destroyed what a communicator allocated).
 #pragma once
 
 #include <cuda.h>
@@ -33,6 +34,14 @@ class CudaDriver {
   // Stream-ordered: later work waits until *addr >= value.
   void waitAtLeast(cudaStream_t stream, uint64_t* addr, uint64_t value) const;
 
+  // The identity of `ordinal`'s primary context: a number unique for the process's life
+  // (cuCtxGetId), 0 when the context is not active (reset, torn down at exit, never made) or the
+  // driver cannot tell. Creates no context.
+  unsigned long long primaryContextId(int ordinal) const;
+  // Whether `ordinal`'s primary context is active (cheap: no context is retained). False after
+  // cudaDeviceReset until the next CUDA call makes a new one.
+  bool primaryContextActive(int ordinal) const;
+
   // The virtual memory entry points (cuMem*); all null when the driver lacks any of them.
   struct Vmm {
     decltype(&cuMemRetainAllocationHandle) retainAllocationHandle = nullptr;
@@ -55,6 +64,11 @@ class CudaDriver {
   decltype(&cuDeviceGetAttribute) getAttribute_ = nullptr;
   decltype(&cuStreamWriteValue64) writeValue64_ = nullptr;
   decltype(&cuStreamWaitValue64) waitValue64_ = nullptr;
+  decltype(&cuDeviceGet) deviceGet_ = nullptr;
+  decltype(&cuDevicePrimaryCtxGetState) primaryCtxGetState_ = nullptr;
+  decltype(&cuDevicePrimaryCtxRetain) primaryCtxRetain_ = nullptr;
+  decltype(&cuDevicePrimaryCtxRelease) primaryCtxRelease_ = nullptr;
+  decltype(&cuCtxGetId) ctxGetId_ = nullptr;
 };
 
 }  // namespace loom

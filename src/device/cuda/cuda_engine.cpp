@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <sstream>
 
 #include "base/dtype.hpp"
@@ -72,7 +73,8 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   LOOM_CHECK_ARG(blocks >= 1 && blocks <= cuda::kMaxBlocks, "LOOM_CUDA_MAX_BLOCKS must be in [1, ",
                  cuda::kMaxBlocks, "], got ", blocks);
   maxBlocks_ = static_cast<int>(blocks);
-  device_.makeCurrent();
+  // This rank's device for everything below; the caller's own is back when init returns.
+  DeviceScope scope(device_.ordinal());
   fitSharedGpus();
   layout_.slotBytes = slotBytesFromEnv();
   layout_.nranks = setup_.nranks;
@@ -80,6 +82,8 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   PeerWindowsSetup windows;
   windows.rank = setup_.rank;
   windows.nranks = setup_.nranks;
+  windows.device = device_.ordinal();
+  windows.process = setup_.process;
   windows.windowBytes = layout_.totalBytes();
   windows.transport = cudaTransportFromEnv();
   windows.allGather = setup_.allGather;
@@ -91,10 +95,11 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   LOOM_CUDA_CHECK(cudaMemset(counters_, 0, counterBytes));
   LOOM_CUDA_CHECK(cudaMalloc(&barrierScratch_, 64));
   LOOM_CUDA_CHECK(cudaMemset(barrierScratch_, 0, 64));
-  LOOM_CUDA_CHECK(cudaHostAlloc(&status_, sizeof(cuda::DevStatus), cudaHostAllocMapped));
-  *status_ = cuda::DevStatus{};
-  void* statusOnDevice = nullptr;
-  LOOM_CUDA_CHECK(cudaHostGetDevicePointer(&statusOnDevice, status_, 0));
+  // Loom's own memory, registered: the watchdog may read it after cudaDeviceReset took the
+  // context (cudaHostAlloc's memory would go with it).
+  statusMemory_ = MappedHostMemory(sizeof(cuda::DevStatus));
+  status_ = new (statusMemory_.host()) cuda::DevStatus{};
+  void* statusOnDevice = statusMemory_.device();
   LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&lastEnd_, cudaEventDisableTiming));
   LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&ceDone_, cudaEventDisableTiming));
   LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&rescueStream_, cudaStreamNonBlocking));
@@ -109,12 +114,16 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   // Where each rank serves the descriptors of its cuMem buffers: one name prefix for all.
   const std::string servers =
       setup_.allGather(setup_.rank == 0 ? ShmSegment::uniqueName("loom-mem-") : "")[0];
-  exports_ = std::make_unique<MemoryExports>(driver_, device_.ordinal(), setup_.rank, servers);
+  bool peersInProcess = !setup_.process.empty();
+  for (int q : setup_.process) peersInProcess &= q == setup_.process[setup_.rank];
+  exports_ = std::make_unique<MemoryExports>(driver_, device_.ordinal(), setup_.rank, servers,
+                                             peersInProcess);
   imports_ = std::make_unique<IpcImports>(driver_, device_.ordinal(), servers);
   userWindows_ = std::make_unique<UserWindows>(*exports_, *imports_, setup_.rank, setup_.nranks,
-                                               setup_.allGather);
-  registrations_ = std::make_unique<LocalRegistrations>(
-      *exports_, *imports_, device_.ordinal(), setup_.rank, setup_.nranks, setup_.allGather);
+                                               setup_.process, setup_.allGather);
+  registrations_ =
+      std::make_unique<LocalRegistrations>(*exports_, *imports_, device_.ordinal(), setup_.rank,
+                                           setup_.nranks, setup_.process, setup_.allGather);
   // The same answer on every rank: one rank without stream memory operations turns the copy
   // engines off for all (their calls then run the zero-copy kernels).
   bool memOps = !windows_.viaHost() && driver_.streamMemOps(device_.ordinal());
@@ -171,9 +180,26 @@ CudaEngine::~CudaEngine() {
   }
   watchWake_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
+  if (contextLost_.load() || !device_.contextAlive(true)) {
+    // cudaDeviceReset took the windows, counters, events and mappings with the context: nothing
+    // is freed through CUDA (a stale pointer may name memory of a new context), only Loom's own
+    // host memory and threads go.
+    LOOM_INFO(kSubsysInit, setup_.rank, "CUDA context of device ", device_.ordinal(),
+              " is gone (cudaDeviceReset?): its resources are not freed through CUDA");
+    exports_->abandon();
+    imports_->abandon();
+    registrations_->abandonContext();
+    windows_.abandon();
+    statusMemory_.forgetRegistration();
+    userWindows_.reset();
+    registrations_.reset();
+    imports_.reset();
+    exports_.reset();
+    return;
+  }
   // Kernels still in flight read the windows and counters: let them finish (or, on an aborted
   // communicator, give up) before anything is unmapped.
-  cudaSetDevice(device_.ordinal());
+  DeviceScope scope(device_.ordinal());
   cudaDeviceSynchronize();
   cudaGetLastError();
   userWindows_.reset();
@@ -185,7 +211,6 @@ CudaEngine::~CudaEngine() {
   if (rescueStream_ != nullptr) cudaStreamDestroy(rescueStream_);
   if (counters_ != nullptr) cudaFree(counters_);
   if (barrierScratch_ != nullptr) cudaFree(barrierScratch_);
-  if (status_ != nullptr) cudaFreeHost(status_);
 }
 
 void CudaEngine::fitSharedGpus() {
@@ -254,9 +279,8 @@ std::vector<NativeSelectorRow> CudaEngine::selectorRows() const {
 }
 
 std::string CudaEngine::describe() const {
-  return std::string(windows_.transportName()) + " windows of " +
-         std::to_string(layout_.totalBytes() >> 20) + " MiB, slot " +
-         std::to_string(layout_.slotBytes) + " B";
+  return windows_.describe() + " windows of " + std::to_string(layout_.totalBytes() >> 20) +
+         " MiB, slot " + std::to_string(layout_.slotBytes) + " B";
 }
 
 void CudaEngine::stop() {
@@ -265,13 +289,28 @@ void CudaEngine::stop() {
   releaseCopyEngineWaits();
 }
 
+bool CudaEngine::watchContext(uint64_t tick) {
+  if (contextLost_.load()) return false;
+  // Cheap every time; the context's identity (a reset and a new context between two looks) now
+  // and then.
+  if (device_.contextAlive(tick % 256 == 0)) return true;
+  // Nothing logged here: at exit the process's static objects (the log's among them) may be
+  // destroyed already.
+  contextLost_.store(true);
+  return false;
+}
+
 void CudaEngine::watch() {
   bool reported = false;
   bool waitSeen = false;
+  uint64_t tick = 0;
   std::unique_lock<std::mutex> lock(watchMutex_);
   while (!stopWatch_) {
     watchWake_.wait_for(lock, kWatchInterval);
     if (stopWatch_) break;
+    // A program may reset its devices (or exit) with this communicator alive: from then on no
+    // kernel of it runs and nothing of CUDA is touched.
+    if (!watchContext(tick++)) break;
     volatile cuda::DevStatus* status = status_;
     if (setup_.aborted != nullptr && setup_.aborted->load()) status->abort = 1;
     watchCopyEngine();
@@ -392,8 +431,16 @@ void CudaEngine::barrier(cudaStream_t stream) {
   launchExchange(plan.args, true, token, Protocol::kLL, stream);
 }
 
+void CudaEngine::checkContext() const {
+  if (contextLost_.load())
+    LOOM_THROW(loomUnhandledCudaError, "the CUDA context of device ", device_.ordinal(),
+               " that this communicator was made in is gone (cudaDeviceReset): destroy the "
+               "communicator and make a new one");
+}
+
 void CudaEngine::run(int algorithm, const CollArgs& call) {
-  device_.makeCurrent();
+  checkContext();
+  DeviceScope scope(device_.ordinal());
   inCallOrder(call.stream, [&](cudaStream_t stream) { enqueue(algorithm, call, stream); });
 }
 
@@ -429,7 +476,8 @@ void CudaEngine::enqueue(int algorithm, const CollArgs& call, cudaStream_t strea
 }
 
 void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t streamHandle) {
-  device_.makeCurrent();
+  checkContext();
+  DeviceScope scope(device_.ordinal());
   inCallOrder(streamHandle, [&](cudaStream_t stream) { enqueuePointToPoint(ops, stream); });
 }
 

@@ -23,6 +23,7 @@
 #include "device/cuda/cuda_driver.hpp"
 #include "device/cuda/ipc_imports.hpp"
 #include "device/cuda/local_registrations.hpp"
+#include "device/cuda/mapped_host_memory.hpp"
 #include "device/cuda/memory_exports.hpp"
 #include "device/cuda/peer_windows.hpp"
 #include "device/cuda/user_windows.hpp"
@@ -116,6 +117,10 @@ class CudaEngine final : public NativeCollectives {
   void barrier(cudaStream_t stream);
   void fitSharedGpus();
   void watch();
+  // False, from then on, once the device's CUDA context is gone (cudaDeviceReset, the runtime's
+  // teardown at exit): the watchdog stops and calls fail instead of using stale resources.
+  bool watchContext(uint64_t tick);
+  void checkContext() const;
   int blocksFor(size_t bytes, Protocol protocol) const;
   // The block size of an LL kernel whose largest transfer of `bytes` is split over `blocks`.
   static int llThreads(size_t bytes, int blocks);
@@ -127,8 +132,9 @@ class CudaEngine final : public NativeCollectives {
   cuda::WindowLayout layout_;
   PeerWindows windows_;
   cuda::DevComm dev_{};
-  uint64_t* counters_ = nullptr;        // device memory: sent and received sequence numbers
-  cuda::DevStatus* status_ = nullptr;   // pinned, mapped: host view
+  uint64_t* counters_ = nullptr;  // device memory: sent and received sequence numbers
+  MappedHostMemory statusMemory_;
+  cuda::DevStatus* status_ = nullptr;   // in statusMemory_: host view
   char* barrierScratch_ = nullptr;      // device memory for loomBarrier's token allreduce
   int maxBlocks_ = cuda::kMaxBlocks;    // grid of a collective kernel, at most
   int p2pBlocks_ = cuda::kP2PChannels;  // grid of a send/recv kernel
@@ -157,6 +163,7 @@ class CudaEngine final : public NativeCollectives {
   cudaEvent_t lastEnd_ = nullptr;  // recorded at the end of the last eager call
   bool lastEndRecorded_ = false;   // false: no eager call yet
 
+  std::atomic<bool> contextLost_{false};
   std::mutex watchMutex_;
   std::condition_variable watchWake_;
   bool stopWatch_ = false;

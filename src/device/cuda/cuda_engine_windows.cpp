@@ -101,13 +101,15 @@ bool CudaEngine::registerBuffer(uint64_t id, void* ptr, size_t bytes, std::strin
     why = registrations_->why();
     return false;
   }
-  device_.makeCurrent();
+  checkContext();
+  DeviceScope scope(device_.ordinal());
   registrations_->add(id, ptr, bytes);
   return true;
 }
 
 void CudaEngine::deregisterBuffer(uint64_t id) {
-  device_.makeCurrent();
+  checkContext();
+  DeviceScope scope(device_.ordinal());
   // This rank's kernels in flight may still publish the registration to peers, whose kernels
   // then read it; once they are done, every peer's kernel of those calls is done with it too.
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -125,7 +127,8 @@ void CudaEngine::watchRegistrations() {
 }
 
 bool CudaEngine::registerWindow(uint64_t id, void* ptr, size_t bytes, std::string& why) {
-  device_.makeCurrent();
+  checkContext();
+  DeviceScope scope(device_.ordinal());
   if (windows_.viaHost()) {
     // Decided the same way on every rank at init.
     why = "this communicator's GPUs reach each other through host memory";
@@ -135,7 +138,8 @@ bool CudaEngine::registerWindow(uint64_t id, void* ptr, size_t bytes, std::strin
 }
 
 void CudaEngine::deregisterWindow(uint64_t id) {
-  device_.makeCurrent();
+  checkContext();
+  DeviceScope scope(device_.ordinal());
   // Kernels and copies in flight may still address the window, here and, through it, at peers.
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
   userWindows_->remove(id);
@@ -339,7 +343,13 @@ void CudaEngine::runCopyEngine(const cuda::ZeroCopyArgs& a, cudaStream_t stream)
 void CudaEngine::watchCopyEngine() {
   const uint64_t issued = ceIssuedNs_.load();
   if (issued == 0 || ceReleased_.load()) return;
-  if (cudaEventQuery(ceDone_) != cudaErrorNotReady) {
+  const cudaError_t done = cudaEventQuery(ceDone_);
+  if (contextGone(done)) {  // cudaDeviceReset, or the runtime unloading: nothing to watch now
+    cudaGetLastError();
+    contextLost_.store(true);
+    return;
+  }
+  if (done != cudaErrorNotReady) {
     cudaGetLastError();
     uint64_t expected = issued;  // unless a newer call was enqueued meanwhile
     ceIssuedNs_.compare_exchange_strong(expected, 0);
@@ -362,13 +372,13 @@ void CudaEngine::watchCopyEngine() {
 }
 
 void CudaEngine::releaseCopyEngineWaits() {
-  if (!ceUsable_ || ceReleased_.exchange(true)) return;
+  if (!ceUsable_ || contextLost_.load() || ceReleased_.exchange(true)) return;
   // Every word this rank's stream may wait on, set beyond any sequence number: the waits end
   // and the stream drains (what the copies then leave in the outputs is not a result; the
   // communicator has failed).
   const uint64_t beyond = uint64_t{1} << 62;
   try {
-    device_.makeCurrent();
+    DeviceScope scope(device_.ordinal());
     for (int phase = 0; phase < 2; ++phase)
       for (int q = 0; q < setup_.nranks; ++q)
         driver_.writeValue(rescueStream_, ceFlag(setup_.rank, phase, q), beyond);

@@ -24,7 +24,54 @@ IpcImports::~IpcImports() {
   for (auto& [identity, o] : opened_) unmap(o);
 }
 
-char* IpcImports::open(const SharedAllocation& shared, std::string* why) {
+void IpcImports::abandon() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  opened_.clear();
+}
+
+char* IpcImports::reachInProcess(const SharedAllocation& shared, std::string& why) {
+  if (shared.address == 0) {
+    why = "the owner sent no address";
+    return nullptr;
+  }
+  char* base = reinterpret_cast<char*>(shared.address);
+  if (shared.device == device_) return base;
+  int can = 0;
+  cudaError_t err = cudaDeviceCanAccessPeer(&can, device_, shared.device);
+  if (err != cudaSuccess || can == 0) {
+    cudaGetLastError();
+    why = "GPU " + std::to_string(device_) + " has no peer access to GPU " +
+          std::to_string(shared.device) + " (same process)";
+    return nullptr;
+  }
+  if (shared.cuMem != 0) {
+    // cuMem memory is reachable from the devices its mapping grants: add this one.
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device_;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUresult r =
+        driver_.vmm().available()
+            ? driver_.vmm().setAccess(reinterpret_cast<CUdeviceptr>(base), shared.bytes, &access, 1)
+            : CUDA_ERROR_NOT_SUPPORTED;
+    if (r != CUDA_SUCCESS) {
+      why = "cuMemSetAccess for GPU " + std::to_string(device_) + ": error " + std::to_string(r);
+      return nullptr;
+    }
+    return base;
+  }
+  // Per pair of devices, for the whole process; a second enable is no failure.
+  err = cudaDeviceEnablePeerAccess(shared.device, 0);
+  if (err != cudaSuccess && err != cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();
+    why = std::string("cudaDeviceEnablePeerAccess: ") + cudaGetErrorString(err);
+    return nullptr;
+  }
+  cudaGetLastError();
+  return base;
+}
+
+char* IpcImports::open(const SharedAllocation& shared, bool sameProcess, std::string* why) {
   const std::string identity = shared.identity();
   std::string failure;
   char* mapped = nullptr;
@@ -35,13 +82,21 @@ char* IpcImports::open(const SharedAllocation& shared, std::string* why) {
       it->second.users += 1;
       return it->second.base;
     }
-    if (shared.kind == SharedAllocation::kLegacyIpc) {
+    if (sameProcess) {
+      mapped = reachInProcess(shared, failure);
+      if (mapped != nullptr) {
+        opened_[identity] = Opened{mapped, 1, shared, true};
+        return mapped;
+      }
+    } else if (shared.kind == SharedAllocation::kSameProcess) {
+      failure = "its memory can be reached only from its owner's process";
+    } else if (shared.kind == SharedAllocation::kLegacyIpc) {
       // Under the lock: CUDA refuses a second open of the handle in this process.
       void* p = nullptr;
       cudaError_t err = cudaIpcOpenMemHandle(&p, shared.ipc, cudaIpcMemLazyEnablePeerAccess);
       if (err == cudaSuccess) {
         mapped = static_cast<char*>(p);
-        opened_[identity] = Opened{mapped, 1, shared};
+        opened_[identity] = Opened{mapped, 1, shared, false};
         return mapped;
       }
       cudaGetLastError();
@@ -50,13 +105,13 @@ char* IpcImports::open(const SharedAllocation& shared, std::string* why) {
       failure = "malformed shared allocation (kind " + std::to_string(shared.kind) + ")";
     }
   }
-  if (shared.kind == SharedAllocation::kCuMem) {
+  if (!sameProcess && shared.kind == SharedAllocation::kCuMem) {
     // Outside the lock: the fetch waits for the owner, and the other threads' opens and closes
     // must not wait behind it. Two threads may map the same allocation at once (cuMem allows
     // it); the second keeps the first's mapping and unmaps its own.
     mapped = mapCuMem(shared, failure);
     if (mapped != nullptr) {
-      Opened mine{mapped, 1, shared};
+      Opened mine{mapped, 1, shared, false};
       {
         std::lock_guard<std::mutex> lock(mutex_);
         auto [it, inserted] = opened_.emplace(identity, mine);
@@ -160,6 +215,7 @@ void IpcImports::close(const SharedAllocation& shared) {
 }
 
 void IpcImports::unmap(const Opened& o) {
+  if (o.direct) return;
   if (o.shared.kind == SharedAllocation::kLegacyIpc) {
     cudaIpcCloseMemHandle(o.base);
   } else {

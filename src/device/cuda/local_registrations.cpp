@@ -9,6 +9,7 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "device/cuda/cuda_check.hpp"
+#include "device/cuda/cuda_device.hpp"
 
 namespace loom {
 
@@ -32,8 +33,13 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "the board is shared b
 
 LocalRegistrations::LocalRegistrations(
     MemoryExports& exports, IpcImports& imports, int device, int rank, int nranks,
-    std::function<std::vector<std::string>(const std::string&)> allGather)
-    : exports_(exports), imports_(imports), device_(device), rank_(rank), nranks_(nranks) {
+    std::vector<int> process, std::function<std::vector<std::string>(const std::string&)> allGather)
+    : exports_(exports),
+      imports_(imports),
+      device_(device),
+      rank_(rank),
+      nranks_(nranks),
+      process_(std::move(process)) {
   const size_t osPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   pageStride_ = (sizeof(Page) + osPage - 1) / osPage * osPage;
   std::string name, failure;
@@ -56,15 +62,13 @@ LocalRegistrations::LocalRegistrations(
   }
   if (failure.empty()) {
     const size_t tableBytes = sizeof(cuda::ImportEntry) * nranks_ * cuda::kMaxRegistrations;
-    void* onDevice = nullptr;
-    if (cudaHostAlloc(reinterpret_cast<void**>(&table_), tableBytes, cudaHostAllocMapped) !=
-            cudaSuccess ||
-        cudaHostGetDevicePointer(&onDevice, table_, 0) != cudaSuccess) {
-      cudaGetLastError();
-      failure = "no pinned memory for the import table";
-    } else {
-      std::memset(static_cast<void*>(table_), 0, tableBytes);
-      tableOnDevice_ = static_cast<const cuda::ImportEntry*>(onDevice);
+    try {
+      // Loom's own memory, registered: a watchdog still looking after cudaDeviceReset reads it.
+      tableMemory_ = MappedHostMemory(tableBytes);
+      table_ = static_cast<cuda::ImportEntry*>(tableMemory_.host());
+      tableOnDevice_ = static_cast<const cuda::ImportEntry*>(tableMemory_.device());
+    } catch (const Error& e) {
+      failure = std::string("no pinned memory for the import table: ") + e.what();
     }
   }
   // The creator's pages are zero (a fresh segment): every entry free, every version 0.
@@ -86,7 +90,6 @@ LocalRegistrations::~LocalRegistrations() {
   for (int q = 0; q < nranks_; ++q)
     for (int s = 0; s < cuda::kMaxRegistrations; ++s) withdrawImport(q, s, true);
   unmapWithdrawn();
-  if (table_ != nullptr) cudaFreeHost(table_);
 }
 
 LocalRegistrations::Page* LocalRegistrations::page(int rank) const {
@@ -191,8 +194,9 @@ void LocalRegistrations::refreshPeer(int q) {
       continue;
     }
     std::string why;
-    LOOM_CUDA_CHECK(cudaSetDevice(device_));
-    char* mapped = imports_.open(copy.shared, &why);
+    DeviceScope scope(device_);
+    const bool sameProcess = !process_.empty() && process_[q] == process_[rank_];
+    char* mapped = imports_.open(copy.shared, sameProcess, &why);
     if (mapped == nullptr) {
       // Tried again, less and less often (a kernel that needs it gives up at the
       // communicator's timeout); said once per registration.

@@ -32,6 +32,7 @@
 #include "base/shm_segment.hpp"
 #include "device/cuda/collectives/dev_comm.hpp"
 #include "device/cuda/ipc_imports.hpp"
+#include "device/cuda/mapped_host_memory.hpp"
 #include "device/cuda/memory_exports.hpp"
 
 namespace loom {
@@ -39,8 +40,10 @@ namespace loom {
 class LocalRegistrations {
  public:
   // Collective (at init): sets up the board. When some rank cannot, registrations are recorded
-  // but never used on every rank (usable() false, with why()).
+  // but never used on every rank (usable() false, with why()). process[q] == process[rank]:
+  // rank q runs in this process (empty: none does).
   LocalRegistrations(MemoryExports& exports, IpcImports& imports, int device, int rank, int nranks,
+                     std::vector<int> process,
                      std::function<std::vector<std::string>(const std::string&)> allGather);
   ~LocalRegistrations();
   LocalRegistrations(const LocalRegistrations&) = delete;
@@ -65,6 +68,8 @@ class LocalRegistrations {
   void unmapWithdrawn();
   // [nranks][kMaxRegistrations] as the kernels address it.
   const cuda::ImportEntry* deviceTable() const { return tableOnDevice_; }
+  // The context the table was registered in is gone (cudaDeviceReset): free it without CUDA.
+  void abandonContext() { tableMemory_.forgetRegistration(); }
 
  private:
   struct Page;
@@ -76,11 +81,13 @@ class LocalRegistrations {
   MemoryExports& exports_;
   IpcImports& imports_;
   int device_, rank_, nranks_;
+  std::vector<int> process_;
   bool usable_ = false;
   std::string why_;
   ShmSegment board_;
-  size_t pageStride_ = 0;               // bytes of a rank's page in board_, whole OS pages
-  cuda::ImportEntry* table_ = nullptr;  // pinned, mapped
+  size_t pageStride_ = 0;  // bytes of a rank's page in board_, whole OS pages
+  MappedHostMemory tableMemory_;
+  cuda::ImportEntry* table_ = nullptr;  // in tableMemory_
   const cuda::ImportEntry* tableOnDevice_ = nullptr;
 
   struct Own {

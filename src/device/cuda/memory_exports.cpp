@@ -6,8 +6,13 @@
 
 namespace loom {
 
-MemoryExports::MemoryExports(const CudaDriver& driver, int device, int rank, std::string servers)
-    : driver_(driver), device_(device), rank_(rank), servers_(std::move(servers)) {
+MemoryExports::MemoryExports(const CudaDriver& driver, int device, int rank, std::string servers,
+                             bool peersInProcess)
+    : driver_(driver),
+      device_(device),
+      rank_(rank),
+      servers_(std::move(servers)),
+      peersInProcess_(peersInProcess) {
   try {
     server_ = std::make_unique<FdServer>(fdServerName(servers_, rank_), source());
   } catch (const Error& e) {
@@ -21,6 +26,12 @@ MemoryExports::~MemoryExports() {
   for (auto& [key, e] : exports_) release(e);
 }
 
+void MemoryExports::abandon() {
+  server_.reset();
+  std::lock_guard<std::mutex> lock(mutex_);
+  exports_.clear();
+}
+
 bool MemoryExports::share(void* ptr, size_t bytes, SharedAllocation& shared, uint64_t& offset,
                           std::string& why) {
   char* p = static_cast<char*>(ptr);
@@ -28,11 +39,14 @@ bool MemoryExports::share(void* ptr, size_t bytes, SharedAllocation& shared, uin
   size_t size = 0;
   driver_.allocationOf(ptr, base, size);
   shared = SharedAllocation{};
+  shared.device = device_;
   why.clear();
   cudaError_t err = cudaIpcGetMemHandle(&shared.ipc, base);
   if (err == cudaSuccess) {
     LOOM_CHECK_ARG(p + bytes <= base + size, "the buffer runs past the end of its allocation");
     shared.kind = SharedAllocation::kLegacyIpc;
+    shared.address = reinterpret_cast<uint64_t>(base);
+    shared.bytes = size;
     offset = static_cast<uint64_t>(p - base);
     return true;
   }
@@ -50,6 +64,7 @@ bool MemoryExports::shareCuMem(char* ptr, size_t bytes, char* firstBase, SharedA
                                uint64_t& offset, std::string& why) {
   const CudaDriver::Vmm& vmm = driver_.vmm();
   CuMemExport e;
+  bool withoutDescriptors = false;
   // Every physical allocation the buffer touches, in address order; they must follow each other
   // without a hole.
   uint64_t span = 0;
@@ -74,21 +89,37 @@ bool MemoryExports::shareCuMem(char* ptr, size_t bytes, char* firstBase, SharedA
     e.sizes.push_back(size);
     CUmemAllocationProp prop{};
     const bool known = vmm.getAllocationProperties(&prop, h) == CUDA_SUCCESS;
-    if (!known || (prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
-      release(e);
-      why =
-          "its cuMem memory cannot be shared with peers: it was created without "
-          "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes";
-      return false;
-    }
-    if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop.location.id != device_) {
+    if (known &&
+        (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop.location.id != device_)) {
       release(e);
       why = "its cuMem memory lives on another device than the communicator's (" +
             std::to_string(device_) + ")";
       return false;
     }
+    if (!known || (prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
+      // No other process can map it; ranks of this one can, by its address.
+      if (known && peersInProcess_) {
+        withoutDescriptors = true;
+      } else {
+        release(e);
+        why =
+            "its cuMem memory cannot be shared with peers: it was created without "
+            "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes";
+        return false;
+      }
+    }
     span += size;
     at = base + size;
+  }
+  shared.address = reinterpret_cast<uint64_t>(firstBase);
+  shared.bytes = span;
+  shared.cuMem = 1;
+  offset = static_cast<uint64_t>(ptr - firstBase);
+  if (withoutDescriptors) {
+    // Nothing to serve or retain: the peers use the owner's own mapping, by its address.
+    release(e);
+    shared.kind = SharedAllocation::kSameProcess;
+    return true;
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (server_ == nullptr) {
@@ -100,8 +131,6 @@ bool MemoryExports::shareCuMem(char* ptr, size_t bytes, char* firstBase, SharedA
   shared.kind = SharedAllocation::kCuMem;
   shared.owner = static_cast<uint32_t>(rank_);
   shared.key = nextKey_++;
-  shared.bytes = span;
-  offset = static_cast<uint64_t>(ptr - firstBase);
   exports_.emplace(shared.key, std::move(e));
   return true;
 }

@@ -26,7 +26,10 @@ namespace loom {
 class MemoryExports {
  public:
   // `servers`: the descriptor servers' name prefix, the same on every rank of the communicator.
-  MemoryExports(const CudaDriver& driver, int device, int rank, std::string servers);
+  // `peersInProcess`: every peer lives in this process, so memory no other process could map
+  // (cuMem memory without file descriptor handles) is still shared (kSameProcess).
+  MemoryExports(const CudaDriver& driver, int device, int rank, std::string servers,
+                bool peersInProcess);
   ~MemoryExports();
   MemoryExports(const MemoryExports&) = delete;
   MemoryExports& operator=(const MemoryExports&) = delete;
@@ -39,6 +42,8 @@ class MemoryExports {
   // Peers that have not fetched a cuMem export yet no longer can; those that did keep their
   // mapping. Nothing to do for legacy IPC.
   void withdraw(const SharedAllocation& shared);
+  // The context the exports live in is gone (cudaDeviceReset): stop serving, release nothing.
+  void abandon();
 
  private:
   struct CuMemExport {
@@ -54,6 +59,7 @@ class MemoryExports {
   const CudaDriver& driver_;
   int device_, rank_;
   std::string servers_;
+  bool peersInProcess_;
   std::mutex mutex_;
   std::map<uint64_t, CuMemExport> exports_;
   uint64_t nextKey_ = 1;

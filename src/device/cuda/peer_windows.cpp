@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -27,10 +28,24 @@ PeerWindows::~PeerWindows() {
   if (registered_) cudaHostUnregister(hostSegment_.data());
 }
 
+void PeerWindows::abandon() {
+  opened_.assign(opened_.size(), false);
+  own_ = nullptr;
+  registered_ = false;
+}
+
 void PeerWindows::closePeerMappings() {
   for (size_t q = 0; q < windows_.size(); ++q)
     if (q < opened_.size() && opened_[q]) cudaIpcCloseMemHandle(windows_[q]);
   opened_.assign(opened_.size(), false);
+}
+
+std::string PeerWindows::describe() const {
+  if (viaHost_) return "host";
+  int ipc = 0;
+  for (bool o : opened_) ipc += o ? 1 : 0;
+  return "p2p (" + std::to_string(direct_) + " peers in this process directly, " +
+         std::to_string(ipc) + " through CUDA IPC)";
 }
 
 void PeerWindows::setUp(const PeerWindowsSetup& setup) {
@@ -44,24 +59,70 @@ void PeerWindows::setUp(const PeerWindowsSetup& setup) {
   setUpHost(setup);
 }
 
+namespace {
+
+// What a rank publishes for its window: the IPC handle (peers in other processes), and the
+// address and device (peers in its own process).
+struct WindowRecord {
+  cudaIpcMemHandle_t ipc;
+  uint64_t address;
+  int32_t device;
+  int32_t pad;
+};
+
+}  // namespace
+
+std::string PeerWindows::mapInProcess(const PeerWindowsSetup& setup, int q, char* address,
+                                      int device) {
+  if (device != setup.device) {
+    int can = 0;
+    cudaError_t err = cudaDeviceCanAccessPeer(&can, setup.device, device);
+    if (err != cudaSuccess || can == 0) {
+      cudaGetLastError();
+      return "rank " + std::to_string(q) + " (same process): GPU " + std::to_string(setup.device) +
+             " has no peer access to GPU " + std::to_string(device);
+    }
+    // Per pair of devices, for the whole process: a second enable (another communicator, the
+    // user's own) says so, which is no failure.
+    err = cudaDeviceEnablePeerAccess(device, 0);
+    if (err != cudaSuccess && err != cudaErrorPeerAccessAlreadyEnabled) {
+      cudaGetLastError();
+      return "rank " + std::to_string(q) + " (same process): cudaDeviceEnablePeerAccess(" +
+             std::to_string(device) + ") from GPU " + std::to_string(setup.device) + ": " +
+             cudaGetErrorString(err);
+    }
+    cudaGetLastError();
+  }
+  windows_[q] = address;
+  ++direct_;
+  return "";
+}
+
 bool PeerWindows::tryPeerToPeer(const PeerWindowsSetup& setup) {
   LOOM_CUDA_CHECK(cudaMalloc(&own_, setup.windowBytes));
   LOOM_CUDA_CHECK(cudaMemset(own_, 0, setup.windowBytes));
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaIpcMemHandle_t handle{};
-  LOOM_CUDA_CHECK(cudaIpcGetMemHandle(&handle, own_));
-  std::vector<std::string> handles =
-      setup.allGather(std::string(reinterpret_cast<const char*>(&handle), sizeof(handle)));
+  WindowRecord mine{};
+  LOOM_CUDA_CHECK(cudaIpcGetMemHandle(&mine.ipc, own_));
+  mine.address = reinterpret_cast<uint64_t>(own_);
+  mine.device = setup.device;
+  std::vector<std::string> records =
+      setup.allGather(std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
   windows_[rank_] = own_;
   std::string failure;
-  for (int q = 0; q < setup.nranks; ++q) {
+  for (int q = 0; q < setup.nranks && failure.empty(); ++q) {
     if (q == rank_) continue;
-    if (handles[q].size() != sizeof(cudaIpcMemHandle_t))
-      LOOM_THROW(loomInternalError, "rank ", q, " sent a malformed CUDA IPC handle");
-    cudaIpcMemHandle_t peer{};
-    std::memcpy(&peer, handles[q].data(), sizeof(peer));
+    if (records[q].size() != sizeof(WindowRecord))
+      LOOM_THROW(loomInternalError, "rank ", q, " sent a malformed window record");
+    WindowRecord peer{};
+    std::memcpy(static_cast<void*>(&peer), records[q].data(), sizeof(peer));
+    const bool sameProcess = !setup.process.empty() && setup.process[q] == setup.process[rank_];
+    if (sameProcess) {
+      failure = mapInProcess(setup, q, reinterpret_cast<char*>(peer.address), peer.device);
+      continue;
+    }
     void* mapped = nullptr;
-    cudaError_t err = cudaIpcOpenMemHandle(&mapped, peer, cudaIpcMemLazyEnablePeerAccess);
+    cudaError_t err = cudaIpcOpenMemHandle(&mapped, peer.ipc, cudaIpcMemLazyEnablePeerAccess);
     if (err != cudaSuccess) {
       cudaGetLastError();
       failure = "rank " + std::to_string(q) + ": " + cudaGetErrorString(err);
@@ -82,6 +143,7 @@ bool PeerWindows::tryPeerToPeer(const PeerWindowsSetup& setup) {
   closePeerMappings();
   cudaFree(own_);
   own_ = nullptr;
+  direct_ = 0;
   windows_.assign(setup.nranks, nullptr);
   return false;
 }

@@ -2,7 +2,10 @@
 // write, mapped into every process of the communicator.
 //
 // p2p: each window is device memory of its rank's GPU, exported as a CUDA IPC handle, sent over
-// the bootstrap and opened by every peer (peer access enabled on the way). host: when some pair of
+// the bootstrap and opened by every peer (peer access enabled on the way); a peer in this same
+// process (one process driving several GPUs) uses the window's own address instead, with peer
+// access from this rank's GPU to the peer's (CUDA IPC cannot open a handle its own process
+// exported). host: when some pair of
 // GPUs cannot map each other's memory (or LOOM_CUDA_TRANSPORT=host), the windows live in one
 // shared host segment, pinned and mapped into every GPU's address space instead. Kernels see
 // pointers either way and do not know which.
@@ -25,6 +28,9 @@ CudaTransport cudaTransportFromEnv();
 struct PeerWindowsSetup {
   int rank = 0;
   int nranks = 1;
+  int device = 0;  // this rank's CUDA device (current while setUp runs)
+  // process[q] == process[rank]: rank q runs in this process (empty: none does).
+  std::vector<int> process;
   size_t windowBytes = 0;
   CudaTransport transport = CudaTransport::kAuto;
   // All-gather of one string per rank over the communicator's bootstrap.
@@ -44,16 +50,24 @@ class PeerWindows {
 
   char* window(int rank) const { return windows_[rank]; }  // usable by this rank's kernels
   bool viaHost() const { return viaHost_; }
-  const char* transportName() const { return viaHost_ ? "host" : "p2p"; }
+  // "p2p" or "host", and how the peers' windows were mapped ("p2p (3 peers in this process
+  // directly, 0 through CUDA IPC)").
+  std::string describe() const;
+  // The context that held the windows is gone (cudaDeviceReset): free nothing through CUDA.
+  void abandon();
 
  private:
   bool tryPeerToPeer(const PeerWindowsSetup& setup);
+  // Rank q's window `address` on `device`, a peer of this process: usable as it is once this
+  // rank's device may access `device`. Empty, or why not.
+  std::string mapInProcess(const PeerWindowsSetup& setup, int q, char* address, int device);
   void setUpHost(const PeerWindowsSetup& setup);
   void closePeerMappings();
 
   int rank_ = 0;
   std::vector<char*> windows_;
   std::vector<bool> opened_;  // windows_[q] came from cudaIpcOpenMemHandle
+  int direct_ = 0;            // peers of this process whose windows are used as they are
   char* own_ = nullptr;       // cudaMalloc'd window (p2p)
   bool viaHost_ = false;
   ShmSegment hostSegment_;

@@ -22,11 +22,13 @@ struct PartRecord {
 }  // namespace
 
 UserWindows::UserWindows(MemoryExports& exports, IpcImports& imports, int rank, int nranks,
+                         std::vector<int> process,
                          std::function<std::vector<std::string>(const std::string&)> allGather)
     : exports_(exports),
       imports_(imports),
       rank_(rank),
       nranks_(nranks),
+      process_(std::move(process)),
       allGather_(std::move(allGather)) {}
 
 UserWindows::~UserWindows() {
@@ -78,7 +80,8 @@ bool UserWindows::add(uint64_t id, void* ptr, size_t bytes, std::string& why) {
       continue;
     }
     std::string reason;
-    char* mapped = imports_.open(r.shared, &reason);
+    const bool sameProcess = !process_.empty() && process_[q] == process_[rank_];
+    char* mapped = imports_.open(r.shared, sameProcess, &reason);
     if (mapped == nullptr) {
       failure = "rank " + std::to_string(q) + "'s part could not be mapped (" + reason + ")";
       break;
@@ -121,8 +124,12 @@ void UserWindows::remove(uint64_t id) {
     sharing_.erase(sharing_.begin() + static_cast<ptrdiff_t>(i));
     break;
   }
-  // No rank frees its part before every peer has closed its mapping of it.
-  allGather_("");
+  // No rank frees its part before every peer has closed its mapping of it. Peers of this process
+  // map nothing (they use the part's own address), so when every peer is one, nothing is waited
+  // for: one thread may deregister the windows of all its GPUs one after the other (nccl-tests).
+  bool allInProcess = !process_.empty();
+  for (int q : process_) allInProcess &= q == process_[rank_];
+  if (!allInProcess) allGather_("");
 }
 
 const UserWindow* UserWindows::find(const void* ptr, size_t bytes, size_t& offset) const {
