@@ -1,0 +1,91 @@
+"""The "loom" torch backend on an accelerator that is neither the CPU nor CUDA: loom_emu, the
+emulated device as torch's PrivateUse1 device (loom.emu), served through its Loom plug-in's torch
+entries (docs/plugins.md, "Torch"). Every collective and send/recv against Gloo on the CPU, DDP
+and FSDP2 steps bit-equal to the same steps on the CPU with Gloo, and loom_emu ranks beside CPU
+ranks in one job (torch_emu_worker.py)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import loom  # noqa: E402
+from ranks import free_port, run_ranks, worlds  # noqa: E402
+
+WORKER = os.path.join(os.path.dirname(__file__), "torch_emu_worker.py")
+
+
+def emu_available():
+    if not loom.torch_backend_registered:
+        return "loom's torch backend is not built"
+    try:
+        import loom.emu  # noqa: F401
+    except ImportError as e:
+        return f"loom.emu is not built ({e})"
+    return None
+
+
+def run(case, world, timeout=300):
+    why = emu_available()
+    if why:
+        pytest.skip(why)
+    codes, outputs = run_ranks(WORKER, case, world, [str(free_port())], timeout)
+    assert codes == [0] * world, "\n".join(outputs)
+    for rank, out in enumerate(outputs):
+        assert f"rank {rank}: {case} ok" in out, out
+    return outputs
+
+
+@pytest.mark.parametrize("world", worlds([2, 3], [4]))
+def test_collectives_on_loom_emu_tensors(world):
+    run("collectives", world)
+
+
+@pytest.mark.parametrize("world", worlds([2, 3], [4]))
+def test_point_to_point_on_loom_emu_tensors(world):
+    run("point_to_point", world)
+
+
+def test_ddp_on_loom_emu_equals_gloo_on_cpu():
+    run("ddp", 2)
+
+
+def test_fsdp2_on_loom_emu_equals_gloo_on_cpu():
+    run("fsdp", 2)
+
+
+@pytest.mark.parametrize("world,cpu_ranks", [(2, "1"), (3, "0,2")])
+def test_loom_emu_ranks_beside_cpu_ranks(world, cpu_ranks, monkeypatch):
+    monkeypatch.setenv("LOOM_TEST_CPU_RANKS", cpu_ranks)
+    outputs = run("mixed", world)
+    for rank, out in enumerate(outputs):
+        device = "cpu" if str(rank) in cpu_ranks.split(",") else "loom_emu"
+        assert f"rank {rank} on {device}" in out, out
+
+
+def test_loom_emu_device_basics():
+    """The device itself: memory the host cannot read, copies both ways, views, resize."""
+    why = emu_available()
+    if why:
+        pytest.skip(why)
+    code = """
+import torch, loom.emu
+x = torch.arange(10, dtype=torch.float32, device="loom_emu")
+assert x.device.type == "loom_emu" and x.is_loom_emu
+y = x.view(2, 5).t().contiguous()          # a view, then a copy through the CPU
+assert torch.equal(y.cpu(), torch.arange(10.).view(2, 5).t())
+z = torch.empty(0, device="loom_emu"); z.resize_(7); z.fill_(2.5)
+assert z.cpu().tolist() == [2.5] * 7
+x[2:4] = 0                                 # a strided write
+assert x.cpu().tolist() == [0, 1, 0, 0, 4, 5, 6, 7, 8, 9]
+s = torch.loom_emu.Stream()
+with torch.loom_emu.stream(s):
+    w = x * 2
+torch.loom_emu.synchronize()
+assert w.cpu()[9].item() == 18
+print("device ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and "device ok" in out.stdout, out.stdout + out.stderr
