@@ -113,7 +113,7 @@ void ensureStorage(const at::Tensor& t, size_t bytes) {
   storage.unsafeGetStorageImpl()->set_nbytes(bytes);
 }
 
-const at::Tensor& resize(const at::Tensor& self, at::IntArrayRef size,
+const at::Tensor& resizeOnDevice(const at::Tensor& self, at::IntArrayRef size,
                          std::optional<at::MemoryFormat> format) {
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
   impl->set_sizes_contiguous(size);
@@ -126,7 +126,7 @@ const at::Tensor& resize(const at::Tensor& self, at::IntArrayRef size,
 }
 
 at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
-  if (dst.sizes() != self.sizes()) resize(dst, self.sizes(), std::nullopt);
+  if (dst.sizes() != self.sizes()) resizeOnDevice(dst, self.sizes(), std::nullopt);
   return copyFrom(self, dst, false);
 }
 
@@ -172,7 +172,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty_strided", emptyStrided);
   m.impl("_copy_from", copyFrom);
   m.impl("_copy_from_and_resize", copyFromAndResize);
-  m.impl("resize_", resize);
+  m.impl("resize_", resizeOnDevice);
   m.impl("set_.source_Storage_storage_offset", setStorage);
   m.impl("set_.source_Storage", setWholeStorage);
   m.impl("set_.source_Tensor", setTensor);
