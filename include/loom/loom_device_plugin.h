@@ -150,7 +150,7 @@ typedef struct {
   /* Version 2: torch (optional: NULL, and torch's "loom" backend does not serve this device).
    * The torch device type whose tensors live on this plug-in's devices, as torch.device(...).type
    * names it: "xpu", "privateuseone", or the name a PrivateUse1 extension renamed it to ("npu",
-   * "loom_emu"). Torch's device index is the plug-in's `dev`. A tensor's data_ptr() must be the
+   * "loomemu"). Torch's device index is the plug-in's `dev`. A tensor's data_ptr() must be the
    * device address the entries above take. docs/plugins.md, "Torch". */
   const char* torchDeviceType;
   /* Optional (needs torchDeviceType): the plug-in stream behind torch's stream `streamId`

@@ -118,7 +118,7 @@ TEST(PluginLoad, TwoPluginsAndOneKindOnce) {
   ASSERT_EQ(loomDevicePluginLoad(EMU_PLUGIN), loomSuccess) << loomGetLastError(nullptr);
   ASSERT_EQ(loomDevicePluginLoad(plugin("libloom-test-plugin.so").c_str()), loomSuccess)
       << loomGetLastError(nullptr);
-  EXPECT_STREQ(infoOf("loom-emu").torchDeviceType, "loom_emu");
+  EXPECT_STREQ(infoOf("loom-emu").torchDeviceType, "loomemu");
   // The same file again is a no-op; another file with a kind already known is refused.
   EXPECT_EQ(loomDevicePluginLoad(EMU_PLUGIN), loomSuccess);
   expectRefused(plugin("libloom-test-plugin-emukind.so"), loomInvalidArgument,

@@ -1,7 +1,7 @@
-"""The "loom" torch backend on an accelerator that is neither the CPU nor CUDA: loom_emu, the
+"""The "loom" torch backend on an accelerator that is neither the CPU nor CUDA: loomemu, the
 emulated device as torch's PrivateUse1 device (loom.emu), served through its Loom plug-in's torch
 entries (docs/plugins.md, "Torch"). Every collective and send/recv against Gloo on the CPU, DDP
-and FSDP2 steps bit-equal to the same steps on the CPU with Gloo, and loom_emu ranks beside CPU
+and FSDP2 steps bit-equal to the same steps on the CPU with Gloo, and loomemu ranks beside CPU
 ranks in one job (torch_emu_worker.py)."""
 import os
 import subprocess
@@ -59,7 +59,7 @@ def test_loom_emu_ranks_beside_cpu_ranks(world, cpu_ranks, monkeypatch):
     monkeypatch.setenv("LOOM_TEST_CPU_RANKS", cpu_ranks)
     outputs = run("mixed", world)
     for rank, out in enumerate(outputs):
-        device = "cpu" if str(rank) in cpu_ranks.split(",") else "loom_emu"
+        device = "cpu" if str(rank) in cpu_ranks.split(",") else "loomemu"
         assert f"rank {rank} on {device}" in out, out
 
 
@@ -70,18 +70,18 @@ def test_loom_emu_device_basics():
         pytest.skip(why)
     code = """
 import torch, loom.emu
-x = torch.arange(10, dtype=torch.float32, device="loom_emu")
-assert x.device.type == "loom_emu" and x.is_loom_emu
+x = torch.arange(10, dtype=torch.float32, device="loomemu")
+assert x.device.type == "loomemu" and x.is_loom_emu
 y = x.view(2, 5).t().contiguous()          # a view, then a copy through the CPU
 assert torch.equal(y.cpu(), torch.arange(10.).view(2, 5).t())
-z = torch.empty(0, device="loom_emu"); z.resize_(7); z.fill_(2.5)
+z = torch.empty(0, device="loomemu"); z.resize_(7); z.fill_(2.5)
 assert z.cpu().tolist() == [2.5] * 7
 x[2:4] = 0                                 # a strided write
 assert x.cpu().tolist() == [0, 1, 0, 0, 4, 5, 6, 7, 8, 9]
-s = torch.loom_emu.Stream()
-with torch.loom_emu.stream(s):
+s = torch.loomemu.Stream()
+with torch.loomemu.stream(s):
     w = x * 2
-torch.loom_emu.synchronize()
+torch.loomemu.synchronize()
 assert w.cpu()[9].item() == 18
 print("device ok")
 """
@@ -91,18 +91,18 @@ print("device ok")
 
 
 def test_readme_loom_emu_job_under_torchrun(tmp_path):
-    """The README's torch job on loom_emu, as printed there, under torchrun with 2 ranks."""
+    """The README's torch job on loomemu, as printed there, under torchrun with 2 ranks."""
     why = emu_available()
     if why:
         pytest.skip(why)
     readme = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
     blocks = open(readme).read().split("```python\n")
     job = next((b.split("```")[0] for b in blocks[1:] if "import loom.emu" in b), None)
-    assert job is not None, "README.md has no torch job on loom_emu"
+    assert job is not None, "README.md has no torch job on loomemu"
     (tmp_path / "emu_job.py").write_text(job)
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
                           f"--master-port={free_port()}", str(tmp_path / "emu_job.py")],
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     for rank in (0, 1):
-        assert f"{rank} loom_emu:0 [3.0, 3.0, 3.0, 3.0]" in out.stdout, out.stdout + out.stderr
+        assert f"{rank} loomemu:0 [3.0, 3.0, 3.0, 3.0]" in out.stdout, out.stdout + out.stderr

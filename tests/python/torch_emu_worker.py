@@ -1,10 +1,10 @@
-"""One rank of the loom_emu torch tests: python torch_emu_worker.py CASE WORLD RANK PORT.
+"""One rank of the loomemu torch tests: python torch_emu_worker.py CASE WORLD RANK PORT.
 
-Tensors live on "loom_emu", the emulated accelerator as torch's PrivateUse1 device (loom.emu): a
+Tensors live on "loomemu", the emulated accelerator as torch's PrivateUse1 device (loom.emu): a
 device that is neither the CPU nor CUDA, whose memory the host cannot read. Every op runs on the
-"loom" group with loom_emu tensors and on a Gloo group with the same values on the CPU; results
+"loom" group with loomemu tensors and on a Gloo group with the same values on the CPU; results
 must be bit-equal. CASE mixed: ranks in LOOM_TEST_CPU_RANKS have the CPU as home device
-(LOOM_TORCH_HOME_DEVICE=cpu), the others loom_emu, in one heterogeneous communicator.
+(LOOM_TORCH_HOME_DEVICE=cpu), the others loomemu, in one heterogeneous communicator.
 """
 import os
 import sys
@@ -13,9 +13,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-import loom.emu  # noqa: F401  torch's "loom_emu" device, served by "loom"
+import loom.emu  # noqa: F401  torch's "loomemu" device, served by "loom"
 
-EMU = torch.device("loom_emu", 0)  # set by main(): this rank's device
+EMU = torch.device("loomemu", 0)  # set by main(): this rank's device
 DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64, torch.bfloat16, torch.float16,
           torch.uint8, torch.int8]
 
@@ -28,7 +28,7 @@ def fail(message):
 def same(name, got, want):
     got = got.cpu()
     if got.dtype != want.dtype or not torch.equal(got, want):
-        fail(f"{name}: loom_emu {got.flatten()[:8].tolist()} gloo {want.flatten()[:8].tolist()}")
+        fail(f"{name}: loomemu {got.flatten()[:8].tolist()} gloo {want.flatten()[:8].tolist()}")
 
 
 def value(rank, n, dtype, salt=0):
@@ -36,8 +36,8 @@ def value(rank, n, dtype, salt=0):
 
 
 def both(op, make, ref):
-    """Runs op(tensors, group) on loom_emu copies of make() over "loom" and on CPU ones over
-    Gloo; returns (the loom_emu tensors moved back to the CPU, the CPU ones)."""
+    """Runs op(tensors, group) on loomemu copies of make() over "loom" and on CPU ones over
+    Gloo; returns (the loomemu tensors moved back to the CPU, the CPU ones)."""
     host = make()
     dev = [t.to(EMU) for t in host]
     op(dev, None)
@@ -109,13 +109,17 @@ def lists(rank, world, ref):
 
 
 def point_to_point(rank, world, ref):
-    """Sends and receives in a ring, receives posted first, and a batch_isend_irecv."""
+    """Sends and receives in a ring (rank 0 sends first: on a device they run in issue order on
+    Loom's stream, as NCCL's do), and a batch_isend_irecv in any order."""
     nxt, prv = (rank + 1) % world, (rank - 1) % world
     got = torch.zeros(1001, dtype=torch.bfloat16, device=EMU)
-    recv = dist.irecv(got, src=prv, tag=5)
-    send = dist.isend(value(rank, 1001, torch.bfloat16).to(EMU), dst=nxt, tag=5)
-    send.wait()
-    recv.wait()
+    payload = value(rank, 1001, torch.bfloat16).to(EMU)
+    if rank == 0:
+        works = [dist.isend(payload, dst=nxt, tag=5), dist.irecv(got, src=prv, tag=5)]
+    else:
+        works = [dist.irecv(got, src=prv, tag=5), dist.isend(payload, dst=nxt, tag=5)]
+    for work in works:
+        work.wait()
     same(f"recv from {prv}", got, value(prv, 1001, torch.bfloat16))
     got = torch.zeros(64, device=EMU)
     ops = [dist.P2POp(dist.irecv, got, prv), dist.P2POp(dist.isend,
@@ -139,7 +143,7 @@ def point_to_point(rank, world, ref):
 
 
 def ddp(rank, world, ref):
-    """DDP steps with the model on loom_emu over "loom" and on the CPU over Gloo: the same
+    """DDP steps with the model on loomemu over "loom" and on the CPU over Gloo: the same
     parameters, bit for bit (2 ranks: a sum of two is the same in any order)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -164,7 +168,7 @@ def ddp(rank, world, ref):
 
 
 def fsdp(rank, world, ref):
-    """FSDP2 (fully_shard, torch's own all-gathers and reduce-scatters) on a loom_emu device mesh
+    """FSDP2 (fully_shard, torch's own all-gathers and reduce-scatters) on a loomemu device mesh
     over "loom" and on a CPU mesh over Gloo: the same losses and parameters, bit for bit."""
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -190,7 +194,7 @@ def fsdp(rank, world, ref):
             losses.append(loss.detach().cpu())
         return torch.stack(losses), [p.full_tensor().detach().cpu() for p in model.parameters()]
 
-    emu_losses, emu_params = train(init_device_mesh("loom_emu", (world,)), EMU)
+    emu_losses, emu_params = train(init_device_mesh("loomemu", (world,)), EMU)
     cpu_losses, cpu_params = train(DeviceMesh.from_group(ref, "cpu"), "cpu")
     same("FSDP2 losses", emu_losses, cpu_losses)
     for i, (a, b) in enumerate(zip(emu_params, cpu_params)):
@@ -200,7 +204,7 @@ def fsdp(rank, world, ref):
 
 def mixed(rank, world, ref):
     """Ranks with different home devices pass tensors on their own: one heterogeneous
-    communicator (CPU ranks and loom_emu ranks)."""
+    communicator (CPU ranks and loomemu ranks)."""
     dev = EMU if os.environ.get("LOOM_TORCH_HOME_DEVICE") != "cpu" else torch.device("cpu")
     for dtype in (torch.float32, torch.int64):
         t = value(rank, 1000, dtype).to(dev)
@@ -232,8 +236,8 @@ def main():
     case, world, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     if case == "mixed" and str(rank) in os.environ.get("LOOM_TEST_CPU_RANKS", "").split(","):
         os.environ["LOOM_TORCH_HOME_DEVICE"] = "cpu"
-    EMU = torch.device("loom_emu", rank % torch.loom_emu.device_count())
-    torch.loom_emu.set_device(EMU)
+    EMU = torch.device("loomemu", rank % torch.loomemu.device_count())
+    torch.loomemu.set_device(EMU)
     dist.init_process_group("loom", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=120))
     ref = None if case == "mixed" else dist.new_group(backend="gloo")

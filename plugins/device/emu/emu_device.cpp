@@ -11,8 +11,8 @@
 // the device first, as cudaFree does. A stream holds a bounded number of pending operations, as a
 // GPU's launch queue does: one more blocks the caller until the worker has run one.
 //
-// Torch: the table declares the torch device type "loom_emu" (the extension in python/loom_emu
-// makes torch's PrivateUse1 device that name, with memory, streams and events of this plug-in).
+// Torch: the table declares the torch device type "loomemu" (loom.emu, python/src/loom_emu, makes
+// torch's PrivateUse1 device that name, with memory, streams and events of this plug-in).
 //
 // Test knobs (read when the library loads): LOOM_EMU_DEVICES (devices, default 4),
 // LOOM_EMU_DISABLE=reduce,map_host,host_alloc,host_func (optional entries and flags switched off),
@@ -479,7 +479,7 @@ loomResult_t emuLaunchHostFunc(int dev, loomStream_t stream, void (*fn)(void*), 
   return loomSuccess;
 }
 
-// Torch streams of the loom_emu torch device (python/loom_emu): id 0 is the default stream, any
+// Torch streams of the loomemu torch device (python/src/loom_emu): id 0 is the default stream, any
 // other id is a stream handle of this plug-in's, checked here (a stale or foreign id is an error,
 // not a crash).
 loomResult_t emuTorchStream(int dev, int64_t streamId, loomStream_t* stream) {
@@ -534,7 +534,7 @@ __attribute__((visibility("default"))) loomDevicePlugin_v2 loomDevicePluginEntry
     nullptr,
     nullptr,
     emuLaunchHostFunc,
-    "loom_emu",  // torch's PrivateUse1 device as the loom_emu extension renames it
+    "loomemu",  // torch's PrivateUse1 device as the loomemu extension renames it
     emuTorchStream,
 };
 

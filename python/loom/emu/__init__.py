@@ -1,15 +1,16 @@
-"""loom.emu: Loom's emulated accelerator as a torch device, ``"loom_emu"``.
+"""loom.emu: Loom's emulated accelerator as a torch device, ``"loomemu"``.
 
-Importing it makes torch's PrivateUse1 device ``loom_emu``: tensors whose memory is the emulated
+Importing it makes torch's PrivateUse1 device ``loomemu`` (letters only: torch's DeviceMesh takes
+no other device type names): tensors whose memory is the emulated
 device's (plugins/device/emu: an address range the host cannot read, streams as worker threads),
 with just the operators a training step's communication needs on the device (empty, copies to
 and from the CPU and on the device, resize, views); every other operator runs on the CPU through
 torch's CPU fallback. It also loads the device's Loom plug-in into the ``"loom"`` torch backend,
-which then serves ``loom_emu`` tensors on a communicator of kind ``loom-emu``::
+which then serves ``loomemu`` tensors on a communicator of kind ``loom-emu``::
 
     import torch, torch.distributed as dist, loom.emu
-    dist.init_process_group("loom")              # under torchrun: cpu and loom_emu tensors
-    x = torch.ones(4, device="loom_emu")
+    dist.init_process_group("loom")              # under torchrun: cpu and loomemu tensors
+    x = torch.ones(4, device="loomemu")
     dist.all_reduce(x)
 
 This is a vendor's torch extension (torch_npu, an XPU build) in miniature: docs/plugins.md,
@@ -25,7 +26,7 @@ import torch
 from . import _C
 
 PLUGIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libloom-device-emu.so")
-DEVICE_TYPE = "loom_emu"
+DEVICE_TYPE = "loomemu"
 
 _C.load_plugin(PLUGIN)
 
@@ -85,12 +86,26 @@ def stream(s):
         torch.accelerator.set_stream(previous)
 
 
+def is_initialized():
+    return True
+
+
+def get_rng_state(device=None):
+    """The CPU generator's state (the device's random numbers come from it)."""
+    return torch.get_rng_state()
+
+
+def set_rng_state(state, device=None):
+    torch.set_rng_state(state)
+
+
 def _is_in_bad_fork():
     return False
 
 
-def manual_seed(seed):  # random numbers come from the CPU's generator
-    torch.manual_seed(seed)
+def manual_seed(seed):
+    """Nothing to seed: the device's random numbers come from the CPU's generator, which
+    torch.manual_seed seeds (and which calls this)."""
 
 
 manual_seed_all = manual_seed
@@ -102,7 +117,8 @@ def _register():
     module = types.ModuleType(f"torch.{DEVICE_TYPE}")
     for name in ("is_available", "device_count", "current_device", "set_device", "synchronize",
                  "current_stream", "Stream", "Event", "stream",
-                 "_is_in_bad_fork", "manual_seed", "manual_seed_all"):
+                 "_is_in_bad_fork", "manual_seed", "manual_seed_all", "is_initialized",
+                 "get_rng_state", "set_rng_state"):
         setattr(module, name, globals()[name])
     torch._register_device_module(DEVICE_TYPE, module)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,

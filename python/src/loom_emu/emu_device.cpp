@@ -23,7 +23,7 @@ struct Event {
 struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   GuardImpl() = default;
   explicit GuardImpl(c10::DeviceType type) {
-    TORCH_CHECK(type == c10::DeviceType::PrivateUse1, "loom_emu guard for ", type);
+    TORCH_CHECK(type == c10::DeviceType::PrivateUse1, "loomemu guard for ", type);
   }
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
   c10::Device exchangeDevice(c10::Device d) const override {
@@ -65,7 +65,7 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
       rt.check(rt.table().eventCreate(e->device, &e->event), "eventCreate");
       *event = e;
     }
-    TORCH_CHECK(device < 0 || device == stream.device_index(), "loom_emu: event of device ",
+    TORCH_CHECK(device < 0 || device == stream.device_index(), "loom.emu: event of device ",
                 int(device), " recorded on a stream of device ", int(stream.device_index()));
     rt.check(rt.table().eventRecord(e->device, e->event, rt.stream(stream)), "eventRecord");
   }

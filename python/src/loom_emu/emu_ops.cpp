@@ -1,4 +1,4 @@
-// The loom_emu device's operators: what communication buffers need (empty, copies in every
+// The loomemu device's operators: what communication buffers need (empty, copies in every
 // direction, resize, set_, the view kernels) on the device itself; every other operator runs on
 // the CPU through torch's CPU fallback (its tensors copied to the host and the results back), so
 // a model's forward and backward work on the device, slowly, with the CPU's exact arithmetic.
@@ -104,7 +104,7 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool) {
 void ensureStorage(const at::Tensor& t, size_t bytes) {
   c10::Storage storage = t.storage();
   if (bytes <= storage.nbytes()) return;
-  TORCH_CHECK(storage.resizable(), "loom_emu: resize of a tensor whose storage is not resizable");
+  TORCH_CHECK(storage.resizable(), "loom.emu: resize of a tensor whose storage is not resizable");
   c10::DeviceGuard guard(t.device());
   c10::DataPtr grown = allocator().allocate(bytes);
   if (storage.nbytes() > 0)

@@ -36,26 +36,26 @@ c10::Device emuDevice(c10::DeviceIndex index) { return c10::Device(c10::kPrivate
 void Runtime::load(const std::string& pluginPath) {
   std::lock_guard<std::mutex> lock(gLoadMutex);
   if (gRuntime != nullptr) {
-    TORCH_CHECK(gRuntime->path() == pluginPath, "loom_emu: the plug-in ", gRuntime->path(),
+    TORCH_CHECK(gRuntime->path() == pluginPath, "loom.emu: the plug-in ", gRuntime->path(),
                 " is loaded already; cannot load ", pluginPath, " beside it");
     return;
   }
   void* library = dlopen(pluginPath.c_str(), RTLD_NOW | RTLD_LOCAL);
-  TORCH_CHECK(library != nullptr, "loom_emu: cannot load the emulated device plug-in ",
+  TORCH_CHECK(library != nullptr, "loom.emu: cannot load the emulated device plug-in ",
               pluginPath, ": ", dlerror());
   const auto* table =
       static_cast<const loomDevicePlugin_v2*>(dlsym(library, LOOM_DEVICE_PLUGIN_SYMBOL));
-  TORCH_CHECK(table != nullptr, "loom_emu: ", pluginPath, " exports no ",
+  TORCH_CHECK(table != nullptr, "loom.emu: ", pluginPath, " exports no ",
               LOOM_DEVICE_PLUGIN_SYMBOL);
   TORCH_CHECK(table->version == LOOM_DEVICE_PLUGIN_VERSION && table->size >= sizeof(*table),
-              "loom_emu: ", pluginPath, " is not a version ", LOOM_DEVICE_PLUGIN_VERSION,
+              "loom.emu: ", pluginPath, " is not a version ", LOOM_DEVICE_PLUGIN_VERSION,
               " plug-in of this build (version ", table->version, ")");
   gRuntime = new Runtime(pluginPath, library, *table);
 }
 
 Runtime& Runtime::get() {
   TORCH_CHECK(gRuntime != nullptr,
-              "loom_emu: the device is not set up (import loom.emu before using it)");
+              "loom.emu: the device is not set up (import loom.emu before using it)");
   return *gRuntime;
 }
 
@@ -70,11 +70,11 @@ Runtime::Runtime(std::string path, void* library, const loomDevicePlugin_v2& tab
 void Runtime::check(loomResult_t result, const char* entry) const {
   if (result == loomSuccess) return;
   const char* why = table_.getLastError != nullptr ? table_.getLastError() : "";
-  TORCH_CHECK(false, "loom_emu: ", entry, " failed (code ", static_cast<int>(result), "): ", why);
+  TORCH_CHECK(false, "loom.emu: ", entry, " failed (code ", static_cast<int>(result), "): ", why);
 }
 
 void Runtime::checkDevice(c10::DeviceIndex index) const {
-  TORCH_CHECK(index >= 0 && index < deviceCount_, "loom_emu: no device ", int(index), " (",
+  TORCH_CHECK(index >= 0 && index < deviceCount_, "loom.emu: no device ", int(index), " (",
               deviceCount_, " devices; LOOM_EMU_DEVICES sets how many)");
 }
 

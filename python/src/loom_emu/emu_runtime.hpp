@@ -1,4 +1,4 @@
-// The loom_emu torch device's runtime: the emulated accelerator's plug-in table (plugins/device/emu,
+// The loomemu torch device's runtime: the emulated accelerator's plug-in table (plugins/device/emu,
 // the same library Loom loads, so both see one set of devices), the current device and stream of
 // each thread, streams and events as torch's device guard wants them, and a caching allocator.
 //

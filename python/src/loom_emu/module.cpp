@@ -1,5 +1,5 @@
-// loom.emu._C: the loom_emu torch device's Python half (python/loom/emu/__init__.py renames torch's
-// PrivateUse1 device "loom_emu" and registers the device module over these).
+// loom.emu._C: the loomemu torch device's Python half (python/loom/emu/__init__.py renames torch's
+// PrivateUse1 device "loomemu" and registers the device module over these).
 #include <torch/csrc/utils/pybind.h>
 
 #include "emu_runtime.hpp"

@@ -1,6 +1,6 @@
 // ProcessGroupLoom on a device a Loom device plug-in serves (docs/plugins.md, "Torch"): torch
 // tensors of the plug-in's torch device type (an out-of-tree PrivateUse1 device such as the
-// emulated "loom_emu" or Ascend's "npu", or "xpu") on a Loom communicator of the plug-in's kind.
+// emulated "loomemu" or Ascend's "npu", or "xpu") on a Loom communicator of the plug-in's kind.
 //
 // Ordering is the CUDA half's (cuda_work.hpp), through torch's device-generic interfaces (the
 // device's guard: c10::Stream, c10::Event, recordDataPtrOnStream), which a vendor's torch
@@ -30,7 +30,7 @@ namespace loom::torchbackend {
 // A loaded plug-in that serves a torch device type.
 struct DevicePlugin {
   std::string kind;        // Loom's device kind ("loom-emu")
-  std::string torchType;   // torch's device type name ("loom_emu")
+  std::string torchType;   // torch's device type name ("loomemu")
 };
 
 // The plug-in serving torch device type `type`, if one is loaded (LOOM_DEVICE_PLUGIN's are

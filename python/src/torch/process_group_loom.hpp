@@ -11,7 +11,7 @@
 // CUDA they are enqueued at the end as one Loom group on the stream. CUDA tensors: a communicator
 // on the rank's device, made at the first CUDA op (or eagerly when torch binds the group to a
 // device); ops are enqueued on its stream from the calling thread, NCCL style (cuda_work.hpp).
-// A plug-in's device (a PrivateUse1 device such as "loom_emu", or "xpu"): the same, on a
+// A plug-in's device (a PrivateUse1 device such as "loomemu", or "xpu"): the same, on a
 // communicator of the plug-in's kind, through torch's device-generic streams and events. A
 // failed op raises from wait() naming the op, the group and the cause, and leaves the communicator
 // aborted: later ops fail at once instead of hanging.
