@@ -71,7 +71,7 @@ def test_loom_emu_device_basics():
     code = """
 import torch, loom.emu
 x = torch.arange(10, dtype=torch.float32, device="loomemu")
-assert x.device.type == "loomemu" and x.is_loom_emu
+assert x.device.type == "loomemu" and x.is_loomemu
 y = x.view(2, 5).t().contiguous()          # a view, then a copy through the CPU
 assert torch.equal(y.cpu(), torch.arange(10.).view(2, 5).t())
 z = torch.empty(0, device="loomemu"); z.resize_(7); z.fill_(2.5)
@@ -88,6 +88,12 @@ print("device ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and "device ok" in out.stdout, out.stdout + out.stderr
+    # A tensor's memory is the plug-in's: the host reading it faults.
+    read = "import ctypes, torch, loom.emu\n" \
+           "x = torch.ones(4, device='loomemu')\n" \
+           "print('read', ctypes.string_at(x.data_ptr(), 4))\n"
+    out = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True, timeout=120)
+    assert out.returncode == -11 and "read" not in out.stdout, out.stdout + out.stderr
 
 
 def test_readme_loom_emu_job_under_torchrun(tmp_path):
@@ -100,8 +106,9 @@ def test_readme_loom_emu_job_under_torchrun(tmp_path):
     job = next((b.split("```")[0] for b in blocks[1:] if "import loom.emu" in b), None)
     assert job is not None, "README.md has no torch job on loomemu"
     (tmp_path / "emu_job.py").write_text(job)
+    # --tee: each rank's lines prefixed whole (two ranks' prints do not interleave).
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-                          f"--master-port={free_port()}", str(tmp_path / "emu_job.py")],
+                          "--tee=3", f"--master-port={free_port()}", str(tmp_path / "emu_job.py")],
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     for rank in (0, 1):
