@@ -2,12 +2,13 @@
  * of Loom itself.
  *
  * A plug-in is a shared library that exports one object, `loomDevicePluginEntry`, a
- * loomDevicePlugin_v2 table of function pointers (Loom still loads version 1 tables, see below). Loom loads it with dlopen from
- * LOOM_DEVICE_PLUGIN=/path/lib.so[,/other.so] (at the first communicator) or from
- * loomDevicePluginLoad(path), checks `version` and the required entries, calls init(), and from
- * then on a communicator created with config.device = "<kind>" or "<kind>:N" (or
- * LOOM_DEVICE=<kind>) runs on that plug-in's devices. docs/plugins.md is the full contract: what
- * each entry must do, its thread safety and its errors. plugins/device/emu/ is a complete example.
+ * loomDevicePlugin_v2 table of function pointers (Loom still loads version 1 tables, see below).
+ * Loom loads it with dlopen from LOOM_DEVICE_PLUGIN=/path/lib.so[,/other.so] (at the first
+ * communicator) or from loomDevicePluginLoad(path), checks `version` and the required entries,
+ * calls init(), and from then on a communicator created with config.device = "<kind>" or "<kind>:N"
+ * (or LOOM_DEVICE=<kind>) runs on that plug-in's devices. docs/plugins.md is the full contract:
+ * what each entry must do, its thread safety and its errors. plugins/device/emu/ is a complete
+ * example.
  *
  * Conventions: every entry returns loomSuccess or an error code (loomSystemError for a device
  * failure, loomInvalidArgument for a bad pointer or argument); getLastError, when present, gives
@@ -174,7 +175,7 @@ loomResult_t loomDevicePluginLoad(const char* path);
 /* What a loaded plug-in is, for frameworks that map their devices to Loom's (torch's "loom"
  * backend). The strings stay valid until the process exits (plug-ins are never unloaded). */
 typedef struct {
-  const char* kind;            /* config.device names it: "loom-emu" */
+  const char* kind; /* config.device names it: "loom-emu" */
   const char* vendor;
   const char* path;            /* the file as it was loaded */
   const char* torchDeviceType; /* the torch device type it serves; NULL: none (or a v1 table) */

@@ -108,43 +108,43 @@ static loomResult_t torchStream(int d, int64_t id, loomStream_t* s) {
 #endif
 
 #ifndef TEST_PLUGIN_NO_SYMBOL
-__attribute__((visibility("default")))
-const TEST_PLUGIN_TABLE loomDevicePluginEntry = {TEST_PLUGIN_VERSION,
-                                                   TEST_PLUGIN_SIZE,
-                                                   TEST_PLUGIN_KIND,
-                                                   "test",
-                                                   0,
-                                                   init,
-                                                   count,
-                                                   info,
-                                                   alloc,
-                                                   ptrOp,
-                                                   isDev,
-                                                   streamCreate,
-                                                   streamOp,
-                                                   streamOp,
+__attribute__((visibility("default"))) const TEST_PLUGIN_TABLE loomDevicePluginEntry = {
+    TEST_PLUGIN_VERSION,
+    TEST_PLUGIN_SIZE,
+    TEST_PLUGIN_KIND,
+    "test",
+    0,
+    init,
+    count,
+    info,
+    alloc,
+    ptrOp,
+    isDev,
+    streamCreate,
+    streamOp,
+    streamOp,
 #ifdef TEST_PLUGIN_MISSING_ENTRY
-                                                   NULL, /* memcpyAsync */
+    NULL, /* memcpyAsync */
 #else
-                                                    copy,
+    copy,
 #endif
-                                                   eventCreate,
-                                                   eventOp,
-                                                   eventRecord,
-                                                   streamWait,
-                                                   eventQuery,
-                                                   NULL,
-                                                   lastError,
-                                                   NULL,
-                                                   NULL,
-                                                   NULL,
-                                                   NULL,
-                                                   NULL,
-                                                   NULL,
+    eventCreate,
+    eventOp,
+    eventRecord,
+    streamWait,
+    eventQuery,
+    NULL,
+    lastError,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 #ifndef TEST_PLUGIN_V1
-                                                   NULL, /* launchHostFunc */
-                                                   TEST_PLUGIN_TORCH_TYPE,
-                                                   torchStream,
+    NULL, /* launchHostFunc */
+    TEST_PLUGIN_TORCH_TYPE,
+    torchStream,
 #endif
 };
 #endif

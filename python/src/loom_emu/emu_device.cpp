@@ -131,9 +131,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return deviceCount() > 0; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
-  c10::DeviceIndex deviceCount() const override {
-    return GuardImpl().deviceCount();
-  }
+  c10::DeviceIndex deviceCount() const override { return GuardImpl().deviceCount(); }
   void setCurrentDevice(c10::DeviceIndex device) const override {
     loom::emu::setCurrentDevice(device);
   }

@@ -34,9 +34,9 @@ at::Tensor emptyStrided(at::IntArrayRef size, at::IntArrayRef stride,
                         std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
                         std::optional<at::Device> device, std::optional<bool>) {
   c10::DeviceGuard guard(c10::Device(c10::kPrivateUse1, indexOf(device)));
-  return at::detail::empty_strided_generic(
-      size, stride, &allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-      dtype.value_or(at::get_default_dtype_as_scalartype()));
+  return at::detail::empty_strided_generic(size, stride, &allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           dtype.value_or(at::get_default_dtype_as_scalartype()));
 }
 
 // The bytes of a device tensor's storage that its elements span, as a host tensor with the
@@ -56,7 +56,8 @@ HostMirror mirror(const at::Tensor& t, bool read) {
   const size_t item = t.element_size();
   m.bytes = t.numel() == 0 ? 0 : at::detail::computeStorageNbytes(t.sizes(), t.strides(), item);
   m.buffer = at::empty({static_cast<int64_t>(m.bytes / item)}, t.options().device(at::kCPU));
-  if (read) Runtime::get().copyToHost(m.buffer.data_ptr(), firstByte(t), m.bytes, t.device().index());
+  if (read)
+    Runtime::get().copyToHost(m.buffer.data_ptr(), firstByte(t), m.bytes, t.device().index());
   m.view = m.buffer.as_strided(t.sizes(), t.strides(), 0);
   return m;
 }
@@ -114,14 +115,14 @@ void ensureStorage(const at::Tensor& t, size_t bytes) {
 }
 
 const at::Tensor& resizeOnDevice(const at::Tensor& self, at::IntArrayRef size,
-                         std::optional<at::MemoryFormat> format) {
+                                 std::optional<at::MemoryFormat> format) {
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
   impl->set_sizes_contiguous(size);
   if (format && *format != at::MemoryFormat::Preserve) impl->empty_tensor_restride(*format);
   if (self.numel() > 0)
-    ensureStorage(self, at::detail::computeStorageNbytes(self.sizes(), self.strides(),
-                                                         self.element_size(),
-                                                         self.storage_offset()));
+    ensureStorage(
+        self, at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.element_size(),
+                                               self.storage_offset()));
   return self;
 }
 

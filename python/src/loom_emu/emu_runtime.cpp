@@ -41,8 +41,8 @@ void Runtime::load(const std::string& pluginPath) {
     return;
   }
   void* library = dlopen(pluginPath.c_str(), RTLD_NOW | RTLD_LOCAL);
-  TORCH_CHECK(library != nullptr, "loom.emu: cannot load the emulated device plug-in ",
-              pluginPath, ": ", dlerror());
+  TORCH_CHECK(library != nullptr, "loom.emu: cannot load the emulated device plug-in ", pluginPath,
+              ": ", dlerror());
   const auto* table =
       static_cast<const loomDevicePlugin_v2*>(dlsym(library, LOOM_DEVICE_PLUGIN_SYMBOL));
   TORCH_CHECK(table != nullptr, "loom.emu: ", pluginPath, " exports no ",

@@ -26,7 +26,8 @@
 namespace loom::emu {
 
 // The plug-in, loaded once per process by load() (torch's device registries are process-wide, so
-// this is too); every entry's failure becomes a c10::Error naming the entry and the plug-in's words.
+// this is too); every entry's failure becomes a c10::Error naming the entry and the plug-in's
+// words.
 class Runtime {
  public:
   static void load(const std::string& pluginPath);

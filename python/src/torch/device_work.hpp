@@ -29,8 +29,8 @@ namespace loom::torchbackend {
 
 // A loaded plug-in that serves a torch device type.
 struct DevicePlugin {
-  std::string kind;        // Loom's device kind ("loom-emu")
-  std::string torchType;   // torch's device type name ("loomemu")
+  std::string kind;       // Loom's device kind ("loom-emu")
+  std::string torchType;  // torch's device type name ("loomemu")
 };
 
 // The plug-in serving torch device type `type`, if one is loaded (LOOM_DEVICE_PLUGIN's are
@@ -53,8 +53,8 @@ void attachStream(DeviceComm& comm);
 class LoomDeviceWork : public c10d::Work {
  public:
   LoomDeviceWork(int rank, c10d::OpType type, const char* name, std::string group,
-                 const DeviceComm& comm, std::vector<at::Tensor> outputs,
-                 std::exception_ptr error, std::chrono::milliseconds timeout);
+                 const DeviceComm& comm, std::vector<at::Tensor> outputs, std::exception_ptr error,
+                 std::chrono::milliseconds timeout);
 
   bool isCompleted() override;
   bool isSuccess() const override;

@@ -151,9 +151,8 @@ const CudaComm& ProcessGroupLoom::cudaComm(at::Device device) {
 const DeviceComm& ProcessGroupLoom::deviceComm(at::Device device) {
   std::lock_guard<std::mutex> lock(deviceMutex_);
   if (device_) {
-    TORCH_CHECK(device_->device == device, "ProcessGroupLoom: this group runs on ",
-                device_->device, "; a rank uses one device per group (got a tensor on ", device,
-                ")");
+    TORCH_CHECK(device_->device == device, "ProcessGroupLoom: this group runs on ", device_->device,
+                "; a rank uses one device per group (got a tensor on ", device, ")");
     return *device_;
   }
   std::optional<DevicePlugin> plugin = pluginFor(device.type());

@@ -45,21 +45,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::endCoalescing() {
       tensors.insert(tensors.end(), op.tensors.begin(), op.tensors.end());
       outputs.insert(outputs.end(), op.outputs.begin(), op.outputs.end());
     }
-    works.push_back(launchOnStream(
-        coalescedDevice_, c10d::OpType::COALESCED, "coalesced batch", tensors, outputs,
-        [&](loomComm_t comm, void* stream) {
-          call(loomGroupStart(), "coalesced batch", comm, getGroupDesc());
-          std::exception_ptr error;
-          try {
-            for (const PendingOnStream& op : ops) op.body(comm, stream);
-          } catch (...) {
-            error = std::current_exception();
-          }
-          // The group ends whatever happened inside it (Loom keeps a per-thread depth).
-          loomResult_t ended = loomGroupEnd();
-          if (error) std::rethrow_exception(error);
-          call(ended, "coalesced batch", comm, getGroupDesc());
-        }));
+    works.push_back(launchOnStream(coalescedDevice_, c10d::OpType::COALESCED, "coalesced batch",
+                                   tensors, outputs, [&](loomComm_t comm, void* stream) {
+                                     call(loomGroupStart(), "coalesced batch", comm,
+                                          getGroupDesc());
+                                     std::exception_ptr error;
+                                     try {
+                                       for (const PendingOnStream& op : ops) op.body(comm, stream);
+                                     } catch (...) {
+                                       error = std::current_exception();
+                                     }
+                                     // The group ends whatever happened inside it (Loom keeps a
+                                     // per-thread depth).
+                                     loomResult_t ended = loomGroupEnd();
+                                     if (error) std::rethrow_exception(error);
+                                     call(ended, "coalesced batch", comm, getGroupDesc());
+                                   }));
   }
   return LoomCoalescedWork::create(rank_, std::move(works));
 }

@@ -116,8 +116,8 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::split(
   {
     std::lock_guard<std::mutex> deviceLock(deviceMutex_);
     if (device_) {
-      call(loomCommSplit(device_->comm, color, rank_, &child.deviceComm, &config),
-           "split (device)", device_->comm, getGroupDesc());
+      call(loomCommSplit(device_->comm, color, rank_, &child.deviceComm, &config), "split (device)",
+           device_->comm, getGroupDesc());
       child.device = device_->device;
       child.kind = device_->kind;
     }

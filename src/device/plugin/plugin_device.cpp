@@ -164,7 +164,8 @@ int PluginLibrary::deviceCount() const {
 loomStream_t PluginLibrary::torchStream(int dev, int64_t streamId) const {
   LOOM_CHECK_ARG(table_.torchDeviceType != nullptr, "device plug-in ", kind_, " (", path_,
                  ") serves no torch device type");
-  if (table_.torchStream == nullptr) return reinterpret_cast<loomStream_t>(static_cast<intptr_t>(streamId));
+  if (table_.torchStream == nullptr)
+    return reinterpret_cast<loomStream_t>(static_cast<intptr_t>(streamId));
   loomStream_t stream = nullptr;
   check(table_.torchStream(dev, streamId, &stream), "torchStream");
   return stream;

@@ -1,7 +1,6 @@
-// One loaded device plug-in: the dlopen'ed library, its checked table (loomDevicePlugin_v2; a version 1
-// table read into it), and
-// the devices it creates (plugin_device.cpp). Every failing entry becomes a loom::Error that
-// names the plug-in, the entry and the plug-in's own message.
+// One loaded device plug-in: the dlopen'ed library, its checked table (loomDevicePlugin_v2; a
+// version 1 table read into it), and the devices it creates (plugin_device.cpp). Every failing
+// entry becomes a loom::Error that names the plug-in, the entry and the plug-in's own message.
 #pragma once
 
 #include <memory>
@@ -39,7 +38,7 @@ class PluginLibrary {
   PluginLibrary(std::string path, void* handle);
 
   std::string path_;
-  void* handle_;  // dlopen's; the library stays loaded (see DeviceRegistry)
+  void* handle_;                 // dlopen's; the library stays loaded (see DeviceRegistry)
   loomDevicePlugin_v2 table_{};  // a version 1 table: its torch entries zero
   std::string kind_, vendor_;
 };
