@@ -25,14 +25,15 @@ def emu_available():
     return None
 
 
-def run(case, world, timeout=300):
+def run(case, world, timeout=300, ranks=None):
+    """Runs CASE on WORLD ranks; every rank (or those in `ranks`) must say it passed."""
     why = emu_available()
     if why:
         pytest.skip(why)
     codes, outputs = run_ranks(WORKER, case, world, [str(free_port())], timeout)
     assert codes == [0] * world, "\n".join(outputs)
-    for rank, out in enumerate(outputs):
-        assert f"rank {rank}: {case} ok" in out, out
+    for rank in ranks if ranks is not None else range(world):
+        assert f"rank {rank}: {case} ok" in outputs[rank], outputs[rank]
     return outputs
 
 
@@ -61,6 +62,12 @@ def test_loom_emu_ranks_beside_cpu_ranks(world, cpu_ranks, monkeypatch):
     for rank, out in enumerate(outputs):
         device = "cpu" if str(rank) in cpu_ranks.split(",") else "loomemu"
         assert f"rank {rank} on {device}" in out, out
+
+
+def test_a_rank_that_exits_makes_the_others_raise():
+    outputs = run("rank_exits", 3, ranks=[0, 1])
+    for out in outputs[:2]:
+        assert "failed" in out, out
 
 
 def test_loom_emu_device_basics():

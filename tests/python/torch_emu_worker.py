@@ -231,6 +231,24 @@ def mixed(rank, world, ref):
     print(f"rank {rank} on {dev}: ok", flush=True)
 
 
+def rank_exits(rank, world, ref):
+    """The last rank exits after one op; the others' next op raises (blocking wait) naming the
+    failure, within the timeout, instead of hanging."""
+    t = torch.ones(1000, device=EMU)
+    dist.all_reduce(t)
+    same("all_reduce before the exit", t, torch.full((1000,), float(world)))
+    if rank == world - 1:
+        sys.stdout.flush()
+        os._exit(0)  # no shutdown: as a crashed rank
+    try:
+        dist.all_reduce(torch.ones(1000, device=EMU))  # waits, LOOM_TORCH_BLOCKING_WAIT=1
+    except RuntimeError as e:
+        print(f"rank {rank}: raised {e}", flush=True)
+        print(f"rank {rank}: rank_exits ok", flush=True)
+        os._exit(0)  # the group cannot shut down cleanly with a dead peer
+    fail("the op after a peer exited did not raise")
+
+
 def main():
     global EMU
     case, world, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -238,11 +256,14 @@ def main():
         os.environ["LOOM_TORCH_HOME_DEVICE"] = "cpu"
     EMU = torch.device("loomemu", rank % torch.loomemu.device_count())
     torch.loomemu.set_device(EMU)
+    if case == "rank_exits":
+        os.environ["LOOM_TORCH_BLOCKING_WAIT"] = "1"
     dist.init_process_group("loom", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=120))
-    ref = None if case == "mixed" else dist.new_group(backend="gloo")
+                            world_size=world,
+                            timeout=timedelta(seconds=30 if case == "rank_exits" else 120))
+    ref = None if case in ("mixed", "rank_exits") else dist.new_group(backend="gloo")
     {"collectives": collectives, "point_to_point": point_to_point, "ddp": ddp, "fsdp": fsdp,
-     "mixed": mixed}[case](rank, world, ref)
+     "mixed": mixed, "rank_exits": rank_exits}[case](rank, world, ref)
     dist.destroy_process_group()
     print(f"rank {rank}: {case} ok", flush=True)
 
