@@ -132,7 +132,11 @@ def _add_torch_device_plugin(path):
     registered = _register_torch_backend()[0]
     if registered:
         from . import _loom_torch
+        import torch.distributed as dist
         _loom_torch.load_device_plugin(path)
+        devices = dist.Backend.backend_capability.get("loom")
+        if isinstance(devices, _TorchDevices):
+            devices._refresh()  # now: init_process_group() without a backend finds "loom"
     return registered
 
 

@@ -61,7 +61,43 @@ def test_loom_emu_ranks_beside_cpu_ranks(world, cpu_ranks, monkeypatch):
     outputs = run("mixed", world)
     for rank, out in enumerate(outputs):
         device = "cpu" if str(rank) in cpu_ranks.split(",") else "loomemu"
-        assert f"rank {rank} on {device}" in out, out
+        assert f"rank {rank} on {device}: ok" in out, out
+
+
+def test_gpu_rank_beside_loomemu_and_cpu_ranks():
+    """cuda, PrivateUse1 and cpu ranks in one group: rank 0 keeps its GPU, rank 1 (no GPU
+    visible) is a loomemu rank, rank 2 a CPU rank. Needs a GPU and the backend built with CUDA."""
+    why = emu_available()
+    if why:
+        pytest.skip(why)
+    if not getattr(loom, "torch_cuda", False) or torch.cuda.device_count() < 1:
+        pytest.skip("needs a GPU and loom's torch backend built with CUDA")
+    port = str(free_port())
+    procs = []
+    for rank in range(3):
+        env = dict(os.environ)
+        if rank > 0:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        if rank == 2:
+            env["LOOM_TEST_CPU_RANKS"] = "2"
+        procs.append(subprocess.Popen([sys.executable, WORKER, "mixed", "3", str(rank), port],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    outputs = []
+    for p in procs:
+        try:
+            outputs.append(p.communicate(timeout=300)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("the cuda + loomemu + cpu job hung")
+    assert [p.returncode for p in procs] == [0] * 3, "\n".join(outputs)
+    for rank, device in enumerate(["cuda", "loomemu", "cpu"]):
+        assert f"rank {rank} on {device}: ok" in outputs[rank], outputs[rank]
+
+
+def test_init_without_a_backend_picks_loom_for_loomemu():
+    run("default_backend", 2)
 
 
 def test_a_rank_that_exits_makes_the_others_raise():

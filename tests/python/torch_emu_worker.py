@@ -205,7 +205,13 @@ def fsdp(rank, world, ref):
 def mixed(rank, world, ref):
     """Ranks with different home devices pass tensors on their own: one heterogeneous
     communicator (CPU ranks and loomemu ranks)."""
-    dev = EMU if os.environ.get("LOOM_TORCH_HOME_DEVICE") != "cpu" else torch.device("cpu")
+    if os.environ.get("LOOM_TORCH_HOME_DEVICE") == "cpu":
+        dev = torch.device("cpu")
+    elif torch.cuda.is_available():  # a GPU rank (the test hides GPUs from the others)
+        dev = torch.device("cuda", 0)
+        torch.cuda.set_device(dev)
+    else:
+        dev = EMU
     for dtype in (torch.float32, torch.int64):
         t = value(rank, 1000, dtype).to(dev)
         dist.all_reduce(t)
@@ -228,7 +234,9 @@ def mixed(rank, world, ref):
         recv.wait()
         same("mixed recv", got, value(1 - rank, 100, torch.float32))
     dist.barrier()
-    print(f"rank {rank} on {dev}: ok", flush=True)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    print(f"rank {rank} on {dev.type}: ok", flush=True)
 
 
 def rank_exits(rank, world, ref):
@@ -249,6 +257,17 @@ def rank_exits(rank, world, ref):
     fail("the op after a peer exited did not raise")
 
 
+def default_backend(rank, world, ref):
+    """init_process_group() without a backend on a loomemu rank: torch's default for its
+    accelerator, which loom.emu made "loom"."""
+    config = dist.get_backend_config()
+    if config != "loomemu:loom":
+        fail(f"the group's backends are {config}, not loomemu:loom")
+    t = torch.ones(8, device=EMU)
+    dist.all_reduce(t)
+    same("all_reduce on the default backend", t, torch.full((8,), float(world)))
+
+
 def main():
     global EMU
     case, world, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -258,12 +277,15 @@ def main():
     torch.loomemu.set_device(EMU)
     if case == "rank_exits":
         os.environ["LOOM_TORCH_BLOCKING_WAIT"] = "1"
-    dist.init_process_group("loom", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group(None if case == "default_backend" else "loom",
+                            init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world,
                             timeout=timedelta(seconds=30 if case == "rank_exits" else 120))
-    ref = None if case in ("mixed", "rank_exits") else dist.new_group(backend="gloo")
+    ref = None if case in ("mixed", "rank_exits", "default_backend") else dist.new_group(
+        backend="gloo")
     {"collectives": collectives, "point_to_point": point_to_point, "ddp": ddp, "fsdp": fsdp,
-     "mixed": mixed, "rank_exits": rank_exits}[case](rank, world, ref)
+     "mixed": mixed, "rank_exits": rank_exits, "default_backend": default_backend}[case](
+        rank, world, ref)
     dist.destroy_process_group()
     print(f"rank {rank}: {case} ok", flush=True)
 
