@@ -76,8 +76,11 @@ def _register_torch_backend():
     if "loom" not in dist.Backend.backend_list:
         # CUDA tensors where this build has Loom's CUDA kernels and torch has CUDA; the device
         # types of Loom device plug-ins as torch comes to know them (_TorchDevices).
-        devices = _TorchDevices(["cpu", "cuda"] if cuda else ["cpu"], reason is None)
+        devices = _TorchDevices(["cpu", "cuda"] if cuda else ["cpu"])
         dist.Backend.register_backend("loom", create, devices=devices)
+        # Only now: torch reads the list while registering, and plug-ins are not loaded at
+        # `import torch` (torch's autoload registers "loom").
+        devices.backend_usable = reason is None
     _torch_state = (reason is None, cuda)
     return _torch_state
 
@@ -89,12 +92,10 @@ class _TorchDevices(list):
     after "loom" registered (a vendor's extension renames PrivateUse1 when it is imported), so
     the list brings itself up to date whenever torch looks at it."""
 
-    def __init__(self, devices, backend_usable):
-        super().__init__(devices)
-        self._usable = backend_usable
+    backend_usable = False  # the list stays as given until set
 
     def _refresh(self):
-        if not self._usable:
+        if not self.backend_usable:
             return
         import torch
         from . import _loom_torch
