@@ -74,10 +74,71 @@ def _register_torch_backend():
         def create(store, rank, size, timeout):
             raise RuntimeError("the torch.distributed backend 'loom' is not available: " + reason)
     if "loom" not in dist.Backend.backend_list:
-        # CUDA tensors where this build has Loom's CUDA kernels and torch has CUDA.
-        dist.Backend.register_backend("loom", create, devices=["cpu", "cuda"] if cuda else ["cpu"])
+        # CUDA tensors where this build has Loom's CUDA kernels and torch has CUDA; the device
+        # types of Loom device plug-ins as torch comes to know them (_TorchDevices).
+        devices = _TorchDevices(["cpu", "cuda"] if cuda else ["cpu"])
+        dist.Backend.register_backend("loom", create, devices=devices)
+        # Only now: torch reads the list while registering, and plug-ins are not loaded at
+        # `import torch` (torch's autoload registers "loom").
+        devices.backend_usable = reason is None
     _torch_state = (reason is None, cuda)
     return _torch_state
+
+
+class _TorchDevices(list):
+    """The device types "loom" serves, as torch reads them (Backend.backend_capability["loom"]):
+    cpu, cuda where built, and the torch device type of every loaded Loom device plug-in that
+    torch knows at the time it reads the list. A plug-in's device type usually becomes known
+    after "loom" registered (a vendor's extension renames PrivateUse1 when it is imported), so
+    the list brings itself up to date whenever torch looks at it."""
+
+    backend_usable = False  # the list stays as given until set
+
+    def _refresh(self):
+        if not self.backend_usable:
+            return
+        import torch
+        from . import _loom_torch
+        try:
+            plugins = _loom_torch.device_plugins()
+        except RuntimeError:
+            return  # a plug-in named in LOOM_DEVICE_PLUGIN that fails: init reports it
+        for _, device_type in plugins:
+            if list.__contains__(self, device_type):
+                continue
+            try:
+                torch.device(device_type)
+            except RuntimeError:
+                continue  # torch does not know this device type (yet)
+            list.append(self, device_type)
+            torch.distributed.Backend.default_device_backend_map.setdefault(device_type, "loom")
+
+    def __iter__(self):
+        self._refresh()
+        return super().__iter__()
+
+    def __contains__(self, device_type):
+        self._refresh()
+        return super().__contains__(device_type)
+
+    def __len__(self):
+        self._refresh()
+        return super().__len__()
+
+
+def _add_torch_device_plugin(path):
+    """Loads the Loom device plug-in at path into the "loom" torch backend (a torch device
+    extension calls this once it made its device type known to torch); returns whether the
+    backend is usable."""
+    registered = _register_torch_backend()[0]
+    if registered:
+        from . import _loom_torch
+        import torch.distributed as dist
+        _loom_torch.load_device_plugin(path)
+        devices = dist.Backend.backend_capability.get("loom")
+        if isinstance(devices, _TorchDevices):
+            devices._refresh()  # now: init_process_group() without a backend finds "loom"
+    return registered
 
 
 def register_torch_backend():

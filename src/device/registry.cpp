@@ -105,6 +105,14 @@ void DeviceRegistry::loadEnvPluginsLocked() {
   }
 }
 
+std::vector<const PluginLibrary*> DeviceRegistry::plugins() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  loadEnvPluginsLocked();
+  std::vector<const PluginLibrary*> out;
+  for (const auto& p : plugins_) out.push_back(p.get());
+  return out;
+}
+
 std::vector<std::string> DeviceRegistry::kinds() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::string> out;

@@ -37,6 +37,9 @@ class DeviceRegistry {
   // Loads a plug-in (throws naming the file and the problem); the same file twice is a no-op.
   void loadPlugin(const std::string& path);
   std::vector<std::string> kinds() const;  // the kinds that can run, for messages and loom-info
+  // The loaded plug-ins, those of LOOM_DEVICE_PLUGIN first (a failure to load one throws), in
+  // load order; they are never unloaded.
+  std::vector<const PluginLibrary*> plugins();
 
  private:
   DeviceRegistry();

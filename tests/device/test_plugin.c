@@ -2,6 +2,7 @@
  * one shared library per TEST_PLUGIN_* definition (tests/CMakeLists.txt). Without any, a valid
  * plug-in of kind "test-dev" with no device. */
 #include <stddef.h>
+#include <stdint.h>
 
 #include "loom/loom_device_plugin.h"
 
@@ -70,53 +71,80 @@ static loomResult_t eventQuery(int d, loomDevEvent_t e, int* done) {
   return loomSuccess;
 }
 
-/* TEST_PLUGIN_SIZE: the table as a plug-in built against an older header declares it. */
+/* Torch stream ids map to handles id + 1 (so that the test tells the entry from the default). */
+static loomResult_t torchStream(int d, int64_t id, loomStream_t* s) {
+  if (d != 0) return loomInvalidArgument;
+  *s = (loomStream_t)(intptr_t)(id + 1);
+  return loomSuccess;
+}
+
+/* TEST_PLUGIN_V1: a plug-in built against the version 1 header (its table type, version 1);
+ * TEST_PLUGIN_SIZE: the size such a plug-in declares (before launchHostFunc was appended). */
 #ifndef TEST_PLUGIN_KIND
 #ifdef TEST_PLUGIN_SIZE
 #define TEST_PLUGIN_KIND "test-old"
+#elif defined(TEST_PLUGIN_V1)
+#define TEST_PLUGIN_KIND "test-v1"
 #else
 #define TEST_PLUGIN_KIND "test-dev"
 #endif
 #endif
+#ifdef TEST_PLUGIN_V1
+#define TEST_PLUGIN_TABLE loomDevicePlugin_v1
+#ifndef TEST_PLUGIN_VERSION
+#define TEST_PLUGIN_VERSION 1
+#endif
+#else
+#define TEST_PLUGIN_TABLE loomDevicePlugin_v2
+#endif
 #ifndef TEST_PLUGIN_SIZE
-#define TEST_PLUGIN_SIZE sizeof(loomDevicePlugin_v1)
+#define TEST_PLUGIN_SIZE sizeof(TEST_PLUGIN_TABLE)
 #endif
 #ifndef TEST_PLUGIN_VERSION
 #define TEST_PLUGIN_VERSION LOOM_DEVICE_PLUGIN_VERSION
 #endif
+#ifndef TEST_PLUGIN_TORCH_TYPE
+#define TEST_PLUGIN_TORCH_TYPE "test_dev"
+#endif
 
 #ifndef TEST_PLUGIN_NO_SYMBOL
-__attribute__((visibility("default")))
-const loomDevicePlugin_v1 loomDevicePluginEntry = {TEST_PLUGIN_VERSION,
-                                                   TEST_PLUGIN_SIZE,
-                                                   TEST_PLUGIN_KIND,
-                                                   "test",
-                                                   0,
-                                                   init,
-                                                   count,
-                                                   info,
-                                                   alloc,
-                                                   ptrOp,
-                                                   isDev,
-                                                   streamCreate,
-                                                   streamOp,
-                                                   streamOp,
+__attribute__((visibility("default"))) const TEST_PLUGIN_TABLE loomDevicePluginEntry = {
+    TEST_PLUGIN_VERSION,
+    TEST_PLUGIN_SIZE,
+    TEST_PLUGIN_KIND,
+    "test",
+    0,
+    init,
+    count,
+    info,
+    alloc,
+    ptrOp,
+    isDev,
+    streamCreate,
+    streamOp,
+    streamOp,
 #ifdef TEST_PLUGIN_MISSING_ENTRY
-                                                   NULL, /* memcpyAsync */
+    NULL, /* memcpyAsync */
 #else
-                                                    copy,
+    copy,
 #endif
-                                                   eventCreate,
-                                                   eventOp,
-                                                   eventRecord,
-                                                   streamWait,
-                                                   eventQuery,
-                                                   NULL,
-                                                   lastError,
-                                                   NULL,
-                                                   NULL,
-                                                   NULL,
-                                                   NULL,
-                                                   NULL,
-                                                   NULL};
+    eventCreate,
+    eventOp,
+    eventRecord,
+    streamWait,
+    eventQuery,
+    NULL,
+    lastError,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+#ifndef TEST_PLUGIN_V1
+    NULL, /* launchHostFunc */
+    TEST_PLUGIN_TORCH_TYPE,
+    torchStream,
+#endif
+};
 #endif

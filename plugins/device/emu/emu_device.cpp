@@ -11,10 +11,14 @@
 // the device first, as cudaFree does. A stream holds a bounded number of pending operations, as a
 // GPU's launch queue does: one more blocks the caller until the worker has run one.
 //
+// Torch: the table declares the torch device type "loomemu" (loom.emu, python/src/loom_emu, makes
+// torch's PrivateUse1 device that name, with memory, streams and events of this plug-in).
+//
 // Test knobs (read when the library loads): LOOM_EMU_DEVICES (devices, default 4),
 // LOOM_EMU_DISABLE=reduce,map_host,host_alloc,host_func (optional entries and flags switched off),
 // LOOM_EMU_FAIL=init | copy:N (init fails; the Nth copy of the process fails), LOOM_EMU_VERSION
-// (the ABI version the table reports), LOOM_EMU_DELAY_US (default 20), LOOM_EMU_QUEUE_DEPTH
+// (the ABI version the table reports; 1: read as a version 1 table, without the torch entries),
+// LOOM_EMU_DELAY_US (default 20), LOOM_EMU_QUEUE_DEPTH
 // (pending operations per stream before an enqueue blocks, default 1024; 0: unbounded).
 #include <sys/mman.h>
 #include <unistd.h>
@@ -30,6 +34,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -408,20 +413,26 @@ loomResult_t emuHostFree(int, void* ptr) {
   return loomSuccess;
 }
 
+// An event handle owns one reference; stream tasks that record or wait on it hold their own, so
+// destroying an event with such a task still queued is safe (as cudaEventDestroy is).
+using EventRef = std::shared_ptr<Event>;
+
+EventRef& eventOf(loomDevEvent_t event) { return *reinterpret_cast<EventRef*>(event); }
+
 loomResult_t emuEventCreate(int, loomDevEvent_t* event) {
-  *event = reinterpret_cast<loomDevEvent_t>(new Event());
+  *event = reinterpret_cast<loomDevEvent_t>(new EventRef(std::make_shared<Event>()));
   return loomSuccess;
 }
 
 loomResult_t emuEventDestroy(int, loomDevEvent_t event) {
-  delete reinterpret_cast<Event*>(event);
+  delete reinterpret_cast<EventRef*>(event);
   return loomSuccess;
 }
 
 loomResult_t emuEventRecord(int dev, loomDevEvent_t event, loomStream_t stream) {
   Device* d = deviceOf(dev);
   if (d == nullptr) return noDevice(dev);
-  Event* e = reinterpret_cast<Event*>(event);
+  EventRef e = eventOf(event);
   uint64_t generation;
   {
     std::lock_guard<std::mutex> lock(e->mutex);
@@ -438,7 +449,7 @@ loomResult_t emuEventRecord(int dev, loomDevEvent_t event, loomStream_t stream) 
 loomResult_t emuStreamWaitEvent(int dev, loomStream_t stream, loomDevEvent_t event) {
   Device* d = deviceOf(dev);
   if (d == nullptr) return noDevice(dev);
-  Event* e = reinterpret_cast<Event*>(event);
+  EventRef e = eventOf(event);
   uint64_t target;
   {
     std::lock_guard<std::mutex> lock(e->mutex);
@@ -452,7 +463,7 @@ loomResult_t emuStreamWaitEvent(int dev, loomStream_t stream, loomDevEvent_t eve
 }
 
 loomResult_t emuEventQuery(int, loomDevEvent_t event, int* done) {
-  Event* e = reinterpret_cast<Event*>(event);
+  Event* e = eventOf(event).get();
   std::lock_guard<std::mutex> lock(e->mutex);
   *done = e->done >= e->recorded ? 1 : 0;
   return loomSuccess;
@@ -468,15 +479,34 @@ loomResult_t emuLaunchHostFunc(int dev, loomStream_t stream, void (*fn)(void*), 
   return loomSuccess;
 }
 
+// Torch streams of the loomemu torch device (python/src/loom_emu): id 0 is the default stream, any
+// other id is a stream handle of this plug-in's, checked here (a stale or foreign id is an error,
+// not a crash).
+loomResult_t emuTorchStream(int dev, int64_t streamId, loomStream_t* stream) {
+  Device* d = deviceOf(dev);
+  if (d == nullptr) return noDevice(dev);
+  if (streamId == 0) {
+    *stream = nullptr;
+    return loomSuccess;
+  }
+  auto* candidate = reinterpret_cast<Stream*>(static_cast<intptr_t>(streamId));
+  std::lock_guard<std::mutex> lock(d->mutex);
+  if (std::find(d->streams.begin(), d->streams.end(), candidate) == d->streams.end())
+    return fail(loomInvalidArgument, "torch stream id " + std::to_string(streamId) +
+                                         " is no stream of device " + std::to_string(dev));
+  *stream = reinterpret_cast<loomStream_t>(candidate);
+  return loomSuccess;
+}
+
 const char* emuGetLastError() { return tlsError.c_str(); }
 
 }  // namespace
 
 extern "C" {
 
-__attribute__((visibility("default"))) loomDevicePlugin_v1 loomDevicePluginEntry = {
+__attribute__((visibility("default"))) loomDevicePlugin_v2 loomDevicePluginEntry = {
     LOOM_DEVICE_PLUGIN_VERSION,
-    sizeof(loomDevicePlugin_v1),
+    sizeof(loomDevicePlugin_v2),
     "loom-emu",
     "loom",
     LOOM_DEVICE_PLUGIN_MAPS_HOST_MEMORY,
@@ -504,6 +534,8 @@ __attribute__((visibility("default"))) loomDevicePlugin_v1 loomDevicePluginEntry
     nullptr,
     nullptr,
     emuLaunchHostFunc,
+    "loomemu",  // torch's PrivateUse1 device as the loomemu extension renames it
+    emuTorchStream,
 };
 
 }  // extern "C"

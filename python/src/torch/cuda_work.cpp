@@ -24,6 +24,12 @@ bool capturing(const c10::cuda::CUDAStream& stream) {
 
 }  // namespace
 
+std::unique_ptr<CudaComm> makeCudaComm(loomComm_t comm, at::Device device) {
+  return std::make_unique<CudaComm>(
+      CudaComm{comm, device, c10::cuda::getStreamFromPool(false, device.index()),
+               SegmentRegistry::attachIfEnabled(comm, device.index())});
+}
+
 bool blockingWaitRequested() {
   const char* value = std::getenv("LOOM_TORCH_BLOCKING_WAIT");
   return value != nullptr && std::strcmp(value, "1") == 0;

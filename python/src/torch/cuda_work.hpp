@@ -36,6 +36,9 @@ struct CudaComm {
   std::shared_ptr<SegmentRegistry> segments;
 };
 
+// comm on device, with a stream from torch's pool (and the segment registry, if enabled).
+std::unique_ptr<CudaComm> makeCudaComm(loomComm_t comm, at::Device device);
+
 class LoomCudaWork : public c10d::Work {
  public:
   // error: the op failed at issue (it is reported by wait(), like a failure while it ran).

@@ -3,7 +3,9 @@
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "loom/loom_device_plugin.h"
 #include "process_group_loom.hpp"
+#include "tensor_args.hpp"
 
 namespace py = pybind11;
 
@@ -14,6 +16,18 @@ PYBIND11_MODULE(_loom_torch, m) {
 #else
   m.attr("has_cuda") = false;
 #endif
+  // The Loom device plug-ins of this process that serve a torch device type (LOOM_DEVICE_PLUGIN's
+  // loaded first): [(kind, torch device type)].
+  m.def("device_plugins", [] {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& p : loom::torchbackend::torchPlugins()) out.emplace_back(p.kind, p.torchType);
+    return out;
+  });
+  // Loads a plug-in into this module's Loom (the one that runs the "loom" process groups).
+  m.def("load_device_plugin", [](const std::string& path) {
+    loom::torchbackend::call(loomDevicePluginLoad(path.c_str()), "loading a device plug-in",
+                             nullptr, "");
+  });
   using loom::torchbackend::LoomOptions;
   py::class_<LoomOptions, c10d::Backend::Options, c10::intrusive_ptr<LoomOptions>>(m, "Options")
       .def("__copy__",

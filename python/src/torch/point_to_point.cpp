@@ -25,48 +25,43 @@ void ProcessGroupLoom::startCoalescing() {
   TORCH_CHECK(!coalescing_, "ProcessGroupLoom: startCoalescing inside a coalesced batch");
   coalescing_ = true;
   coalescedWorks_.clear();
-  coalescedCuda_.clear();
+  coalescedOnStream_.clear();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::endCoalescing() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<PendingCuda> cuda;
+  std::vector<PendingOnStream> ops;
   {
     std::lock_guard<std::mutex> lock(coalesceMutex_);
     TORCH_CHECK(coalescing_, "ProcessGroupLoom: endCoalescing without startCoalescing");
     coalescing_ = false;
     works.swap(coalescedWorks_);
-    cuda.swap(coalescedCuda_);
+    ops.swap(coalescedOnStream_);
   }
-#ifdef LOOM_TORCH_CUDA
-  if (!cuda.empty()) {
+  if (!ops.empty()) {
     // One Loom group on the stream: its sends and receives progress together on the device.
     std::vector<at::Tensor> tensors, outputs;
-    for (const PendingCuda& op : cuda) {
+    for (const PendingOnStream& op : ops) {
       tensors.insert(tensors.end(), op.tensors.begin(), op.tensors.end());
       outputs.insert(outputs.end(), op.outputs.begin(), op.outputs.end());
     }
-    auto work = launchOnCuda(cudaComm(coalescedCudaDevice_), rank_, c10d::OpType::COALESCED,
-                             "coalesced batch", getGroupDesc(), tensors, outputs, timeout_,
-                             [&](loomComm_t comm, void* stream) {
-                               call(loomGroupStart(), "coalesced batch", comm, getGroupDesc());
-                               std::exception_ptr error;
-                               try {
-                                 for (const PendingCuda& op : cuda) op.body(comm, stream);
-                               } catch (...) {
-                                 error = std::current_exception();
-                               }
-                               // The group ends whatever happened inside it (Loom keeps a
-                               // per-thread depth).
-                               loomResult_t ended = loomGroupEnd();
-                               if (error) std::rethrow_exception(error);
-                               call(ended, "coalesced batch", comm, getGroupDesc());
-                             });
-    works.push_back(work);
+    works.push_back(launchOnStream(coalescedDevice_, c10d::OpType::COALESCED, "coalesced batch",
+                                   tensors, outputs, [&](loomComm_t comm, void* stream) {
+                                     call(loomGroupStart(), "coalesced batch", comm,
+                                          getGroupDesc());
+                                     std::exception_ptr error;
+                                     try {
+                                       for (const PendingOnStream& op : ops) op.body(comm, stream);
+                                     } catch (...) {
+                                       error = std::current_exception();
+                                     }
+                                     // The group ends whatever happened inside it (Loom keeps a
+                                     // per-thread depth).
+                                     loomResult_t ended = loomGroupEnd();
+                                     if (error) std::rethrow_exception(error);
+                                     call(ended, "coalesced batch", comm, getGroupDesc());
+                                   }));
   }
-#else
-  TORCH_CHECK(cuda.empty(), "ProcessGroupLoom: CUDA ops in a CPU-only build");
-#endif
   return LoomCoalescedWork::create(rank_, std::move(works));
 }
 
@@ -81,7 +76,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::pointToPoint(c10d::OpType type,
   if (!t.device().is_cpu()) {
     TORCH_CHECK(peer != LOOM_ANY_SOURCE, "Backend loom does not support recvAnysource on ",
                 t.device(), " tensors");
-    // CUDA: ordered on Loom's stream (in a coalesced batch, one group at its end), as NCCL.
+    // CUDA or a plug-in's device: ordered on Loom's stream (in a coalesced batch, one group at
+    // its end), as NCCL.
     return launch(type, name, tensors, tensors,
                   [this, t, peer, tag, isSend](loomComm_t comm, void* stream) {
                     call(isSend ? loomSendTag(t.data_ptr(), loomCount(t), loomType(t.scalar_type()),

@@ -12,7 +12,6 @@
 #include "tensor_args.hpp"
 
 #ifdef LOOM_TORCH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
@@ -21,11 +20,6 @@ namespace loom::torchbackend {
 namespace {
 
 constexpr const char* kUniqueIdKey = "loom_unique_id";
-constexpr const char* kCudaUniqueIdKey = "loom_cuda_unique_id";
-
-int timeoutMs(std::chrono::milliseconds timeout) {
-  return timeout.count() > 0 && timeout.count() < INT32_MAX ? static_cast<int>(timeout.count()) : 0;
-}
 
 }  // namespace
 
@@ -38,77 +32,11 @@ ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store,
   // The store torch hands us is already prefixed per group (and per device type).
   loomUniqueId id = sharedId(kUniqueIdKey);
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-  config.timeoutMs = timeoutMs(timeout);
+  config.timeoutMs = loomTimeoutMs(timeout);
   config.name = "torch";
   call(loomCommInitRankConfig(&comm_, size, id, rank, &config), "init", nullptr, "");
   adoptHomeDevices();
   worker_ = std::thread([this] { work(); });
-}
-
-namespace {
-
-// This rank's home device: LOOM_TORCH_HOME_DEVICE (cpu, cuda), else the current GPU where this
-// build serves CUDA tensors and one is visible, else the CPU.
-at::Device homeDevice() {
-  const char* setting = std::getenv("LOOM_TORCH_HOME_DEVICE");
-  const std::string wanted = setting != nullptr ? setting : "";
-  TORCH_CHECK(wanted.empty() || wanted == "cpu" || wanted == "cuda",
-              "ProcessGroupLoom: LOOM_TORCH_HOME_DEVICE='", wanted, "' must be cpu or cuda");
-  if (wanted == "cpu") return at::Device(at::kCPU);
-#ifdef LOOM_TORCH_CUDA
-  if (c10::cuda::device_count() > 0) return at::Device(at::kCUDA, c10::cuda::current_device());
-#endif
-  TORCH_CHECK(wanted.empty(), "ProcessGroupLoom: LOOM_TORCH_HOME_DEVICE=cuda, but ",
-#ifdef LOOM_TORCH_CUDA
-              "no GPU is visible"
-#else
-              "this build of the backend serves CPU tensors only"
-#endif
-  );
-  return at::Device(at::kCPU);
-}
-
-#ifdef LOOM_TORCH_CUDA
-std::unique_ptr<CudaComm> makeCudaComm(loomComm_t comm, at::Device device) {
-  return std::make_unique<CudaComm>(
-      CudaComm{comm, device, c10::cuda::getStreamFromPool(false, device.index()),
-               SegmentRegistry::attachIfEnabled(comm, device.index())});
-}
-#endif
-
-}  // namespace
-
-void ProcessGroupLoom::adoptHomeDevices() {
-  const at::Device home = homeDevice();
-  const uint8_t mine = home.is_cuda() ? 1 : 0;
-  std::vector<uint8_t> homes(size_);
-  call(loomAllGather(&mine, homes.data(), 1, loomUint8, comm_, nullptr), "init (home devices)",
-       comm_, getGroupDesc());
-  if (std::all_of(homes.begin(), homes.end(), [&](uint8_t h) { return h == mine; })) return;
-  std::string deviceName = "cpu";
-#ifdef LOOM_TORCH_CUDA
-  std::optional<c10::cuda::CUDAGuard> guard;
-  if (home.is_cuda()) {
-    guard.emplace(home);
-    deviceName = "cuda:" + std::to_string(home.index());
-  }
-#endif
-  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-  config.timeoutMs = timeoutMs(timeout_);
-  config.name = "torch-mixed";
-  config.device = deviceName.c_str();
-  loomComm_t mixed = nullptr;
-  call(loomCommSplit(comm_, 0, rank_, &mixed, &config), "init (mixed devices)", comm_,
-       getGroupDesc());
-  loomCommDestroy(comm_);
-  comm_ = mixed;
-  mixed_ = true;
-#ifdef LOOM_TORCH_CUDA
-  if (home.is_cuda()) {
-    cudaHome_ = true;
-    cuda_ = makeCudaComm(comm_, home);
-  }
-#endif
 }
 
 ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -123,6 +51,10 @@ ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store,
     cuda_ = makeCudaComm(child.cudaComm, child.cudaDevice);
   }
 #endif
+  if (child.deviceComm != nullptr) {
+    device_ = std::make_unique<DeviceComm>(DeviceComm{child.deviceComm, child.device, child.kind});
+    attachStream(*device_);
+  }
   worker_ = std::thread([this] { work(); });
 }
 
@@ -137,41 +69,6 @@ loomUniqueId ProcessGroupLoom::sharedId(const std::string& key) {
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
   return id;
-}
-
-#ifdef LOOM_TORCH_CUDA
-const CudaComm& ProcessGroupLoom::cudaComm(at::Device device) {
-  std::lock_guard<std::mutex> lock(cudaMutex_);
-  if (cuda_) {
-    TORCH_CHECK(cuda_->device == device, "ProcessGroupLoom: this group runs on ", cuda_->device,
-                "; a rank uses one CUDA device per group (got a tensor on ", device, ")");
-    return *cuda_;
-  }
-  TORCH_CHECK(!mixed_, "ProcessGroupLoom: a ", device,
-              " tensor on a rank whose home device is the CPU in a group of mixed devices (no GPU "
-              "was visible at init, or LOOM_TORCH_HOME_DEVICE=cpu): this rank passes CPU tensors");
-  TORCH_CHECK(!aborted_.load(), "ProcessGroupLoom: the process group was aborted");
-  c10::cuda::CUDAGuard guard(device);
-  loomUniqueId id = sharedId(kCudaUniqueIdKey);
-  std::string deviceName = "cuda:" + std::to_string(device.index());
-  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-  config.timeoutMs = timeoutMs(timeout_);
-  config.name = "torch-cuda";
-  config.device = deviceName.c_str();
-  loomComm_t comm = nullptr;
-  call(loomCommInitRankConfig(&comm, size_, id, rank_, &config), "init (CUDA)", nullptr,
-       getGroupDesc());
-  cuda_ = makeCudaComm(comm, device);
-  return *cuda_;
-}
-#endif
-
-void ProcessGroupLoom::eagerConnectSingleDevice(at::Device device) {
-#ifdef LOOM_TORCH_CUDA
-  if (device.is_cuda()) cudaComm(device);
-#else
-  (void)device;
-#endif
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupLoom::getBackendOptions() {
@@ -195,7 +92,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::split(
   std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
   const std::string configName = "torch:" + name;
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-  config.timeoutMs = timeoutMs(timeout);
+  config.timeoutMs = loomTimeoutMs(timeout);
   config.name = configName.c_str();
 
   SplitChild child;
@@ -216,6 +113,15 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::split(
     }
   }
 #endif
+  {
+    std::lock_guard<std::mutex> deviceLock(deviceMutex_);
+    if (device_) {
+      call(loomCommSplit(device_->comm, color, rank_, &child.deviceComm, &config), "split (device)",
+           device_->comm, getGroupDesc());
+      child.device = device_->device;
+      child.kind = device_->kind;
+    }
+  }
   c10::intrusive_ptr<c10d::Backend> result;
   if (member) {
     result = c10::make_intrusive<ProcessGroupLoom>(store, static_cast<int>(self - ranks.begin()),
@@ -223,48 +129,6 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::split(
   }
   if (!name.empty()) splits_[name] = result;
   return result;
-}
-
-ProcessGroupLoom::~ProcessGroupLoom() { shutdown(); }
-
-void ProcessGroupLoom::shutdown() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) return;
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (worker_.joinable()) worker_.join();
-  // After an abort the handles are tombstones that Loom keeps: nothing left to destroy.
-  const bool aborted = aborted_.load();
-  // A mixed group's GPU rank: cuda_ holds the same communicator, destroyed below.
-  if (comm_ != nullptr && !aborted && !cudaHome_) loomCommDestroy(comm_);
-  comm_ = nullptr;
-#ifdef LOOM_TORCH_CUDA
-  std::lock_guard<std::mutex> lock(cudaMutex_);
-  if (cuda_ && !aborted) {
-    loomResult_t asyncError = loomSuccess;
-    loomCommGetAsyncError(cuda_->comm, &asyncError);
-    // Ops still on Loom's stream end first (a failed communicator's kernels have stopped).
-    if (asyncError == loomSuccess) cuda_->stream.synchronize();
-    cuda_->segments.reset();
-    loomCommDestroy(cuda_->comm);
-  }
-  cuda_.reset();
-#endif
-}
-
-void ProcessGroupLoom::abort() {
-  // Safe from any thread, also while the worker is inside a call on the communicator: that call
-  // and every later one fail at once, and the peers learn of the abort.
-  if (!aborted_.exchange(true)) {
-    if (comm_ != nullptr) loomCommAbort(comm_);
-#ifdef LOOM_TORCH_CUDA
-    std::lock_guard<std::mutex> lock(cudaMutex_);
-    if (cuda_ && cuda_->comm != comm_) loomCommAbort(cuda_->comm);  // its kernels stop waiting
-#endif
-  }
-  shutdown();
 }
 
 void ProcessGroupLoom::work() {
@@ -288,31 +152,47 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::launch(
   ++sequence_;
   at::Device device = commonDevice(tensors, name);
   if (device.is_cpu()) {
+    // A plug-in's device takes only its own memory (a GPU rank's CPU tensors run on device
+    // scratch inside Loom).
+    TORCH_CHECK(!deviceHome_ || tensors.empty(), "ProcessGroupLoom ", name,
+                ": this rank's home device is ", device_->device,
+                " in a group of mixed devices: it passes ", device_->device,
+                " tensors, not CPU tensors");
     return coalesced(enqueue(
         type, name, std::move(outputs), [this, body = std::move(body)] { body(comm_, nullptr); },
         inputs ? inputs : std::optional<std::vector<at::Tensor>>(tensors)));
   }
-#ifdef LOOM_TORCH_CUDA
   {
     std::lock_guard<std::mutex> lock(coalesceMutex_);
     if (coalescing_) {
       // Enqueued at endCoalescing, together in one Loom group on the stream; the batch's Work is
       // endCoalescing's (this one is complete at once, as a placeholder).
-      TORCH_CHECK(coalescedCuda_.empty() || coalescedCudaDevice_ == device,
-                  "ProcessGroupLoom: a coalesced batch uses one device, got ", coalescedCudaDevice_,
+      TORCH_CHECK(coalescedOnStream_.empty() || coalescedDevice_ == device,
+                  "ProcessGroupLoom: a coalesced batch uses one device, got ", coalescedDevice_,
                   " and ", device);
-      coalescedCudaDevice_ = device;
-      coalescedCuda_.push_back({tensors, outputs, std::move(body)});
+      coalescedDevice_ = device;
+      coalescedOnStream_.push_back({tensors, outputs, std::move(body)});
       auto placeholder = c10::make_intrusive<LoomWork>(rank_, type, name, std::move(outputs));
       placeholder->complete(nullptr);
       return placeholder;
     }
   }
-  return launchOnCuda(cudaComm(device), rank_, type, name, getGroupDesc(), tensors,
-                      std::move(outputs), timeout_, body);
+  return launchOnStream(device, type, name, tensors, std::move(outputs), body);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::launchOnStream(
+    at::Device device, c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
+    std::vector<at::Tensor> outputs, const Body& body) {
+  if (device.is_cuda()) {
+#ifdef LOOM_TORCH_CUDA
+    return launchOnCuda(cudaComm(device), rank_, type, name, getGroupDesc(), tensors,
+                        std::move(outputs), timeout_, body);
 #else
-  unsupported("CUDA tensors in this build");
+    unsupported("CUDA tensors in this build");
 #endif
+  }
+  return launchOnDevice(deviceComm(device), rank_, type, name, getGroupDesc(), tensors,
+                        std::move(outputs), timeout_, body);
 }
 
 std::string ProcessGroupLoom::profilingTitle(c10d::OpType type) const {
@@ -331,8 +211,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(
   }
   auto work = c10::make_intrusive<LoomWork>(rank_, type, name, std::move(outputs),
                                             title.empty() ? nullptr : title.c_str(), recorded);
-  if (cudaHome_) {
-    // A mixed group's GPU rank: its CUDA ops run on this thread, so its CPU ops do too, in order.
+  if (cudaHome_ || deviceHome_) {
+    // A mixed group's device rank: its device ops run on this thread, so its others do too.
     TORCH_CHECK(!aborted_.load(), "ProcessGroupLoom ", name, ": the process group was aborted");
     try {
       body();

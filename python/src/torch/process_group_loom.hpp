@@ -1,4 +1,5 @@
-// ProcessGroupLoom: Loom as a torch.distributed backend (c10d::Backend), CPU and CUDA tensors.
+// ProcessGroupLoom: Loom as a torch.distributed backend (c10d::Backend): CPU and CUDA tensors, and
+// tensors of any torch device type a loaded Loom device plug-in serves (device_work.hpp).
 //
 // Communicators bootstrap through the c10d store torch gives the backend (the lowest rank puts a
 // Loom unique id). CPU tensors: the group's host communicator, made at construction; every
@@ -9,16 +10,20 @@
 // (startCoalescing .. endCoalescing): on CPU the ops run as they come and one Work covers them; on
 // CUDA they are enqueued at the end as one Loom group on the stream. CUDA tensors: a communicator
 // on the rank's device, made at the first CUDA op (or eagerly when torch binds the group to a
-// device); ops are enqueued on its stream from the calling thread, NCCL style (cuda_work.hpp). A
+// device); ops are enqueued on its stream from the calling thread, NCCL style (cuda_work.hpp).
+// A plug-in's device (a PrivateUse1 device such as "loomemu", or "xpu"): the same, on a
+// communicator of the plug-in's kind, through torch's device-generic streams and events. A
 // failed op raises from wait() naming the op, the group and the cause, and leaves the communicator
 // aborted: later ops fail at once instead of hanging.
 //
 // Mixed-device groups: at construction the ranks all-gather their home device (a GPU where this
-// build serves CUDA and one is visible, else the CPU; LOOM_TORCH_HOME_DEVICE overrides). If the
-// homes differ, one heterogeneous Loom communicator with each rank's home device (split off the
-// host one) serves every op of the group: GPU ranks pass CUDA tensors (on Loom's stream, as
-// above) or CPU tensors (run at once on the calling thread, so that the group's ops keep their
-// order; Loom runs them on device scratch), CPU ranks pass CPU tensors (the worker, as above).
+// build serves CUDA and one is visible, else torch's current accelerator where a loaded plug-in
+// serves its type, else the CPU; LOOM_TORCH_HOME_DEVICE overrides). If the homes differ, one
+// heterogeneous Loom communicator with each rank's home device (split off the host one) serves
+// every op of the group: GPU ranks pass CUDA tensors (on Loom's stream, as above) or CPU tensors
+// (run at once on the calling thread, so that the group's ops keep their order; Loom runs them on
+// device scratch), plug-in ranks pass their device's tensors (on Loom's stream), CPU ranks pass
+// CPU tensors (the worker, as above).
 #pragma once
 
 #include <atomic>
@@ -36,6 +41,7 @@
 #include <vector>
 
 #include "cuda_work.hpp"
+#include "device_work.hpp"
 #include "loom/loom.h"
 #include "loom_work.hpp"
 
@@ -57,6 +63,9 @@ class ProcessGroupLoom : public c10d::Backend {
     loomComm_t hostComm = nullptr;
     loomComm_t cudaComm = nullptr;
     at::Device cudaDevice{at::kCPU};
+    loomComm_t deviceComm = nullptr;  // a plug-in device's
+    at::Device device{at::kCPU};
+    std::string kind;
     std::string profilingPrefix = "loom";
   };
   ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -141,7 +150,8 @@ class ProcessGroupLoom : public c10d::Backend {
  private:
   // A Loom call (or several) of one op, given the communicator and stream (null: host) to use.
   using Body = std::function<void(loomComm_t comm, void* stream)>;
-  // Runs body for the device of `tensors`: CPU on the worker, CUDA on Loom's stream.
+  // Runs body for the device of `tensors`: CPU on the worker, CUDA or a plug-in's device on
+  // Loom's stream.
   // inputs: what the profiler records (default: tensors).
   c10::intrusive_ptr<c10d::Work> launch(
       c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
@@ -165,8 +175,18 @@ class ProcessGroupLoom : public c10d::Backend {
   loomUniqueId sharedId(const std::string& key);
   // The ranks' home devices differ: comm_ becomes the heterogeneous communicator (see above).
   void adoptHomeDevices();
+  // Enqueues body on Loom's stream of `device` (CUDA, or a plug-in's device).
+  c10::intrusive_ptr<c10d::Work> launchOnStream(at::Device device, c10d::OpType type,
+                                                const char* name,
+                                                const std::vector<at::Tensor>& tensors,
+                                                std::vector<at::Tensor> outputs, const Body& body);
+  // The communicator of a plug-in's device, made at its first op (one device per group).
+  const DeviceComm& deviceComm(at::Device device);
   bool mixed_ = false;
-  bool cudaHome_ = false;  // mixed_: this rank's home is a GPU (cuda_ holds comm_ too)
+  bool cudaHome_ = false;    // mixed_: this rank's home is a GPU (cuda_ holds comm_ too)
+  bool deviceHome_ = false;  // mixed_: its home is a plug-in's device (device_ holds comm_ too)
+  std::mutex deviceMutex_;
+  std::unique_ptr<DeviceComm> device_;
 #ifdef LOOM_TORCH_CUDA
   const CudaComm& cudaComm(at::Device device);
   std::mutex cudaMutex_;
@@ -191,13 +211,13 @@ class ProcessGroupLoom : public c10d::Backend {
   std::mutex coalesceMutex_;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalescedWorks_;  // CPU ops
-  struct PendingCuda {
+  struct PendingOnStream {
     std::vector<at::Tensor> tensors;
     std::vector<at::Tensor> outputs;
     Body body;
   };
-  std::vector<PendingCuda> coalescedCuda_;  // CUDA ops, enqueued together at the end
-  at::Device coalescedCudaDevice_{at::kCPU};
+  std::vector<PendingOnStream> coalescedOnStream_;  // device ops, enqueued together at the end
+  at::Device coalescedDevice_{at::kCPU};
 };
 
 }  // namespace loom::torchbackend

@@ -86,11 +86,13 @@ void premultiply(at::Tensor& t, const c10d::ReduceOp& op) {
   }
 }
 
+int loomTimeoutMs(std::chrono::milliseconds timeout) {
+  return timeout.count() > 0 && timeout.count() < INT32_MAX ? static_cast<int>(timeout.count()) : 0;
+}
+
 void checkTensor(const at::Tensor& t, const char* what) {
-  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "ProcessGroupLoom: ", what,
-              " must be a CPU or CUDA tensor, is on ", t.device());
 #ifndef LOOM_TORCH_CUDA
-  TORCH_CHECK(t.device().is_cpu(), "ProcessGroupLoom: ", what,
+  TORCH_CHECK(!t.device().is_cuda(), "ProcessGroupLoom: ", what,
               " is a CUDA tensor, and this build of loom has no CUDA support (built without nvcc "
               "or against a CPU-only torch)");
 #endif

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <string>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <vector>
@@ -23,7 +24,11 @@ void checkComplexOp(const at::Tensor& t, const c10d::ReduceOp& op, const char* w
 loomRedOp_t loomOp(const c10d::ReduceOp& op);
 void premultiply(at::Tensor& t, const c10d::ReduceOp& op);
 
-// A tensor Loom can take: dense, contiguous, a dtype Loom has, on the CPU or a CUDA device.
+// A communicator's timeout in Loom's terms (0: Loom's default).
+int loomTimeoutMs(std::chrono::milliseconds timeout);
+
+// A tensor Loom can take: dense, contiguous, a dtype Loom has; CUDA tensors only where this build
+// serves them (another device's tensors are checked when its communicator is made).
 void checkTensor(const at::Tensor& t, const char* what);
 void checkOne(const std::vector<at::Tensor>& tensors, const char* what);
 // Every tensor of one op on one device; returns it (CPU for an op without tensors).

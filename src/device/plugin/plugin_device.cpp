@@ -1,4 +1,4 @@
-// A device of a loaded plug-in: the Device contract over its loomDevicePlugin_v1 table. Optional
+// A device of a loaded plug-in: the Device contract over its loomDevicePlugin_v2 table. Optional
 // entries that are absent turn into capabilities that are off (caps()), and the layers above
 // fall back: host memory from malloc, reductions on the host, data through host memory.
 #include <cstring>
@@ -143,7 +143,7 @@ class PluginDevice final : public Device {
 
  private:
   const PluginLibrary& lib_;
-  const loomDevicePlugin_v1& t_;
+  const loomDevicePlugin_v2& t_;
   int dev_;
   DeviceIdentity identity_;
   loomStream_t work_ = nullptr;
@@ -151,10 +151,29 @@ class PluginDevice final : public Device {
 
 }  // namespace
 
-std::unique_ptr<Device> PluginLibrary::createDevice(const std::string& spec) {
-  int ordinal = parseDeviceSpec(spec).second;
+std::string PluginLibrary::torchDeviceType() const {
+  return table_.torchDeviceType != nullptr ? table_.torchDeviceType : "";
+}
+
+int PluginLibrary::deviceCount() const {
   int count = 0;
   check(table_.getDeviceCount(&count), "getDeviceCount");
+  return count;
+}
+
+loomStream_t PluginLibrary::torchStream(int dev, int64_t streamId) const {
+  LOOM_CHECK_ARG(table_.torchDeviceType != nullptr, "device plug-in ", kind_, " (", path_,
+                 ") serves no torch device type");
+  if (table_.torchStream == nullptr)
+    return reinterpret_cast<loomStream_t>(static_cast<intptr_t>(streamId));
+  loomStream_t stream = nullptr;
+  check(table_.torchStream(dev, streamId, &stream), "torchStream");
+  return stream;
+}
+
+std::unique_ptr<Device> PluginLibrary::createDevice(const std::string& spec) {
+  int ordinal = parseDeviceSpec(spec).second;
+  int count = deviceCount();
   if (ordinal < 0) ordinal = 0;
   LOOM_CHECK_ARG(ordinal < count, "device '", spec, "': plug-in ", path_, " has ", count,
                  " device(s)");

@@ -3,7 +3,9 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <string>
 
 #include "base/error.hpp"
 
@@ -23,6 +25,37 @@ bool validKind(const char* kind) {
     if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
       return false;
   return std::strcmp(kind, "cpu") != 0 && std::strcmp(kind, "cuda") != 0;
+}
+
+// Torch names device types in lower case; cpu and cuda are served without a plug-in.
+bool validTorchType(const char* type) {
+  if (*type == '\0' || (*type >= '0' && *type <= '9')) return false;
+  for (const char* c = type; *c != '\0'; ++c)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) return false;
+  return std::strcmp(type, "cpu") != 0 && std::strcmp(type, "cuda") != 0 &&
+         std::strcmp(type, "meta") != 0;
+}
+
+// Version 1's table is a prefix of version 2's: one copy routine reads both.
+static_assert(offsetof(loomDevicePlugin_v1, launchHostFunc) ==
+              offsetof(loomDevicePlugin_v2, launchHostFunc));
+static_assert(sizeof(loomDevicePlugin_v1) == offsetof(loomDevicePlugin_v2, torchDeviceType));
+
+// The bytes of the table a plug-in of `header` provides: at least its version's base, and no
+// more than this Loom knows of that version (a later release may append entries).
+size_t tableBytes(const std::string& path, const TableHeader& header) {
+  LOOM_CHECK_ARG(header.version >= 1 && header.version <= LOOM_DEVICE_PLUGIN_VERSION,
+                 "device plug-in ", path, ": it implements device plug-in ABI version ",
+                 header.version, ", this Loom implements versions 1 to ",
+                 LOOM_DEVICE_PLUGIN_VERSION);
+  const bool v1 = header.version == 1;
+  const size_t least = v1 ? LOOM_DEVICE_PLUGIN_V1_BASE_SIZE : LOOM_DEVICE_PLUGIN_V2_BASE_SIZE;
+  const size_t most = v1 ? sizeof(loomDevicePlugin_v1) : sizeof(loomDevicePlugin_v2);
+  // Entries appended to a version later are optional: a table that ends before them (a plug-in
+  // built against an older header) leaves them zero, that is absent.
+  LOOM_CHECK_ARG(header.size >= least, "device plug-in ", path, ": its table is ", header.size,
+                 " bytes, version ", header.version, " needs at least ", least);
+  return std::min<size_t>(header.size, most);
 }
 
 }  // namespace
@@ -49,16 +82,8 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path) {
                  LOOM_DEVICE_PLUGIN_SYMBOL, " (not a Loom device plug-in?)");
   TableHeader header;
   std::memcpy(&header, symbol, sizeof(header));
-  LOOM_CHECK_ARG(header.version == LOOM_DEVICE_PLUGIN_VERSION, "device plug-in ", path,
-                 ": it implements device plug-in ABI version ", header.version,
-                 ", this Loom implements version ", LOOM_DEVICE_PLUGIN_VERSION);
-  // Entries appended to version 1 later are optional: a table that ends before them (a plug-in
-  // built against an older header) leaves them zero, that is absent.
-  LOOM_CHECK_ARG(header.size >= LOOM_DEVICE_PLUGIN_V1_BASE_SIZE, "device plug-in ", path,
-                 ": its table is ", header.size, " bytes, version ", LOOM_DEVICE_PLUGIN_VERSION,
-                 " needs at least ", LOOM_DEVICE_PLUGIN_V1_BASE_SIZE);
-  std::memcpy(&lib->table_, symbol, std::min<size_t>(header.size, sizeof(loomDevicePlugin_v1)));
-  const loomDevicePlugin_v1& t = lib->table_;
+  std::memcpy(&lib->table_, symbol, tableBytes(path, header));
+  const loomDevicePlugin_v2& t = lib->table_;
   LOOM_CHECK_ARG(validKind(t.kind), "device plug-in ", path, ": kind '",
                  t.kind == nullptr ? "(null)" : t.kind,
                  "' must be [a-z0-9_-]+ and not a built-in kind");
@@ -86,6 +111,11 @@ std::unique_ptr<PluginLibrary> PluginLibrary::open(const std::string& path) {
                    "): required entry ", name, " is NULL");
   LOOM_CHECK_ARG((t.hostAlloc == nullptr) == (t.hostFree == nullptr), "device plug-in ", path,
                  ": hostAlloc and hostFree come together");
+  LOOM_CHECK_ARG(t.torchStream == nullptr || t.torchDeviceType != nullptr, "device plug-in ", path,
+                 ": torchStream without torchDeviceType");
+  LOOM_CHECK_ARG(t.torchDeviceType == nullptr || validTorchType(t.torchDeviceType),
+                 "device plug-in ", path, ": torchDeviceType '", t.torchDeviceType,
+                 "' must be a torch device type name ([a-z_][a-z0-9_]*), not cpu, cuda or meta");
   LOOM_CHECK_ARG((t.memExport == nullptr) == (t.memImport == nullptr) &&
                      (t.memImport == nullptr) == (t.memCloseImport == nullptr),
                  "device plug-in ", path,

@@ -1,6 +1,6 @@
-// One loaded device plug-in: the dlopen'ed library, its checked loomDevicePlugin_v1 table, and
-// the devices it creates (plugin_device.cpp). Every failing entry becomes a loom::Error that
-// names the plug-in, the entry and the plug-in's own message.
+// One loaded device plug-in: the dlopen'ed library, its checked table (loomDevicePlugin_v2; a
+// version 1 table read into it), and the devices it creates (plugin_device.cpp). Every failing
+// entry becomes a loom::Error that names the plug-in, the entry and the plug-in's own message.
 #pragma once
 
 #include <memory>
@@ -23,7 +23,12 @@ class PluginLibrary {
   const std::string& path() const { return path_; }
   const std::string& kind() const { return kind_; }
   const std::string& vendor() const { return vendor_; }
-  const loomDevicePlugin_v1& table() const { return table_; }
+  const loomDevicePlugin_v2& table() const { return table_; }
+  // The torch device type it serves ("" for none) and its devices' count.
+  std::string torchDeviceType() const;
+  int deviceCount() const;
+  // The plug-in stream of torch stream `streamId` of device `dev` (torchStream, else the id).
+  loomStream_t torchStream(int dev, int64_t streamId) const;
   std::unique_ptr<Device> createDevice(const std::string& spec);
 
   // Throws unless `result` is loomSuccess: "device plug-in <kind> (<path>): <entry> failed: ..."
@@ -33,8 +38,8 @@ class PluginLibrary {
   PluginLibrary(std::string path, void* handle);
 
   std::string path_;
-  void* handle_;  // dlopen's; the library stays loaded (see DeviceRegistry)
-  loomDevicePlugin_v1 table_{};
+  void* handle_;                 // dlopen's; the library stays loaded (see DeviceRegistry)
+  loomDevicePlugin_v2 table_{};  // a version 1 table: its torch entries zero
   std::string kind_, vendor_;
 };
 
