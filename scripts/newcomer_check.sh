@@ -36,7 +36,32 @@ step "make run (README, Quick start) on the existing $BUILD, $RANKS ranks, up to
 out=$(MAXBYTES=$MAXBYTES make --no-print-directory run BUILD="$BUILD" RANKS="$RANKS" 2>&1) ||
   fail "make run failed: $out"
 grep -q "== make run finished in" <<<"$out" || fail "make run did not finish: $out"
-grep -q "Loom against the memcpy bound" <<<"$out" || fail "make run printed no comparison: $out"
+grep -q "Loom against the write bound, median of" <<<"$out" || fail "make run printed no comparison: $out"
+done_step
+
+step "make run builds what cmake --install installs and what the README runs from $BUILD/"
+# Asked of ninja on this (complete) build: the files that make run's targets are made of, against
+# the files the install scripts copy from the build directory and the build-tree paths the README
+# names. Files ninja does not make (configure's, the sources) are not make run's to build.
+if [[ -f "$BUILD/build.ninja" ]]; then
+  read -r -a targets <<<"$(scripts/run.sh --targets)" || fail "scripts/run.sh --targets failed"
+  built=$(ninja -C "$BUILD" -t inputs "${targets[@]}") || fail "ninja -t inputs ${targets[*]} failed"
+  build_abs=$(cd "$BUILD" && pwd -P)
+  needed=$(
+    grep -rhoE 'FILES "[^"]+"' --include=cmake_install.cmake "$BUILD" | sed -E 's/^FILES "//; s/"$//' |
+      sed "s|^$build_abs/||" | grep -v '^/'
+    grep -oE '(^|[ `(=])build/[A-Za-z0-9_./+-]+' README.md | sed -E 's/^[ `(=]?build\///'
+  )
+  missing=()
+  for file in $(sort -u <<<"$needed"); do
+    ninja -C "$BUILD" -t query "$file" 2>/dev/null | grep -q "^  input:" || continue
+    grep -qxF "$file" <<<"$built" || missing+=("$file")
+  done
+  ((${#missing[@]} == 0)) ||
+    fail "make run (targets: ${targets[*]}) does not build ${missing[*]}, which cmake --install or the README needs"
+else
+  echo "($BUILD is not a Ninja build: skipped)"
+fi
 done_step
 
 prefix="$scratch/prefix"
