@@ -5,7 +5,8 @@
 # and with pkg-config and run under the installed loomrun (every rank must print the sum), an
 # installed tool's --version, and `pip install .` into a fresh virtual environment that sees the
 # test environment's packages (torch, scikit-build-core, nanobind: no download), reusing the
-# persistent build directory of pyproject.toml, then the README's Python snippet and
+# persistent build directory of pyproject.toml (and, first, twice with pip's isolated build: the
+# second must compile nothing), then the README's Python snippet and
 # examples/torch_allreduce.py under torchrun. Each step says how long it took.
 #
 # Usage: scripts/newcomer_check.sh   (environment: BUILD (build), LOOM_VENV (.venv, the test
@@ -113,14 +114,36 @@ EOF
   done_step
 )
 
-step "pip install . (README, Python) into a fresh venv that sees $VENV's packages"
 [[ -x "$VENV/bin/python" ]] || fail "no test environment at $VENV (scripts/python_test.sh makes it)"
 python3 -m venv "$scratch/venv"
 # The test environment's site-packages (torch, numpy, the build requirements) without copying or
-# downloading them; --no-build-isolation so that pip's build sees the same torch and reuses the
-# persistent build directory (pyproject.toml build-dir).
+# downloading them.
 "$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
   >"$("$scratch/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/test_env.pth"
+
+step "pip install . twice, as a new user runs it (pip's isolated build): the second compiles nothing"
+# pyproject.toml keeps the build directory so that a reinstall compiles only what changed; pip's
+# isolated build environment is a new folder every time, which once made scikit-build-core drop
+# the library's objects (74 of 93 compiled again). Its build requirements come from PyPI (pip
+# download, ~1 MB); offline, this step says so and is skipped.
+if "$scratch/venv/bin/python" -m pip download -q -d "$scratch/wheels" "scikit-build-core>=0.10" \
+  "nanobind>=2.0" >/dev/null 2>&1; then
+  isolated=("$scratch/venv/bin/python" -m pip install -q --no-index --find-links "$scratch/wheels" .)
+  "${isolated[@]}" || fail "pip install . (isolated) failed"
+  touch "$scratch/before-second-install"
+  sleep 1
+  "${isolated[@]}" || fail "the second pip install . (isolated) failed"
+  rebuilt=$(find build/python-* -name '*.o' -newer "$scratch/before-second-install")
+  [[ -z "$rebuilt" ]] ||
+    fail "the second pip install . compiled $(wc -l <<<"$rebuilt") objects again: $(echo $rebuilt | head -c 600)"
+else
+  echo "(pip download of the build requirements failed: no network? skipped)"
+fi
+done_step
+
+step "pip install . (README, Python) into a fresh venv that sees $VENV's packages"
+# --no-build-isolation: pip's build sees the test environment's torch (an isolated build finds only
+# what the interpreter's own site-packages hold), so the torch backend is built too.
 "$scratch/venv/bin/python" -m pip install -q --no-build-isolation . ||
   fail "pip install . failed"
 py="$scratch/venv/bin/python"
