@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The README's commands, run as a newcomer runs them, on this checkout after `make test` built it
-# (so nothing is compiled twice): `make run` on the existing build directory, `cmake --install`
-# into a scratch prefix, the README's C example built against that prefix with find_package(Loom)
-# and with pkg-config and run under the installed loomrun (every rank must print the sum), an
-# installed tool's --version, and `pip install .` into a fresh virtual environment that sees the
-# test environment's packages (torch, scikit-build-core, nanobind: no download), reusing the
-# persistent build directory of pyproject.toml (and, first, twice with pip's isolated build: the
-# second must compile nothing), then the README's Python snippet and
-# examples/torch_allreduce.py under torchrun. Each step says how long it took.
+# (so nothing is compiled twice): `make run` on the existing build directory, and that it builds
+# everything `cmake --install` installs and every tool the README runs from the build tree (so
+# that right after `make run` on a fresh clone they work too); `cmake --install` into a scratch
+# prefix, the README's C example built against that prefix with find_package(Loom) and with
+# pkg-config and run under the installed loomrun (every rank must print the sum), the installed
+# tools' --version, and `pip install .` into a fresh virtual environment that sees the test
+# environment's packages (torch, scikit-build-core, nanobind: no download), reusing the
+# persistent build directory of pyproject.toml; a second `pip install .` that compiles nothing;
+# then the README's Python snippet in a virtual environment that holds only the package and what
+# its metadata requires (what pip gives a new user), and examples/torch_allreduce.py under
+# torchrun. Each step says how long it took.
 #
 # Usage: scripts/newcomer_check.sh   (environment: BUILD (build), LOOM_VENV (.venv, the test
 # environment scripts/python_test.sh made), RANKS (2), MAXBYTES (1M): make run's, kept small here)
@@ -151,10 +154,35 @@ py="$scratch/venv/bin/python"
   fail "import loom did not load the package just installed"
 done_step
 
-step "the README's Python snippet under loomrun"
+step "the README's Python snippet under loomrun, beside only what pip installs with the package"
+# A new user's fresh virtual environment holds the package and the requirements its metadata
+# declares (and theirs), nothing more: a folder of links to exactly those, seen by a virtual
+# environment without the test environment's packages.
+closure="$scratch/closure"
+"$py" - "$closure" <<'EOF' || fail "could not collect the package's requirements"
+import importlib.metadata as md, os, re, sys
+dest = sys.argv[1]
+os.makedirs(dest)
+todo, seen = ["loomccl"], set()
+while todo:
+    name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+    if name in seen:
+        continue
+    seen.add(name)
+    dist = md.distribution(name)
+    for top in {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}:
+        if not os.path.lexists(os.path.join(dest, top)):
+            os.symlink(dist.locate_file(top), os.path.join(dest, top))
+    for req in dist.requires or []:
+        if "extra ==" not in req:
+            todo.append(re.match(r"[A-Za-z0-9_.-]+", req).group(0))
+EOF
+"$VENV/bin/python" -m venv --without-pip "$scratch/clean"
+clean="$scratch/clean/bin/python"
+echo "$closure" >"$("$clean" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/closure.pth"
 awk '/^```python$/ && !n++ { f = 1; next } f && /^```$/ { exit } f' README.md >"$scratch/snippet.py"
 grep -q "loom.Comm.from_env" "$scratch/snippet.py" || fail "README's first Python snippet changed"
-out=$("$BUILD/tools/loomrun" -n 2 --timeout 60 -- "$py" -c "$(cat "$scratch/snippet.py")
+out=$("$BUILD/tools/loomrun" -n 2 --timeout 60 -- "$clean" -c "$(cat "$scratch/snippet.py")
 print('sum', x.tolist())" 2>&1) || fail "the Python snippet failed: $out"
 grep -q "^\[0\] sum \[0.0, 2.0, 4.0, 6.0\]" <<<"$out" || fail "the Python snippet: $out"
 done_step
