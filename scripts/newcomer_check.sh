@@ -49,7 +49,11 @@ step "make run builds what cmake --install installs and what the README runs fro
 # names. Files ninja does not make (configure's, the sources) are not make run's to build.
 if [[ -f "$BUILD/build.ninja" ]]; then
   read -r -a targets <<<"$(scripts/run.sh --targets)" || fail "scripts/run.sh --targets failed"
-  built=$(ninja -C "$BUILD" -t inputs "${targets[@]}") || fail "ninja -t inputs ${targets[*]} failed"
+  # The targets' own files (ninja -t query) and everything they are made of (-t inputs).
+  built=$(
+    ninja -C "$BUILD" -t query "${targets[@]}" | awk '/^  input:/ { f = 1; next } /^  [a-z]/ { f = 0 } f { print $1 }'
+    ninja -C "$BUILD" -t inputs "${targets[@]}"
+  ) || fail "ninja -t query/inputs ${targets[*]} failed"
   build_abs=$(cd "$BUILD" && pwd -P)
   needed=$(
     grep -rhoE 'FILES "[^"]+"' --include=cmake_install.cmake "$BUILD" | sed -E 's/^FILES "//; s/"$//' |
