@@ -96,15 +96,19 @@ std::pair<std::string, uint16_t> parseAddress(const std::string& text, const cha
   std::string host = text.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
-  long port = std::strtol(text.c_str() + colon + 1, nullptr, 10);
-  LOOM_CHECK_ARG(port > 0 && port < 65536, what, "='", text, "' has no valid port");
+  char* end = nullptr;
+  long port = std::strtol(text.c_str() + colon + 1, &end, 10);
+  LOOM_CHECK_ARG(*end == '\0' && port > 0 && port < 65536, what, "='", text,
+                 "' has no valid port (1 to 65535)");
   return {host, static_cast<uint16_t>(port)};
 }
 
-// Before a communicator exists: a bad LOOM_DEBUG fails init with its reason (log.cpp only warns),
-// and rank 0 says which Loom this is, as NCCL does at NCCL_DEBUG=VERSION or INFO.
+// Before a communicator exists: a bad LOOM_DEBUG or LOOM_DEBUG_SUBSYS (log.cpp only warns) or any
+// malformed or out-of-range LOOM_* value fails init with its reason, whether or not this
+// communicator would use it; rank 0 says which Loom this is, as NCCL does at NCCL_DEBUG=VERSION.
 void announce(int rank) {
-  parseLogLevel(env::debugLevel());
+  checkLogSettings();
+  env::checkAll();
   if (rank != 0) return;
   LOOM_LOG(kVersion, kSubsysInit, rank, "Loom version ", LOOM_MAJOR, ".", LOOM_MINOR, ".",
            LOOM_PATCH);
