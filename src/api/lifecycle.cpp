@@ -512,15 +512,16 @@ loomResult_t loomCommDescribeTopology(const loomComm_t comm, char* text, size_t 
     std::string out = c.nodes().describe() + "\n" + c.clusters().describe() +
                       "\ndevice: " + c.deviceDescription() + "\n";
     if (c.clusters().heterogeneous()) out += c.describeHeterogeneous() + "\n";
-    if (!c.tcpInterface().empty()) out += "tcp interface: " + c.tcpInterface() + "\n";
+    if (!c.transports().interface().empty())
+      out += "tcp interface: " + c.transports().interface() + "\n";
     // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on
     // `"literal" + std::string&&` here.
     out.append("transport from rank ").append(std::to_string(c.rank())).append(":");
     for (int peer = 0; peer < c.nranks(); ++peer) {
       if (peer == c.rank()) continue;
-      out.append(" ").append(std::to_string(peer)).append("=").append(c.transportTo(peer));
+      out.append(" ").append(std::to_string(peer)).append("=").append(c.transports().to(peer));
     }
-    std::string counters = c.transportCounters();
+    std::string counters = c.transports().counters();
     if (!counters.empty()) out += "\n" + counters;
     if (needed != nullptr) *needed = out.size() + 1;
     if (size > 0) {
