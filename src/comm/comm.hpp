@@ -1,5 +1,21 @@
-// The communicator: owns the bootstrap, the device, the shared arena and channels, the selector and
-// the failure state. One Comm serves one C handle; nothing is shared between communicators.
+// The communicator: init, split and the dispatch of a call; the rest is in parts with one job
+// each: Transports (arena, channels), Health (failure state, the one deadline, peer liveness),
+// Group (a set of its ranks that runs collectives: `main_` is the whole communicator, a
+// heterogeneous one adds its cluster and exchange groups; each holds its CallChecker, selector,
+// algorithm workspaces and native collectives), DeviceCallState (device_calls.cpp: staging, the
+// stream jobs), Composition (hetero*.cpp), WindowTable (windows.cpp), the P2PEngine, and the
+// ProgressQueue its non-blocking calls, stream jobs and open point-to-point run on. One Comm
+// serves one C handle; nothing is shared between communicators.
+//
+// A collective (collective(), then execute()) takes the first of these ways:
+//   a device rank's host buffers (heterogeneous) -> collectiveThroughDevice, on device scratch
+//   stream-ordered device rank                   -> enqueueCollective (device_calls.cpp)
+//   heterogeneous, composed                      -> executeComposed: phases on the groups
+//   heterogeneous, elementwise                   -> executeChunked: chunks (device: pipelined)
+//   the selector's algorithm is native           -> NativeCollectives::run (CUDA kernels)
+//   host-addressable device (CPU)                -> runAlgorithm: arena algorithm or schedule
+//   other devices                                -> runDeviceCall: mapped (one node, the device
+//                                                   maps host memory and reduces) or staged
 #pragma once
 
 #include <atomic>
