@@ -59,8 +59,8 @@ struct CommConfig {
   bool splitChild = false;        // created by split: the launcher's node sizes do not describe it
   // LOOM_CLUSTER_SPLIT.
   std::string clusterSplit;
-  // LOOM_ALGO. A heterogeneous communicator's cluster communicators have none: its algorithm
-  // names are those of the host algorithms it runs, not of a cluster's native ones.
+  // LOOM_ALGO: names host algorithms (and a backend's native ones where it has them); a
+  // heterogeneous communicator's exchange group takes it, its cluster groups do not.
   std::string algo;
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
