@@ -53,6 +53,7 @@ int64_t shmChunkBytes() { return getInt("LOOM_SHM_CHUNK_BYTES", 512 * 1024); }
 int64_t directMaxBytes() { return getInt("LOOM_DIRECT_MAX_BYTES", -1); }
 int64_t p2pBufferBytes() { return getInt("LOOM_P2P_BUFFER_BYTES", 256 * 1024); }
 int64_t streamingMinBytes() { return getInt("LOOM_STREAMING_MIN_BYTES", 8 << 20); }
+int64_t epBufferBytes() { return getInt("LOOM_EP_BUFFER_BYTES", 0); }
 std::string accumType() { return getString("LOOM_ACCUM_TYPE", ""); }
 std::string jobSecret() { return getString("LOOM_JOB_SECRET", ""); }
 std::string commId() { return getString("LOOM_COMM_ID", ""); }
