@@ -27,8 +27,8 @@ def get_dispatch_layout(self, topk_idx, num_experts, previous_event=None, async_
         per_expert = self._empty((num_experts,), torch.int32)
         in_rank = self._empty((tokens, self.group_size), torch.bool)
         out += [topk_idx, per_rank, per_expert, in_rank]
-        ep.layout(topk_idx.data_ptr(), tokens, topk, per_rank.data_ptr(), per_expert.data_ptr(),
-                  in_rank.data_ptr(), stream)
+        ep.layout(_ptr(topk_idx), tokens, topk, _ptr(per_rank), _ptr(per_expert),
+                  _ptr(in_rank), stream)
     return per_rank, None, per_expert, in_rank, out[-1]
 
 
@@ -78,8 +78,8 @@ def dispatch(self, x, handle=None, num_tokens_per_rank=None, num_tokens_per_rdma
                 num_recv, counts = ep.dispatch(
                     True, 0, _type_code(x, "x"), hidden, tokens, _ptr(x_scales), num_scales,
                     _ptr(topk_idx), _ptr(topk_weights), topk, _ptr(num_tokens_per_expert),
-                    expert_alignment, 0, 0, 0, 0, 0, rank_prefix.data_ptr(), 0,
-                    send_head.data_ptr(), is_token_in_rank.data_ptr(), -1, local, stream)
+                    expert_alignment, 0, 0, 0, 0, 0, _ptr(rank_prefix), 0,
+                    _ptr(send_head), _ptr(is_token_in_rank), -1, local, stream)
             capacity = num_worst_tokens if num_worst_tokens > 0 else num_recv
             recv_src_idx = self._empty((capacity,), torch.int32)
         recv_x = self._empty((capacity, hidden), x.dtype)
@@ -92,11 +92,11 @@ def dispatch(self, x, handle=None, num_tokens_per_rank=None, num_tokens_per_rdma
                             send_head, recv_src_idx, recv_x, recv_scales, recv_topk, recv_weights)
                 if t is not None]
         num_recv, worst_counts = ep.dispatch(
-            False, x.data_ptr(), _type_code(x, "x"), hidden, tokens, _ptr(x_scales), num_scales,
+            False, _ptr(x), _type_code(x, "x"), hidden, tokens, _ptr(x_scales), num_scales,
             _ptr(topk_idx), _ptr(topk_weights), topk, _ptr(num_tokens_per_expert),
-            expert_alignment, recv_x.data_ptr(), _ptr(recv_scales), _ptr(recv_topk),
-            _ptr(recv_weights), capacity, rank_prefix.data_ptr(), recv_src_idx.data_ptr(),
-            send_head.data_ptr(), is_token_in_rank.data_ptr(), num_recv, local, stream)
+            expert_alignment, _ptr(recv_x), _ptr(recv_scales), _ptr(recv_topk),
+            _ptr(recv_weights), capacity, _ptr(rank_prefix), _ptr(recv_src_idx),
+            _ptr(send_head), _ptr(is_token_in_rank), num_recv, local, stream)
     recv = (recv_x, recv_scales) if x_scales is not None else recv_x
     if handle is not None:
         return recv, None, None, None, None, out[-1]
@@ -143,9 +143,9 @@ def combine(self, x, handle, topk_weights=None, bias=None, config=None, previous
                             if topk_weights is not None else None)
         out += [t for t in (x, topk_weights, bias0, bias1, rank_prefix, recv_src_idx, send_head,
                             combined, combined_weights) if t is not None]
-        ep.combine(x.data_ptr(), _type_code(x, "x"), hidden, _ptr(topk_weights), topk,
-                   _ptr(bias0), _ptr(bias1), rank_prefix.data_ptr(), recv_src_idx.data_ptr(),
-                   send_head.data_ptr(), tokens, num_recv, combined.data_ptr(),
+        ep.combine(_ptr(x), _type_code(x, "x"), hidden, _ptr(topk_weights), topk,
+                   _ptr(bias0), _ptr(bias1), _ptr(rank_prefix), _ptr(recv_src_idx),
+                   _ptr(send_head), tokens, num_recv, _ptr(combined),
                    _ptr(combined_weights), stream)
     return combined, combined_weights, out[-1]
 
@@ -194,9 +194,9 @@ def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank, nu
         out += [t for t in (x, topk_idx, recv_x, scales, count, src_info, layout_range,
                             cumulative_local_expert_recv_stats) if t is not None]
         hook_id = ep.low_latency_dispatch(
-            x.data_ptr(), hidden, tokens, topk_idx.data_ptr(), topk_idx.shape[1], use_fp8,
-            round_scale, use_ue8m0, recv_x.data_ptr(), _ptr(scales), count.data_ptr(),
-            src_info.data_ptr(), layout_range.data_ptr(), _ptr(cumulative_local_expert_recv_stats),
+            _ptr(x), hidden, tokens, _ptr(topk_idx), topk_idx.shape[1], use_fp8,
+            round_scale, use_ue8m0, _ptr(recv_x), _ptr(scales), _ptr(count),
+            _ptr(src_info), _ptr(layout_range), _ptr(cumulative_local_expert_recv_stats),
             return_recv_hook, stream)
     handle = (src_info, layout_range, m, hidden, num_experts)
     hook = (lambda: ep.hook_wait(hook_id, stream)) if return_recv_hook else None
@@ -220,9 +220,9 @@ def low_latency_combine(self, x, topk_idx, topk_weights, handle, use_logfmt=Fals
         combined = out if out is not None else self._empty((tokens, hidden), torch.bfloat16)
         tensors += [x, topk_idx, topk_weights, src_info, layout_range, combined]
         hook_id = ep.low_latency_combine(
-            0 if zero_copy else x.data_ptr(), hidden, tokens, topk_idx.data_ptr(),
-            topk_weights.data_ptr(), topk_idx.shape[1], src_info.data_ptr(),
-            layout_range.data_ptr(), combined.data_ptr(), return_recv_hook, stream)
+            0 if zero_copy else _ptr(x), hidden, tokens, _ptr(topk_idx),
+            _ptr(topk_weights), topk_idx.shape[1], _ptr(src_info),
+            _ptr(layout_range), _ptr(combined), return_recv_hook, stream)
     hook = (lambda: ep.hook_wait(hook_id, stream)) if return_recv_hook else None
     return combined, tensors[-1], hook
 

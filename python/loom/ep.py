@@ -59,8 +59,15 @@ def _type_code(t, name):
     return code
 
 
+# Loom's C API tells an absent array (NULL) from a present one: an empty tensor (whose data_ptr()
+# is 0) passes this placeholder's address instead; nothing is read or written through it.
+_PRESENT = torch.zeros(1, dtype=torch.int64)
+
+
 def _ptr(t):
-    return 0 if t is None else t.data_ptr()
+    if t is None:
+        return 0
+    return t.data_ptr() or _PRESENT.data_ptr()
 
 
 class Config:

@@ -19,7 +19,7 @@ struct LoomError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-void check(loomResult_t result, const char* call) {
+inline void check(loomResult_t result, const char* call) {
   if (result == loomSuccess) return;
   const char* detail = loomGetLastError(nullptr);
   throw LoomError(std::string(call) + " failed: " + loomGetErrorString(result) +

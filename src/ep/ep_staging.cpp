@@ -1,6 +1,6 @@
 #include "ep/ep_staging.hpp"
 
-#include "ep/ep_format.hpp"
+#include "device/ep_format.hpp"
 
 namespace loom::ep {
 

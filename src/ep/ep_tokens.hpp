@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ep/ep_format.hpp"
+#include "device/ep_format.hpp"
 #include "loom/loom.h"
 
 namespace loom::ep {

@@ -1,8 +1,10 @@
 // The bytes an expert-parallel call moves between ranks, one format for every path: a rank's
 // "chunk" starts with a header (what the call was on that rank, so that ranks compare their calls
 // before reading each other's data) and holds the tokens (or combine rows) of one round. On one
-// host a rank writes its chunk into its own shared buffer and the peers read from it (ep_shm.*);
-// across hosts it sends each peer the part of it that peer needs, in the same format (ep_wire.*).
+// host a rank writes its chunk into its own shared buffer and the peers read from it
+// (ep/ep_shm*); across hosts it sends each peer the part of it that peer needs, in the same
+// format (ep/ep_wire_path.cpp); a backend's kernels use it in device memory (native_ep.hpp).
+// Here, below both, so that the host paths and the device kernels share it.
 //
 // Every section starts at a multiple of 64 bytes, so rows stay aligned for vector loads.
 #pragma once
@@ -10,12 +12,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/dtype.hpp"  // LOOM_HOST_DEVICE: the kernels compute the same offsets
 #include "loom/loom.h"
 
 namespace loom::ep {
 
 inline constexpr size_t kAlign = 64;
-inline constexpr size_t align64(size_t bytes) { return (bytes + kAlign - 1) & ~(kAlign - 1); }
+LOOM_HOST_DEVICE inline constexpr size_t align64(size_t bytes) {
+  return (bytes + kAlign - 1) & ~(kAlign - 1);
+}
 inline constexpr int kScaleGroup = 128;  // FP8: one fp32 scale per this many values
 
 enum class CallKind : uint32_t {
@@ -66,31 +71,39 @@ struct DispatchFormat {
   bool weights = false;
   size_t rowBytes = 0;
 
-  size_t countsOffset() const { return sizeof(CallHeader); }
-  size_t countsBytes() const { return align64(sizeof(int32_t) * (nranks + numExperts)); }
-  size_t fixedBytes() const { return countsOffset() + countsBytes(); }
-  size_t rankBytes() const { return (static_cast<size_t>(nranks) + 7) & ~size_t{7}; }
-  size_t rowStride() const { return align64(rowBytes); }
+  LOOM_HOST_DEVICE size_t countsOffset() const { return sizeof(CallHeader); }
+  LOOM_HOST_DEVICE size_t countsBytes() const {
+    return align64(sizeof(int32_t) * (nranks + numExperts));
+  }
+  LOOM_HOST_DEVICE size_t fixedBytes() const { return countsOffset() + countsBytes(); }
+  LOOM_HOST_DEVICE size_t rankBytes() const {
+    return (static_cast<size_t>(nranks) + 7) & ~size_t{7};
+  }
+  LOOM_HOST_DEVICE size_t rowStride() const { return align64(rowBytes); }
   // Bytes of one token in a chunk, and of a chunk of n tokens (its sections aligned).
-  size_t tokenBytes() const {
+  LOOM_HOST_DEVICE size_t tokenBytes() const {
     return sizeof(int32_t) + rankBytes() + sizeof(int32_t) * topk +
            (weights ? sizeof(float) * topk : 0) + sizeof(float) * numScales + rowStride();
   }
-  size_t chunkBytes(size_t n) const { return rowsOffset(n) + n * rowStride(); }
-  size_t indexOffset() const { return fixedBytes(); }
-  size_t inRankOffset(size_t n) const { return indexOffset() + align64(sizeof(int32_t) * n); }
-  size_t topkOffset(size_t n) const { return inRankOffset(n) + align64(rankBytes() * n); }
-  size_t weightsOffset(size_t n) const {
+  LOOM_HOST_DEVICE size_t chunkBytes(size_t n) const { return rowsOffset(n) + n * rowStride(); }
+  LOOM_HOST_DEVICE size_t indexOffset() const { return fixedBytes(); }
+  LOOM_HOST_DEVICE size_t inRankOffset(size_t n) const {
+    return indexOffset() + align64(sizeof(int32_t) * n);
+  }
+  LOOM_HOST_DEVICE size_t topkOffset(size_t n) const {
+    return inRankOffset(n) + align64(rankBytes() * n);
+  }
+  LOOM_HOST_DEVICE size_t weightsOffset(size_t n) const {
     return topkOffset(n) + align64(sizeof(int32_t) * topk * n);
   }
-  size_t scalesOffset(size_t n) const {
+  LOOM_HOST_DEVICE size_t scalesOffset(size_t n) const {
     return weightsOffset(n) + (weights ? align64(sizeof(float) * topk * n) : 0);
   }
-  size_t rowsOffset(size_t n) const {
+  LOOM_HOST_DEVICE size_t rowsOffset(size_t n) const {
     return scalesOffset(n) + align64(sizeof(float) * numScales * n);
   }
   // The most tokens a chunk of `bytes` holds (at least 1 if it holds a chunk of one at all).
-  size_t capacity(size_t bytes) const {
+  LOOM_HOST_DEVICE size_t capacity(size_t bytes) const {
     const size_t slack = 6 * kAlign;
     if (bytes < fixedBytes() + slack + tokenBytes()) return 0;
     return (bytes - fixedBytes() - slack) / tokenBytes();
@@ -105,16 +118,18 @@ struct CombineFormat {
   bool weights = false;
   size_t rowBytes = 0;
 
-  size_t originsOffset() const { return sizeof(CallHeader); }
-  size_t fixedBytes() const { return originsOffset() + align64(sizeof(int32_t) * 3 * nranks); }
-  size_t rowStride() const { return align64(rowBytes); }
-  size_t weightsOffset() const { return fixedBytes(); }
-  size_t rowsOffset(size_t n) const {
+  LOOM_HOST_DEVICE size_t originsOffset() const { return sizeof(CallHeader); }
+  LOOM_HOST_DEVICE size_t fixedBytes() const {
+    return originsOffset() + align64(sizeof(int32_t) * 3 * nranks);
+  }
+  LOOM_HOST_DEVICE size_t rowStride() const { return align64(rowBytes); }
+  LOOM_HOST_DEVICE size_t weightsOffset() const { return fixedBytes(); }
+  LOOM_HOST_DEVICE size_t rowsOffset(size_t n) const {
     return weightsOffset() + (weights ? align64(sizeof(float) * topk * n) : 0);
   }
-  size_t chunkBytes(size_t n) const { return rowsOffset(n) + n * rowStride(); }
+  LOOM_HOST_DEVICE size_t chunkBytes(size_t n) const { return rowsOffset(n) + n * rowStride(); }
   // Tokens of every origin per round that a chunk of `bytes` holds.
-  size_t tokensPerRound(size_t bytes) const {
+  LOOM_HOST_DEVICE size_t tokensPerRound(size_t bytes) const {
     const size_t slack = 2 * kAlign;
     const size_t perToken =
         static_cast<size_t>(nranks) * (rowStride() + (weights ? sizeof(float) * topk : 0));
@@ -129,16 +144,20 @@ struct LowLatencyDispatchFormat {
   int topk = 0, hidden = 0;
   bool fp8 = false;
 
-  int scaleGroups() const { return (hidden + kScaleGroup - 1) / kScaleGroup; }
-  size_t rowBytes() const {
+  LOOM_HOST_DEVICE int scaleGroups() const { return (hidden + kScaleGroup - 1) / kScaleGroup; }
+  LOOM_HOST_DEVICE size_t rowBytes() const {
     return fp8 ? align64(static_cast<size_t>(hidden)) + sizeof(float) * scaleGroups()
                : sizeof(uint16_t) * static_cast<size_t>(hidden);
   }
-  size_t rowStride() const { return align64(rowBytes()); }
-  size_t indexOffset() const { return sizeof(CallHeader); }
-  size_t topkOffset(size_t n) const { return indexOffset() + align64(sizeof(int32_t) * n); }
-  size_t rowsOffset(size_t n) const { return topkOffset(n) + align64(sizeof(int32_t) * topk * n); }
-  size_t chunkBytes(size_t n) const { return rowsOffset(n) + n * rowStride(); }
+  LOOM_HOST_DEVICE size_t rowStride() const { return align64(rowBytes()); }
+  LOOM_HOST_DEVICE size_t indexOffset() const { return sizeof(CallHeader); }
+  LOOM_HOST_DEVICE size_t topkOffset(size_t n) const {
+    return indexOffset() + align64(sizeof(int32_t) * n);
+  }
+  LOOM_HOST_DEVICE size_t rowsOffset(size_t n) const {
+    return topkOffset(n) + align64(sizeof(int32_t) * topk * n);
+  }
+  LOOM_HOST_DEVICE size_t chunkBytes(size_t n) const { return rowsOffset(n) + n * rowStride(); }
 };
 
 // Low-latency combine, shared memory: after the header, the holder's layout ranges
@@ -147,22 +166,28 @@ struct LowLatencyDispatchFormat {
 struct LowLatencyCombineFormat {
   int nranks = 0, localExperts = 0, maxTokens = 0, hidden = 0;
 
-  size_t rangesOffset() const { return sizeof(CallHeader); }
-  size_t rowsOffset() const {
+  LOOM_HOST_DEVICE size_t rangesOffset() const { return sizeof(CallHeader); }
+  LOOM_HOST_DEVICE size_t rowsOffset() const {
     return rangesOffset() + align64(sizeof(int64_t) * localExperts * nranks);
   }
-  size_t rowBytes() const { return sizeof(uint16_t) * static_cast<size_t>(hidden); }
-  size_t expertRows() const { return static_cast<size_t>(maxTokens) * nranks; }
-  size_t bytes() const { return rowsOffset() + localExperts * expertRows() * rowBytes(); }
+  LOOM_HOST_DEVICE size_t rowBytes() const {
+    return sizeof(uint16_t) * static_cast<size_t>(hidden);
+  }
+  LOOM_HOST_DEVICE size_t expertRows() const { return static_cast<size_t>(maxTokens) * nranks; }
+  LOOM_HOST_DEVICE size_t bytes() const {
+    return rowsOffset() + localExperts * expertRows() * rowBytes();
+  }
 };
 
-inline int64_t packRange(int begin, int count) {
+LOOM_HOST_DEVICE inline int64_t packRange(int begin, int count) {
   return static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(begin)) << 32 |
                               static_cast<uint32_t>(count));
 }
-inline int rangeBegin(int64_t range) {
+LOOM_HOST_DEVICE inline int rangeBegin(int64_t range) {
   return static_cast<int>(static_cast<uint64_t>(range) >> 32);
 }
-inline int rangeCount(int64_t range) { return static_cast<int>(range & 0xffffffff); }
+LOOM_HOST_DEVICE inline int rangeCount(int64_t range) {
+  return static_cast<int>(range & 0xffffffff);
+}
 
 }  // namespace loom::ep
