@@ -25,6 +25,7 @@ struct LowLatencyCall {
   Verdict verdict;
   uint64_t step = 0;      // its round on the low-latency lane
   bool received = false;  // its receive half ran (the network path runs both at the call)
+  int slot = 0;           // its buffer on the device path (calls alternate 0, 1, 0, ...)
   bool isDispatch() const { return shape.kind == CallKind::kLowLatencyDispatch; }
 };
 

@@ -7,6 +7,7 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "comm/comm.hpp"
+#include "topology/rank_info.hpp"
 
 namespace loom::ep {
 
@@ -86,11 +87,46 @@ ExpertParallel::ExpertParallel(Comm& comm, const loomEpConfig_t& c) : comm_(comm
     LOOM_CHECK_ARG(sizes == ours, "loomEpCreate: sizes differ across ranks: rank ", s.rank, " has ",
                    ours, ", rank ", r, " has ", sizes);
   }
+  setUpNative(comm);
+  if (native_) {
+    LOOM_INFO(kSubsysInit, s.rank, "expert parallelism: ", s.describe(), "; ", native_->describe());
+    return;
+  }
   if (!comm.device().caps().hostAddressable) staging_ = std::make_unique<Staging>(comm.device());
   path_ = comm.nodes().singleNode() ? makeShmPath(comm, s) : makeWirePath(comm, s);
   LOOM_INFO(kSubsysInit, s.rank, "expert parallelism: ", s.describe(), "; ",
             comm.nodes().singleNode() ? "shared memory" : "network channels",
             staging_ ? ", this rank staged through pinned host memory" : "");
+}
+
+void ExpertParallel::setUpNative(Comm& comm) {
+  // The backend's kernels need every rank on it (its native collectives are up) and one process
+  // per device (a process cannot map its own exported memory); the same on every rank.
+  if (comm.hostContext().native == nullptr || !comm.nodes().singleNode()) return;
+  const std::vector<int> processes = processNumbers(comm.ranks());
+  for (int r = 0; r < sizes_.nranks; ++r)
+    if (processes[r] != r) return;
+  NativeEpSetup setup;
+  setup.rank = sizes_.rank;
+  setup.nranks = sizes_.nranks;
+  setup.modes = sizes_.modes;
+  setup.maxTokens = sizes_.maxTokens;
+  setup.hidden = sizes_.hidden;
+  setup.maxTopk = sizes_.maxTopk;
+  setup.numExperts = sizes_.numExperts;
+  setup.localExperts = sizes_.localExperts;
+  setup.maxRowBytes = sizes_.maxRowBytes();
+  setup.bufferBytes = sizes_.bufferBytes;
+  setup.timeoutMs = comm.config().timeoutMs;
+  setup.allGather = [&comm](const std::string& mine) { return comm.allGatherForSetUp(mine); };
+  try {
+    native_ = comm.device().createEp(setup);
+  } catch (const Error& e) {
+    // Every rank fails alike (the backend exchanges its verdict): all use the host paths.
+    if (e.code() != loomUnhandledCudaError) throw;
+    LOOM_WARN(kSubsysInit, sizes_.rank, "expert parallelism: ", e.what(),
+              "; using the host paths (staged through host memory)");
+  }
 }
 
 ExpertParallel::~ExpertParallel() = default;
@@ -102,6 +138,13 @@ void ExpertParallel::checkStream(loomStream_t stream, Verdict& v) const {
 void ExpertParallel::layout(const int64_t* topkIdx, int numTokens, int topk, int32_t* perRank,
                             int32_t* perExpert, uint8_t* inRank, loomStream_t stream) {
   Verdict v;
+  if (native_) {
+    if (numTokens < 0 || numTokens > sizes_.maxTokens || topk < 1 || topk > sizes_.maxTopk ||
+        (numTokens > 0 && topkIdx == nullptr))
+      LOOM_THROW(loomInvalidArgument, "loomEpLayout: ", numTokens, " tokens, topk ", topk,
+                 " outside the sizes given at creation, or topkIdx NULL");
+    return native_->layout(topkIdx, numTokens, topk, perRank, perExpert, inRank, stream);
+  }
   checkStream(stream, v);
   if (numTokens < 0 || numTokens > sizes_.maxTokens)
     v.fail(numTokens, " tokens exceed the ", sizes_.maxTokens, " per rank given at creation");

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "device/native_ep.hpp"
 #include "ep/ep_path.hpp"
 #include "ep/ep_staging.hpp"
 
@@ -47,11 +48,19 @@ class ExpertParallel {
   // The stream a call may take: null on a host communicator.
   void checkStream(loomStream_t stream, Verdict& v) const;
   bool staged() const { return staging_ != nullptr; }
+  // The device's own kernels (every rank a GPU of one communicator, one process each).
+  void setUpNative(Comm& comm);
+  // A call on them: a failure a kernel recorded earlier is reported first; a bad verdict is
+  // thrown once the kernels that tell the peers are launched.
+  template <typename Launch>
+  void onNative(const Verdict& verdict, Launch&& launch);
+  void runNative(CallKind kind, const NormalCall& call, loomStream_t stream);
 
   Comm& comm_;
   Sizes sizes_;
   std::unique_ptr<Path> path_;
   std::unique_ptr<Staging> staging_;
+  std::unique_ptr<NativeEp> native_;
   // Low-latency calls whose hook has not run: at most two (their buffers alternate).
   struct Pending {
     int id = 0;

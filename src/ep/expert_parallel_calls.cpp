@@ -58,6 +58,7 @@ void ExpertParallel::normal(CallKind kind, const loomEpDispatchArgs_t* dispatch,
       call.verdict.fail(misuse);
     }
     checkStream(stream, call.verdict);
+    if (native_) return runNative(kind, call, stream);
     loomEpDispatchArgs_t hostDispatch{};
     loomEpCombineArgs_t hostCombine{};
     loomEpHandle_t hostHandle{};
@@ -95,6 +96,37 @@ void ExpertParallel::normal(CallKind kind, const loomEpDispatchArgs_t* dispatch,
   });
 }
 
+template <typename Launch>
+void ExpertParallel::onNative(const Verdict& verdict, Launch&& launch) {
+  // The kernels tell the peers this rank's verdict: they run whatever it is.
+  launch(verdict.status);
+  // A failure a kernel recorded (in this call or an earlier one: a peer's bad argument, a
+  // timeout) is reported once this call is enqueued, so that no peer waits for this rank.
+  const auto [code, message] = native_->errors();
+  LOOM_CHECK_ARG(verdict.ok(), "expert-parallel call: ", verdict.reason);
+  if (code != loomSuccess) LOOM_THROW(code, "expert-parallel kernels: ", message);
+}
+
+void ExpertParallel::runNative(CallKind kind, const NormalCall& call, loomStream_t stream) {
+  // A call with a bad verdict may lack its arrays: the kernels then get none, only the verdict.
+  loomEpHandle_t none{0, 0, nullptr, nullptr, nullptr, nullptr};
+  loomEpDispatchArgs_t noDispatch{};
+  noDispatch.size = sizeof(noDispatch);
+  noDispatch.handle = &none;
+  loomEpCombineArgs_t noCombine{};
+  noCombine.size = sizeof(noCombine);
+  noCombine.handle = &none;
+  const bool ok = call.verdict.ok();
+  onNative(call.verdict, [&](int status) {
+    if (kind == CallKind::kDispatchCounts)
+      native_->dispatchCounts(ok ? *call.dispatch : noDispatch, status, stream);
+    else if (kind == CallKind::kDispatch)
+      native_->dispatch(ok ? *call.dispatch : noDispatch, status, stream);
+    else
+      native_->combine(ok ? *call.combine : noCombine, status, stream);
+  });
+}
+
 int ExpertParallel::lowLatencyDispatch(const loomEpLowLatencyDispatchArgs_t* a, bool hook,
                                        loomStream_t stream) {
   std::string misuse;
@@ -126,6 +158,25 @@ int ExpertParallel::lowLatency(LowLatencyCall call, bool hook, loomStream_t stre
       LOOM_THROW(loomInvalidUsage, "low-latency ", callKindName(call.shape.kind),
                  ": the hook of the call two low-latency calls back has not run (at most two "
                  "may be outstanding)");
+    call.slot = slot;
+    if (native_) {
+      loomEpLowLatencyDispatchArgs_t noDispatch{};
+      loomEpLowLatencyCombineArgs_t noCombine{};
+      const bool ok = call.verdict.ok();
+      onNative(call.verdict, [&](int status) {
+        if (call.isDispatch())
+          native_->lowLatencyDispatch(ok ? call.dispatch : noDispatch, status, slot, true,
+                                      !hook || !ok, stream);
+        else
+          native_->lowLatencyCombine(ok ? call.combine : noCombine, status, slot, true,
+                                     !hook || !ok, stream);
+      });
+      if (hook && call.verdict.ok()) {
+        id = nextHook_++;
+        pending_[slot] = Pending{id, call};
+      }
+      return;
+    }
     const bool stage = staged() && call.verdict.ok();
     if (stage) {
       // A staged rank finishes at the call: its host copies are reused by the next call.
@@ -165,6 +216,17 @@ void ExpertParallel::hookWait(int hook, loomStream_t stream) {
   LowLatencyCall call = pending_[slot]->call;
   pending_[slot].reset();
   // Part of the call that returned the hook: not counted again.
+  if (native_) {
+    comm_.runCall(nullptr, [&] {
+      onNative(call.verdict, [&](int status) {
+        if (call.isDispatch())
+          native_->lowLatencyDispatch(call.dispatch, status, call.slot, false, true, stream);
+        else
+          native_->lowLatencyCombine(call.combine, status, call.slot, false, true, stream);
+      });
+    });
+    return;
+  }
   comm_.runCall(nullptr, [&] { path_->lowLatencyReceive(call); });
 }
 
@@ -174,6 +236,8 @@ void* ExpertParallel::lowLatencyCombineBuffer(int hidden) {
   LOOM_CHECK_ARG(!staged(), "loomEpLowLatencyCombineBuffer: not offered on a staged device rank");
   LOOM_CHECK_ARG(hidden > 0 && hidden <= sizes_.hidden, "loomEpLowLatencyCombineBuffer: hidden ",
                  hidden, " is outside [1, ", sizes_.hidden, "]");
+  if (native_)
+    return native_->lowLatencyCombineBuffer(static_cast<int>(lowLatencyCalls_ & 1), hidden);
   char* buffer = nullptr;
   comm_.runCall(nullptr, [&] { buffer = path_->nextCombineBuffer(hidden); });
   return buffer;
