@@ -76,7 +76,7 @@ def compare_low_latency(name, g, c, local):
     same(f"{name} layout_range", g[4], layout)
     for el in range(local):
         n = int(count[el])
-        same(f"{name} recv_x {el}", g[0][el, :n].view(torch.uint8), recv_x[el, :n].view(torch.uint8))
+        same(f"{name} recv_x {el}", g[0][el, :n], recv_x[el, :n])
         same(f"{name} src_info {el}", g[3][el, :n], src_info[el, :n])
         if scales is not None:
             same(f"{name} scales {el}", g[1][el, :n].contiguous(), scales[el, :n].contiguous())
@@ -87,7 +87,8 @@ def low_latency(cpu_buf, gpu_buf, dev):
     m, hidden, experts, topk = 128, 7168, 4 * w.WORLD, 8
     local = experts // w.WORLD
     tokens = [m, 0, 77, 128, 5][w.RANK % 5]
-    for seed, (fp8, hook) in enumerate([(False, False), (True, False), (False, True), (True, True)]):
+    modes = [(False, False), (True, False), (False, True), (True, True)]
+    for seed, (fp8, hook) in enumerate(modes):
         x = w.tokens_x(seed, w.RANK, tokens, hidden, torch.bfloat16)
         idx, weights = w.routing(seed, w.RANK, tokens, experts, topk, "sparse")
         c = low_latency_call(cpu_buf, "cpu", x, idx, weights, m, experts, fp8, hook)
