@@ -13,7 +13,7 @@ std::vector<std::string> Comm::allGatherForSetUp(const std::string& mine) {
 
 void Comm::runCall(const CollArgs* signature, const std::function<void()>& body) {
   // The queued stream-ordered calls first: their host parts use the same channels and arena.
-  if (jobs_) failOnError([&] { jobs_->quiesce(); });
+  if (deviceCalls_.jobs) failOnError([&] { deviceCalls_.jobs->quiesce(); });
   beginOperation();
   failOnErrorExceptArguments([&] {
     if (signature != nullptr) beginCall(*signature);
