@@ -81,6 +81,8 @@ class WirePath final : public Path {
   void sendRows(int peer, BufferRef base, const char* address, int count, size_t stride,
                 Selected&& selected, BufferRef gather, char* gatherAddress);
   void lowLatencyDispatch(LowLatencyCall& call);
+  void placeLowLatency(const loomEpLowLatencyDispatchArgs_t& a, int count, const char* ownRows,
+                       size_t stride);
   void lowLatencyCombine(LowLatencyCall& call);
 
   const AlgoContext& ctx_;
@@ -373,13 +375,21 @@ void WirePath::lowLatencyDispatch(LowLatencyCall& call) {
   bindings_.assign(
       {static_cast<char*>(const_cast<void*>(a.x)), nullptr, send, recvScratch_.data()});
   run();
-  std::fill(cursors_.begin(), cursors_.begin() + local, 0);
-  for (int s = 0; s < n; ++s) {
+  placeLowLatency(a, count, f.fp8 ? send + quantized : static_cast<const char*>(a.x), stride);
+}
+
+void WirePath::placeLowLatency(const loomEpLowLatencyDispatchArgs_t& a, int count,
+                               const char* ownRows, size_t stride) {
+  // Every source's tokens (this rank's from its send scratch and input) into the receive arrays.
+  const int me = sizes_.rank;
+  const LowLatencyDispatchFormat f{a.topk, a.hidden, a.useFp8 != 0};
+  auto metaBytes = [&](int tokens) { return f.rowsOffset(tokens) - f.indexOffset(); };
+  std::fill(cursors_.begin(), cursors_.begin() + sizes_.localExperts, 0);
+  for (int s = 0; s < sizes_.nranks; ++s) {
     const bool self = s == me;
     const int from = self ? count : counts_[s][me];
-    const char* meta = self ? send + sendAt_[me] : recvScratch_.data() + recvAt_[s];
-    const char* rows = self ? (f.fp8 ? send + quantized : static_cast<const char*>(a.x))
-                            : meta + align64(metaBytes(from));
+    const char* meta = self ? sendScratch_.data() + sendAt_[me] : recvScratch_.data() + recvAt_[s];
+    const char* rows = self ? ownRows : meta + align64(metaBytes(from));
     placeLowLatencyTokens(sizes_, a, s, reinterpret_cast<const int32_t*>(meta),
                           reinterpret_cast<const int32_t*>(
                               meta + metaBytes(from) - align64(sizeof(int32_t) * a.topk * from)),

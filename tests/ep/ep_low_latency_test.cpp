@@ -118,6 +118,21 @@ void checkDispatch(const Routing& rt, Outputs& o, bool fp8, bool round, bool ue8
   }
 }
 
+// The experts' outputs, at the rows the dispatch gave them.
+std::vector<char> expertResults(Outputs& o) {
+  const std::vector<char> received = o.recvX.download(kLocal * o.slots * kHidden * 2);
+  std::vector<char> results(received.size());
+  for (int el = 0; el < kLocal; ++el)
+    for (size_t i = 0; i < o.slots; ++i)
+      for (int h = 0; h < kHidden; ++h) {
+        const size_t at = (el * o.slots + i) * kHidden * 2;
+        writeValue(
+            results.data() + at, h, loomBfloat16,
+            expertOutput(readValue(received.data() + at, h, loomBfloat16), gRank * kLocal + el));
+      }
+  return results;
+}
+
 void runDispatchCombine(bool fp8, bool round, bool ue8m0, bool hook, bool zeroCopy, uint64_t seed) {
   SCOPED_TRACE(std::string(fp8 ? "fp8" : "bf16") + (round ? " round" : "") +
                (ue8m0 ? " ue8m0" : "") + (hook ? " hook" : "") + (zeroCopy ? " zero-copy" : ""));
@@ -152,17 +167,7 @@ void runDispatchCombine(bool fp8, bool round, bool ue8m0, bool hook, bool zeroCo
   }
   checkDispatch(rt, o, fp8, round, ue8m0, seed);
   if (fp8 || ::testing::Test::HasFatalFailure()) return;
-  // The experts' outputs, at the rows the dispatch gave them.
-  const std::vector<char> received = o.recvX.download(kLocal * o.slots * kHidden * 2);
-  std::vector<char> results(received.size());
-  for (int el = 0; el < kLocal; ++el)
-    for (size_t i = 0; i < o.slots; ++i)
-      for (int h = 0; h < kHidden; ++h) {
-        const size_t at = (el * o.slots + i) * kHidden * 2;
-        writeValue(
-            results.data() + at, h, loomBfloat16,
-            expertOutput(readValue(received.data() + at, h, loomBfloat16), gRank * kLocal + el));
-      }
+  const std::vector<char> results = expertResults(o);
   Mem y(results.size());
   loomEpLowLatencyCombineArgs_t c{};
   c.size = sizeof(c);

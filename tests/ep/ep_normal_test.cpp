@@ -69,21 +69,9 @@ std::vector<std::pair<int, int>> expectedRows(const Routing& rt) {
   return rows;
 }
 
-void runCase(const Case& c, uint64_t seed) {
-  SCOPED_TRACE(std::string(c.name) + " ranks " + std::to_string(gRanks));
-  Ep ep(c);
-  ASSERT_NE(ep.ep, nullptr);
-  const Routing rt = makeRouting(c.shape, seed, c.localExperts, c.topk, tokenCounts(c));
-  const int me = gRank, n = gRanks, tokens = rt.tokens[me], k = c.topk, experts = rt.experts();
-  const size_t row = static_cast<size_t>(c.hidden) * dtypeSize(c.dtype);
-  Mem x(tokens * row), topk(tokens * k * 8), weights(tokens * k * 4), inRank(tokens * n);
-  Mem perRank(n * 4), perExpert(experts * 4);
-  x.upload(tokenBytes(me, tokens, c.hidden, c.dtype, seed));
-  topk.upload(rt.picks[me]);
-  weights.upload(rt.weights[me]);
-  ASSERT_LOOM(loomEpLayout(ep.ep, topk.as<int64_t>(), tokens, k, perRank.as<int32_t>(),
-                           perExpert.as<int32_t>(), inRank.as<uint8_t>(), nullptr));
-  // The layout.
+// The layout of this rank's tokens.
+void checkLayout(const Routing& rt, int k, Mem& perRank, Mem& perExpert) {
+  const int me = gRank, n = gRanks, tokens = rt.tokens[me], experts = rt.experts();
   std::vector<int32_t> wantRank(n, 0), wantExpert(experts, 0);
   for (int t = 0; t < tokens; ++t) {
     for (int d = 0; d < n; ++d) wantRank[d] += rt.goesTo(me, t, d);
@@ -92,44 +80,14 @@ void runCase(const Case& c, uint64_t seed) {
   }
   EXPECT_EQ(perRank.get<int32_t>(n), wantRank);
   EXPECT_EQ(perExpert.get<int32_t>(experts), wantExpert);
-  // Counts, then the tokens into arrays of exactly that size.
-  Mem prefix(n * n * 4), sendHead(tokens * n * 4);
-  loomEpHandle_t h{
-      tokens, -1, prefix.as<int32_t>(), nullptr, sendHead.as<int32_t>(), inRank.as<uint8_t>()};
-  loomEpDispatchArgs_t a{};
-  a.size = sizeof(a);
-  a.x = x.as<char>();
-  a.dtype = c.dtype;
-  a.hidden = c.hidden;
-  a.numTokens = tokens;
-  a.topkIdx = topk.as<int64_t>();
-  a.topkWeights = c.weights ? weights.as<float>() : nullptr;
-  a.topk = k;
-  a.numTokensPerExpert = perExpert.as<int32_t>();
-  std::vector<int32_t> perLocal(c.localExperts, -1);
-  a.recvTokensPerExpert = perLocal.data();
-  a.handle = &h;
-  ASSERT_LOOM(loomEpDispatchCounts(ep.ep, &a, nullptr));
-  const std::vector<std::pair<int, int>> want = expectedRows(rt);
-  const int received = static_cast<int>(want.size());
-  ASSERT_EQ(h.numRecvTokens, received);
-  for (int l = 0; l < c.localExperts; ++l) {
-    int count = 0;
-    for (int s = 0; s < n; ++s)
-      for (int t = 0; t < rt.tokens[s]; ++t)
-        for (int i = 0; i < k; ++i) count += rt.pick(s, t, i) == me * c.localExperts + l;
-    EXPECT_EQ(perLocal[l], count) << "local expert " << l;
-  }
-  Mem recvX(received * row), recvTopk(received * k * 8), recvWeights(received * k * 4),
-      recvSrc(received * 4);
-  h.recvSrcIdx = recvSrc.as<int32_t>();
-  a.recvX = recvX.as<char>();
-  a.recvTopkIdx = recvTopk.as<int64_t>();
-  a.recvTopkWeights = c.weights ? recvWeights.as<float>() : nullptr;
-  a.recvCapacity = received;
-  a.recvTokensPerExpert = nullptr;
-  ASSERT_LOOM(loomEpDispatch(ep.ep, &a, nullptr));
-  const std::vector<char> gotX = recvX.download(received * row);
+}
+
+// The received rows, their source indices, local top-k ids and weights.
+void checkReceived(const Case& c, const Routing& rt, const std::vector<std::pair<int, int>>& want,
+                   const std::vector<char>& gotX, Mem& recvSrc, Mem& recvTopk, Mem& recvWeights,
+                   uint64_t seed) {
+  const int me = gRank, k = c.topk, received = static_cast<int>(want.size());
+  const size_t row = static_cast<size_t>(c.hidden) * dtypeSize(c.dtype);
   const std::vector<int32_t> gotSrc = recvSrc.get<int32_t>(received);
   const std::vector<int64_t> gotTopk = recvTopk.get<int64_t>(received * k);
   const std::vector<float> gotWeights = recvWeights.get<float>(received * k);
@@ -147,18 +105,14 @@ void runCase(const Case& c, uint64_t seed) {
       }
     }
   }
-  // A cached dispatch (the handle's layout, no top-k) receives the same rows.
-  Mem again(received * row);
-  loomEpDispatchArgs_t cached = a;
-  cached.topkIdx = nullptr;
-  cached.topkWeights = nullptr;
-  cached.topk = 0;
-  cached.numTokensPerExpert = nullptr;
-  cached.recvTopkIdx = nullptr;
-  cached.recvTopkWeights = nullptr;
-  cached.recvX = again.as<char>();
-  ASSERT_LOOM(loomEpDispatch(ep.ep, &cached, nullptr));
-  EXPECT_EQ(again.download(received * row), gotX);
+}
+
+// Combine twice: identity, then each holder scaling its rows and returning the weights.
+void checkCombines(const Case& c, const Routing& rt, Ep& ep, loomEpHandle_t& h, Mem& recvX,
+                   Mem& recvWeights, const std::vector<char>& gotX, uint64_t seed) {
+  const int me = gRank, n = gRanks, tokens = rt.tokens[me], k = c.topk;
+  const int received = h.numRecvTokens;
+  const size_t row = static_cast<size_t>(c.hidden) * dtypeSize(c.dtype);
   // Combine, identity: each token comes back times the number of ranks it went to, exactly.
   Mem combined(tokens * row), combinedWeights(tokens * k * 4);
   loomEpCombineArgs_t cb{};
@@ -210,6 +164,75 @@ void runCase(const Case& c, uint64_t seed) {
       for (int j = 0; j < k; ++j)
         EXPECT_EQ(w[t * k + j], rt.pick(me, t, j) >= 0 ? rt.weights[me][t * k + j] : 0.0f);
   }
+}
+
+void runCase(const Case& c, uint64_t seed) {
+  SCOPED_TRACE(std::string(c.name) + " ranks " + std::to_string(gRanks));
+  Ep ep(c);
+  ASSERT_NE(ep.ep, nullptr);
+  const Routing rt = makeRouting(c.shape, seed, c.localExperts, c.topk, tokenCounts(c));
+  const int me = gRank, n = gRanks, tokens = rt.tokens[me], k = c.topk, experts = rt.experts();
+  const size_t row = static_cast<size_t>(c.hidden) * dtypeSize(c.dtype);
+  Mem x(tokens * row), topk(tokens * k * 8), weights(tokens * k * 4), inRank(tokens * n);
+  Mem perRank(n * 4), perExpert(experts * 4);
+  x.upload(tokenBytes(me, tokens, c.hidden, c.dtype, seed));
+  topk.upload(rt.picks[me]);
+  weights.upload(rt.weights[me]);
+  ASSERT_LOOM(loomEpLayout(ep.ep, topk.as<int64_t>(), tokens, k, perRank.as<int32_t>(),
+                           perExpert.as<int32_t>(), inRank.as<uint8_t>(), nullptr));
+  checkLayout(rt, k, perRank, perExpert);
+  // Counts, then the tokens into arrays of exactly that size.
+  Mem prefix(n * n * 4), sendHead(tokens * n * 4);
+  loomEpHandle_t h{
+      tokens, -1, prefix.as<int32_t>(), nullptr, sendHead.as<int32_t>(), inRank.as<uint8_t>()};
+  loomEpDispatchArgs_t a{};
+  a.size = sizeof(a);
+  a.x = x.as<char>();
+  a.dtype = c.dtype;
+  a.hidden = c.hidden;
+  a.numTokens = tokens;
+  a.topkIdx = topk.as<int64_t>();
+  a.topkWeights = c.weights ? weights.as<float>() : nullptr;
+  a.topk = k;
+  a.numTokensPerExpert = perExpert.as<int32_t>();
+  std::vector<int32_t> perLocal(c.localExperts, -1);
+  a.recvTokensPerExpert = perLocal.data();
+  a.handle = &h;
+  ASSERT_LOOM(loomEpDispatchCounts(ep.ep, &a, nullptr));
+  const std::vector<std::pair<int, int>> want = expectedRows(rt);
+  const int received = static_cast<int>(want.size());
+  ASSERT_EQ(h.numRecvTokens, received);
+  for (int l = 0; l < c.localExperts; ++l) {
+    int count = 0;
+    for (int s = 0; s < n; ++s)
+      for (int t = 0; t < rt.tokens[s]; ++t)
+        for (int i = 0; i < k; ++i) count += rt.pick(s, t, i) == me * c.localExperts + l;
+    EXPECT_EQ(perLocal[l], count) << "local expert " << l;
+  }
+  Mem recvX(received * row), recvTopk(received * k * 8), recvWeights(received * k * 4),
+      recvSrc(received * 4);
+  h.recvSrcIdx = recvSrc.as<int32_t>();
+  a.recvX = recvX.as<char>();
+  a.recvTopkIdx = recvTopk.as<int64_t>();
+  a.recvTopkWeights = c.weights ? recvWeights.as<float>() : nullptr;
+  a.recvCapacity = received;
+  a.recvTokensPerExpert = nullptr;
+  ASSERT_LOOM(loomEpDispatch(ep.ep, &a, nullptr));
+  const std::vector<char> gotX = recvX.download(received * row);
+  checkReceived(c, rt, want, gotX, recvSrc, recvTopk, recvWeights, seed);
+  // A cached dispatch (the handle's layout, no top-k) receives the same rows.
+  Mem again(received * row);
+  loomEpDispatchArgs_t cached = a;
+  cached.topkIdx = nullptr;
+  cached.topkWeights = nullptr;
+  cached.topk = 0;
+  cached.numTokensPerExpert = nullptr;
+  cached.recvTopkIdx = nullptr;
+  cached.recvTopkWeights = nullptr;
+  cached.recvX = again.as<char>();
+  ASSERT_LOOM(loomEpDispatch(ep.ep, &cached, nullptr));
+  EXPECT_EQ(again.download(received * row), gotX);
+  checkCombines(c, rt, ep, h, recvX, recvWeights, gotX, seed);
 }
 
 TEST(EpNormal, Cases) {
