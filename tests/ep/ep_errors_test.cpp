@@ -121,6 +121,43 @@ TEST(EpErrors, LowLatencyCalls) {
                        gRank == 0 ? "sizeof" : "arguments");
 }
 
+// Any call above the sizes given at creation, on one rank only, fails on every rank.
+TEST(EpErrors, AboveCreationSizes) {
+  Fixture f;
+  ASSERT_NE(f.ep, nullptr);
+  const int last = gRanks - 1;
+  expectEveryRankFails(counts(f, kTokens, 0, gRank == last ? 4 * kHidden + 1 : kHidden),
+                       "given at creation");
+  const size_t slots = static_cast<size_t>(kTokens) * gRanks;
+  Mem x((kTokens + 1) * (kHidden + 8) * 2), topk((kTokens + 1) * (kTopk + 1) * 8),
+      recv(2 * slots * (kHidden + 8) * 2), count(8), src(2 * slots * 4), range(2 * gRanks * 8);
+  topk.upload(std::vector<int64_t>((kTokens + 1) * (kTopk + 1), 0));
+  auto lowLatency = [&](int tokens, int hidden, int k) {
+    loomEpLowLatencyDispatchArgs_t d{};
+    d.size = sizeof(d);
+    d.x = x.as<char>();
+    d.hidden = hidden;
+    d.numTokens = tokens;
+    d.topkIdx = topk.as<int64_t>();
+    d.topk = k;
+    d.recvX = recv.as<char>();
+    d.recvCount = count.as<int32_t>();
+    d.recvSrcInfo = src.as<int32_t>();
+    d.recvLayoutRange = range.as<int64_t>();
+    return loomEpLowLatencyDispatch(f.ep, &d, nullptr, nullptr);
+  };
+  const bool odd = gRank == last;
+  expectEveryRankFails(lowLatency(odd ? kTokens + 1 : kTokens, kHidden, kTopk),
+                       "per rank given at creation");
+  expectEveryRankFails(lowLatency(kTokens, odd ? kHidden + 8 : kHidden, kTopk),
+                       "(hidden at creation)");
+  expectEveryRankFails(lowLatency(kTokens, kHidden, odd ? kTopk + 1 : kTopk),
+                       "(maxTopk at creation)");
+  // Usable afterwards.
+  EXPECT_LOOM(lowLatency(kTokens, kHidden, kTopk));
+  EXPECT_LOOM(counts(f, kTokens, 0, kHidden));
+}
+
 TEST(EpErrors, CreationSizesDiffer) {
   loomComm_t comm = makeComm();
   loomEpConfig_t config = LOOM_EP_CONFIG_INITIALIZER;
