@@ -58,8 +58,11 @@ const char* errorText(int error) {
 }  // namespace
 
 CudaEp::CudaEp(CudaDevice& device, const NativeEpSetup& setup) : device_(device), setup_(setup) {
-  LOOM_CHECK_ARG(setup.nranks <= cuda::ep::kMaxRanks, "CUDA expert parallelism serves at most ",
-                 cuda::ep::kMaxRanks, " GPUs");
+  // Beyond the kernels' limits every rank (the sizes are the same on all) uses the host paths.
+  if (setup.nranks > cuda::ep::kMaxRanks || setup.maxTopk > cuda::ep::kMaxTopk)
+    LOOM_THROW(loomUnhandledCudaError, "the CUDA kernels serve at most ", cuda::ep::kMaxRanks,
+               " GPUs and topk ", cuda::ep::kMaxTopk, " (here ", setup.nranks, " and ",
+               setup.maxTopk, ")");
   DeviceScope scope(device.ordinal());
   EpRegions& d = regions_;
   d.rank = setup.rank;

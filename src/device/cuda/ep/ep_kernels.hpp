@@ -23,6 +23,8 @@ namespace loom::cuda::ep {
 using loom::ep::CallShape;
 
 constexpr int kMaxRanks = 16;
+// The low-latency combine keeps a token's top-k rows and weights in shared memory.
+constexpr int kMaxTopk = 64;
 constexpr size_t kControlBytes = 4096;
 constexpr int kThreads = 512;
 // Low-latency kernels use at most this many blocks, whatever the sizes: they leave the rest of

@@ -224,8 +224,8 @@ __global__ void combineReceiveKernel(EpRegions d, CallShape shape, int slot,
   const uint64_t step = *word(d, me, pendingOffset(slot));
   const bool ok = waitAllRanks(d, postedOffset(kLane, slot), step);
   __shared__ int agree;
-  __shared__ const uint16_t* rows[64];
-  __shared__ float weights[64];
+  __shared__ const uint16_t* rows[kMaxTopk];
+  __shared__ float weights[kMaxTopk];
   __shared__ int terms;
   if (threadIdx.x == 0) {
     agree = ok;
