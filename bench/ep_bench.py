@@ -2,7 +2,8 @@
 """MoE dispatch + combine on CPU ranks, side by side in one job, as a torch user runs them:
 
   loom.ep          loom.ep.Buffer (DeepEP's API): get_dispatch_layout, dispatch, combine;
-                   low-latency: low_latency_dispatch and low_latency_combine (bf16).
+                   low-latency: low_latency_dispatch and low_latency_combine (bf16), against
+                   the same two pipelines at the low-latency batch.
   a2a gloo         the pipeline users write without an EP library, on a "gloo" group: the layout
                    from topk_idx, rows gathered per destination (index_select), all_to_all_single
                    of the counts (the host reads them), of the rows and of their top-k ids and
@@ -132,19 +133,19 @@ def rank_main(a, rank, world, port):
         topk_weights = torch.rand((tokens, a.topk), generator=g)
         buffer = loom.ep.Buffer(dist.group.WORLD, num_nvl_bytes=a.buffer_mib << 20,
                                 low_latency_mode=mode == "low latency")
+        runs = {"a2a gloo": lambda: Pipeline(torch, dist, None, world, experts)
+                .run(x, topk_idx, topk_weights),
+                "a2a loom": lambda: Pipeline(torch, dist, loom_group, world, experts)
+                .run(x, topk_idx, topk_weights)}
         if mode == "normal":
-            runs = {"loom.ep": lambda: loom_ep(buffer, x, topk_idx, topk_weights, experts),
-                    "a2a gloo": lambda: Pipeline(torch, dist, None, world, experts)
-                    .run(x, topk_idx, topk_weights),
-                    "a2a loom": lambda: Pipeline(torch, dist, loom_group, world, experts)
-                    .run(x, topk_idx, topk_weights)}
+            runs["loom.ep"] = lambda: loom_ep(buffer, x, topk_idx, topk_weights, experts)
             want = runs["a2a gloo"]()
             got = runs["loom.ep"]()
             if not torch.equal(got.view(torch.int16), want.view(torch.int16)):
                 raise SystemExit(f"rank {rank}: loom.ep's combine differs from the pipeline's")
-        else:
-            runs = {"loom.ep": lambda: loom_ep_low_latency(buffer, x, topk_idx, topk_weights,
-                                                           experts, tokens)}
+        else:  # the pipelines as above: what a decoder without EP would run
+            runs["loom.ep"] = lambda: loom_ep_low_latency(buffer, x, topk_idx, topk_weights,
+                                                          experts, tokens)
         for name in methods:
             if name in runs:
                 rows.append((mode, tokens, name, *timed(torch, dist, runs[name], a)))
