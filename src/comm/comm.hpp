@@ -228,6 +228,20 @@ class Comm {
   void* allocateMemory(size_t bytes);
   void releaseMemory(void* ptr);
 
+  // Layers above the communicator (ep/) run calls of their own on its resources
+  // (comm/extension_calls.cpp): this rank's device and the host CPU, the host algorithms' context
+  // (host memory, the collective channels, the arena on one node, the health check, the
+  // executor), an all-gather over the bootstrap for their set-up (collective), and runCall:
+  // `body` as one collective call (after this rank's queued stream work, with the call's
+  // deadline, counted and signed as `signature` for the mismatch check on its channels; null: a
+  // local step that may wait for peers, neither counted nor signed; an error other than a bad
+  // argument aborts the communicator and reaches the peers).
+  Device& device() const { return *device_; }
+  Device& hostDevice() const { return *hostDevice_; }
+  const AlgoContext& hostContext() const { return hostCtx_; }
+  std::vector<std::string> allGatherForSetUp(const std::string& mine);
+  void runCall(const CollArgs* signature, const std::function<void()>& body);
+
   std::unique_ptr<Comm> split(int color, int key, const CommConfig& config);
 
   // Marks the communicator aborted: waits in progress fail promptly (any thread), peers learn it.
