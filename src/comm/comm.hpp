@@ -238,7 +238,7 @@ class Comm {
   // argument aborts the communicator and reaches the peers).
   Device& device() const { return *device_; }
   Device& hostDevice() const { return *hostDevice_; }
-  const AlgoContext& hostContext() const { return hostCtx_; }
+  const AlgoContext& hostContext() const { return main_->hostCtx(); }
   std::vector<std::string> allGatherForSetUp(const std::string& mine);
   void runCall(const CollArgs* signature, const std::function<void()>& body);
 
