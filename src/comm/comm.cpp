@@ -85,12 +85,14 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
     ranks_.push_back(RankInfo::deserialize(bytes));
   nodes_ = NodeMap::compute(ranks_);
   crossCheckLauncher();
-  setUpTransports();
+  const std::string planSettings = loadPlanDir();
+  setUpTransports(planSettings);
   setUpClusters();
   if (!composition_.hetero) setUpNative();
   // Native kernels (CUDA) carry no signature: LOOM_CHECK=2's round trip is their check.
   if (native_) checker_.disableSignatures();
   setUpSelector();
+  selectPlans();
   setUpContexts();
   if (!transports_->singleNode() && !native_) setUpHierarchy();
   if (onDevice() && !native_) deviceCalls_.staging = std::make_unique<HostStaging>(*device_);
@@ -109,7 +111,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
     progress_->setFailHook([this](const Error& e) { fail(e); });
 }
 
-void Comm::setUpTransports() {
+void Comm::setUpTransports(const std::string& planSettings) {
   TransportSetup setup;
   setup.rank = rank_;
   setup.nranks = nranks_;
@@ -120,7 +122,7 @@ void Comm::setUpTransports() {
   setup.timeoutMs = config_.timeoutMs;
   setup.abortFlag = health_.abortFlag();
   setup.settings = "LOOM_CHECK=" + std::to_string(checker_.mode()) + " LOOM_ALGO=" + config_.algo +
-                   " LOOM_DIRECT_MAX_BYTES=" + std::to_string(env::directMaxBytes());
+                   " LOOM_DIRECT_MAX_BYTES=" + std::to_string(env::directMaxBytes()) + planSettings;
   setup.allGather = [this](const std::string& mine) {
     return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
   };

@@ -25,6 +25,7 @@
 #include "comm/progress_queue.hpp"
 #include "comm/stream_jobs.hpp"
 #include "comm/transports.hpp"
+#include "plan/plan_registry.hpp"
 #include "plan/selector.hpp"
 #include "topology/cluster_map.hpp"
 #include "topology/node_map.hpp"
@@ -210,6 +211,13 @@ class Comm {
   void* allocateMemory(size_t bytes);
   void releaseMemory(void* ptr);
 
+  // Execution plans (comm/plans.cpp, docs/plans.md). registerPlan is collective: every rank
+  // passes the same plan (JSON text or a file's path), checked on every rank and compared across
+  // them; returns its algorithm name ("plan:NAME").
+  const std::string& registerPlan(const std::string& jsonOrPath);
+  void setPlanSelector(Selector::Callback callback);
+  std::string describePlans() const;
+
   std::unique_ptr<Comm> split(int color, int key, const CommConfig& config);
   // A heterogeneous communicator's leaders' exchange: runs `args` (an elementwise collective of
   // this host communicator) in chunks; with `device`, its buffers are that device's memory,
@@ -228,7 +236,7 @@ class Comm {
 
  private:
   void crossCheckLauncher() const;
-  void setUpTransports();
+  void setUpTransports(const std::string& planSettings);
   void setUpSelector();
   void setUpContexts();
   void describeDevice();
@@ -311,6 +319,12 @@ class Comm {
   }
   void setUpP2PEngine();
   void setUpHierarchy();
+  // LOOM_PLAN_DIR's plans: loaded before the transports (their hashes join the settings the
+  // ranks compare), entered in the selector once it exists.
+  std::string loadPlanDir();
+  void selectPlans();
+  bool runsPlans() const;
+  std::string deviceKind() const;
   // checkUsable() (throws if aborted or a peer failed) and a new deadline for this call.
   void beginOperation();
   void checkUsable();
@@ -351,6 +365,7 @@ class Comm {
   std::unique_ptr<Transports> transports_;
   Hierarchy hierarchy_;  // several nodes: the node and column groups of the hierarchical algorithms
   std::unique_ptr<Selector> selector_;
+  std::unique_ptr<PlanRegistry> plans_;
   // Backends with native collectives: their engine and its entries in the selector's table.
   std::unique_ptr<NativeCollectives> native_;
   std::vector<Algorithm> nativeAlgorithms_;
