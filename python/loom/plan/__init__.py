@@ -42,26 +42,25 @@ def compile(program, fuse=True, cache_dir=None):
     again. Cached in memory, and in ``cache_dir`` (or $LOOM_PLAN_CACHE) as NAME-HASH.json."""
     passes = _passes(fuse)
     key = program.digest(repr(passes))
-    if key in _cache:
-        return _cache[key]
     cache_dir = cache_dir or os.environ.get("LOOM_PLAN_CACHE")
     path = os.path.join(cache_dir, f"{program.name}-{key}.json") if cache_dir else None
-    if path and os.path.exists(path):
+    text = _cache.get(key)
+    if text is None and path and os.path.exists(path):
         with open(path) as f:
             text = f.read()
-    else:
+    if text is None:
         work = program.copy()
         check(work)
         if passes:
             globals()["fuse"](work, passes)
             check(work)
         text = to_text(work.to_json())
-        if path:
-            os.makedirs(cache_dir, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
+    if path and not os.path.exists(path):
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
     _cache[key] = text
     return text
 
