@@ -87,7 +87,7 @@ void runTrial(const PlanProgram& program, const Trial& t, std::mt19937_64& rando
     ins[r].resize(plan.inputBlocks() * t.count);
     // Averages: multiples of n, so that only a division in the wrong place changes the result.
     for (int64_t& v : ins[r])
-      v = static_cast<int64_t>(random() >> 24) * (t.op == loomAvg ? n : 1);
+      v = static_cast<int64_t>(random() >> 40) * (t.op == loomAvg ? n : 1);
     Schedule& s = schedules[r];
     s.clear(n);
     s.setExtents(ins[r].size() * esize, plan.outputBlocks() * t.count * esize);
