@@ -185,7 +185,7 @@ TEST(PlanExamples, EveryExampleIsBitExactOnTheExecutor) {
       ++plans;
     }
   }
-  EXPECT_GE(plans, 80);
+  EXPECT_GE(plans, 90);  // 6 examples at 1-8 ranks (fewer where one needs a rank count), twice
 }
 
 }  // namespace

@@ -165,7 +165,8 @@ class Program:
         if nranks < 1 or chunks_per_block < 1 or scratch_chunks < 0:
             raise PlanError("nranks and chunks_per_block must be at least 1")
         self.name, self.collective, self.nranks = name, collective, nranks
-        self.chunks_per_block, self.min_bytes, self.max_bytes = chunks_per_block, min_bytes, max_bytes
+        self.chunks_per_block = chunks_per_block
+        self.min_bytes, self.max_bytes = min_bytes, max_bytes
         self.pipeline = dict(pipeline) if pipeline else None
         in_blocks = nranks if collective in ("reducescatter", "alltoall") else 1
         out_blocks = nranks if collective in ("allgather", "alltoall") else 1

@@ -111,6 +111,60 @@ def one_shot_allreduce(nranks, max_bytes=256 << 10, name=None):
     return p
 
 
+def hierarchical_allreduce(nranks, ranks_per_node, name=None):
+    """Nodes of ``ranks_per_node`` consecutive ranks: a ring reduce-scatter inside each node, a
+    ring allreduce across the nodes of each column (the ranks with one local index) on the part
+    a rank owns, then a ring allgather inside each node. Across nodes each rank moves 1/m of the
+    data."""
+    m = ranks_per_node
+    if m < 1 or nranks % m:
+        raise PlanError(f"{nranks} ranks do not make nodes of {m}")
+    nodes = nranks // m
+    cpb = m * nodes  # node-chunk c, sub-chunk j: chunk c * nodes + j
+    p = Program(name or f"hierarchical_allreduce_{nranks}x{m}", "allreduce", nranks,
+                chunks_per_block=cpb, scratch_chunks=4 * cpb)
+    def run(buffer, c, section=0):  # node-chunk c of a buffer (scratch: of one section)
+        base = section * cpb + c * nodes
+        return buffer[base:base + nodes]
+    partial = lambda c: run(p.scratch, c, 0)  # noqa: E731
+    tmp = lambda c: run(p.scratch, c, 1)  # noqa: E731
+    for r in range(nranks):
+        rank, d, lidx = p.rank(r), r // m, r % m
+        left, right = d * m + (lidx - 1) % m, d * m + (lidx + 1) % m
+        whole = lambda c: run(p.input, c)  # noqa: E731
+        for k in range(m - 1):  # reduce-scatter inside the node
+            out, into = (lidx - k) % m, (lidx - k - 1) % m
+            rank.send(right, whole(out) if k == 0 else partial(out))
+            rank.recv(left, tmp(into))
+            rank.reduce(partial(into), [whole(into), tmp(into)])
+        owned = (lidx + 1) % m if m > 1 else 0
+        node_sum = (lambda j: p.scratch[owned * nodes + j]) if m > 1 else \
+            (lambda j: p.input[owned * nodes + j])
+        sub = lambda s, j: p.scratch[s * cpb + owned * nodes + j]  # noqa: E731
+        out_sub = lambda j: p.output[owned * nodes + j]  # noqa: E731
+        left_node, right_node = ((d - 1) % nodes) * m + lidx, ((d + 1) % nodes) * m + lidx
+        if nodes == 1:
+            # One node: the node's sum is the result.
+            src = partial(owned) if m > 1 else whole(owned)
+            if m > 1:
+                rank.copy(run(p.output, owned), src)
+            else:
+                rank.reduce(p.output[0:1], [src])
+        for k in range(nodes - 1):  # allreduce across the column: reduce-scatter ...
+            out, into = (d - k) % nodes, (d - k - 1) % nodes
+            rank.send(right_node, node_sum(out) if k == 0 else sub(2, out))
+            rank.recv(left_node, sub(3, into))
+            rank.reduce(out_sub(into) if k == nodes - 2 else sub(2, into),
+                        [node_sum(into), sub(3, into)])
+        for k in range(nodes - 1):  # ... and allgather
+            rank.send(right_node, out_sub((d + 1 - k) % nodes))
+            rank.recv(left_node, out_sub((d - k) % nodes))
+        for k in range(m - 1):  # allgather inside the node
+            rank.send(right, run(p.output, (lidx + 1 - k) % m))
+            rank.recv(left, run(p.output, (lidx - k) % m))
+    return p
+
+
 ALL = {"ring_allreduce": ring_allreduce,
        "recursive_doubling_allreduce": recursive_doubling_allreduce,
        "ring_allgather": ring_allgather, "ring_reducescatter": ring_reducescatter,
@@ -118,8 +172,11 @@ ALL = {"ring_allreduce": ring_allreduce,
 
 
 def all_examples(nranks):
-    """Every example that exists for ``nranks`` ranks, by name."""
+    """Every example that exists for ``nranks`` ranks, by name (the hierarchical allreduce with
+    nodes of 2 ranks where that makes 2 nodes or more)."""
     out = {}
+    if nranks >= 4 and nranks % 2 == 0:
+        out["hierarchical_allreduce"] = hierarchical_allreduce(nranks, 2)
     for name, build in ALL.items():
         try:
             out[name] = build(nranks)
