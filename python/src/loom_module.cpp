@@ -192,9 +192,9 @@ class Comm {
 
  private:
   static const char* choose(loomFunc_t func, size_t bytes, int nranks, void* user) {
-    static const char* const names[] = {"allreduce", "broadcast",     "reduce",    "allgather",
+    static const char* const names[] = {"allreduce",     "broadcast", "reduce",    "allgather",
                                         "reducescatter", "alltoall",  "alltoallv", "gather",
-                                        "scatter",   "sendrecv",      "barrier"};
+                                        "scatter",       "sendrecv",  "barrier"};
     auto* self = static_cast<Comm*>(user);
     nb::gil_scoped_acquire locked;
     try {

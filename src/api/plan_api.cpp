@@ -23,8 +23,7 @@ void copyText(const std::string& out, char* text, size_t size, size_t* needed) {
 
 extern "C" {
 
-loomResult_t loomCommRegisterPlan(loomComm_t comm, const char* jsonOrPath,
-                                  const char** algorithm) {
+loomResult_t loomCommRegisterPlan(loomComm_t comm, const char* jsonOrPath, const char** algorithm) {
   return guarded("loomCommRegisterPlan", [&] {
     LOOM_CHECK_ARG(jsonOrPath != nullptr, "jsonOrPath is NULL");
     if (algorithm != nullptr) *algorithm = nullptr;
@@ -50,8 +49,7 @@ loomResult_t loomCommSetPlanSelector(loomComm_t comm, loomPlanSelector_t selecto
   });
 }
 
-loomResult_t loomCommDescribePlans(const loomComm_t comm, char* text, size_t size,
-                                   size_t* needed) {
+loomResult_t loomCommDescribePlans(const loomComm_t comm, char* text, size_t size, size_t* needed) {
   return guarded("loomCommDescribePlans", [&] {
     LOOM_CHECK_ARG(text != nullptr || size == 0, "text is NULL but size is ", size);
     HandleUse use(comm);
@@ -65,9 +63,9 @@ loomResult_t loomPlanCheck(const char* jsonOrPath, char* text, size_t size, size
     LOOM_CHECK_ARG(jsonOrPath != nullptr, "jsonOrPath is NULL");
     LOOM_CHECK_ARG(text != nullptr || size == 0, "text is NULL but size is ", size);
     const PlanProgram program = loadPlan(jsonOrPath);
-    copyText("plan:" + program.plan.name + ": " + describePlan(program.plan) + ", hash " +
-                 program.hash,
-             text, size, needed);
+    copyText(
+        "plan:" + program.plan.name + ": " + describePlan(program.plan) + ", hash " + program.hash,
+        text, size, needed);
     return loomSuccess;
   });
 }

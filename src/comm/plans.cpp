@@ -50,9 +50,9 @@ std::string Comm::loadPlanDir() {
 void Comm::selectPlans() {
   if (plans_->entries().empty()) return;
   if (!runsPlans()) {
-    LOOM_INFO(kSubsysInit, rank_, "execution plans run on host communicators only: ",
-              plans_->entries().size(), " plan(s) of LOOM_PLAN_DIR not used on this ",
-              deviceKind(), " communicator");
+    LOOM_INFO(kSubsysInit, rank_,
+              "execution plans run on host communicators only: ", plans_->entries().size(),
+              " plan(s) of LOOM_PLAN_DIR not used on this ", deviceKind(), " communicator");
     return;
   }
   for (const auto& e : plans_->entries()) {
@@ -96,9 +96,8 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
     if (votes[r].hash != votes[0].hash) differ << (differ.tellp() > 0 ? ", " : "") << r;
   }
   if (!refusal.empty()) LOOM_THROW(loomInvalidArgument, refusal);
-  LOOM_CHECK_ARG(refused.tellp() == 0, "plan '", program->plan.name,
-                 "' was refused on rank(s) ", refused.str(),
-                 " (their error says why); it is registered on no rank");
+  LOOM_CHECK_ARG(refused.tellp() == 0, "plan '", program->plan.name, "' was refused on rank(s) ",
+                 refused.str(), " (their error says why); it is registered on no rank");
   LOOM_CHECK_ARG(differ.tellp() == 0, "ranks register different plans: rank(s) ", differ.str(),
                  " passed another plan than rank 0's '", program->plan.name, "' (hash ",
                  program->hash, "); it is registered on no rank");

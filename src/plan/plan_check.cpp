@@ -21,9 +21,7 @@ struct Trial {
   bool inPlace;
 };
 
-bool reduces(loomFunc_t func) {
-  return func == loomFuncAllReduce || func == loomFuncReduceScatter;
-}
+bool reduces(loomFunc_t func) { return func == loomFuncAllReduce || func == loomFuncReduceScatter; }
 
 // Rank r's expected output (int64 elements) from every rank's input.
 std::vector<int64_t> expectedOutput(const Plan& plan, const Trial& t,
@@ -86,8 +84,7 @@ void runTrial(const PlanProgram& program, const Trial& t, std::mt19937_64& rando
   for (int r = 0; r < n; ++r) {
     ins[r].resize(plan.inputBlocks() * t.count);
     // Averages: multiples of n, so that only a division in the wrong place changes the result.
-    for (int64_t& v : ins[r])
-      v = static_cast<int64_t>(random() >> 40) * (t.op == loomAvg ? n : 1);
+    for (int64_t& v : ins[r]) v = static_cast<int64_t>(random() >> 40) * (t.op == loomAvg ? n : 1);
     Schedule& s = schedules[r];
     s.clear(n);
     s.setExtents(ins[r].size() * esize, plan.outputBlocks() * t.count * esize);
@@ -109,16 +106,16 @@ void runTrial(const PlanProgram& program, const Trial& t, std::mt19937_64& rando
     for (size_t b = 0; b < writes.size(); ++b)
       if (writes[b] != 1)
         failTrial(plan, t,
-                  "rank " + std::to_string(r) + " writes " + chunkOfElement(plan, t.count, b / esize) +
-                      " " + std::to_string(writes[b]) + " times (each output byte must be " +
-                      "written exactly once)");
+                  "rank " + std::to_string(r) + " writes " +
+                      chunkOfElement(plan, t.count, b / esize) + " " + std::to_string(writes[b]) +
+                      " times (each output byte must be " + "written exactly once)");
     const std::vector<int64_t> want = expectedOutput(plan, t, ins, r);
     const auto* got = reinterpret_cast<const int64_t*>(memory[r][1].data());
     for (size_t i = 0; i < want.size(); ++i) {
       if (got[i] == want[i]) continue;
       std::ostringstream why;
-      why << "rank " << r << " " << chunkOfElement(plan, t.count, i) << " is wrong at element "
-          << i << " (";
+      why << "rank " << r << " " << chunkOfElement(plan, t.count, i) << " is wrong at element " << i
+          << " (";
       int64_t poison;
       std::memset(&poison, kPoison, sizeof poison);
       if (got[i] == poison)

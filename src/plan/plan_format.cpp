@@ -69,9 +69,9 @@ ChunkRef chunkRef(const JsonValue& v, const Plan& plan, const Place& at) {
     ref.count = static_cast<uint32_t>(integerIn(v.items()[2], "chunk count", 1, chunks, at));
   const uint32_t block = ref.index / plan.chunksPerBlock;
   if ((ref.index + ref.count - 1) / plan.chunksPerBlock != block || ref.index + ref.count > chunks)
-    at.fail("chunks " + name + "[" + std::to_string(ref.index) + ", +" +
-            std::to_string(ref.count) + ") cross a block boundary (" +
-            std::to_string(plan.chunksPerBlock) + " chunks a block)");
+    at.fail("chunks " + name + "[" + std::to_string(ref.index) + ", +" + std::to_string(ref.count) +
+            ") cross a block boundary (" + std::to_string(plan.chunksPerBlock) +
+            " chunks a block)");
   return ref;
 }
 
@@ -84,8 +84,7 @@ PlanOp planOp(const JsonValue& v, const Plan& plan, int rank, const Place& at) {
   for (int k = 0; k < 5; ++k)
     if (kind.string() == kOpNames[k]) found = k;
   if (found < 0)
-    at.fail("unknown operation \"" + kind.string() +
-            "\" (send, recv, recv_reduce, copy, reduce)");
+    at.fail("unknown operation \"" + kind.string() + "\" (send, recv, recv_reduce, copy, reduce)");
   op.kind = static_cast<PlanOpKind>(found);
   const bool channel = op.kind == PlanOpKind::kSend || op.kind == PlanOpKind::kRecv ||
                        op.kind == PlanOpKind::kRecvReduce;
@@ -126,7 +125,8 @@ void header(const JsonValue& json, Plan& plan, const Place& at) {
               {"loom_plan", "name", "collective", "nranks", "min_bytes", "max_bytes",
                "chunks_per_block", "scratch_chunks", "pipeline", "ranks", "comment"},
               at);
-  plan.version = static_cast<int>(integerIn(member(json, "loom_plan", at), "loom_plan", 1, 1000, at));
+  plan.version =
+      static_cast<int>(integerIn(member(json, "loom_plan", at), "loom_plan", 1, 1000, at));
   if (plan.version != kPlanFormatVersion)
     at.fail("format version " + std::to_string(plan.version) + " (this Loom reads version " +
             std::to_string(kPlanFormatVersion) + ")");
@@ -167,8 +167,8 @@ const char* planBufferName(PlanBuffer buffer) { return kBufferNames[static_cast<
 const char* planOpName(PlanOpKind kind) { return kOpNames[static_cast<int>(kind)]; }
 
 bool planSupports(loomFunc_t func) {
-  return func == loomFuncAllReduce || func == loomFuncAllGather ||
-         func == loomFuncReduceScatter || func == loomFuncAllToAll;
+  return func == loomFuncAllReduce || func == loomFuncAllGather || func == loomFuncReduceScatter ||
+         func == loomFuncAllToAll;
 }
 
 loomFunc_t planFuncByName(std::string_view name) {
@@ -262,9 +262,8 @@ void opJson(std::ostringstream& out, const PlanOp& op) {
 std::string planToJson(const Plan& plan) {
   std::ostringstream out;
   out << "{\"loom_plan\":" << plan.version << ",\"name\":" << jsonQuote(plan.name)
-      << ",\"collective\":\"" << funcName(plan.func)
-      << "\",\"nranks\":" << plan.nranks << ",\"min_bytes\":" << plan.minBytes
-      << ",\"max_bytes\":";
+      << ",\"collective\":\"" << funcName(plan.func) << "\",\"nranks\":" << plan.nranks
+      << ",\"min_bytes\":" << plan.minBytes << ",\"max_bytes\":";
   if (plan.maxBytes == UINT64_MAX)
     out << "null";
   else
@@ -272,8 +271,8 @@ std::string planToJson(const Plan& plan) {
   out << ",\"chunks_per_block\":" << plan.chunksPerBlock
       << ",\"scratch_chunks\":" << plan.scratchChunks;
   if (plan.partBytes > 0)
-    out << ",\"pipeline\":{\"chunk_bytes\":" << plan.partBytes
-        << ",\"max_parts\":" << plan.maxParts << "}";
+    out << ",\"pipeline\":{\"chunk_bytes\":" << plan.partBytes << ",\"max_parts\":" << plan.maxParts
+        << "}";
   out << ",\"ranks\":[";
   for (size_t r = 0; r < plan.ranks.size(); ++r) {
     out << (r > 0 ? "," : "") << "{\"ops\":[";

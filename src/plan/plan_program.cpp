@@ -63,8 +63,8 @@ struct ChunkLayout {
     const uint64_t block = ref.index / chunksPerBlock;
     const int first = static_cast<int>(ref.index % chunksPerBlock);
     const Range a = sliceOf(part.count, static_cast<int>(chunksPerBlock), first);
-    const Range b =
-        sliceOf(part.count, static_cast<int>(chunksPerBlock), first + static_cast<int>(ref.count) - 1);
+    const Range b = sliceOf(part.count, static_cast<int>(chunksPerBlock),
+                            first + static_cast<int>(ref.count) - 1);
     const uint64_t begin = block * count + part.offset + a.offset;
     return {begin * esize, (b.offset + b.count - a.offset) * esize};
   }
@@ -148,8 +148,9 @@ void buildPlanSchedule(const PlanProgram& program, int rank, const PlanCall& cal
   std::vector<uint32_t> index(rp.ops.size());
   std::vector<BufferRef> sources;
   for (uint32_t p = 0; p < call.parts; ++p) {
-    const ChunkLayout layout{call.count, call.elementSize, plan.chunksPerBlock,
-                             sliceOf(call.count, static_cast<int>(call.parts), static_cast<int>(p))};
+    const ChunkLayout layout{
+        call.count, call.elementSize, plan.chunksPerBlock,
+        sliceOf(call.count, static_cast<int>(call.parts), static_cast<int>(p))};
     for (size_t i = 0; i < rp.ops.size(); ++i) {
       index[i] = addOp(s, rp.ops[i], layout, ids, call, sources);
       for (uint32_t d = rp.depBegin[i]; d < rp.depBegin[i + 1]; ++d) {

@@ -1,7 +1,8 @@
 #include "plan/plan_registry.hpp"
 
-#include <algorithm>
 #include <dirent.h>
+
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -133,8 +134,8 @@ std::string describePlan(const Plan& plan) {
 std::string PlanRegistry::describe() const {
   std::ostringstream out;
   for (const auto& e : entries_)
-    out << e->algorithmName << ": " << describePlan(e->program.plan) << ", hash "
-        << e->program.hash << " (" << e->source << ")\n";
+    out << e->algorithmName << ": " << describePlan(e->program.plan) << ", hash " << e->program.hash
+        << " (" << e->source << ")\n";
   return out.str();
 }
 

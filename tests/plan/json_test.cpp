@@ -38,9 +38,9 @@ TEST(Json, ReadsValuesOfEveryKind) {
 }
 
 TEST(Json, RefusesWhatIsNotStrictJson) {
-  for (const char* bad : {"", "{", "[1,]", "{\"a\":1,}", "{'a':1}", "01", "1.", "-", "nul",
-                          "\"\\x\"", "\"\\ud800\"", "{\"a\":1} x", "[1 2]", "\"a\nb\"",
-                          "{\"a\":1,\"a\":2}", "1e999", "[\"\\u12\"]"})
+  for (const char* bad :
+       {"", "{", "[1,]", "{\"a\":1,}", "{'a':1}", "01", "1.", "-", "nul", "\"\\x\"", "\"\\ud800\"",
+        "{\"a\":1} x", "[1 2]", "\"a\nb\"", "{\"a\":1,\"a\":2}", "1e999", "[\"\\u12\"]"})
     EXPECT_NE(errorOf(bad), "") << bad;
   EXPECT_NE(errorOf("[1,]").find("line 1 column 4"), std::string::npos) << errorOf("[1,]");
   EXPECT_NE(errorOf("{\"a\":1,\"a\":2}").find("duplicate member \"a\""), std::string::npos);

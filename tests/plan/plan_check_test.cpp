@@ -1,12 +1,13 @@
 // Plans refused at load: schema violations and plans whose simulated run is wrong (a missing
 // send, a cycle of waits, an output chunk written twice, a chunk read before it is written, a
 // misplaced average), each with a message that says where.
+#include "plan/plan_check.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "base/error.hpp"
-#include "plan/plan_check.hpp"
 #include "plan/plan_registry.hpp"
 
 namespace loom {
@@ -97,10 +98,10 @@ TEST(PlanCheck, RefusesACycleOfWaits) {
 }
 
 TEST(PlanCheck, RefusesAChunkWrittenTwice) {
-  expectRefused(twoRanks(std::string(kGood0) +
-                             R"(,{"op":"copy","dst":["output",0],"src":["input",0]})",
-                         kGood1),
-                "rank 0 writes output chunk 0 2 times");
+  expectRefused(
+      twoRanks(std::string(kGood0) + R"(,{"op":"copy","dst":["output",0],"src":["input",0]})",
+               kGood1),
+      "rank 0 writes output chunk 0 2 times");
 }
 
 TEST(PlanCheck, RefusesAChunkReadBeforeItIsWritten) {

@@ -9,12 +9,12 @@
 #include <cstring>
 #include <thread>
 
+#include "../exec/memory_channel.hpp"
 #include "base/dtype.hpp"
 #include "base/error.hpp"
 #include "device/cpu/cpu_device.hpp"
 #include "exec/executor.hpp"
 #include "plan/plan_registry.hpp"
-#include "../exec/memory_channel.hpp"
 
 namespace loom {
 namespace {
@@ -45,7 +45,8 @@ double combine(loomRedOp_t op, double a, double b) {
 // The expected output element `i` of rank r, as a double.
 double expected(const Plan& plan, const Case& c, int r, uint64_t i) {
   const int n = plan.nranks;
-  const uint64_t block = i / std::max<uint64_t>(c.count, 1), within = i % std::max<uint64_t>(c.count, 1);
+  const uint64_t block = i / std::max<uint64_t>(c.count, 1),
+                 within = i % std::max<uint64_t>(c.count, 1);
   switch (plan.func) {
     case loomFuncAllReduce:
     case loomFuncReduceScatter: {

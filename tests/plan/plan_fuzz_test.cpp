@@ -46,10 +46,11 @@ const char* const kSeed =
     R"({"op":"send","peer":0,"src":["output",2]},{"op":"recv","peer":1,"dst":["output",1]}]}]})";
 
 std::string mutate(std::string text, std::mt19937& random) {
-  static const char* const tokens[] = {"0", "1", "2", "-1", "99999999999", "\"input\"",
-                                       "\"scratch\"", "\"output\"", "\"recv\"", "\"send\"",
-                                       "\"reduce\"", "\"copy\"", "true", "null", "[", "]",
-                                       "{", "}", ",", ":", "\"", "1e308", "4096"};
+  static const char* const tokens[] = {
+      "0",           "1",          "2",        "-1",       "99999999999", "\"input\"",
+      "\"scratch\"", "\"output\"", "\"recv\"", "\"send\"", "\"reduce\"",  "\"copy\"",
+      "true",        "null",       "[",        "]",        "{",           "}",
+      ",",           ":",          "\"",       "1e308",    "4096"};
   const int edits = 1 + static_cast<int>(random() % 4);
   for (int e = 0; e < edits && !text.empty(); ++e) {
     const size_t at = random() % text.size();

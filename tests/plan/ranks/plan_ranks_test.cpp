@@ -18,8 +18,8 @@ int gRank = 0, gRanks = 1;
 
 std::string planFile(const std::string& name) {
   const char* dir = std::getenv("LOOM_TEST_PLAN_DIR");
-  return std::string(dir != nullptr ? dir : ".") + "/fused/" + name + "_" +
-         std::to_string(gRanks) + ".json";
+  return std::string(dir != nullptr ? dir : ".") + "/fused/" + name + "_" + std::to_string(gRanks) +
+         ".json";
 }
 
 // A communicator of its own per test, so that a failing one does not affect the next.
@@ -38,8 +38,7 @@ struct OwnComm {
 
 std::string algorithmOf(loomComm_t comm, size_t count) {
   const char* name = nullptr;
-  EXPECT_EQ(loomCommGetAlgorithm(comm, loomFuncAllReduce, count, loomFloat32, &name),
-            loomSuccess);
+  EXPECT_EQ(loomCommGetAlgorithm(comm, loomFuncAllReduce, count, loomFloat32, &name), loomSuccess);
   return name != nullptr ? name : "";
 }
 
@@ -84,8 +83,7 @@ const char* chooseRingAbove1000(loomFunc_t func, size_t bytes, int nranks, void*
 
 TEST(PlanRanks, SelectorCallbackChoosesPerCall) {
   OwnComm c;
-  ASSERT_EQ(loomCommRegisterPlan(c.comm, planFile("ring_allreduce").c_str(), nullptr),
-            loomSuccess);
+  ASSERT_EQ(loomCommRegisterPlan(c.comm, planFile("ring_allreduce").c_str(), nullptr), loomSuccess);
   // Registered plans take every size of their range; the callback narrows it.
   int calls = 0;
   ASSERT_EQ(loomCommSetPlanSelector(c.comm, chooseRingAbove1000, &calls), loomSuccess);
@@ -111,8 +109,8 @@ TEST(PlanRanks, DifferentPlansFailOnEveryRank) {
 TEST(PlanRanks, APlanRefusedOnOneRankFailsOnEveryRank) {
   if (gRanks < 2) GTEST_SKIP() << "needs 2 ranks";
   OwnComm c;
-  const std::string plan = gRank == 1 ? std::string("/nonexistent/plan.json")
-                                      : planFile("ring_allreduce");
+  const std::string plan =
+      gRank == 1 ? std::string("/nonexistent/plan.json") : planFile("ring_allreduce");
   EXPECT_EQ(loomCommRegisterPlan(c.comm, plan.c_str(), nullptr), loomInvalidArgument);
   const std::string why = loomGetLastError(c.comm);
   EXPECT_NE(why.find(gRank == 1 ? "cannot read plan file" : "was refused on rank(s) 1"),
@@ -135,8 +133,7 @@ TEST(PlanRanks, ForcedPlanMustBeRegistered) {
 TEST(PlanRanks, ForcedPlanRunsOnceRegistered) {
   const std::string algo = "allreduce:plan:ring_allreduce_" + std::to_string(gRanks);
   OwnComm c(algo.c_str());
-  ASSERT_EQ(loomCommRegisterPlan(c.comm, planFile("ring_allreduce").c_str(), nullptr),
-            loomSuccess);
+  ASSERT_EQ(loomCommRegisterPlan(c.comm, planFile("ring_allreduce").c_str(), nullptr), loomSuccess);
   EXPECT_EQ(algorithmOf(c.comm, 8), "plan:ring_allreduce_" + std::to_string(gRanks));
   expectAllReduceWorks(c.comm, 333);
 }
