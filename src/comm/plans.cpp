@@ -27,7 +27,7 @@ std::string Comm::deviceKind() const {
   return composition_.hetero ? std::string("heterogeneous") : device_->identity().kind;
 }
 
-bool Comm::runsPlans() const { return !native_ && !onDevice() && !composition_.hetero; }
+bool Comm::runsPlans() const { return !native() && !onDevice() && !composition_.hetero; }
 
 std::string Comm::loadPlanDir() {
   plans_ = std::make_unique<PlanRegistry>(nranks_);
@@ -57,7 +57,7 @@ void Comm::selectPlans() {
   }
   for (const auto& e : plans_->entries()) {
     const Plan& plan = e->program.plan;
-    selector_->addPlan(&e->algorithm, plan.minBytes, plan.maxBytes);
+    main_->selector().addPlan(&e->algorithm, plan.minBytes, plan.maxBytes);
   }
   if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, "execution plans:\n", plans_->describe());
 }
@@ -88,7 +88,7 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
   beginOperation();
   failOnError([&] {
     beginCall(args);
-    execute(selector_->builtIn(args.func, sizeof(PlanVote)), args);
+    execute(main_->selector().builtIn(args.func, sizeof(PlanVote)), args);
   });
   std::ostringstream refused, differ;
   for (int r = 0; r < nranks_; ++r) {
@@ -103,7 +103,8 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
                  program->hash, "); it is registered on no rank");
   const std::string source = jsonOrPath.find('{') == std::string::npos ? jsonOrPath : "text";
   const PlanEntry& entry = plans_->add(std::move(*program), source);
-  selector_->addPlan(&entry.algorithm, entry.program.plan.minBytes, entry.program.plan.maxBytes);
+  main_->selector().addPlan(&entry.algorithm, entry.program.plan.minBytes,
+                            entry.program.plan.maxBytes);
   LOOM_INFO(kSubsysTune, rank_, "registered ", entry.algorithmName, ": ",
             describePlan(entry.program.plan), ", hash ", entry.program.hash);
   return entry.algorithmName;
@@ -111,7 +112,7 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
 
 void Comm::setPlanSelector(Selector::Callback callback) {
   LOOM_CHECK_ARG(runsPlans(), "a plan selector needs a host (cpu) communicator");
-  selector_->setCallback(std::move(callback));
+  main_->selector().setCallback(std::move(callback));
 }
 
 std::string Comm::describePlans() const { return plans_ ? plans_->describe() : std::string(); }
