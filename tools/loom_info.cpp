@@ -42,7 +42,7 @@ int checkPlan(const char* path) {
   size_t needed = 0;
   loomResult_t r = loomPlanCheck(path, nullptr, 0, &needed);
   if (r != loomSuccess) {
-    std::fprintf(stderr, "loom-info: %s: %s\n", path, loomGetLastError(nullptr));
+    std::fprintf(stderr, "loom-info: %s\n", loomGetLastError(nullptr));
     return 1;
   }
   std::string text(needed, '\0');

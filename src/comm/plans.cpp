@@ -85,11 +85,19 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
   args.recv = votes.data();
   args.count = sizeof(PlanVote) / sizeof(uint64_t);
   args.dtype = loomUint64;
-  beginOperation();
-  failOnError([&] {
-    beginCall(args);
-    execute(main_->selector().builtIn(args.func, sizeof(PlanVote)), args);
-  });
+  try {
+    beginOperation();
+    failOnError([&] {
+      beginCall(args);
+      execute(main_->selector().builtIn(args.func, sizeof(PlanVote)), args);
+    });
+  } catch (const Error& e) {
+    // A rank that registers nothing meets this allgather with another call: say which.
+    throw Error(
+        e.code(),
+        "registering a plan (an allgather of its hash on every rank): " + std::string(e.what()),
+        e.file(), e.line());
+  }
   std::ostringstream refused, differ;
   for (int r = 0; r < nranks_; ++r) {
     if (votes[r].refused != 0) refused << (refused.tellp() > 0 ? ", " : "") << r;

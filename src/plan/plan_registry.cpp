@@ -29,10 +29,6 @@ std::string readPlanFile(const std::string& path) {
   return out;
 }
 
-bool rangesIntersect(const Plan& a, const Plan& b) {
-  return a.func == b.func && a.minBytes <= b.maxBytes && b.minBytes <= a.maxBytes;
-}
-
 std::string sizeText(uint64_t bytes) {
   if (bytes == UINT64_MAX) return "any";
   if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
