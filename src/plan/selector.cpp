@@ -140,7 +140,12 @@ void Selector::hostTable() {
 }
 
 void Selector::addPlan(const Algorithm* algo, size_t minBytes, size_t maxBytes) {
-  plans_[algo->func].insert(plans_[algo->func].begin(), {minBytes, maxBytes, algo});
+  // The narrowest size range first (a small-message plan beside a general one), the latest
+  // registered first among equal ranges.
+  std::vector<PlanTier>& tiers = plans_[algo->func];
+  auto at = tiers.begin();
+  while (at != tiers.end() && at->maxBytes - at->minBytes < maxBytes - minBytes) ++at;
+  tiers.insert(at, {minBytes, maxBytes, algo});
   if (forcedPlan_[algo->func] == algo->name) forced_[algo->func] = algo;
   planned_ = true;
 }

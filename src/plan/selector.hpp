@@ -2,8 +2,9 @@
 // LOOM_DEBUG=INFO). LOOM_ALGO=allreduce:ring,allgather:direct forces one per collective.
 // The table is Loom's own for host algorithms; a backend with native collectives brings its
 // algorithms and its rows instead (device/native.hpp). Execution plans (plan_registry.hpp) come
-// before the table within their size ranges (the latest registered first), a user's selector
-// callback before both, and LOOM_ALGO=allreduce:plan:NAME forces one once it is registered.
+// before the table within their size ranges (the narrowest range first, then the latest), a user's
+// selector callback before both, and LOOM_ALGO=allreduce:plan:NAME forces one once it is
+// registered.
 #pragma once
 
 #include <array>
