@@ -18,7 +18,7 @@ struct Trial {
   uint64_t count;
   uint32_t parts;
   loomRedOp_t op;
-  bool inPlace;
+  PlanCall::InPlace inPlace;
 };
 
 bool reduces(loomFunc_t func) { return func == loomFuncAllReduce || func == loomFuncReduceScatter; }
@@ -64,7 +64,11 @@ std::string chunkOfElement(const Plan& plan, uint64_t count, uint64_t element) {
 [[noreturn]] void failTrial(const Plan& plan, const Trial& t, const std::string& what) {
   LOOM_THROW(loomInvalidArgument, "plan '", plan.name, "' fails its check (", t.count,
              " elements a block, ", t.parts, t.parts == 1 ? " part, " : " parts, ",
-             t.op == loomAvg ? "average" : "sum", t.inPlace ? ", in place" : "", "): ", what);
+             t.op == loomAvg ? "average" : "sum",
+             t.inPlace == PlanCall::InPlace::kNo        ? ""
+             : t.inPlace == PlanCall::InPlace::kAliased ? ", in place"
+                                                        : ", in place through a copy",
+             "): ", what);
 }
 
 void runTrial(const PlanProgram& program, const Trial& t, std::mt19937_64& random) {
@@ -80,7 +84,7 @@ void runTrial(const PlanProgram& program, const Trial& t, std::mt19937_64& rando
   call.elementSize = esize;
   call.reduction = {loomInt64, loomSum, -1, t.op == loomAvg ? n : 1};
   call.parts = t.parts;
-  call.copyInput = t.inPlace;
+  call.inPlace = t.inPlace;
   for (int r = 0; r < n; ++r) {
     ins[r].resize(plan.inputBlocks() * t.count);
     // Averages: multiples of n, so that only a division in the wrong place changes the result.
@@ -93,7 +97,7 @@ void runTrial(const PlanProgram& program, const Trial& t, std::mt19937_64& rando
     for (const ScheduleBuffer& b : s.buffers()) memory[r].emplace_back(b.bytes, kPoison);
     std::memcpy(memory[r][0].data(), ins[r].data(), ins[r].size() * esize);
     for (auto& m : memory[r]) ranks[r].buffers.push_back(m.data());
-    if (t.inPlace) {
+    if (t.inPlace != PlanCall::InPlace::kNo) {
       std::memcpy(memory[r][1].data(), ins[r].data(), ins[r].size() * esize);
       ranks[r].buffers[0] = ranks[r].buffers[1];
     }
@@ -138,9 +142,14 @@ void checkPlan(const PlanProgram& program) {
   const Plan& plan = program.plan;
   const uint64_t cpb = plan.chunksPerBlock;
   std::mt19937_64 random(0x5eed);
-  std::vector<Trial> trials = {{3 * cpb + 1, 1, loomSum, false}, {2 * cpb + 3, 2, loomSum, false}};
-  if (reduces(plan.func)) trials.push_back({cpb + 2, 1, loomAvg, false});
-  if (plan.func == loomFuncAllReduce) trials.push_back({2 * cpb + 1, 1, loomSum, true});
+  using InPlace = PlanCall::InPlace;
+  std::vector<Trial> trials = {{3 * cpb + 1, 1, loomSum, InPlace::kNo},
+                               {2 * cpb + 3, 2, loomSum, InPlace::kNo}};
+  if (reduces(plan.func)) trials.push_back({cpb + 2, 1, loomAvg, InPlace::kNo});
+  if (plan.func == loomFuncAllReduce) {
+    trials.push_back({2 * cpb + 1, 2, loomSum, InPlace::kAliased});
+    trials.push_back({2 * cpb + 1, 1, loomSum, InPlace::kCopy});
+  }
   for (const Trial& t : trials) runTrial(program, t, random);
 }
 

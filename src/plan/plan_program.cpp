@@ -9,12 +9,18 @@ namespace loom {
 
 namespace {
 
-bool overlaps(const ChunkRef& a, const ChunkRef& b) {
-  return a.buffer == b.buffer && a.index < b.index + b.count && b.index < a.index + a.count;
+// The buffer a chunk lives in; with `aliased`, input chunks are the output's (in place).
+PlanBuffer memoryOf(const ChunkRef& r, bool aliased) {
+  return aliased && r.buffer == PlanBuffer::kInput ? PlanBuffer::kOutput : r.buffer;
 }
 
-bool sameChunks(const ChunkRef& a, const ChunkRef& b) {
-  return a.buffer == b.buffer && a.index == b.index && a.count == b.count;
+bool overlaps(const ChunkRef& a, const ChunkRef& b, bool aliased = false) {
+  return memoryOf(a, aliased) == memoryOf(b, aliased) && a.index < b.index + b.count &&
+         b.index < a.index + a.count;
+}
+
+bool sameChunks(const ChunkRef& a, const ChunkRef& b, bool aliased) {
+  return memoryOf(a, aliased) == memoryOf(b, aliased) && a.index == b.index && a.count == b.count;
 }
 
 bool writes(const PlanOp& op) { return op.kind != PlanOpKind::kSend; }
@@ -22,28 +28,37 @@ bool receives(const PlanOp& op) {
   return op.kind == PlanOpKind::kRecv || op.kind == PlanOpKind::kRecvReduce;
 }
 
-// The dependency of `later` on `earlier`, if their chunks conflict.
-bool conflict(const PlanOp& earlier, const PlanOp& later, bool& streamed) {
-  bool readAfterWrite = false, other = false;
+// The dependency of `later` on `earlier`, if their chunks conflict. Streamed (byte i waits for
+// byte i only) where one pass over exactly the same chunks follows another: a send of what a
+// receive writes, and a write of what a send reads (in place: the reduction that overwrites the
+// input a send is still reading), which would otherwise wait for the whole send and so for the
+// peer's receive, itself waiting the same way: a deadlock on bounded channels.
+bool conflict(const PlanOp& earlier, const PlanOp& later, bool aliased, bool& streamed) {
+  bool readAfterWrite = false, writeAfterWrite = false, writeAfterRead = false;
   if (writes(earlier)) {
-    for (const ChunkRef& r : later.srcs) readAfterWrite |= overlaps(earlier.dst, r);
-    if (writes(later)) other |= overlaps(earlier.dst, later.dst);
+    for (const ChunkRef& r : later.srcs) readAfterWrite |= overlaps(earlier.dst, r, aliased);
+    if (writes(later)) writeAfterWrite = overlaps(earlier.dst, later.dst, aliased);
   }
   if (writes(later))
-    for (const ChunkRef& r : earlier.srcs) other |= overlaps(r, later.dst);
-  streamed = readAfterWrite && !other && later.kind == PlanOpKind::kSend && receives(earlier) &&
-             sameChunks(earlier.dst, later.srcs[0]);
-  return readAfterWrite || other;
+    for (const ChunkRef& r : earlier.srcs) writeAfterRead |= overlaps(r, later.dst, aliased);
+  const bool sendOfReceived = readAfterWrite && !writeAfterWrite && !writeAfterRead &&
+                              later.kind == PlanOpKind::kSend && receives(earlier) &&
+                              sameChunks(earlier.dst, later.srcs[0], aliased);
+  const bool overwriteOfSent = writeAfterRead && !readAfterWrite && !writeAfterWrite &&
+                               earlier.kind == PlanOpKind::kSend &&
+                               sameChunks(earlier.srcs[0], later.dst, aliased);
+  streamed = sendOfReceived || overwriteOfSent;
+  return readAfterWrite || writeAfterWrite || writeAfterRead;
 }
 
-RankProgram compileRank(const PlanRank& rank) {
+RankProgram compileRank(const PlanRank& rank, bool aliased) {
   RankProgram out;
   out.ops = rank.ops;
   out.depBegin.push_back(0);
   for (size_t i = 0; i < rank.ops.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
       bool streamed = false;
-      if (conflict(rank.ops[j], rank.ops[i], streamed))
+      if (conflict(rank.ops[j], rank.ops[i], aliased, streamed))
         out.deps.push_back({static_cast<uint32_t>(j), streamed});
     }
     out.depBegin.push_back(static_cast<uint32_t>(out.deps.size()));
@@ -118,7 +133,10 @@ bool readsInput(const PlanOp& op) {
 PlanProgram compilePlan(Plan plan) {
   PlanProgram program;
   program.hash = planHash(plan);
-  for (const PlanRank& rank : plan.ranks) program.ranks.push_back(compileRank(rank));
+  for (const PlanRank& rank : plan.ranks) {
+    program.ranks.push_back(compileRank(rank, false));
+    if (plan.func == loomFuncAllReduce) program.aliasedRanks.push_back(compileRank(rank, true));
+  }
   program.plan = std::move(plan);
   return program;
 }
@@ -134,13 +152,16 @@ void buildPlanSchedule(const PlanProgram& program, int rank, const PlanCall& cal
   const Plan& plan = program.plan;
   LOOM_CHECK_INTERNAL(rank >= 0 && rank < plan.nranks && call.parts >= 1, "plan '", plan.name,
                       "' built for rank ", rank, " in ", call.parts, " parts");
-  const RankProgram& rp = program.ranks[rank];
+  const bool aliased = call.inPlace == PlanCall::InPlace::kAliased;
+  LOOM_CHECK_INTERNAL(!aliased || !program.aliasedRanks.empty(), "plan '", plan.name,
+                      "' has no in-place form");
+  const RankProgram& rp = aliased ? program.aliasedRanks[rank] : program.ranks[rank];
   const uint64_t blockBytes = call.count * call.elementSize;
   BufferIds ids;
   if (plan.scratchChunks > 0)
     ids.scratch = s.addScratch("scratch", plan.blocksOf(PlanBuffer::kScratch) * blockBytes);
   uint32_t inputCopy = UINT32_MAX;
-  if (call.copyInput) {
+  if (call.inPlace == PlanCall::InPlace::kCopy) {
     const uint64_t inputBytes = plan.inputBlocks() * blockBytes;
     ids.input = s.addScratch("input copy", inputBytes);
     inputCopy = s.copy(s.scratch(ids.input), s.input(), inputBytes);

@@ -34,6 +34,9 @@ struct PlanProgram {
   Plan plan;
   std::string hash;  // planHash(plan)
   std::vector<RankProgram> ranks;
+  // Allreduce in place (input and output one buffer): the dependencies with input chunk i and
+  // output chunk i the same memory, so the plan runs on the aliased buffer without a copy.
+  std::vector<RankProgram> aliasedRanks;
 };
 
 // Computes the dependencies (the plan's schema already checked by parsePlan).
@@ -46,8 +49,9 @@ struct PlanCall {
   size_t elementSize = 4;
   Reduction reduction;  // divisor: what final reductions divide by (average: the rank count)
   uint32_t parts = 1;   // planParts()
-  // The input overlaps the output (in place): the plan reads a copy of it made first.
-  bool copyInput = false;
+  // In place. kAliased: an allreduce whose input is its output (the aliased dependencies);
+  // kCopy: any other overlap, the plan reads a copy of the input made first.
+  enum class InPlace : uint8_t { kNo, kAliased, kCopy } inPlace = InPlace::kNo;
 };
 
 // How many parts a call of `count` elements runs the plan in (pipelining, plan.partBytes).

@@ -45,7 +45,7 @@ std::vector<uint64_t> shapeOf(const PlanCall& call) {
           static_cast<uint64_t>(call.reduction.accum + 1),
           static_cast<uint64_t>(call.reduction.divisor),
           call.parts,
-          call.copyInput};
+          static_cast<uint64_t>(call.inPlace)};
 }
 
 bool overlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
@@ -145,7 +145,10 @@ void runPlan(PlanEntry& entry, const AlgoContext& ctx, const CollArgs& args) {
   call.reduction = {args.dtype, kernelOp(args.op), args.accum, averageDivisor(args.op, ctx.nranks)};
   call.parts = planParts(plan, args.count, call.elementSize);
   const CallExtents extents = callExtents(args, ctx.rank, ctx.nranks);
-  call.copyInput = overlap(args.send, extents.sendBytes, args.recv, extents.recvBytes);
+  if (args.send == args.recv && args.func == loomFuncAllReduce)
+    call.inPlace = PlanCall::InPlace::kAliased;
+  else if (overlap(args.send, extents.sendBytes, args.recv, extents.recvBytes))
+    call.inPlace = PlanCall::InPlace::kCopy;
   std::lock_guard<std::mutex> lock(entry.mutex);
   std::vector<uint64_t> shape = shapeOf(call);
   if (shape != entry.shape || entry.schedule.empty()) {

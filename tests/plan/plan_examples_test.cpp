@@ -112,7 +112,9 @@ void runCase(const PlanProgram& program, const Case& c, const std::string& label
     call.elementSize = esize;
     call.reduction = {c.dtype, kernelOp(c.op), -1, averageDivisor(c.op, n)};
     call.parts = c.parts;
-    call.copyInput = c.inPlace;
+    call.inPlace = !c.inPlace                                      ? PlanCall::InPlace::kNo
+                   : plan.func == loomFuncAllReduce && c.parts > 1 ? PlanCall::InPlace::kAliased
+                                                                   : PlanCall::InPlace::kCopy;
     Schedule& s = schedules[r];
     s.clear(n);
     s.setExtents(in[r].size(), out[r].size());
@@ -173,8 +175,12 @@ TEST(PlanExamples, EveryExampleIsBitExactOnTheExecutor) {
                                  {loomBfloat16, loomSum, 333, 2, false},
                                  {loomFloat64, loomAvg, 4099, 1, false},
                                  {loomInt32, loomSum, 0, 1, false}};
-      if (program.plan.func == loomFuncAllReduce)
+      // In place: allreduce with its aliased dependencies (2 parts here) or through a copy of
+      // the input (1 part here).
+      if (program.plan.func == loomFuncAllReduce) {
         cases.push_back({loomFloat32, loomSum, 515, 2, true});
+        cases.push_back({loomInt32, loomSum, 515, 1, true});
+      }
       for (const Case& c : cases) {
         if (!reduces && c.op != loomSum) continue;
         runCase(program, c,
