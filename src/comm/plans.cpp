@@ -107,7 +107,7 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
   LOOM_CHECK_ARG(refused.tellp() == 0, "plan '", program->plan.name, "' was refused on rank(s) ",
                  refused.str(), " (their error says why); it is registered on no rank");
   LOOM_CHECK_ARG(differ.tellp() == 0, "ranks register different plans: rank(s) ", differ.str(),
-                 " passed another plan than rank 0's '", program->plan.name, "' (hash ",
+                 " passed another plan than rank 0 (this rank's: '", program->plan.name, "', hash ",
                  program->hash, "); it is registered on no rank");
   const std::string source = jsonOrPath.find('{') == std::string::npos ? jsonOrPath : "text";
   const PlanEntry& entry = plans_->add(std::move(*program), source);
