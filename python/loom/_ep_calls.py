@@ -166,6 +166,25 @@ def _scales(self, local, slots, hidden, use_ue8m0):
     return self._empty((local, groups, slots), torch.float32).transpose(1, 2)
 
 
+def _low_latency_outputs(self, local, slots, hidden, use_fp8, use_ue8m0):
+    """The receive tensors of a low-latency dispatch: allocated once per shape, two sets used in
+    turn (a call's results stay valid until the next but one, as DeepEP's double buffer), so a
+    call allocates nothing (a fresh [local experts, slots, hidden] tensor per call cost more
+    than the call on CPU ranks)."""
+    key = (local, slots, hidden, use_fp8, use_ue8m0)
+    sets = self._low_latency_outputs.get(key)
+    if sets is None:
+        sets = [(self._empty((local, slots, hidden),
+                             torch.float8_e4m3fn if use_fp8 else torch.bfloat16),
+                 _scales(self, local, slots, hidden, use_ue8m0) if use_fp8 else None,
+                 self._empty((local,), torch.int32),
+                 self._empty((local, slots), torch.int32),
+                 self._empty((local, self.group_size), torch.int64)) for _ in range(2)]
+        self._low_latency_outputs[key] = sets
+    self._low_latency_turn ^= 1
+    return sets[self._low_latency_turn]
+
+
 def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
                          cumulative_local_expert_recv_stats=None,
                          dispatch_wait_recv_cost_stats=None, use_fp8=True, round_scale=False,
@@ -185,12 +204,8 @@ def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank, nu
                     torch.int32)
     out = []
     with self._call(None, async_finish, False, out) as stream:
-        recv_x = self._empty((local, slots, hidden),
-                             torch.float8_e4m3fn if use_fp8 else torch.bfloat16)
-        scales = _scales(self, local, slots, hidden, use_ue8m0) if use_fp8 else None
-        count = self._empty((local,), torch.int32)
-        src_info = self._empty((local, slots), torch.int32)
-        layout_range = self._empty((local, self.group_size), torch.int64)
+        recv_x, scales, count, src_info, layout_range = _low_latency_outputs(
+            self, local, slots, hidden, use_fp8, use_ue8m0)
         out += [t for t in (x, topk_idx, recv_x, scales, count, src_info, layout_range,
                             cumulative_local_expert_recv_stats) if t is not None]
         hook_id = ep.low_latency_dispatch(

@@ -170,6 +170,10 @@ class Buffer:
         self._comm = _loom.Comm.init_rank(self.group_size, uid[0], self.rank, timeout_ms, spec)
         self._normal = None           # (ep, row capacity in bytes, experts)
         self._low_latency = None      # (ep, (max tokens, hidden, experts))
+        # Low-latency dispatch's receive tensors, made once per shape: two sets used in turn, so
+        # a dispatch's results stay valid until the next but one (DeepEP's double buffering).
+        self._low_latency_outputs = {}
+        self._low_latency_turn = 0
         self._comm_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
     # ---- life and static helpers ----
@@ -183,6 +187,7 @@ class Buffer:
             if part is not None:
                 part[0].destroy()
         self._normal = self._low_latency = None
+        self._low_latency_outputs = {}
         if getattr(self, "_comm", None) is not None:
             self._comm.destroy()
             self._comm = None

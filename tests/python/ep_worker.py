@@ -241,6 +241,17 @@ def low_latency():
                                           .reshape(-1, 1)).to(torch.bfloat16).float()
             acc = torch.where((e >= 0).reshape(-1, 1), acc + term, acc)
         same_bits("low-latency combine", combined, acc.to(torch.bfloat16))
+    # The receive tensors are made once: two sets in turn, so a dispatch's results stay valid
+    # through the next dispatch and are reused by the one after (DeepEP's double buffer).
+    x = tokens_x(7, RANK, tokens, hidden, torch.bfloat16)
+    idx, _ = routing(7, RANK, tokens, experts, topk, "sparse")
+    first = buffer.low_latency_dispatch(x, idx, m, experts, use_fp8=False)
+    kept = first[0].clone()
+    second = buffer.low_latency_dispatch(x * 2, idx, m, experts, use_fp8=False)
+    same_bits("a dispatch's results after the next dispatch", first[0], kept)
+    third = buffer.low_latency_dispatch(x, idx, m, experts, use_fp8=False)
+    expect(first[0].data_ptr() == third[0].data_ptr(), "every other dispatch reuses its tensors")
+    expect(first[0].data_ptr() != second[0].data_ptr(), "consecutive dispatches share tensors")
 
 
 def raises_everywhere(call, words):
