@@ -44,42 +44,27 @@ struct Layout {
   int nodes() const { return static_cast<int>(h.members.size()); }
 };
 
-void buildAllToAllHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
-  const Hierarchy& h = *ctx.hierarchy;
-  const HierView v{h, ctx.rank};
-  const Layout lay{h, a.count * dtypeSize(a.dtype)};
-  const uint64_t B = lay.block;
-  const int me = ctx.rank, x = h.nodeIndex, l = v.local();
-  const std::vector<int>& mates = h.members[x];
-  const bool inColumn = v.inColumn();
+// One rank's schedule: the layout of its transit scratch, then the three phases in order.
+struct AllToAllPlan {
+  AllToAllPlan(const AlgoContext& ctx, const CollArgs& a, Schedule& s);
+  void nodeExchange();
+  void columnExchange();
+  void handOn();
 
-  // Scratch: what this column rank sends each other node (rows: sources of this node; its own
-  // row stays unused, it goes from the send buffer), then what it hands on to each node mate of
-  // its column (rows: sources on other nodes, in node order). Block b of it arrives by the
-  // receive arrivals[b], which the block's next send streams behind.
-  const size_t remoteSources = ctx.nranks - mates.size();
-  uint64_t packBytes = 0;
-  if (inColumn)
-    for (int y = 0; y < lay.nodes(); ++y)
-      if (y != x) packBytes += mates.size() * lay.destinationCount(y, l) * B;
-  const size_t handOn = inColumn ? lay.destinationCount(x, l) - 1 : 0;
-  const uint64_t scratchBytes = packBytes + handOn * remoteSources * B;
-  const BufferRef pack = s.scratch(s.addScratch("transit", scratchBytes));
-  std::vector<uint32_t>& arrivals = *ctx.opList;
-  arrivals.assign(B > 0 ? scratchBytes / B : 0, kNoOp);
-  auto packRow = [&](int y, size_t i) {  // offset of the row of source index i for node y
+  // Offset in the scratch of the row of source index i for node y.
+  uint64_t packRow(int y, size_t i) const {
     uint64_t offset = 0;
     for (int m = 0; m < y; ++m)
       if (m != x) offset += mates.size() * lay.destinationCount(m, l) * B;
     return offset + i * lay.destinationCount(y, l) * B;
-  };
+  }
   // The hand-on row of node mate d (local index l + k*G, k >= 1): blocks from every remote
   // source, in node order.
-  auto forwardRow = [&](int d) {
+  uint64_t forwardRow(int d) const {
     size_t k = static_cast<size_t>(h.localIndex[d] / h.columns) - 1;
     return packBytes + k * remoteSources * B;
-  };
-  auto remoteSourceIndex = [&](int src) {
+  }
+  size_t remoteSourceIndex(int src) const {
     size_t i = 0;
     for (int m = 0; m < lay.nodes(); ++m) {
       if (m == x) continue;
@@ -89,17 +74,56 @@ void buildAllToAllHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedu
       i += h.members[m].size();
     }
     return i;
-  };
-  auto toTransit = [&](int peer, uint64_t offset) {
+  }
+  void toTransit(int peer, uint64_t offset) {
     arrivals[offset / B] = s.recv(peer, pack.at(offset), B);
-  };
-  auto fromTransit = [&](int peer, uint64_t offset) {
+  }
+  void fromTransit(int peer, uint64_t offset) {
     s.streamAfter(s.send(peer, pack.at(offset), B), arrivals[offset / B]);
-  };
+  }
 
-  s.copy(s.output(me * B), s.input(me * B), B, true);
+  const Hierarchy& h;
+  const HierView v;
+  const Layout lay;
+  const uint64_t B;
+  const int me, x, l;
+  const std::vector<int>& mates;
+  const bool inColumn;
+  Schedule& s;
+  std::vector<uint32_t>& arrivals;
+  size_t remoteSources = 0;
+  uint64_t packBytes = 0;
+  BufferRef pack;
+};
 
-  // 1. Node exchange.
+AllToAllPlan::AllToAllPlan(const AlgoContext& ctx, const CollArgs& a, Schedule& s)
+    : h(*ctx.hierarchy),
+      v{h, ctx.rank},
+      lay{h, a.count * dtypeSize(a.dtype)},
+      B(lay.block),
+      me(ctx.rank),
+      x(h.nodeIndex),
+      l(v.local()),
+      mates(h.members[x]),
+      inColumn(v.inColumn()),
+      s(s),
+      arrivals(*ctx.opList) {
+  // Scratch: what this column rank sends each other node (rows: sources of this node; its own
+  // row stays unused, it goes from the send buffer), then what it hands on to each node mate of
+  // its column (rows: sources on other nodes, in node order). Block b of it arrives by the
+  // receive arrivals[b], which the block's next send streams behind.
+  remoteSources = ctx.nranks - mates.size();
+  if (inColumn)
+    for (int y = 0; y < lay.nodes(); ++y)
+      if (y != x) packBytes += mates.size() * lay.destinationCount(y, l) * B;
+  const size_t handOn = inColumn ? lay.destinationCount(x, l) - 1 : 0;
+  const uint64_t scratchBytes = packBytes + handOn * remoteSources * B;
+  pack = s.scratch(s.addScratch("transit", scratchBytes));
+  arrivals.assign(B > 0 ? scratchBytes / B : 0, kNoOp);
+}
+
+// 1. Node exchange.
+void AllToAllPlan::nodeExchange() {
   for (int t = 0; t < v.mateCount(); ++t) {
     if (t == l) continue;
     s.send(mates[t], s.input(mates[t] * B), B);
@@ -115,33 +139,36 @@ void buildAllToAllHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedu
           toTransit(mates[t], row + k * B);
       }
   }
+}
 
-  // 2. Column exchange with each other node's rank of this local index.
-  if (inColumn) {
-    for (int y = 0; y < lay.nodes(); ++y) {
-      if (y == x) continue;
-      const int peer = v.columnRank(y, l);
-      for (size_t i = 0; i < mates.size(); ++i) {
-        size_t k = 0;
-        lay.destinations(y, l, [&](int d) {
-          if (mates[i] == me)
-            s.send(peer, s.input(d * B), B);
-          else
-            fromTransit(peer, packRow(y, i) + k * B);
-          ++k;
-        });
-      }
-      for (int src : h.members[y])
-        lay.destinations(x, l, [&](int d) {
-          if (d == me)
-            s.recv(peer, s.output(src * B), B, true);
-          else
-            toTransit(peer, forwardRow(d) + remoteSourceIndex(src) * B);
-        });
+// 2. Column exchange with each other node's rank of this local index.
+void AllToAllPlan::columnExchange() {
+  if (!inColumn) return;
+  for (int y = 0; y < lay.nodes(); ++y) {
+    if (y == x) continue;
+    const int peer = v.columnRank(y, l);
+    for (size_t i = 0; i < mates.size(); ++i) {
+      size_t k = 0;
+      lay.destinations(y, l, [&](int d) {
+        if (mates[i] == me)
+          s.send(peer, s.input(d * B), B);
+        else
+          fromTransit(peer, packRow(y, i) + k * B);
+        ++k;
+      });
     }
+    for (int src : h.members[y])
+      lay.destinations(x, l, [&](int d) {
+        if (d == me)
+          s.recv(peer, s.output(src * B), B, true);
+        else
+          toTransit(peer, forwardRow(d) + remoteSourceIndex(src) * B);
+      });
   }
+}
 
-  // 3. Hand-on to the node mates without a column of their own.
+// 3. Hand-on to the node mates without a column of their own.
+void AllToAllPlan::handOn() {
   if (inColumn) {
     lay.destinations(x, l, [&](int d) {
       if (d == me) return;
@@ -153,6 +180,14 @@ void buildAllToAllHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedu
       if (m != x)
         for (int src : h.members[m]) s.recv(column, s.output(src * B), B, true);
   }
+}
+
+void buildAllToAllHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  AllToAllPlan plan(ctx, a, s);
+  s.copy(s.output(plan.me * plan.B), s.input(plan.me * plan.B), plan.B, true);
+  plan.nodeExchange();
+  plan.columnExchange();
+  plan.handOn();
 }
 
 }  // namespace
