@@ -19,6 +19,7 @@
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "comm/call_checker.hpp"
+#include "comm/group.hpp"
 #include "comm/group_run.hpp"
 #include "comm/health.hpp"
 #include "comm/p2p_engine.hpp"
@@ -150,7 +151,7 @@ class Comm {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   const CommConfig& config() const { return config_; }
-  const Selector& selector() const { return *selector_; }
+  const Selector& selector() const { return main_->selector(); }
   const std::vector<RankInfo>& ranks() const { return ranks_; }
   const NodeMap& nodes() const { return nodes_; }
   // Ranks grouped by device kind (and LOOM_CLUSTER_SPLIT); more than one cluster: heterogeneous.
@@ -177,7 +178,7 @@ class Comm {
   // so that a group's collectives can run between them (api/group.cpp): begin stages the sends
   // and posts every op, end waits for them and copies the receives back (devicePointToPoint runs
   // both). One staged batch at a time per communicator.
-  bool stagesPointToPoint() const { return onDevice() && !native_; }
+  bool stagesPointToPoint() const { return onDevice() && native() == nullptr; }
   void beginStagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
   void endStagedPointToPoint();
   // True when this communicator's buffers live on a device the host cannot address (calls take
@@ -229,11 +230,13 @@ class Comm {
  private:
   void crossCheckLauncher() const;
   void setUpTransports();
-  void setUpSelector();
-  void setUpContexts();
+  // What every group of this communicator's ranks shares (channels, devices, checks).
+  GroupSetup groupSetup(std::vector<int> members);
+  void setUpMainGroup();
   void describeDevice();
   void setUpClusters();
-  void setUpNative();
+  void setUpNative(Group& group);
+  NativeCollectives* native() const { return main_->native(); }
   void checkBuffers(const CollArgs& args) const;
   void execute(const Algorithm& algo, const CollArgs& args);
   void executeChunked(const CollArgs& args);
@@ -310,7 +313,7 @@ class Comm {
     }
   }
   void setUpP2PEngine();
-  void setUpHierarchy();
+  const Hierarchy& setUpHierarchy();
   // checkUsable() (throws if aborted or a peer failed) and a new deadline for this call.
   void beginOperation();
   void checkUsable();
@@ -319,12 +322,13 @@ class Comm {
   // waiting: the native engine, the stream's gates, the sub-communicators, the node's arena, the
   // network channels, the other nodes through the bootstrap, the parent (onFail).
   void fail(const Error& error);
-  void check(int peer) { health_.check(peer, checker_.calls()); }
+  void check(int peer) { health_.check(peer, main_->checker().calls()); }
   // LOOM_CHECK=2: every rank's description of this call, compared through the bootstrap.
   void verifyFingerprint(const CollArgs& args);
   // The call's number and signature (the mismatch check).
-  void beginCall(const CollArgs& args) {
-    checker_.begin(args, args.accum >= 0 ? args.accum : config_.accum);
+  void beginCall(const CollArgs& args) { beginCall(*main_, args); }
+  void beginCall(Group& group, const CollArgs& args) {
+    group.checker().begin(args, args.accum >= 0 ? args.accum : config_.accum);
   }
   // A remote error whose cause a peer may still be reporting on the control plane: the mismatch
   // that cause names, as this rank's own error, or the error itself.
@@ -337,8 +341,8 @@ class Comm {
   int rank_;
   int nranks_;
   UniqueId id_;
-  Health health_;  // the failure state, the deadline, the peers' liveness
-  CallChecker checker_;
+  Health health_;      // the failure state, the deadline, the peers' liveness
+  int64_t checkMode_;  // LOOM_CHECK, the same on every rank (compared at init)
   std::unique_ptr<Device> device_;
   std::unique_ptr<Device> hostDevice_;  // the host CPU: host algorithms on staged device data
   std::string deviceDescription_;
@@ -350,13 +354,9 @@ class Comm {
   ClusterMap clusters_;
   std::unique_ptr<Transports> transports_;
   Hierarchy hierarchy_;  // several nodes: the node and column groups of the hierarchical algorithms
-  std::unique_ptr<Selector> selector_;
-  // Backends with native collectives: their engine and its entries in the selector's table.
-  std::unique_ptr<NativeCollectives> native_;
-  std::vector<Algorithm> nativeAlgorithms_;
-  AlgoWorkspace workspace_;      // what the algorithms reuse from call to call
-  AlgoContext ctx_;              // the algorithms' view, with this communicator's device
-  AlgoContext hostCtx_;          // the same with the host CPU as device (staged calls)
+  // The whole communicator as a group: its channels with the mismatch check, its algorithm
+  // table, the algorithms' contexts and workspaces, its device's native collectives if any.
+  std::unique_ptr<Group> main_;
   DeviceCallState deviceCalls_;  // comm/device_calls.cpp
   Composition composition_;      // heterogeneous communicators: comm/hetero*.cpp
   WindowTable windows_;          // comm/windows.cpp

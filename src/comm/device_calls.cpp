@@ -68,13 +68,11 @@ void Comm::buildDeviceCall(DeviceCall& call, DeviceShape shape, const CollArgs& 
   }
   s.finish();
   bindShape(s, a, staging, *call.bound);
-  call.calls->clear(shape == DeviceShape::kMapped ? ctx_ : hostCtx_);
+  call.calls->clear(shape == DeviceShape::kMapped ? main_->ctx() : main_->hostCtx());
   if (shape == DeviceShape::kStaged) call.calls->add(*algo, stagedHostArgs(s, *call.bound, a));
   if (shape == DeviceShape::kMapped) call.calls->add(*algo, a);
   if (shape == DeviceShape::kPipelined) {
-    auto select = [&](size_t bytes) -> const Algorithm& {
-      return selector_->select(a.func, bytes);
-    };
+    auto select = [&](size_t bytes) -> const Algorithm& { return main_->select(a.func, bytes); };
     addPipelinedCalls(*call.calls, select, s, *call.bound, a, chunkBytes);
   }
 }
@@ -82,11 +80,11 @@ void Comm::buildDeviceCall(DeviceCall& call, DeviceShape shape, const CollArgs& 
 ExecEnv Comm::deviceEnv(Device& device, loomStream_t stream, HostCalls& calls) {
   ExecEnv env;
   env.device = hostDevice_.get();
-  env.channels = std::span<Channel* const>(*hostCtx_.channels);
-  env.check = &hostCtx_.check;
-  env.pollSet = &workspace_.pollSet;
-  env.corePeers = hostCtx_.peers;
-  env.streamingMinBytes = hostCtx_.streamingMinBytes;
+  env.channels = std::span<Channel* const>(*main_->hostCtx().channels);
+  env.check = &main_->hostCtx().check;
+  env.pollSet = main_->hostCtx().pollSet;
+  env.corePeers = main_->hostCtx().peers;
+  env.streamingMinBytes = main_->hostCtx().streamingMinBytes;
   env.streamDevice = &device;
   env.stream = stream;
   env.calls = &calls;
@@ -148,7 +146,7 @@ void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
   CollArgs a = args;
   if (a.accum < 0) a.accum = config_.accum;
   if (composition_.hetero && composes(a)) return executeComposed(a);
-  if (checker_.mode() >= 2) verifyFingerprint(args);
+  if (main_->checker().mode() >= 2) verifyFingerprint(args);
   LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " count ", args.count, " ",
             dtypeName(args.dtype), " -> ", algo.name,
             composition_.hetero && elementwise(args.func) ? " (heterogeneous: in chunks)" : "",

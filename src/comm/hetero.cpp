@@ -87,7 +87,7 @@ std::string Comm::describeHeterogeneous() const {
       out << "the exchange has " << composition_.first.size() - 1 << " members"
           << (composition_.inOrder ? "" : " (allgather reorders its blocks)");
   }
-  out << "\n" << selector_->explain();
+  out << "\n" << main_->selector().explain();
   return out.str();
 }
 
@@ -103,10 +103,10 @@ void Comm::runInChunks(const CollArgs& args, size_t chunkSetting, Device* device
   const size_t elementBytes = dtypeSize(args.dtype);
   const size_t chunk = heteroChunkBytes(args.count * elementBytes, elementBytes, chunkSetting);
   auto select = [&](size_t chunkBytes) -> const Algorithm& {
-    return selector_->select(args.func, chunkBytes);
+    return main_->select(args.func, chunkBytes);
   };
   if (device == nullptr)
-    runChunked(select, ctx_, args, chunk);
+    runChunked(select, main_->ctx(), args, chunk);
   else
     runDeviceCall(DeviceShape::kPipelined, args, nullptr, chunk, *device, *staging);
 }
@@ -169,7 +169,7 @@ void Comm::setUpComposition() {
   // it has native ones (CUDA) and several ranks (forced: every cluster of several ranks). The
   // others' ranks join the exchange themselves: a CPU cluster reducing to its leader and
   // broadcasting again would move its bytes through memory three times instead of once.
-  const bool native = clusterComm && clusterComm->native_;
+  const bool native = clusterComm && clusterComm->native();
   std::vector<std::string> all =
       withBootstrap([&](Bootstrap& b) { return b.allGather(native ? "1" : "0"); });
   auto collapses = [&](int c) {
@@ -254,9 +254,9 @@ void Comm::collectiveStaged(const CollArgs& args, Device* device, HostStaging* s
     beginCall(args);
     CollArgs a = args;
     if (a.accum < 0) a.accum = config_.accum;
-    const Algorithm& algo = selector_->select(a.func, a.count * dtypeSize(a.dtype));
+    const Algorithm& algo = main_->select(a.func, a.count * dtypeSize(a.dtype));
     if (device == nullptr)
-      runAlgorithm(algo, ctx_, a);
+      runAlgorithm(algo, main_->ctx(), a);
     else
       runDeviceCall(DeviceShape::kStaged, a, &algo, 0, *device, *staging);
   });

@@ -117,7 +117,7 @@ void Comm::exchangeInOnePiece(const CollArgs& args) {
   if (deviceCalls_.jobs)
     enqueueDeviceCall(
         DeviceShape::kStaged, args,
-        &composition_.leaders->selector_->select(args.func, args.count * dtypeSize(args.dtype)), 0,
+        &composition_.leaders->main_->select(args.func, args.count * dtypeSize(args.dtype)), 0,
         *composition_.leaders);
   else if (onDevice())
     composition_.leaders->collectiveStaged(args, device_.get(), deviceCalls_.staging.get());

@@ -103,6 +103,7 @@ def readme_imports():
     modules = set()
     for block in re.findall(r"```python\n(.*?)```", text, re.S):
         for line in block.splitlines():
+            line = line.split("#", 1)[0]  # a comment may hold commas or words after "import"
             m = re.match(r"\s*(?:import\s+(.+)|from\s+(\S+)\s+import)", line)
             if not m:
                 continue
