@@ -68,8 +68,8 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
       id_(id),
       health_(rank, config.timeoutMs, config.abortFlag),
       checkMode_(env::checkMode()) {
-  // The tree's progress queue: the caller's (a non-blocking handle's, a parent's), or one of its
-  // own. The tree's root reports the queue's failures (from the end of this constructor on).
+  // Its progress queue: a non-blocking handle's, or one of its own. Whoever owns the queue's
+  // failures reports them (from the end of this constructor on).
   if (config_.progress == nullptr) ownProgress_ = std::make_unique<ProgressQueue>();
   progress_ = config_.progress != nullptr ? config_.progress : ownProgress_.get();
   device_ = DeviceRegistry::process().create(config_.device);
@@ -89,7 +89,10 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   setUpClusters();
   setUpMainGroup();
   if (!composition_.hetero) setUpNative(*main_);
-  if (onDevice() && !native()) deviceCalls_.staging = std::make_unique<HostStaging>(*device_);
+  if (onDevice() && !native()) {
+    deviceCalls_.staging = std::make_unique<HostStaging>(*device_);
+    deviceCalls_.p2pStaging = std::make_unique<HostStaging>(*device_);
+  }
   if (!native()) setUpP2PEngine();
   if (deviceCalls_.staging && device_->caps().hostTasks && !env::deviceBlocking()) {
     StreamJobs::Hooks hooks;
@@ -130,7 +133,7 @@ GroupSetup Comm::groupSetup(std::vector<int> members) {
   for (size_t i = 0; i < members.size(); ++i)
     if (members[i] == rank_) setup.rank = static_cast<int>(i);
   setup.members = std::move(members);
-  setup.transports = transports_.get();
+  for (int r = 0; r < nranks_; ++r) setup.channels.push_back(transports_->collective(r));
   setup.device = device_.get();
   setup.hostDevice = hostDevice_.get();
   setup.checkMode = checkMode_;
@@ -196,14 +199,15 @@ void Comm::crossCheckLauncher() const {
 }
 
 Comm::~Comm() {
-  // First: its jobs run host algorithms of this communicator and its sub-communicators on the
+  // First: its jobs run host algorithms of this communicator's groups of ranks on the
   // staging memory. If the device's stream did not get past them, the memory stays allocated.
   if (deviceCalls_.jobs && !deviceCalls_.jobs->stop()) (void)deviceCalls_.staging.release();
   p2p_.engine.reset();  // its driving checks the peers' pidfds and drives the channels
-  composition_.leaders.reset();
-  composition_.cluster.reset();
+  composition_.exchange.reset();
+  composition_.cluster.reset();  // its native engine's watchdog, as the main group's
   main_.reset();  // its native engine's watchdog uses the peers' pidfds and the bootstrap
   deviceCalls_.staging.reset();
+  deviceCalls_.p2pStaging.reset();
   if (config_.progressRoot) progress_->setFailHook(nullptr);  // the handle's queue outlives it
 }
 
@@ -269,23 +273,19 @@ void Comm::fail(const Error& error) {
   if (native()) native()->stop();
   // Streams waiting at this communicator's gates run on (the calls' outputs are undefined).
   if (deviceCalls_.jobs) deviceCalls_.jobs->openGate();
-  // A heterogeneous communicator's peers may be waiting inside its sub-communicators (set up by
+  // A heterogeneous communicator's cluster may have native collectives of its own (set up by
   // the caller's thread while a progress thread may fail).
-  Comm *cluster = nullptr, *leaders = nullptr;
   {
     std::lock_guard<std::mutex> lock(composition_.publish);
-    cluster = composition_.cluster.get();
-    leaders = composition_.leaders.get();
+    if (composition_.cluster && composition_.cluster->native())
+      composition_.cluster->native()->stop();
   }
-  if (cluster) cluster->abort(reason);
-  if (leaders) leaders->abort(reason);
   // Once: this rank's reason slot in the arena has one writer (two threads failing together, a
   // collective and loomCommAbort, would race on it while peers read it).
   if (first) transports_->arena().raiseAbort(error.code(), nodes_.localIndex(rank_), reason);
   transports_->shutDown(reason);
   withBootstrap([&](Bootstrap& b) { b.broadcastAbort(reason); });
   LOOM_WARN(kSubsysColl, rank_, "communicator aborted: ", error.what());
-  if (first && config_.onFail) config_.onFail(error);
 }
 
 void Comm::abort(const std::string& reason) { fail(Error(loomRemoteError, reason)); }
@@ -333,8 +333,7 @@ void Comm::execute(const Algorithm& algo, const CollArgs& args) {
   if (composition_.hetero && elementwise(args.func)) return executeChunked(args);
   if (algo.native >= 0 || !onDevice()) return runAlgorithm(algo, main_->ctx(), args);
   const bool mapped = transports_->singleNode() && runsMapped(algo, device_->caps());
-  runDeviceCall(mapped ? DeviceShape::kMapped : DeviceShape::kStaged, args, &algo, 0, *device_,
-                *deviceCalls_.staging);
+  runDeviceCall(*main_, mapped ? DeviceShape::kMapped : DeviceShape::kStaged, args, &algo, 0);
 }
 
 void Comm::collective(const CollArgs& args) {
@@ -349,8 +348,8 @@ void Comm::collective(const CollArgs& args) {
   }
   beginOperation();
   failOnError([&] {
-    // A composed call's phases are calls of the sub-communicators, which count and check
-    // themselves; this communicator does not count it (nor do its stream-ordered ranks).
+    // A composed call's phases are calls of the groups they run on, which count and check them;
+    // the whole communicator does not count it (nor do its stream-ordered ranks).
     if (composition_.hetero && composes(args)) {
       CollArgs a = args;
       if (a.accum < 0) a.accum = config_.accum;
@@ -415,9 +414,9 @@ void Comm::beginStagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStre
     size_t total = 0;
     for (const DeviceP2POp& op : ops)
       if (!hostBufferOfHetero(op)) total += op.bytes;
-    deviceCalls_.host = deviceCalls_.staging->send(total);
-    deviceCalls_.staging
-        ->releaseRetired();  // blocking, after the queued calls: none uses old staging memory
+    deviceCalls_.host = deviceCalls_.p2pStaging->send(total);
+    // Blocking, after the queued calls: none uses old staging memory.
+    deviceCalls_.p2pStaging->releaseRetired();
     size_t offset = 0;
     for (const DeviceP2POp& op : ops) {
       if (hostBufferOfHetero(op)) continue;
@@ -537,6 +536,10 @@ std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) 
     child.secret = childSecret;
     CommConfig childConfig = config;
     childConfig.splitChild = true;
+    // A communicator of its own: its own progress queue (a caller's config copied from this
+    // communicator's must not hand it this one's).
+    childConfig.progress = nullptr;
+    childConfig.progressRoot = false;
     child.jobNonce =
         id_.jobNonce ^ (splitCount_ * 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(color);
     return std::make_unique<Comm>(child, static_cast<int>(members.size()), newRank, childConfig);

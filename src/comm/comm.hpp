@@ -1,5 +1,21 @@
-// The communicator: owns the bootstrap, the device, the shared arena and channels, the selector and
-// the failure state. One Comm serves one C handle; nothing is shared between communicators.
+// The communicator: init, split and the dispatch of a call; the rest is in parts with one job
+// each: Transports (arena, channels), Health (failure state, the one deadline, peer liveness),
+// Group (a set of its ranks that runs collectives: `main_` is the whole communicator, a
+// heterogeneous one adds its cluster and exchange groups; each holds its CallChecker, selector,
+// algorithm workspaces and native collectives), DeviceCallState (device_calls.cpp: staging, the
+// stream jobs), Composition (hetero*.cpp), WindowTable (windows.cpp), the P2PEngine, and the
+// ProgressQueue its non-blocking calls, stream jobs and open point-to-point run on. One Comm
+// serves one C handle; nothing is shared between communicators.
+//
+// A collective (collective(), then execute()) takes the first of these ways:
+//   a device rank's host buffers (heterogeneous) -> collectiveThroughDevice, on device scratch
+//   stream-ordered device rank                   -> enqueueCollective (device_calls.cpp)
+//   heterogeneous, composed                      -> executeComposed: phases on the groups
+//   heterogeneous, elementwise                   -> executeChunked: chunks (device: pipelined)
+//   the selector's algorithm is native           -> NativeCollectives::run (CUDA kernels)
+//   host-addressable device (CPU)                -> runAlgorithm: arena algorithm or schedule
+//   other devices                                -> runDeviceCall: mapped (one node, the device
+//                                                   maps host memory and reduces) or staged
 #pragma once
 
 #include <atomic>
@@ -41,20 +57,16 @@ struct CommConfig {
   int accum = -1;
   std::string transport = "tcp";  // between nodes: "tcp" or "rudp" (LOOM_TRANSPORT)
   bool splitChild = false;        // created by split: the launcher's node sizes do not describe it
-  // LOOM_CLUSTER_SPLIT; the sub-communicators of a heterogeneous one have none.
+  // LOOM_CLUSTER_SPLIT.
   std::string clusterSplit;
-  // LOOM_ALGO. A heterogeneous communicator's cluster communicators have none: its algorithm
-  // names are those of the host algorithms it runs, not of a cluster's native ones.
+  // LOOM_ALGO: names host algorithms (and a backend's native ones where it has them); a
+  // heterogeneous communicator's exchange group takes it, its cluster groups do not.
   std::string algo;
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
   std::atomic<bool>* abortFlag = nullptr;
-  // Called once, with the first failure: a heterogeneous communicator's sub-communicators fail
-  // their parent, also when the failure is found on their own progress thread.
-  std::function<void(const Error&)> onFail;
-  // The progress queue of the communicator's tree (comm/progress_queue.hpp): null, its own; a
-  // non-blocking handle's (progressRoot: this communicator reports the queue's failures), or the
-  // parent's for the sub-communicators a communicator makes for itself.
+  // The progress queue of the communicator's tree (comm/progress_queue.hpp): null, its own, or a
+  // non-blocking handle's (progressRoot: this communicator reports the queue's failures).
   ProgressQueue* progress = nullptr;
   bool progressRoot = false;
 };
@@ -70,6 +82,9 @@ class Comm;
 // and the staged point-to-point batch between its begin and its end.
 struct DeviceCallState {
   std::unique_ptr<HostStaging> staging;
+  // The staged point-to-point batch's own: a group's collectives between its begin and its end
+  // use `staging` while the batch's sends wait in this.
+  std::unique_ptr<HostStaging> p2pStaging;
   std::unique_ptr<StreamJobs> jobs;
   Schedule schedule;
   std::vector<char*> bound;
@@ -93,11 +108,13 @@ struct Composition {
   std::string algo = "auto";  // LOOM_HETERO_ALGO: auto, flat, composed (agreed at init)
   bool ready = false;         // set up (at init where some rank is on a device, else lazily)
   bool composed = false;
-  std::unique_ptr<Comm> cluster;  // this rank's cluster, where it collapses to its leader
-  std::unique_ptr<Comm> leaders;  // the exchange, on the host CPU (its members only)
+  // Groups of this communicator's ranks (comm/group.hpp): this rank's cluster, where it
+  // collapses to its leader, and the exchange, on the host CPU (its members only).
+  std::unique_ptr<Group> cluster;
+  std::unique_ptr<Group> exchange;
   // Known on every rank (setUpComposition): which clusters collapse; each rank's rank in the
-  // exchange (-1: not a member, its leader stands for it; split key = global rank, so members are
-  // numbered in global rank order); the exchange's blocks (allgather, reduce-scatter): the global
+  // exchange (-1: not a member, its leader stands for it; members are numbered in global rank
+  // order); the exchange's blocks (allgather, reduce-scatter): the global
   // ranks each member stands for, member after member (first: where each starts, and the end),
   // and runs of consecutive global ranks with one member (reduce-scatter).
   std::vector<char> collapses;
@@ -113,7 +130,7 @@ struct Composition {
   // (retired on growth while calls in flight may use it), host memory on the others.
   std::unique_ptr<DeviceScratch> deviceScratch;
   std::vector<char> hostScratch;
-  // Guards cluster and leaders: set up by the caller's thread while a progress thread may fail.
+  // Guards cluster: set up by the caller's thread while a progress thread may fail.
   std::mutex publish;
 };
 
@@ -211,15 +228,21 @@ class Comm {
   void* allocateMemory(size_t bytes);
   void releaseMemory(void* ptr);
 
+  // Layers above the communicator (ep/) run calls of their own on its resources
+  // (comm/extension_calls.cpp): this rank's device and the host CPU, the host algorithms' context
+  // (host memory, the collective channels, the arena on one node, the health check, the
+  // executor), an all-gather over the bootstrap for their set-up (collective), and runCall:
+  // `body` as one collective call (after this rank's queued stream work, with the call's
+  // deadline, counted and signed as `signature` for the mismatch check on its channels; null: a
+  // local step that may wait for peers, neither counted nor signed; an error other than a bad
+  // argument aborts the communicator and reaches the peers).
+  Device& device() const { return *device_; }
+  Device& hostDevice() const { return *hostDevice_; }
+  const AlgoContext& hostContext() const { return hostCtx_; }
+  std::vector<std::string> allGatherForSetUp(const std::string& mine);
+  void runCall(const CollArgs* signature, const std::function<void()>& body);
+
   std::unique_ptr<Comm> split(int color, int key, const CommConfig& config);
-  // A heterogeneous communicator's leaders' exchange: runs `args` (an elementwise collective of
-  // this host communicator) in chunks; with `device`, its buffers are that device's memory,
-  // pipelined through `staging`.
-  void collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
-                          HostStaging* staging);
-  // ... and a collective of it that is not elementwise (the allgather's alltoallv), in one piece;
-  // with `device`, staged through `staging`.
-  void collectiveStaged(const CollArgs& args, Device* device, HostStaging* staging);
 
   // Marks the communicator aborted: waits in progress fail promptly (any thread), peers learn it.
   void abort(const std::string& reason);
@@ -246,7 +269,8 @@ class Comm {
   bool passesHostBuffers(const CollArgs& args) const;
   void collectiveThroughDevice(const CollArgs& args);
   bool hostBufferOfHetero(const DeviceP2POp& op) const;  // ... and their sends and receives
-  void runInChunks(const CollArgs& args, size_t chunkSetting, Device* device, HostStaging* staging);
+  // An elementwise call of `group` in chunks of `chunk` bytes (device ranks pipelined).
+  void runInChunks(Group& group, const CollArgs& args, size_t chunk);
   // Runs body; an error it throws aborts the communicator (peers learn it) and is rethrown.
   template <typename Body>
   void failOnError(Body&& body) {
@@ -262,30 +286,35 @@ class Comm {
       throw wrapped;
     }
   }
-  // Stream-ordered device ranks (jobs_): the call-time halves, and the host half of a job.
   // Device calls (comm/device_calls.cpp): a call's shape as a schedule, run inline (blocking)
-  // or enqueued in stream order; host calls run on this communicator's host algorithms (a
-  // heterogeneous communicator's exchange: on the leaders' communicator, `host`).
+  // or enqueued in stream order (the host half runs as a job); its host calls run the host
+  // algorithms of `group` (the whole communicator, or a heterogeneous one's cluster or exchange).
   enum class DeviceShape { kStaged, kMapped, kPipelined };
   struct DeviceCall {
     Schedule* schedule;
     std::vector<char*>* bound;
     AlgorithmCalls* calls;
   };
-  void buildDeviceCall(DeviceCall& call, DeviceShape shape, const CollArgs& a,
-                       const Algorithm* algo, size_t chunkBytes, HostStaging& staging);
-  ExecEnv deviceEnv(Device& device, loomStream_t stream, HostCalls& calls);
-  void runDeviceCall(DeviceShape shape, const CollArgs& a, const Algorithm* algo, size_t chunkBytes,
-                     Device& device, HostStaging& staging);
-  void enqueueDeviceCall(DeviceShape shape, const CollArgs& args, const Algorithm* algo,
-                         size_t chunkBytes, Comm& host);
+  void buildDeviceCall(Group& group, DeviceCall& call, DeviceShape shape, const CollArgs& a,
+                       const Algorithm* algo, size_t chunkBytes);
+  ExecEnv deviceEnv(const Group& group, loomStream_t stream, HostCalls& calls);
+  void runDeviceCall(Group& group, DeviceShape shape, const CollArgs& a, const Algorithm* algo,
+                     size_t chunkBytes);
+  void enqueueDeviceCall(Group& group, DeviceShape shape, const CollArgs& args,
+                         const Algorithm* algo, size_t chunkBytes);
   void enqueueCollective(const Algorithm& algo, const CollArgs& args);
   void runJob(StreamJob& job);
-  void runJobHost(StreamJob& job, Device& device, StreamGate& gate);
   void releaseStagingIfIdle();
   bool composes(const CollArgs& args);
   void prepareComposition();
   void setUpComposition();
+  // A group of this communicator's ranks: on its device (a cluster) or on the host CPU (the
+  // exchange, with LOOM_ALGO's host algorithms).
+  std::unique_ptr<Group> makeGroup(std::vector<int> members, bool onHost);
+  // Collective over the whole communicator: gives `group` (null: none here) an arena of its own
+  // where its ranks share this rank's node.
+  void attachGroupArena(Group* group);
+  void numberExchange();  // composition_'s exchange numbering and blocks
   // The composed collectives (comm/hetero_composed.cpp).
   void executeComposed(const CollArgs& args);
   void composedAllReduce(const CollArgs& args);
@@ -293,7 +322,8 @@ class Comm {
   void composedReduce(const CollArgs& args);
   void composedAllGather(const CollArgs& args);
   void composedReduceScatter(const CollArgs& args);
-  void exchangeInChunks(const CollArgs& args);  // an elementwise call of leaderComm_
+  void clusterCollective(const CollArgs& args);  // a call of this rank's collapsed cluster
+  void exchangeInChunks(const CollArgs& args);   // an elementwise call of the exchange
   void exchangeInOnePiece(const CollArgs& args);
   char* composedScratch(size_t bytes, loomStream_t stream);  // this rank's kind of memory
   void copyLocal(void* dst, const void* src, size_t bytes, loomStream_t stream);
@@ -319,8 +349,8 @@ class Comm {
   void checkUsable();
   void startClock() { health_.startClock(); }
   // The failure relay: records the first failure (Health) and tells everyone who could be
-  // waiting: the native engine, the stream's gates, the sub-communicators, the node's arena, the
-  // network channels, the other nodes through the bootstrap, the parent (onFail).
+  // waiting: the native engines, the stream's gates, the node's arena, the network channels, the
+  // other nodes through the bootstrap.
   void fail(const Error& error);
   void check(int peer) { health_.check(peer, main_->checker().calls()); }
   // LOOM_CHECK=2: every rank's description of this call, compared through the bootstrap.

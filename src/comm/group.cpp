@@ -15,7 +15,7 @@ Group::Group(GroupSetup setup)
   checked_.resize(n);
   channels_.assign(n, nullptr);
   for (int i = 0; i < n; ++i) {
-    Channel* raw = setup.transports->collective(members_[i]);
+    Channel* raw = setup.channels[members_[i]];
     if (i == rank_ || raw == nullptr) continue;
     checked_[i] = checker_.wrap(*raw);
     channels_[i] = checked_[i].get();
@@ -57,6 +57,13 @@ void Group::attachNative(std::unique_ptr<NativeCollectives> native) {
   selector_ = std::make_unique<Selector>(inputs_, algo_);
   ctx_.native = hostCtx_.native = native_.get();
   checker_.disableSignatures();
+}
+
+void Group::attachArena(ShmArena arena) {
+  ownArena_ = std::move(arena);
+  ctx_.arena = hostCtx_.arena = &ownArena_;
+  inputs_.sharedMemory = true;
+  selector_ = std::make_unique<Selector>(inputs_, algo_);
 }
 
 namespace {

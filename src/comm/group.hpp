@@ -7,8 +7,8 @@
 // channels (wrapped with its own mismatch check: its own call numbers and signatures), checks its
 // waits with the communicator's health (one clock, one failure state), and has an arena of its
 // own only where all its ranks share one node (the communicator's where the group is all of
-// it), its algorithm table, the algorithms' workspaces, and its device's native collectives where
-// the device has them (set up over the group's channels).
+// it; attachArena for a smaller group), its algorithm table, the algorithms' workspaces, and its
+// device's native collectives where the device has them (set up over the group's channels).
 #pragma once
 
 #include <functional>
@@ -18,16 +18,19 @@
 
 #include "algorithms/context.hpp"
 #include "comm/call_checker.hpp"
-#include "comm/transports.hpp"
 #include "device/native.hpp"
 #include "plan/selector.hpp"
+#include "transport/channel.hpp"
+#include "transport/shm/shm_arena.hpp"
 
 namespace loom {
 
 struct GroupSetup {
   std::vector<int> members;  // ranks of the communicator, in the group's order
   int rank = 0;              // this rank's index in members
-  const Transports* transports = nullptr;
+  // The communicator's collective channels, by communicator rank (null: this rank); they
+  // outlive the group.
+  std::vector<Channel*> channels;
   Device* device = nullptr;      // this rank's device
   Device* hostDevice = nullptr;  // the host CPU (staged calls)
   int64_t checkMode = 1;         // LOOM_CHECK
@@ -72,6 +75,9 @@ class Group {
   // Its device's own collectives (set up with allGather): its table becomes theirs, and their
   // kernels carry no signature (LOOM_CHECK=2's round trip is their check).
   void attachNative(std::unique_ptr<NativeCollectives> native);
+  // An arena of exactly its ranks, in its order (all on one node): the flat arena algorithms
+  // join its table.
+  void attachArena(ShmArena arena);
 
  private:
   std::vector<int> members_;
@@ -79,6 +85,7 @@ class Group {
   CallChecker checker_;
   std::vector<std::unique_ptr<Channel>> checked_;  // by group rank: the wrapped channels
   std::vector<Channel*> channels_;                 // ... as the algorithms see them
+  ShmArena ownArena_;                              // where attachArena gave it one
   std::unique_ptr<NativeCollectives> native_;
   std::vector<Algorithm> nativeAlgorithms_;
   std::unique_ptr<Selector> selector_;
