@@ -1,6 +1,8 @@
 // loom-info: what Loom would do here. `loom-info --algos` prints, for the communicator it joins
 // (under loomrun/torchrun/mpirun, or alone as a single rank), which algorithm the selector picks
 // for every collective at sizes from 8 B to 256 MiB, after LOOM_ALGO and the LOOM_* settings.
+// `--plans` lists the execution plans the communicator loaded (LOOM_PLAN_DIR); `--check-plan
+// FILE` checks a plan file without a communicator (exit status 1 and the reason if it is wrong).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,12 +38,36 @@ const char* kFuncNames[loomNumFuncs] = {"allreduce",     "broadcast", "reduce", 
                                         "reducescatter", "alltoall",  "alltoallv", "gather",
                                         "scatter",       "sendrecv",  "barrier"};
 
+int checkPlan(const char* path) {
+  size_t needed = 0;
+  loomResult_t r = loomPlanCheck(path, nullptr, 0, &needed);
+  if (r != loomSuccess) {
+    std::fprintf(stderr, "loom-info: %s\n", loomGetLastError(nullptr));
+    return 1;
+  }
+  std::string text(needed, '\0');
+  loomPlanCheck(path, text.data(), text.size(), nullptr);
+  text.resize(needed - 1);
+  std::printf("%s: ok\n  %s\n", path, text.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool algos = argc == 1, topology = argc == 1;
+  bool algos = argc == 1, topology = argc == 1, plans = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--algos") == 0) {
+    if (std::strcmp(argv[i], "--check-plan") == 0) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "loom-info: --check-plan needs a plan file\n");
+        return 2;
+      }
+      int status = 0;
+      for (int f = i + 1; f < argc; ++f) status |= checkPlan(argv[f]);
+      return status;
+    } else if (std::strcmp(argv[i], "--plans") == 0) {
+      plans = true;
+    } else if (std::strcmp(argv[i], "--algos") == 0) {
       algos = true;
     } else if (std::strcmp(argv[i], "--topology") == 0) {
       topology = true;
@@ -52,10 +78,10 @@ int main(int argc, char** argv) {
       const bool help = std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0;
       std::fprintf(
           help ? stdout : stderr,
-          "usage: loom-info [--algos] [--topology]\n  run under loomrun -n N to see the table for "
-          "N "
-          "ranks; --topology: nodes, leaders, and each rank's transport to every peer; "
-          "--version\n");
+          "usage: loom-info [--algos] [--topology] [--plans] | --check-plan FILE...\n  run under "
+          "loomrun -n N to see the table for N ranks; --topology: nodes, leaders, and each "
+          "rank's transport to every peer; --plans: the execution plans loaded (LOOM_PLAN_DIR); "
+          "--check-plan: check plan files, no communicator; --version\n");
       return help ? 0 : 2;
     }
   }
@@ -76,6 +102,17 @@ int main(int argc, char** argv) {
     if (rank != 0) text = text.substr(text.rfind('\n') + 1);
     std::printf("%s\n", text.c_str());
     std::fflush(stdout);
+  }
+  if (rank == 0 && plans) {
+    size_t needed = 0;
+    loomResult_t r = loomCommDescribePlans(comm, nullptr, 0, &needed);
+    if (r != loomSuccess) die("loomCommDescribePlans", r);
+    std::string text(needed, '\0');
+    loomCommDescribePlans(comm, text.data(), text.size(), nullptr);
+    text.resize(needed - 1);
+    std::printf("execution plans for %d rank(s)%s\n%s", nranks,
+                text.empty() ? ": none (LOOM_PLAN_DIR names none for this rank count)" : ":",
+                text.c_str());
   }
   if (rank == 0 && algos) {
     std::printf("Loom %d.%d.%d, %d rank(s); algorithm by collective and message size (bytes)\n",

@@ -173,6 +173,28 @@ loomResult_t loomCommDescribeTopology(const loomComm_t comm, char* text, size_t 
 loomResult_t loomCommGetAlgorithm(const loomComm_t comm, loomFunc_t func, size_t count,
                                   loomDataType_t datatype, const char** algorithm);
 
+/* Execution plans (docs/plans.md): a collective written as a JSON plan (Python: loom.plan) and
+ * run by Loom's executor on host communicators. loomCommRegisterPlan is collective: every rank
+ * passes the same plan, as JSON text (starting with '{') or a file's path; it is checked on every
+ * rank (schema, rank count, and a simulated run: every receive matched, no wait cycle, every
+ * output chunk written once with the right result) and compared across ranks, and refused on
+ * every rank if any rank refuses it or passes another plan. Then calls of its collective within
+ * its size range use it (LOOM_ALGO=allreduce:plan:NAME forces it). *algorithm (may be NULL) gets
+ * "plan:NAME", valid while the communicator lives. Plans in LOOM_PLAN_DIR (*.json) are loaded by
+ * every communicator at init. */
+loomResult_t loomCommRegisterPlan(loomComm_t comm, const char* jsonOrPath, const char** algorithm);
+/* The user's choice of algorithm per call, as MSCCL++'s set_algorithm_selector: returns an
+ * algorithm name of `func` ("plan:NAME", "ring", ...) or NULL for Loom's own choice. It must
+ * choose the same on every rank (LOOM_CHECK=2 verifies). NULL selector: none. */
+typedef const char* (*loomPlanSelector_t)(loomFunc_t func, size_t bytes, int nranks, void* user);
+loomResult_t loomCommSetPlanSelector(loomComm_t comm, loomPlanSelector_t selector, void* user);
+/* The communicator's plans, one line each (name, collective, ranks, sizes, hash, source); text as
+ * in loomCommDescribeTopology. */
+loomResult_t loomCommDescribePlans(const loomComm_t comm, char* text, size_t size, size_t* needed);
+/* Checks a plan without a communicator (loom-info --check-plan): loomSuccess and a description
+ * of it in text, or loomInvalidArgument and the reason in loomGetLastError(NULL). */
+loomResult_t loomPlanCheck(const char* jsonOrPath, char* text, size_t size, size_t* needed);
+
 /* Windows (as NCCL's ncclCommWindowRegister): a buffer every rank registers together, in the same
  * order and with the same size. With LOOM_WIN_COLL_SYMMETRIC the caller promises that collectives
  * on it use the same offsets on every rank; then, where the device can (CUDA GPUs of one host

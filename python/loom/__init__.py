@@ -230,6 +230,15 @@ class Comm:
         """'no error', or the error that aborted the communicator."""
         return self._native.async_error()
 
+    def register_plan(self, plan):
+        """Registers an execution plan (JSON text or a file's path; see loom.plan.register).
+        Collective. Returns its algorithm name, "plan:NAME"."""
+        return self._native.register_plan(plan)
+
+    def set_plan_selector(self, selector):
+        """selector(collective, nbytes, nranks) -> algorithm name or None (loom.plan)."""
+        self._native.set_plan_selector(selector)
+
     def __enter__(self):
         return self
 

@@ -122,6 +122,8 @@ NB_MODULE(_loom, m) {
       .def("destroy", &Comm::destroy)
       .def("abort", &Comm::abort)
       .def("async_error", &Comm::asyncError)
+      .def("register_plan", &Comm::registerPlan, nb::arg("plan"))
+      .def("set_plan_selector", &Comm::setPlanSelector, nb::arg("selector").none())
       .def(
           "allreduce",
           [](Comm& c, InArray send, Array recv, loomRedOp_t op) {

@@ -97,6 +97,25 @@ class Comm {
     return loomGetErrorString(error);
   }
 
+  // Execution plans (loom.plan): the JSON text or a path; the algorithm name.
+  std::string registerPlan(const std::string& plan) {
+    loomComm_t comm = get();
+    const char* name = nullptr;
+    loomResult_t result;
+    {
+      nb::gil_scoped_release unlocked;
+      result = loomCommRegisterPlan(comm, plan.c_str(), &name);
+    }
+    check(result, "loomCommRegisterPlan");
+    return name;
+  }
+  // A Python callable (collective, nbytes, nranks) -> name or None; None removes it.
+  void setPlanSelector(nb::object selector) {
+    selector_ = selector;
+    check(loomCommSetPlanSelector(get(), selector.is_none() ? nullptr : &Comm::choose, this),
+          "loomCommSetPlanSelector");
+  }
+
   template <typename Call>
   void run(const char* name, Call&& call) {
     loomComm_t comm = get();
@@ -109,7 +128,26 @@ class Comm {
   }
 
  private:
+  static const char* choose(loomFunc_t func, size_t bytes, int nranks, void* user) {
+    static const char* const names[] = {"allreduce",     "broadcast", "reduce",    "allgather",
+                                        "reducescatter", "alltoall",  "alltoallv", "gather",
+                                        "scatter",       "sendrecv",  "barrier"};
+    auto* self = static_cast<Comm*>(user);
+    nb::gil_scoped_acquire locked;
+    try {
+      nb::object chosen = self->selector_(names[func], bytes, nranks);
+      if (chosen.is_none()) return nullptr;
+      self->chosen_ = nb::cast<std::string>(chosen);
+    } catch (const std::exception& e) {
+      // Not an algorithm name: the call fails with loomInvalidUsage quoting it.
+      self->chosen_ = std::string("(the Python plan selector raised: ") + e.what() + ")";
+    }
+    return self->chosen_.c_str();
+  }
+
   loomComm_t comm_;
+  nb::object selector_;
+  std::string chosen_;  // the selector's last answer, alive while the call uses it
 };
 
 }  // namespace loom_python

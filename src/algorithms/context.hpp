@@ -129,6 +129,8 @@ struct Algorithm {
   bool dataThroughDevice = false;
   int native = -1;             // a backend's own: the index of its NativeAlgorithm
   ScheduleFn build = nullptr;  // this rank's schedule of a call (tests, loom-info), if it has one
+  // An algorithm that carries data of its own (a loaded execution plan, plan/): runs the call.
+  std::function<void(const AlgoContext&, const CollArgs&)> runWith = nullptr;
 };
 
 // Every host algorithm Loom has, for the selector and for forcing one in tests.
@@ -144,12 +146,16 @@ std::vector<Algorithm> nativeAlgorithms(const NativeCollectives& native);
 void runSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build);
 // Runs ctx's schedule as built (finish() called), binding input and output as given.
 void runBuilt(const AlgoContext& ctx, const void* input, void* output);
+// The same for a schedule the caller keeps (built once for calls of one shape).
+void runBuiltSchedule(const AlgoContext& ctx, const Schedule& s, const void* input, void* output);
 
 inline void runAlgorithm(const Algorithm& algo, const AlgoContext& ctx, const CollArgs& args) {
   if (algo.native >= 0)
     ctx.native->run(algo.native, args);
   else if (algo.run != nullptr)
     algo.run(ctx, args);
+  else if (algo.runWith)
+    algo.runWith(ctx, args);
   else
     runSchedule(ctx, args, algo.build);
 }

@@ -33,7 +33,10 @@ void AlgoWorkspace::attach(AlgoContext& ctx, int nranks) {
 }
 
 void runBuilt(const AlgoContext& ctx, const void* input, void* output) {
-  const Schedule& s = *ctx.schedule;
+  runBuiltSchedule(ctx, *ctx.schedule, input, output);
+}
+
+void runBuiltSchedule(const AlgoContext& ctx, const Schedule& s, const void* input, void* output) {
   const std::vector<ScheduleBuffer>& buffers = s.buffers();
   uint64_t scratch = 0;
   for (size_t b = 2; b < buffers.size(); ++b) scratch += aligned(buffers[b].bytes);

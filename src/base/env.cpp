@@ -101,6 +101,7 @@ int64_t timeoutMs() {
 }
 
 std::string algoOverride() { return getString("LOOM_ALGO", ""); }
+std::string planDir() { return getString("LOOM_PLAN_DIR", ""); }
 int64_t checkMode() { return getIntIn("LOOM_CHECK", 1, 0, 2); }
 // A slot is whole pages of the shared arena, several per rank: 1 GiB is already 4 GiB a rank.
 int64_t shmChunkBytes() { return getIntIn("LOOM_SHM_CHUNK_BYTES", 512 * kKiB, 4096, kGiB, 4096); }

@@ -34,6 +34,7 @@ std::string debugSubsys();    // LOOM_DEBUG_SUBSYS
 std::string debugFile();      // LOOM_DEBUG_FILE: the log's file instead of stderr
 int64_t timeoutMs();          // LOOM_TIMEOUT (seconds in the variable), default 600 s
 std::string algoOverride();   // LOOM_ALGO, e.g. "allreduce:ring,allgather:direct"
+std::string planDir();        // LOOM_PLAN_DIR: execution plans (*.json) every communicator loads
 int64_t checkMode();          // LOOM_CHECK: 0 off, 1 (default) signatures, 2 also a round trip
 int64_t shmChunkBytes();      // LOOM_SHM_CHUNK_BYTES
 int64_t directMaxBytes();     // LOOM_DIRECT_MAX_BYTES

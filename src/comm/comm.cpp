@@ -85,10 +85,12 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
     ranks_.push_back(RankInfo::deserialize(bytes));
   nodes_ = NodeMap::compute(ranks_);
   crossCheckLauncher();
-  setUpTransports();
+  const std::string planSettings = loadPlanDir();
+  setUpTransports(planSettings);
   setUpClusters();
   setUpMainGroup();
   if (!composition_.hetero) setUpNative(*main_);
+  selectPlans();
   if (onDevice() && !native()) {
     deviceCalls_.staging = std::make_unique<HostStaging>(*device_);
     deviceCalls_.p2pStaging = std::make_unique<HostStaging>(*device_);
@@ -108,7 +110,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
     progress_->setFailHook([this](const Error& e) { fail(e); });
 }
 
-void Comm::setUpTransports() {
+void Comm::setUpTransports(const std::string& planSettings) {
   TransportSetup setup;
   setup.rank = rank_;
   setup.nranks = nranks_;
@@ -119,7 +121,7 @@ void Comm::setUpTransports() {
   setup.timeoutMs = config_.timeoutMs;
   setup.abortFlag = health_.abortFlag();
   setup.settings = "LOOM_CHECK=" + std::to_string(checkMode_) + " LOOM_ALGO=" + config_.algo +
-                   " LOOM_DIRECT_MAX_BYTES=" + std::to_string(env::directMaxBytes());
+                   " LOOM_DIRECT_MAX_BYTES=" + std::to_string(env::directMaxBytes()) + planSettings;
   setup.allGather = [this](const std::string& mine) {
     return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
   };

@@ -42,6 +42,7 @@
 #include "comm/progress_queue.hpp"
 #include "comm/stream_jobs.hpp"
 #include "comm/transports.hpp"
+#include "plan/plan_registry.hpp"
 #include "plan/selector.hpp"
 #include "topology/cluster_map.hpp"
 #include "topology/node_map.hpp"
@@ -228,6 +229,13 @@ class Comm {
   void* allocateMemory(size_t bytes);
   void releaseMemory(void* ptr);
 
+  // Execution plans (comm/plans.cpp, docs/plans.md). registerPlan is collective: every rank
+  // passes the same plan (JSON text or a file's path), checked on every rank and compared across
+  // them; returns its algorithm name ("plan:NAME").
+  const std::string& registerPlan(const std::string& jsonOrPath);
+  void setPlanSelector(Selector::Callback callback);
+  std::string describePlans() const;
+
   // Layers above the communicator (ep/) run calls of their own on its resources
   // (comm/extension_calls.cpp): this rank's device and the host CPU, the host algorithms' context
   // (host memory, the collective channels, the arena on one node, the health check, the
@@ -238,7 +246,7 @@ class Comm {
   // argument aborts the communicator and reaches the peers).
   Device& device() const { return *device_; }
   Device& hostDevice() const { return *hostDevice_; }
-  const AlgoContext& hostContext() const { return hostCtx_; }
+  const AlgoContext& hostContext() const { return main_->hostCtx(); }
   std::vector<std::string> allGatherForSetUp(const std::string& mine);
   void runCall(const CollArgs* signature, const std::function<void()>& body);
 
@@ -252,7 +260,7 @@ class Comm {
 
  private:
   void crossCheckLauncher() const;
-  void setUpTransports();
+  void setUpTransports(const std::string& planSettings);
   // What every group of this communicator's ranks shares (channels, devices, checks).
   GroupSetup groupSetup(std::vector<int> members);
   void setUpMainGroup();
@@ -344,6 +352,12 @@ class Comm {
   }
   void setUpP2PEngine();
   const Hierarchy& setUpHierarchy();
+  // LOOM_PLAN_DIR's plans: loaded before the transports (their hashes join the settings the
+  // ranks compare), entered in the selector once it exists (comm/plans.cpp).
+  std::string loadPlanDir();
+  void selectPlans();
+  bool runsPlans() const;
+  std::string deviceKind() const;
   // checkUsable() (throws if aborted or a peer failed) and a new deadline for this call.
   void beginOperation();
   void checkUsable();
@@ -387,9 +401,10 @@ class Comm {
   // The whole communicator as a group: its channels with the mismatch check, its algorithm
   // table, the algorithms' contexts and workspaces, its device's native collectives if any.
   std::unique_ptr<Group> main_;
-  DeviceCallState deviceCalls_;  // comm/device_calls.cpp
-  Composition composition_;      // heterogeneous communicators: comm/hetero*.cpp
-  WindowTable windows_;          // comm/windows.cpp
+  std::unique_ptr<PlanRegistry> plans_;  // execution plans (comm/plans.cpp)
+  DeviceCallState deviceCalls_;          // comm/device_calls.cpp
+  Composition composition_;              // heterogeneous communicators: comm/hetero*.cpp
+  WindowTable windows_;                  // comm/windows.cpp
   uint64_t splitCount_ = 0;
   GroupRunner groupRunner_;
   // Last: the engine's driving stops before the channels and inboxes it drives go away.

@@ -60,6 +60,8 @@ class Group {
 
   CallChecker& checker() { return checker_; }
   const Selector& selector() const { return *selector_; }
+  // Execution plans and the user's selector callback join the table (comm/plans.cpp).
+  Selector& selector() { return *selector_; }
   const Algorithm& select(loomFunc_t func, size_t bytes) const {
     return selector_->select(func, bytes);
   }

@@ -72,6 +72,12 @@ Selector::Selector(const SelectorInputs& inputs, const std::string& override) : 
     for (int f = 0; f < loomNumFuncs; ++f)
       if (funcText == funcName(static_cast<loomFunc_t>(f))) func = f;
     LOOM_CHECK_ARG(func >= 0, "LOOM_ALGO names unknown collective '", funcText, "'");
+    if (algoText.rfind("plan:", 0) == 0) {  // forced once registered (addPlan)
+      LOOM_CHECK_ARG(algoText.size() > 5, "LOOM_ALGO item '", item, "' names no plan");
+      forcedPlan_[func] = algoText;
+      planned_ = true;
+      continue;
+    }
     const Algorithm* algo = find(static_cast<loomFunc_t>(func), algoText);
     LOOM_CHECK_ARG(algo != nullptr, "LOOM_ALGO: ", funcText, " has no algorithm '", algoText,
                    "' for ", inputs_.device, " communicators (choices: ",
@@ -133,6 +139,42 @@ void Selector::hostTable() {
   }
 }
 
+void Selector::addPlan(const Algorithm* algo, size_t minBytes, size_t maxBytes) {
+  // The narrowest size range first (a small-message plan beside a general one), the latest
+  // registered first among equal ranges.
+  std::vector<PlanTier>& tiers = plans_[algo->func];
+  auto at = tiers.begin();
+  while (at != tiers.end() && at->maxBytes - at->minBytes < maxBytes - minBytes) ++at;
+  tiers.insert(at, {minBytes, maxBytes, algo});
+  if (forcedPlan_[algo->func] == algo->name) forced_[algo->func] = algo;
+  planned_ = true;
+}
+
+void Selector::setCallback(Callback callback) {
+  callback_ = std::move(callback);
+  planned_ = true;
+}
+
+const Algorithm& Selector::selectPlanned(loomFunc_t func, size_t bytes) const {
+  if (!forcedPlan_[func].empty())
+    LOOM_THROW(loomInvalidUsage, "LOOM_ALGO forces ", funcName(func), ":", forcedPlan_[func],
+               " but no such plan is registered on this communicator (load it with "
+               "LOOM_PLAN_DIR or loomCommRegisterPlan first)");
+  if (callback_) {
+    const std::string name = callback_(func, bytes);
+    if (!name.empty()) {
+      for (const PlanTier& t : plans_[func])
+        if (name == t.algo->name) return *t.algo;
+      if (const Algorithm* algo = find(func, name)) return *algo;
+      LOOM_THROW(loomInvalidUsage, "the plan selector chose '", name, "' for ", funcName(func),
+                 " of ", bytes, " bytes, which is not an algorithm of it here");
+    }
+  }
+  for (const PlanTier& t : plans_[func])
+    if (bytes >= t.minBytes && bytes <= t.maxBytes) return *t.algo;
+  return builtIn(func, bytes);
+}
+
 const Algorithm* Selector::find(loomFunc_t func, const std::string& name) const {
   if (inputs_.native == nullptr) return findAlgorithm(func, name);
   for (const Algorithm& algo : *inputs_.native)
@@ -160,6 +202,12 @@ std::string Selector::explain() const {
       out << forced_[f]->name << "(forced)";
       continue;
     }
+    if (!forcedPlan_[f].empty()) {
+      out << forcedPlan_[f] << "(forced, not registered)";
+      continue;
+    }
+    for (const PlanTier& t : plans_[f])
+      out << t.algo->name << "[" << t.minBytes << "-" << t.maxBytes << "B] ";
     const std::vector<Tier>& tiers = tiers_[f];
     for (size_t i = 0; i < tiers.size(); ++i) {
       out << tiers[i].algo->name;

@@ -1,0 +1,128 @@
+// A communicator's execution plans (docs/plans.md): LOOM_PLAN_DIR's at init, loomCommRegisterPlan
+// later, the selector callback. Plans run on host communicators (the host executor); a
+// registration is collective so that every rank runs the same plans.
+#include <cstring>
+#include <optional>
+#include <sstream>
+
+#include "base/env.hpp"
+#include "base/log.hpp"
+#include "comm/comm.hpp"
+
+namespace loom {
+
+namespace {
+
+// What one rank contributes to a registration's exchange: the plan's hash, or a refusal.
+struct PlanVote {
+  uint64_t hash = 0;
+  uint64_t refused = 0;
+};
+
+uint64_t hashWord(const std::string& hex) { return std::stoull(hex.substr(0, 16), nullptr, 16); }
+
+}  // namespace
+
+std::string Comm::deviceKind() const {
+  return composition_.hetero ? std::string("heterogeneous") : device_->identity().kind;
+}
+
+bool Comm::runsPlans() const { return !native() && !onDevice() && !composition_.hetero; }
+
+std::string Comm::loadPlanDir() {
+  plans_ = std::make_unique<PlanRegistry>(nranks_);
+  const std::string dir = env::planDir();
+  if (dir.empty()) return "";
+  std::string settings = " LOOM_PLAN_DIR:";
+  for (const std::string& file : planFilesIn(dir)) {
+    PlanProgram program = loadPlan(file);
+    if (program.plan.nranks != nranks_) {
+      LOOM_INFO(kSubsysInit, rank_, "plan '", program.plan.name, "' (", file, ") is for ",
+                program.plan.nranks, " ranks: not for this communicator of ", nranks_);
+      continue;
+    }
+    settings += " " + program.plan.name + "=" + program.hash;
+    plans_->add(std::move(program), file);
+  }
+  return settings;
+}
+
+void Comm::selectPlans() {
+  if (plans_->entries().empty()) return;
+  if (!runsPlans()) {
+    LOOM_INFO(kSubsysInit, rank_,
+              "execution plans run on host communicators only: ", plans_->entries().size(),
+              " plan(s) of LOOM_PLAN_DIR not used on this ", deviceKind(), " communicator");
+    return;
+  }
+  for (const auto& e : plans_->entries()) {
+    const Plan& plan = e->program.plan;
+    main_->selector().addPlan(&e->algorithm, plan.minBytes, plan.maxBytes);
+  }
+  if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, "execution plans:\n", plans_->describe());
+}
+
+const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
+  LOOM_CHECK_ARG(runsPlans(), "execution plans run on host (cpu) communicators only; this one ",
+                 "runs on ", deviceKind());
+  // Every rank loads and checks the plan, then all exchange its hash (or their refusal) in one
+  // allgather of the usual collective path, so that a rank that registers nothing, or another
+  // plan, fails the call check or the comparison below on every rank instead of hanging.
+  std::optional<PlanProgram> program;
+  std::string refusal;
+  try {
+    program = loadPlan(jsonOrPath);
+    LOOM_CHECK_ARG(program->plan.nranks == nranks_, "plan '", program->plan.name, "' is for ",
+                   program->plan.nranks, " ranks but this communicator has ", nranks_);
+  } catch (const Error& e) {
+    refusal = e.what();
+  }
+  PlanVote mine{program ? hashWord(program->hash) : 0, refusal.empty() ? 0u : 1u};
+  std::vector<PlanVote> votes(nranks_);
+  CollArgs args;
+  args.func = loomFuncAllGather;
+  args.send = &mine;
+  args.recv = votes.data();
+  args.count = sizeof(PlanVote) / sizeof(uint64_t);
+  args.dtype = loomUint64;
+  try {
+    beginOperation();
+    failOnError([&] {
+      beginCall(args);
+      execute(main_->selector().builtIn(args.func, sizeof(PlanVote)), args);
+    });
+  } catch (const Error& e) {
+    // A rank that registers nothing meets this allgather with another call: say which.
+    throw Error(
+        e.code(),
+        "registering a plan (an allgather of its hash on every rank): " + std::string(e.what()),
+        e.file(), e.line());
+  }
+  std::ostringstream refused, differ;
+  for (int r = 0; r < nranks_; ++r) {
+    if (votes[r].refused != 0) refused << (refused.tellp() > 0 ? ", " : "") << r;
+    if (votes[r].hash != votes[0].hash) differ << (differ.tellp() > 0 ? ", " : "") << r;
+  }
+  if (!refusal.empty()) LOOM_THROW(loomInvalidArgument, refusal);
+  LOOM_CHECK_ARG(refused.tellp() == 0, "plan '", program->plan.name, "' was refused on rank(s) ",
+                 refused.str(), " (their error says why); it is registered on no rank");
+  LOOM_CHECK_ARG(differ.tellp() == 0, "ranks register different plans: rank(s) ", differ.str(),
+                 " passed another plan than rank 0 (this rank's: '", program->plan.name, "', hash ",
+                 program->hash, "); it is registered on no rank");
+  const std::string source = jsonOrPath.find('{') == std::string::npos ? jsonOrPath : "text";
+  const PlanEntry& entry = plans_->add(std::move(*program), source);
+  main_->selector().addPlan(&entry.algorithm, entry.program.plan.minBytes,
+                            entry.program.plan.maxBytes);
+  LOOM_INFO(kSubsysTune, rank_, "registered ", entry.algorithmName, ": ",
+            describePlan(entry.program.plan), ", hash ", entry.program.hash);
+  return entry.algorithmName;
+}
+
+void Comm::setPlanSelector(Selector::Callback callback) {
+  LOOM_CHECK_ARG(runsPlans(), "a plan selector needs a host (cpu) communicator");
+  main_->selector().setCallback(std::move(callback));
+}
+
+std::string Comm::describePlans() const { return plans_ ? plans_->describe() : std::string(); }
+
+}  // namespace loom
