@@ -245,88 +245,109 @@ void FdServer::answer(int connection) {
   }
 }
 
-bool fetchFds(const std::string& name, uint64_t key, int timeoutMs, std::string& payload,
-              const std::function<bool(size_t index, int fd, std::string& why)>& take,
-              std::string& why) {
-  payload.clear();
-  socklen_t length = 0;
-  const sockaddr_un address = abstractAddress(name, length);
-  const Deadline deadline = deadlineAfterMs(std::max(timeoutMs, 1));
-  auto timedOut = [&](const char* what) {
+namespace {
+
+// The client's end of one exchange with a descriptor server: each step below sets `why` and
+// returns false when it fails.
+struct FetchExchange {
+  const std::string& name;
+  int timeoutMs;
+  Deadline deadline;
+  std::string& why;
+  Fd s;
+  bool timedOut(const char* what) {
     why = std::string("the exchange with descriptor server '") + name + "' ran past its " +
           std::to_string(timeoutMs) + " ms (" + what + ")";
     return false;
-  };
-  Fd s(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!s.valid()) {
-    why = "socket(AF_UNIX): " + detail::errnoText(errno);
+  }
+};
+
+bool connectToServer(FetchExchange& x, const sockaddr_un& address, socklen_t length) {
+  x.s = Fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!x.s.valid()) {
+    x.why = "socket(AF_UNIX): " + detail::errnoText(errno);
     return false;
   }
-  if (!armUntil(s.get(), deadline)) return timedOut("connecting");
+  if (!armUntil(x.s.get(), x.deadline)) return x.timedOut("connecting");
   int connected = 0;
   do {
-    connected = connect(s.get(), reinterpret_cast<const sockaddr*>(&address), length);
+    connected = connect(x.s.get(), reinterpret_cast<const sockaddr*>(&address), length);
   } while (connected != 0 && errno == EINTR);
   if (connected != 0) {
-    why = "connecting to descriptor server '" + name + "': " + detail::errnoText(errno) +
-          (errno == ECONNREFUSED ? " (its process is gone, or runs in another network namespace)"
-                                 : "");
+    x.why = "connecting to descriptor server '" + x.name + "': " + detail::errnoText(errno) +
+            (errno == ECONNREFUSED ? " (its process is gone, or runs in another network namespace)"
+                                   : "");
     return false;
   }
   // The name is public: only a server of this user is trusted with the request.
   ucred server{};
   socklen_t serverLength = sizeof(server);
-  if (getsockopt(s.get(), SOL_SOCKET, SO_PEERCRED, &server, &serverLength) != 0 ||
+  if (getsockopt(x.s.get(), SOL_SOCKET, SO_PEERCRED, &server, &serverLength) != 0 ||
       server.uid != geteuid()) {
-    why = "descriptor server '" + name + "' runs as user " + std::to_string(server.uid) +
-          ", not as this process's " + std::to_string(geteuid());
+    x.why = "descriptor server '" + x.name + "' runs as user " + std::to_string(server.uid) +
+            ", not as this process's " + std::to_string(geteuid());
     return false;
   }
+  return true;
+}
+
+// Sends the request for `key`; the answer's header, within the sanity bounds.
+bool requestKey(FetchExchange& x, uint64_t key, Header& header) {
   const Request request{key};
-  if (!sendMessage(s.get(), &request, sizeof(request))) {
-    why = "sending the request: " + detail::errnoText(errno);
+  if (!sendMessage(x.s.get(), &request, sizeof(request))) {
+    x.why = "sending the request: " + detail::errnoText(errno);
     return false;
   }
-  Header header{};
-  if (!armUntil(s.get(), deadline)) return timedOut("the answer");
-  ssize_t n = receiveMessage(s.get(), &header, sizeof(header));
+  if (!armUntil(x.s.get(), x.deadline)) return x.timedOut("the answer");
+  ssize_t n = receiveMessage(x.s.get(), &header, sizeof(header));
   if (n != static_cast<ssize_t>(sizeof(header))) {
-    why = n > 0 ? "a malformed answer" : receiveFailure("the answer", n);
+    x.why = n > 0 ? "a malformed answer" : receiveFailure("the answer", n);
     return false;
   }
   if (header.found == 0) {
-    why = "the server has nothing under key " + std::to_string(key);
+    x.why = "the server has nothing under key " + std::to_string(key);
     return false;
   }
   if (header.count > kMaxCount || header.payloadBytes > kMaxPayloadBytes) {
-    why = "an answer past the sanity bounds (" + std::to_string(header.count) + " descriptors, " +
-          std::to_string(header.payloadBytes) + " payload bytes)";
+    x.why = "an answer past the sanity bounds (" + std::to_string(header.count) + " descriptors, " +
+            std::to_string(header.payloadBytes) + " payload bytes)";
     return false;
   }
-  payload.resize(header.payloadBytes);
+  return true;
+}
+
+bool receivePayload(FetchExchange& x, uint64_t bytes, std::string& payload) {
+  payload.resize(bytes);
   for (size_t at = 0; at < payload.size();) {
     const size_t part = std::min(kPayloadPart, payload.size() - at);
-    if (!armUntil(s.get(), deadline)) return timedOut("the payload");
-    n = receiveMessage(s.get(), payload.data() + at, part);
+    if (!armUntil(x.s.get(), x.deadline)) return x.timedOut("the payload");
+    ssize_t n = receiveMessage(x.s.get(), payload.data() + at, part);
     if (n != static_cast<ssize_t>(part)) {
-      why = n > 0 ? "a malformed payload" : receiveFailure("the payload", n);
+      x.why = n > 0 ? "a malformed payload" : receiveFailure("the payload", n);
       return false;
     }
     at += part;
   }
+  return true;
+}
+
+// The `count` descriptors, in batches of FdServer::kFdsPerMessage, each handed to `take`.
+bool receiveDescriptors(FetchExchange& x, uint64_t count,
+                        const std::function<bool(size_t index, int fd, std::string& why)>& take) {
   std::vector<char> text(1024);
   std::vector<char> control(CMSG_SPACE(sizeof(int) * FdServer::kFdsPerMessage));
-  for (size_t first = 0; first < header.count; first += FdServer::kFdsPerMessage) {
-    const size_t expected = std::min<size_t>(FdServer::kFdsPerMessage, header.count - first);
+  for (size_t first = 0; first < count; first += FdServer::kFdsPerMessage) {
+    const size_t expected = std::min<size_t>(FdServer::kFdsPerMessage, count - first);
     iovec iov{text.data(), text.size()};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.data();
     msg.msg_controllen = control.size();
-    if (!armUntil(s.get(), deadline)) return timedOut("descriptors");
+    if (!armUntil(x.s.get(), x.deadline)) return x.timedOut("descriptors");
+    ssize_t n;
     do {
-      n = recvmsg(s.get(), &msg, MSG_CMSG_CLOEXEC);
+      n = recvmsg(x.s.get(), &msg, MSG_CMSG_CLOEXEC);
     } while (n < 0 && errno == EINTR);
     std::vector<Fd> received;  // closed on every way out
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); n > 0 && c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
@@ -339,30 +360,45 @@ bool fetchFds(const std::string& name, uint64_t key, int timeoutMs, std::string&
       }
     }
     if (n <= 0) {
-      why = receiveFailure("descriptors", n);
+      x.why = receiveFailure("descriptors", n);
       return false;
     }
     if (text[0] == kBatchFailed) {
-      why = "the server could not give descriptor " + std::to_string(first + received.size()) +
-            ": " + std::string(text.data() + 1, static_cast<size_t>(n) - 1);
+      x.why = "the server could not give descriptor " + std::to_string(first + received.size()) +
+              ": " + std::string(text.data() + 1, static_cast<size_t>(n) - 1);
       return false;
     }
     if ((msg.msg_flags & MSG_CTRUNC) != 0 || received.size() != expected) {
-      why = "expected " + std::to_string(expected) + " descriptors in a message, got " +
-            std::to_string(received.size()) +
-            ((msg.msg_flags & MSG_CTRUNC) != 0 ? " (truncated: is RLIMIT_NOFILE reached?)" : "");
+      x.why = "expected " + std::to_string(expected) + " descriptors in a message, got " +
+              std::to_string(received.size()) +
+              ((msg.msg_flags & MSG_CTRUNC) != 0 ? " (truncated: is RLIMIT_NOFILE reached?)" : "");
       return false;
     }
     for (size_t i = 0; i < received.size(); ++i)
-      if (!take(first + i, received[i].get(), why)) return false;
+      if (!take(first + i, received[i].get(), x.why)) return false;
     received.clear();  // closed before the next batch comes
-    if (first + expected < header.count &&
-        (!armUntil(s.get(), deadline) || !sendMessage(s.get(), &kAck, 1))) {
-      why = "acknowledging descriptors: " + detail::errnoText(errno);
+    if (first + expected < count &&
+        (!armUntil(x.s.get(), x.deadline) || !sendMessage(x.s.get(), &kAck, 1))) {
+      x.why = "acknowledging descriptors: " + detail::errnoText(errno);
       return false;
     }
   }
   return true;
+}
+
+}  // namespace
+
+bool fetchFds(const std::string& name, uint64_t key, int timeoutMs, std::string& payload,
+              const std::function<bool(size_t index, int fd, std::string& why)>& take,
+              std::string& why) {
+  payload.clear();
+  socklen_t length = 0;
+  const sockaddr_un address = abstractAddress(name, length);
+  FetchExchange x{name, timeoutMs, deadlineAfterMs(std::max(timeoutMs, 1)), why, Fd()};
+  Header header{};
+  return connectToServer(x, address, length) && requestKey(x, key, header) &&
+         receivePayload(x, header.payloadBytes, payload) &&
+         receiveDescriptors(x, header.count, take);
 }
 
 }  // namespace loom

@@ -55,6 +55,38 @@ size_t slotBytesFromEnv() {
 
 CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
     : device_(device), setup_(setup) {
+  listAlgorithms();
+  LOOM_CHECK_ARG(setup_.nranks <= cuda::kMaxRanks, "a CUDA communicator holds at most ",
+                 cuda::kMaxRanks, " ranks on one host, got ", setup_.nranks);
+  int64_t blocks = env::cudaMaxBlocks();
+  LOOM_CHECK_ARG(blocks >= 1 && blocks <= cuda::kMaxBlocks, "LOOM_CUDA_MAX_BLOCKS must be in [1, ",
+                 cuda::kMaxBlocks, "], got ", blocks);
+  maxBlocks_ = static_cast<int>(blocks);
+  // This rank's device for everything below; the caller's own is back when init returns.
+  DeviceScope scope(device_.ordinal());
+  fitSharedGpus();
+  layout_.slotBytes = slotBytesFromEnv();
+  layout_.nranks = setup_.nranks;
+  setUpPeerWindows();
+  const size_t counterWords = static_cast<size_t>(cuda::kChannels) * setup_.nranks;
+  allocateDeviceState(counterWords);
+  readWindowOptions();
+  setUpBufferSharing();
+  probeCopyEngines();
+  fillDevComm(counterWords);
+  watchdog_ = std::thread([this] { watch(); });
+  const DeviceIdentity& id = device_.identity();
+  LOOM_INFO(kSubsysInit, setup_.rank, "CUDA device ", id.index, " (", id.model, ", ", id.busId,
+            "): ", describe());
+#ifdef LOOM_CUDA_CHECK_ONLY
+  LOOM_WARN(kSubsysInit, setup_.rank,
+            "this library's CUDA kernels were compiled unoptimized, only to check that they build "
+            "(LOOM_CUDA_CHECK_ONLY=ON, as make test does without a GPU): rebuild without it "
+            "for speed");
+#endif
+}
+
+void CudaEngine::listAlgorithms() {
   for (loomFunc_t func : kExchangeFuncs) {
     algorithms_.push_back({func, "ll"});
     protocols_.push_back(Protocol::kLL);
@@ -67,18 +99,9 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   }
   algorithms_.push_back({loomFuncBarrier, "ll"});
   protocols_.push_back(Protocol::kLL);
-  LOOM_CHECK_ARG(setup_.nranks <= cuda::kMaxRanks, "a CUDA communicator holds at most ",
-                 cuda::kMaxRanks, " ranks on one host, got ", setup_.nranks);
-  int64_t blocks = env::cudaMaxBlocks();
-  LOOM_CHECK_ARG(blocks >= 1 && blocks <= cuda::kMaxBlocks, "LOOM_CUDA_MAX_BLOCKS must be in [1, ",
-                 cuda::kMaxBlocks, "], got ", blocks);
-  maxBlocks_ = static_cast<int>(blocks);
-  // This rank's device for everything below; the caller's own is back when init returns.
-  DeviceScope scope(device_.ordinal());
-  fitSharedGpus();
-  layout_.slotBytes = slotBytesFromEnv();
-  layout_.nranks = setup_.nranks;
+}
 
+void CudaEngine::setUpPeerWindows() {
   PeerWindowsSetup windows;
   windows.rank = setup_.rank;
   windows.nranks = setup_.nranks;
@@ -88,8 +111,9 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   windows.transport = cudaTransportFromEnv();
   windows.allGather = setup_.allGather;
   windows_.setUp(windows);
+}
 
-  const size_t counterWords = static_cast<size_t>(cuda::kChannels) * setup_.nranks;
+void CudaEngine::allocateDeviceState(size_t counterWords) {
   const size_t counterBytes = (2 * counterWords + cuda::kMaxBlocks) * sizeof(uint64_t);
   LOOM_CUDA_CHECK(cudaMalloc(&counters_, counterBytes));
   LOOM_CUDA_CHECK(cudaMemset(counters_, 0, counterBytes));
@@ -99,11 +123,13 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   // context (cudaHostAlloc's memory would go with it).
   statusMemory_ = MappedHostMemory(sizeof(cuda::DevStatus));
   status_ = new (statusMemory_.host()) cuda::DevStatus{};
-  void* statusOnDevice = statusMemory_.device();
   LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&lastEnd_, cudaEventDisableTiming));
   LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&ceDone_, cudaEventDisableTiming));
   LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&rescueStream_, cudaStreamNonBlocking));
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void CudaEngine::readWindowOptions() {
   windowsEnabled_ = env::cudaWindows();
   const int64_t windowMin = env::cudaWindowMinBytes();
   LOOM_CHECK_ARG(windowMin >= 0, "LOOM_CUDA_WINDOW_MIN_BYTES must not be negative, got ",
@@ -111,6 +137,9 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   windowMinBytes_ = static_cast<size_t>(windowMin);
   const int64_t oneShotMax = env::cudaOneShotMaxBytes();
   oneShotMaxBytes_ = oneShotMax < 0 ? SIZE_MAX : static_cast<size_t>(oneShotMax);
+}
+
+void CudaEngine::setUpBufferSharing() {
   // Where each rank serves the descriptors of its cuMem buffers: one name prefix for all.
   const std::string servers =
       setup_.allGather(setup_.rank == 0 ? ShmSegment::uniqueName("loom-mem-") : "")[0];
@@ -124,6 +153,9 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   registrations_ =
       std::make_unique<LocalRegistrations>(*exports_, *imports_, device_.ordinal(), setup_.rank,
                                            setup_.nranks, setup_.process, setup_.allGather);
+}
+
+void CudaEngine::probeCopyEngines() {
   // The same answer on every rank: one rank without stream memory operations turns the copy
   // engines off for all (their calls then run the zero-copy kernels).
   bool memOps = !windows_.viaHost() && driver_.streamMemOps(device_.ordinal());
@@ -142,7 +174,9 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   }
   ceUsable_ = true;
   for (const std::string& v : setup_.allGather(memOps ? "1" : "0")) ceUsable_ &= v == "1";
+}
 
+void CudaEngine::fillDevComm(size_t counterWords) {
   dev_.rank = setup_.rank;
   dev_.nranks = setup_.nranks;
   dev_.slotBytes = layout_.slotBytes;
@@ -159,18 +193,8 @@ CudaEngine::CudaEngine(CudaDevice& device, const NativeSetup& setup)
   dev_.sentSeq = counters_;
   dev_.recvSeq = counters_ + counterWords;
   dev_.syncSeq = counters_ + 2 * counterWords;
-  dev_.status = static_cast<cuda::DevStatus*>(statusOnDevice);
+  dev_.status = static_cast<cuda::DevStatus*>(statusMemory_.device());
   dev_.imports = registrations_->deviceTable();
-  watchdog_ = std::thread([this] { watch(); });
-  const DeviceIdentity& id = device_.identity();
-  LOOM_INFO(kSubsysInit, setup_.rank, "CUDA device ", id.index, " (", id.model, ", ", id.busId,
-            "): ", describe());
-#ifdef LOOM_CUDA_CHECK_ONLY
-  LOOM_WARN(kSubsysInit, setup_.rank,
-            "this library's CUDA kernels were compiled unoptimized, only to check that they build "
-            "(LOOM_CUDA_CHECK_ONLY=ON, as make test does without a GPU): rebuild without it "
-            "for speed");
-#endif
 }
 
 CudaEngine::~CudaEngine() {

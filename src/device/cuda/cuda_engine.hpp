@@ -66,6 +66,12 @@ class CudaEngine final : public NativeCollectives {
     bool reduce = false;
   };
   std::optional<WindowPlan> planOnWindows(const CollArgs& call, std::string* what) const;
+  // planOnWindows' parts: the draft it fills, and one planner per collective family; each is
+  // false when the call's buffers do not allow a plan.
+  struct WindowDraft;
+  bool planCopyOnWindows(WindowDraft& d) const;  // allgather, alltoall
+  bool planReduceScatterOnWindows(WindowDraft& d) const;
+  bool planAllReduceOnWindows(WindowDraft& d) const;
   // Runs planOnWindows' plan: zero-copy kernels, or the copy engines where the selector chose
   // "ce". False when there is none.
   bool runOnWindows(Protocol protocol, const CollArgs& call, cudaStream_t stream);
@@ -116,6 +122,17 @@ class CudaEngine final : public NativeCollectives {
                       Protocol protocol, cudaStream_t stream);
   void barrier(cudaStream_t stream);
   void fitSharedGpus();
+  // The constructor's steps, in its order: the algorithms offered; the windows every rank maps;
+  // device counters, status and events; the LOOM_CUDA_WINDOW* options; the sharing of registered
+  // buffers; whether the copy engines are usable (the same answer on every rank); the table the
+  // kernels read.
+  void listAlgorithms();
+  void setUpPeerWindows();
+  void allocateDeviceState(size_t counterWords);
+  void readWindowOptions();
+  void setUpBufferSharing();
+  void probeCopyEngines();
+  void fillDevComm(size_t counterWords);
   void watch();
   // False, from then on, once the device's CUDA context is gone (cudaDeviceReset, the runtime's
   // teardown at exit): the watchdog stops and calls fail instead of using stale resources.

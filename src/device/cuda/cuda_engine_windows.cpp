@@ -146,6 +146,49 @@ void CudaEngine::deregisterWindow(uint64_t id) {
   registrations_->unmapWithdrawn();
 }
 
+// planOnWindows' plan in the making: the call, its shape, and what the planner of its
+// collective (planCopyOnWindows, planReduceScatterOnWindows, planAllReduceOnWindows) fills in.
+struct CudaEngine::WindowDraft {
+  WindowDraft(const CollArgs& c, int nranks, int rank, size_t bytes, std::string* w)
+      : call(c),
+        n(nranks),
+        me(rank),
+        b(bytes),
+        send(static_cast<const char*>(c.send)),
+        recv(static_cast<char*>(c.recv)),
+        what(w),
+        perBlockBytes(bytes) {}
+
+  const CollArgs& call;
+  const int n, me;
+  const size_t b;  // bytes per rank's block
+  const char* const send;
+  char* const recv;
+  std::string* const what;
+  WindowPlan plan;
+  size_t sendTag = 0, recvTag = 0;
+  size_t perBlockBytes;  // sizes the grid: the same on every rank
+
+  // Rank q's buffer at `p` plus `delta` as an argument: an address here, or (a peer's buffer
+  // registered alone) the offset from that buffer, which `from` then names. `own`: this rank's.
+  char* at(const Placement& p, int q, int output, const char* own, size_t delta, uint8_t& from) {
+    from = 0;
+    if (q == me) return const_cast<char*>(own) + delta;
+    if (p.window != nullptr) return p.window->part[q] + p.windowOffset + delta;
+    from = cuda::peerCode(q, output);
+    plan.args.resolve = 1;
+    return reinterpret_cast<char*>(delta);
+  }
+  // In words, for comparing calls across ranks: where a buffer lies decides what runs.
+  void say(const char* shape, const char* name, const Placement& p, const char* more = "") {
+    if (what == nullptr) return;
+    *what = std::string("zero-copy") + shape + ", " + name +
+            (p.window != nullptr ? " in a window at offset " + std::to_string(p.windowOffset)
+                                 : std::string(" registered alone")) +
+            more;
+  }
+};
+
 std::optional<CudaEngine::WindowPlan> CudaEngine::planOnWindows(const CollArgs& call,
                                                                 std::string* what) const {
   const int n = setup_.nranks, me = setup_.rank;
@@ -153,119 +196,125 @@ std::optional<CudaEngine::WindowPlan> CudaEngine::planOnWindows(const CollArgs& 
     return std::nullopt;
   const size_t b = call.count * dtypeSize(call.dtype);
   if (b == 0 || b < windowMinBytes_) return std::nullopt;
-  const char* send = static_cast<const char*>(call.send);
-  char* recv = static_cast<char*>(call.recv);
-  WindowPlan plan;
-  cuda::ZeroCopyArgs& a = plan.args;
+  WindowDraft d(call, n, me, b, what);
+  cuda::ZeroCopyArgs& a = d.plan.args;
   a.sendRef.slot = a.recvRef.slot = cuda::kNoSlot;
-  // Rank q's buffer at `p` plus `delta` as an argument: an address here, or (a peer's buffer
-  // registered alone) the offset from that buffer, which `from` then names. `own`: this rank's.
-  auto at = [&](const Placement& p, int q, int output, const char* own, size_t delta,
-                uint8_t& from) -> char* {
-    from = 0;
-    if (q == me) return const_cast<char*>(own) + delta;
-    if (p.window != nullptr) return p.window->part[q] + p.windowOffset + delta;
-    from = cuda::peerCode(q, output);
-    a.resolve = 1;
-    return reinterpret_cast<char*>(delta);
-  };
-  // In words, for comparing calls across ranks: where a buffer lies decides what runs.
-  auto say = [&](const char* shape, const char* name, const Placement& p, const char* more = "") {
-    if (what == nullptr) return;
-    *what = std::string("zero-copy") + shape + ", " + name +
-            (p.window != nullptr ? " in a window at offset " + std::to_string(p.windowOffset)
-                                 : std::string(" registered alone")) +
-            more;
-  };
-  size_t sendTag = 0, recvTag = 0;
-  size_t perBlockBytes = b;  // sizes the grid: the same on every rank
+  bool planned = false;
   switch (call.func) {
     case loomFuncAllGather:
-    case loomFuncAllToAll: {
-      const bool gather = call.func == loomFuncAllGather;
-      const Placement out = place(recv, b * n);
-      if (!out.found()) return std::nullopt;
-      const size_t inBytes = gather ? b : b * n;
-      const bool inPlace = gather && send == recv + me * b;
-      if (!inPlace && overlaps(send, inBytes, recv, b * n)) return std::nullopt;
-      for (int q = 0; q < n; ++q) {
-        if (q == me && inPlace) continue;
-        a.src[a.pieces] = gather ? send : send + q * b;
-        a.dst[a.pieces] = at(out, q, 1, recv, me * b, a.dstFrom[a.pieces]);
-        a.bytes[a.pieces] = b;
-        a.pieces += 1;
-      }
-      recvTag = out.tagOffset();
-      a.recvRef = out.ref;
-      say("", "output", out);
+    case loomFuncAllToAll:
+      planned = planCopyOnWindows(d);
       break;
-    }
-    case loomFuncReduceScatter: {
-      const Placement in = place(send, b * n);
-      if (!in.found()) return std::nullopt;
-      if (recv != send + me * b && overlaps(send, b * n, recv, b)) return std::nullopt;
-      for (int q = 0; q < n; ++q) a.inputs[q] = at(in, q, 0, send, me * b, a.inputsFrom[q]);
-      a.outputs[0] = recv;
-      a.outputCount = 1;
-      a.reduceBytes = b;
-      a.divisor = averageDivisor(call.op, n);
-      sendTag = in.tagOffset();
-      a.sendRef = in.ref;
-      plan.reduce = true;
-      say("", "input", in);
+    case loomFuncReduceScatter:
+      planned = planReduceScatterOnWindows(d);
       break;
-    }
-    case loomFuncAllReduce: {
-      const Placement in = place(send, b);
-      if (!in.found()) return std::nullopt;
-      const Placement out = place(recv, b);
-      const bool inPlace = send == recv;
-      if (!inPlace && overlaps(send, b, recv, b)) return std::nullopt;
-      const bool oneShot = !inPlace && (!out.found() || b <= oneShotMaxBytes_);
-      sendTag = in.tagOffset();
-      a.sendRef = in.ref;
-      if (oneShot) {
-        for (int q = 0; q < n; ++q) a.inputs[q] = at(in, q, 0, send, 0, a.inputsFrom[q]);
-        a.outputs[0] = recv;
-        a.outputCount = 1;
-        a.reduceBytes = b;
-        recvTag = SIZE_MAX;  // one-shot and two-shot calls must not pair up
-        say(" one-shot", "input", in);
-      } else {
-        size_t begin = 0, end = 0;
-        splitOf(b, me, n, begin, end);
-        for (int q = 0; q < n; ++q) {
-          a.inputs[q] = at(in, q, 0, send, begin, a.inputsFrom[q]);
-          a.outputs[q] = at(out, q, 1, recv, begin, a.outputsFrom[q]);
-        }
-        a.outputCount = n;
-        a.reduceBytes = end - begin;
-        perBlockBytes = b / n;
-        recvTag = out.tagOffset();
-        a.recvRef = out.ref;
-        std::string output;
-        if (what != nullptr)
-          output = out.window != nullptr
-                       ? ", output in a window at offset " + std::to_string(out.windowOffset)
-                       : ", output registered alone";
-        say(" two-shot", "input", in, output.c_str());
-      }
-      a.divisor = averageDivisor(call.op, n);
-      plan.reduce = true;
+    case loomFuncAllReduce:
+      planned = planAllReduceOnWindows(d);
       break;
-    }
     default:
-      return std::nullopt;
+      break;
   }
-  a.tag = callTag(call.func, sendTag, recvTag, b);
-  a.blocks = blocksFor(perBlockBytes, Protocol::kSimple);
+  if (!planned) return std::nullopt;
+  a.tag = callTag(call.func, d.sendTag, d.recvTag, b);
+  a.blocks = blocksFor(d.perBlockBytes, Protocol::kSimple);
   // One thread per 16 bytes of a block's part, in whole warps: a small call's block has two
   // warps, not 16, as LL's (llThreads); 0.1-0.45 µs less per call up to 4 KiB on 2 ranks sharing
   // an H100 (docs/benchmarks.md).
-  const size_t units = ((perBlockBytes + 15) / 16 + a.blocks - 1) / a.blocks;
+  const size_t units = ((d.perBlockBytes + 15) / 16 + a.blocks - 1) / a.blocks;
   a.threads = static_cast<int>(
       std::clamp<size_t>((units + 31) / 32 * 32, cuda::kMinZeroCopyThreads, cuda::kThreads));
-  return plan;
+  return d.plan;
+}
+
+bool CudaEngine::planCopyOnWindows(WindowDraft& d) const {
+  const int n = d.n, me = d.me;
+  const size_t b = d.b;
+  const char* send = d.send;
+  char* recv = d.recv;
+  cuda::ZeroCopyArgs& a = d.plan.args;
+  const bool gather = d.call.func == loomFuncAllGather;
+  const Placement out = place(recv, b * n);
+  if (!out.found()) return false;
+  const size_t inBytes = gather ? b : b * n;
+  const bool inPlace = gather && send == recv + me * b;
+  if (!inPlace && overlaps(send, inBytes, recv, b * n)) return false;
+  for (int q = 0; q < n; ++q) {
+    if (q == me && inPlace) continue;
+    a.src[a.pieces] = gather ? send : send + q * b;
+    a.dst[a.pieces] = d.at(out, q, 1, recv, me * b, a.dstFrom[a.pieces]);
+    a.bytes[a.pieces] = b;
+    a.pieces += 1;
+  }
+  d.recvTag = out.tagOffset();
+  a.recvRef = out.ref;
+  d.say("", "output", out);
+  return true;
+}
+
+bool CudaEngine::planReduceScatterOnWindows(WindowDraft& d) const {
+  const int n = d.n, me = d.me;
+  const size_t b = d.b;
+  const char* send = d.send;
+  char* recv = d.recv;
+  cuda::ZeroCopyArgs& a = d.plan.args;
+  const Placement in = place(send, b * n);
+  if (!in.found()) return false;
+  if (recv != send + me * b && overlaps(send, b * n, recv, b)) return false;
+  for (int q = 0; q < n; ++q) a.inputs[q] = d.at(in, q, 0, send, me * b, a.inputsFrom[q]);
+  a.outputs[0] = recv;
+  a.outputCount = 1;
+  a.reduceBytes = b;
+  a.divisor = averageDivisor(d.call.op, n);
+  d.sendTag = in.tagOffset();
+  a.sendRef = in.ref;
+  d.plan.reduce = true;
+  d.say("", "input", in);
+  return true;
+}
+
+bool CudaEngine::planAllReduceOnWindows(WindowDraft& d) const {
+  const int n = d.n, me = d.me;
+  const size_t b = d.b;
+  const char* send = d.send;
+  char* recv = d.recv;
+  cuda::ZeroCopyArgs& a = d.plan.args;
+  const Placement in = place(send, b);
+  if (!in.found()) return false;
+  const Placement out = place(recv, b);
+  const bool inPlace = send == recv;
+  if (!inPlace && overlaps(send, b, recv, b)) return false;
+  const bool oneShot = !inPlace && (!out.found() || b <= oneShotMaxBytes_);
+  d.sendTag = in.tagOffset();
+  a.sendRef = in.ref;
+  if (oneShot) {
+    for (int q = 0; q < n; ++q) a.inputs[q] = d.at(in, q, 0, send, 0, a.inputsFrom[q]);
+    a.outputs[0] = recv;
+    a.outputCount = 1;
+    a.reduceBytes = b;
+    d.recvTag = SIZE_MAX;  // one-shot and two-shot calls must not pair up
+    d.say(" one-shot", "input", in);
+  } else {
+    size_t begin = 0, end = 0;
+    splitOf(b, me, n, begin, end);
+    for (int q = 0; q < n; ++q) {
+      a.inputs[q] = d.at(in, q, 0, send, begin, a.inputsFrom[q]);
+      a.outputs[q] = d.at(out, q, 1, recv, begin, a.outputsFrom[q]);
+    }
+    a.outputCount = n;
+    a.reduceBytes = end - begin;
+    d.perBlockBytes = b / n;
+    d.recvTag = out.tagOffset();
+    a.recvRef = out.ref;
+    std::string output;
+    if (d.what != nullptr)
+      output = out.window != nullptr
+                   ? ", output in a window at offset " + std::to_string(out.windowOffset)
+                   : ", output registered alone";
+    d.say(" two-shot", "input", in, output.c_str());
+  }
+  a.divisor = averageDivisor(d.call.op, n);
+  d.plan.reduce = true;
+  return true;
 }
 
 std::string CudaEngine::describeCall(int algorithm, const CollArgs& call) const {

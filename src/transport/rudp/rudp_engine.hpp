@@ -31,8 +31,11 @@
 //  - The thread pins itself to the CPU of the latest channel call (LOOM_RUDP_FOLLOW_CALLER).
 //  - Destruction lingers, bounded, until what was sent is acknowledged, then logs the counters.
 // A test-only fault layer (LOOM_RUDP_FAULTS) drops, duplicates and delays outgoing datagrams.
+// Files: rudp_engine.cpp (set-up, lifetime, reset, counters), rudp_progress.cpp (the progress
+// thread), rudp_send.cpp (the send path), rudp_receive.cpp (the receive path).
 #pragma once
 
+#include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 
@@ -159,7 +162,35 @@ class RudpEngine {
     std::vector<char> bytes;
   };
   RudpFlowState* flowOf(int peer, int cls) const;
+  // Set-up, in the constructor's order: the fault layer's LOOM_RUDP_FAULTS; mss_ from the
+  // interface's MTU, and the flows' configuration with it; the sockets, bound, as the "address
+  // port port ..." this rank publishes; the peers' published paths and a flow per (remote peer,
+  // class).
+  void parseFaults(const std::string& spec);
+  rudp::FlowConfig configureFlows(const RudpSetup& s);
+  std::string bindSockets(const RudpSetup& s);
+  void addPeers(const RudpSetup& s, const std::vector<std::string>& endpoints,
+                const rudp::FlowConfig& fc);
+  // The progress thread (rudp_progress.cpp).
   void run();
+  // One sleep of the progress thread: what it slept for and what ended it.
+  struct Wakeup {
+    uint64_t now = 0;           // when it woke
+    uint64_t timersDue = 0;     // the earliest flow timer (or held datagram) when it went to sleep
+    int ready = 0;              // ppoll's result
+    bool busy = false;          // a flow had something to send at once
+    bool callerActive = false;  // a channel was called within kCallerQuietNs: the sockets are its
+    bool woken = false;         // the wake-up descriptor was signalled
+  };
+  // Publishes its planned wake-up, then sleeps in ppoll until the earliest timer (not before
+  // deferUntil unless busy), a datagram (unless the caller is active) or a wake().
+  Wakeup sleepUntilDue(std::vector<pollfd>& pfds, uint64_t now, uint64_t deferUntil);
+  // The earliest timer of every flow and held datagram; busy: a flow wants to send now.
+  uint64_t earliestTimer(bool& busy);
+  // Empties the wake-up descriptor that wake() signals.
+  void takeWake();
+  // After reset(), on the progress thread: a RESET to every peer's flow; this rank's flows fail.
+  void sendResets(uint64_t now);
   // Where the payloads of the message a path's peeked first header starts go: `slots` ring
   // slots of mss bytes from `ring` on, for stream offsets `offset` + j * mss of flow st (none:
   // the whole message goes to scratch).
@@ -182,6 +213,18 @@ class RudpEngine {
   bool receiveBatch(int path, uint64_t now);
   // One GRO message, its payloads in place where the peeked header says; false when none.
   bool receiveOne(int path, uint64_t now);
+  // A train read into scratch for a flow whose trains are not placed (Placement::named): whether
+  // it would have fitted (consecutive packets of that flow from the peeked offset on).
+  bool wouldHaveFitted(const Placement& pl, const char* scratch, size_t n, size_t seg) const;
+  // A train of `seg`-byte datagrams that the scatter list did not expect: its n bytes gathered in
+  // order into the stash, then delivered one by one.
+  void deliverGathered(size_t n, size_t seg, uint64_t now);
+  // A train read as placed: each datagram authenticated and checked, counted where the kernel put
+  // it, or moved through the stash to where it belongs.
+  void deliverPlaced(const Placement& pl, size_t n, size_t seg, uint64_t now);
+  // The receive scratch past the message buffers: the headers of a placed train, then the stash.
+  char* trainHeaders() { return recvBufs_.data() + kRecvBatch * kMessageBytes; }
+  char* trainStash() { return trainHeaders() + kMaxTrain * rudp::kHeaderBytes; }
   Placement place(const char* first, size_t bytes);
   void noteTouched(RudpFlowState& st);
   // With recvMu_ held: reads every path until it is empty (or a bounded number of rounds);
@@ -264,6 +307,10 @@ class RudpEngine {
   size_t readPath_ = 0;  // the path that last had something to read
   std::vector<char> headers_;
   std::vector<RudpFlowState*> touched_;  // flows that got packets in this receive batch
+  // Datagrams per GSO burst (the kernel's older limit), and its bytes: a GSO burst is one IP
+  // datagram before segmentation.
+  static constexpr size_t kMaxSegments = 64;
+  static constexpr size_t kMaxBurstBytes = 65000;
   // The burst being built: datagrams to one peer on one path; all but the last are segBytes long.
   struct Burst {
     int path = -1, peer = -1;

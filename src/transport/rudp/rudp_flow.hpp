@@ -198,6 +198,10 @@ class Flow {
     return p.lastSent < xmit || (p.lastSent == xmit && p.seq < seq);
   }
   void markLost(uint64_t seq);
+  // An RTT sample r of our own clock (sent and echoed): SRTT, RTTVAR and RTO (RFC 6298).
+  void sampleRtt(uint64_t r);
+  // An ACK delivered `newly` packets: the congestion window grows.
+  void growWindow(uint64_t newly);
   void enterRecovery();
   void onTimers(uint64_t now);
   uint64_t effectiveRto() const;
@@ -213,6 +217,13 @@ class Flow {
   }
   bool probing() const;
   void transmit(uint64_t seq, uint64_t now, std::vector<Outgoing>& out);
+  // collect()'s parts, in its order; those given `room` take from it what they append.
+  // collectLost() is false when a packet ran out of transmissions (the flow failed: nothing more
+  // is sent).
+  void collectAck(uint64_t now, std::vector<Outgoing>& out);
+  bool collectLost(uint64_t now, std::vector<Outgoing>& out, size_t& room);
+  void collectNew(uint64_t now, std::vector<Outgoing>& out, size_t& room);
+  void collectProbe(uint64_t now, std::vector<Outgoing>& out);
 
   FlowConfig cfg_;
   uint64_t maxPkts_;
@@ -274,5 +285,36 @@ class Flow {
   uint64_t lastHeard_ = 0, nextProbe_ = 0;
   uint32_t probeCount_ = 0;
 };
+
+// The in-flight list, inline: every ACK (rudp_flow_ack.cpp), loss (rudp_flow_loss.cpp) and
+// transmission (rudp_flow_send.cpp) changes it.
+inline void Flow::listRemove(uint64_t seq) {
+  Sent& p = sent(seq);
+  if (p.prev >= 0)
+    sent_[p.prev].next = p.next;
+  else
+    head_ = p.next;
+  if (p.next >= 0)
+    sent_[p.next].prev = p.prev;
+  else
+    tail_ = p.prev;
+  p.prev = p.next = -1;
+  p.inList = false;
+  inFlight_ -= 1;
+}
+
+inline void Flow::listAppend(uint64_t seq) {
+  int32_t idx = static_cast<int32_t>(seq % maxPkts_);
+  Sent& p = sent_[idx];
+  p.prev = tail_;
+  p.next = -1;
+  if (tail_ >= 0)
+    sent_[tail_].next = idx;
+  else
+    head_ = idx;
+  tail_ = idx;
+  p.inList = true;
+  inFlight_ += 1;
+}
 
 }  // namespace loom::rudp

@@ -153,8 +153,7 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
     }
   } release{pl.st};
   char* scratch = recvBufs_.data();
-  char* headers = scratch + kRecvBatch * kMessageBytes;
-  char* stash = headers + kMaxTrain * rudp::kHeaderBytes;
+  char* headers = trainHeaders();
   recvIov_.clear();
   for (size_t j = 0; j < pl.slots; ++j) {
     recvIov_.push_back({headers + j * rudp::kHeaderBytes, rudp::kHeaderBytes});
@@ -167,14 +166,7 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
   if (pl.slots == 0) {
     if (pl.named != nullptr && !pl.named->predictable) {
       // Would this train have fitted? Then the next one is placed again.
-      bool whole = seg == rudp::kHeaderBytes + mss_;
-      for (size_t j = 0, off = 0; whole && off < n; ++j, off += seg)
-        whole = std::min(seg, n - off) >= rudp::kHeaderBytes &&
-                static_cast<rudp::PacketType>(scratch[off + 5]) == rudp::PacketType::kData &&
-                flowOf(static_cast<int>(load32(scratch + off + 16)),
-                       static_cast<uint8_t>(scratch[off + 6])) == pl.named &&
-                load64(scratch + off + 40) == pl.offset + j * mss_;
-      pl.named->predictable = whole;
+      pl.named->predictable = wouldHaveFitted(pl, scratch, n, seg);
     }
     for (size_t off = 0; off < n; off += seg) deliver(scratch + off, std::min(seg, n - off), now);
     return true;
@@ -182,16 +174,41 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
   if (seg != rudp::kHeaderBytes + mss_) {
     // Not the layout the scatter list assumed (another sender's segment size, a lone short
     // datagram): gather the bytes in order and take them apart as usual.
-    size_t at = 0;
-    for (const iovec& v : recvIov_) {
-      size_t take = std::min(v.iov_len, n - at);
-      std::memcpy(stash + at, v.iov_base, take);
-      at += take;
-      if (at == n) break;
-    }
-    for (size_t off = 0; off < n; off += seg) deliver(stash + off, std::min(seg, n - off), now);
+    deliverGathered(n, seg, now);
     return true;
   }
+  deliverPlaced(pl, n, seg, now);
+  return true;
+}
+
+bool RudpEngine::wouldHaveFitted(const Placement& pl, const char* scratch, size_t n,
+                                 size_t seg) const {
+  bool whole = seg == rudp::kHeaderBytes + mss_;
+  for (size_t j = 0, off = 0; whole && off < n; ++j, off += seg)
+    whole = std::min(seg, n - off) >= rudp::kHeaderBytes &&
+            static_cast<rudp::PacketType>(scratch[off + 5]) == rudp::PacketType::kData &&
+            flowOf(static_cast<int>(load32(scratch + off + 16)),
+                   static_cast<uint8_t>(scratch[off + 6])) == pl.named &&
+            load64(scratch + off + 40) == pl.offset + j * mss_;
+  return whole;
+}
+
+void RudpEngine::deliverGathered(size_t n, size_t seg, uint64_t now) {
+  char* stash = trainStash();
+  size_t at = 0;
+  for (const iovec& v : recvIov_) {
+    size_t take = std::min(v.iov_len, n - at);
+    std::memcpy(stash + at, v.iov_base, take);
+    at += take;
+    if (at == n) break;
+  }
+  for (size_t off = 0; off < n; off += seg) deliver(stash + off, std::min(seg, n - off), now);
+}
+
+void RudpEngine::deliverPlaced(const Placement& pl, size_t n, size_t seg, uint64_t now) {
+  char* scratch = recvBufs_.data();
+  char* headers = trainHeaders();
+  char* stash = trainStash();
   // Datagram j of the train: header j in scratch and its payload in ring slot j, or, past the
   // slots, whole in the scratch buffer at the end of the list.
   stashed_.clear();
@@ -242,7 +259,6 @@ bool RudpEngine::receiveOne(int path, uint64_t now) {
     std::lock_guard<std::mutex> lock(s.st->mu);
     s.st->flow.onPacket(s.h, {stash + s.at, s.h.payloadBytes}, now);
   }
-  return true;
 }
 
 void RudpEngine::deliver(const char* data, size_t bytes, uint64_t now) {

@@ -18,25 +18,9 @@ int encodeId(const TcpSetup& s, ConnId c) {
   return (c.rank * s.classes + c.cls) * s.streams + c.stream;
 }
 
-}  // namespace
-
-TcpSockets connectTcpPeers(const TcpSetup& s) {
-  TcpSockets out(s.classes);
-  for (auto& byPeer : out) byPeer.resize(s.nranks);
-  int lowerPeers = 0, higherPeers = 0;
-  for (int p = 0; p < s.nranks; ++p)
-    if (s.remote[p]) (p < s.rank ? lowerPeers : higherPeers) += 1;
-
-  Listener listener;
-  std::string mine;
-  if (lowerPeers + higherPeers > 0) {
-    listener = listenTcp(s.itf.address, 0);
-    mine = s.itf.address + " " + std::to_string(listener.port);
-  }
-  std::vector<std::string> endpoints = s.allGather(mine);
-
-  // Connect to every lower remote rank first, then serve the higher ones: rank 0 serves at once,
-  // and each rank's connects need only lower ranks to be serving, so the order cannot deadlock.
+// Opens `streams` connections per class to every lower remote rank, each named by a hello.
+void connectLowerPeers(const TcpSetup& s, const std::vector<std::string>& endpoints,
+                       TcpSockets& out) {
   const int totalIds = s.nranks * s.classes * s.streams;
   for (int p = 0; p < s.rank; ++p) {
     if (!s.remote[p]) continue;
@@ -59,8 +43,13 @@ TcpSockets connectTcpPeers(const TcpSetup& s) {
       }
     }
   }
-  if (higherPeers == 0) return out;
+}
 
+// Takes the connections of every higher remote rank from the listener; throws loomTimeout naming
+// the ranks whose connections did not all arrive.
+void acceptHigherPeers(const TcpSetup& s, const Listener& listener, int higherPeers,
+                       TcpSockets& out) {
+  const int totalIds = s.nranks * s.classes * s.streams;
   wire::GatherSpec spec;
   spec.channel = wire::Channel::kData;
   spec.secret = s.secret;
@@ -100,6 +89,30 @@ TcpSockets connectTcpPeers(const TcpSetup& s) {
   if (!missing.empty())
     LOOM_THROW(loomTimeout, "TCP transport: ", missing,
                " did not connect to this rank in time (LOOM_TIMEOUT)");
+}
+
+}  // namespace
+
+TcpSockets connectTcpPeers(const TcpSetup& s) {
+  TcpSockets out(s.classes);
+  for (auto& byPeer : out) byPeer.resize(s.nranks);
+  int lowerPeers = 0, higherPeers = 0;
+  for (int p = 0; p < s.nranks; ++p)
+    if (s.remote[p]) (p < s.rank ? lowerPeers : higherPeers) += 1;
+
+  Listener listener;
+  std::string mine;
+  if (lowerPeers + higherPeers > 0) {
+    listener = listenTcp(s.itf.address, 0);
+    mine = s.itf.address + " " + std::to_string(listener.port);
+  }
+  std::vector<std::string> endpoints = s.allGather(mine);
+
+  // Connect to every lower remote rank first, then serve the higher ones: rank 0 serves at once,
+  // and each rank's connects need only lower ranks to be serving, so the order cannot deadlock.
+  connectLowerPeers(s, endpoints, out);
+  if (higherPeers == 0) return out;
+  acceptHigherPeers(s, listener, higherPeers, out);
   return out;
 }
 
