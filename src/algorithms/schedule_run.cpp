@@ -36,6 +36,7 @@ void runBuilt(const AlgoContext& ctx, const void* input, void* output) {
   env.pollSet = ctx.pollSet;
   env.corePeers = ctx.peers;
   env.streamingMinBytes = ctx.streamingMinBytes;
+  env.observer = ctx.observer;
   ctx.executor->run(s, std::span<char* const>(bind.data(), bind.size()), env);
 }
 

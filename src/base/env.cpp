@@ -73,6 +73,22 @@ int64_t rudpRtoMaxMs() { return getInt("LOOM_RUDP_RTO_MAX_MS", 1000); }
 bool rudpGso() { return getInt("LOOM_RUDP_GSO", 1) != 0; }
 std::string rudpFollowCaller() { return getString("LOOM_RUDP_FOLLOW_CALLER", "auto"); }
 bool rudpCallerReceives() { return getInt("LOOM_RUDP_CALLER_RECEIVES", 1) != 0; }
+std::string flightDir() { return getString("LOOM_FLIGHT_DIR", ""); }
+int64_t flightEntries() {
+  const int64_t entries = getInt("LOOM_FLIGHT_ENTRIES", 1024);
+  if (entries < 1 || entries > (int64_t{1} << 24))
+    LOOM_THROW(loomInvalidArgument, "LOOM_FLIGHT_ENTRIES=", entries,
+               " is out of range (1 to 2^24)");
+  return entries;
+}
+std::string traceDir() { return getString("LOOM_TRACE", ""); }
+int64_t traceWaitUs() {
+  const int64_t us = getInt("LOOM_TRACE_WAIT_US", 100);
+  if (us < 0) LOOM_THROW(loomInvalidArgument, "LOOM_TRACE_WAIT_US=", us, " is negative");
+  return us;
+}
+bool statusEnabled() { return getInt("LOOM_STATUS", 1) != 0; }
+std::string statusDir() { return getString("LOOM_STATUS_DIR", ""); }
 std::string rudpFaults() { return getString("LOOM_RUDP_FAULTS", ""); }
 
 }  // namespace loom::env

@@ -15,6 +15,7 @@
 #include "base/log.hpp"
 #include "base/shm_segment.hpp"
 #include "base/wait.hpp"
+#include "comm/flight_registry.hpp"
 #include "device/cpu/cpu_device.hpp"
 #include "device/registry.hpp"
 #include "transport/rudp/rudp_engine.hpp"
@@ -122,6 +123,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   if (!hetero_) setUpNative();
   // Native kernels (CUDA) carry no signature: LOOM_CHECK=2's round trip is their check.
   if (native_) callCheck_.enabled = false;
+  setUpFlight();
 
   SelectorInputs inputs;
   inputs.nranks = nranks_;
@@ -213,6 +215,7 @@ void Comm::crossCheckLauncher() const {
 }
 
 Comm::~Comm() {
+  if (flight_) FlightRegistry::process().remove(*flight_);
   // First: its jobs run host algorithms of this communicator and its sub-communicators on the
   // staging memory. If the device's stream did not get past them, the memory stays allocated.
   if (jobs_ && !jobs_->stop()) (void)staging_.release();
@@ -455,17 +458,9 @@ void Comm::check(int peer) {
     next = now + kPeerCheckInterval;
     checkPeer(peer);
   }
-  if (now >= deadline_) {
-    // The peer the wait was for: a rank that never called this collective, or is stuck.
-    std::string whom = "peers";
-    if (peer >= 0 && peer < nranks_)
-      whom = "rank " + std::to_string(peer) + " (pid " + std::to_string(ranks_[peer].pid) + " on " +
-             ranks_[peer].hostname + ")";
-    LOOM_THROW(loomTimeout, "timed out after ", config_.timeoutMs / 1000.0, " s in collective #",
-               collectiveCount_, " waiting for ", whom,
-               ", which has not reached this collective or is stuck (LOOM_TIMEOUT / config "
-               "timeoutMs)");
-  }
+  flight_->waitingFor(peer);
+  // The peer the wait was for: a rank that never called this collective, or is stuck.
+  if (now >= deadline_) LOOM_THROW(loomTimeout, describeWait(peer));
 }
 
 void Comm::checkAlive(int peer) {
@@ -525,6 +520,7 @@ void Comm::fail(const Error& error) {
     reason = asyncMessage_;
   }
   aborted_->store(true);
+  if (first) recordFailure(error);
   if (native_) native_->stop();
   // Streams waiting at this communicator's gates run on (the calls' outputs are undefined).
   if (jobs_) jobs_->openGate();
@@ -742,6 +738,7 @@ void Comm::collective(const CollArgs& args) {
     return failOnError([&] { enqueueCollective(selector_->select(args.func, bytes), args); });
   }
   beginOperation();
+  FlightScope record(*flight_, asyncError_);
   failOnError([&] {
     // A composed call's phases are calls of the sub-communicators, which count and check
     // themselves; this communicator does not count it (nor do its stream-ordered ranks).
@@ -751,9 +748,10 @@ void Comm::collective(const CollArgs& args) {
       return executeComposed(a);
     }
     beginCall(args);
-    if (checkMode_ >= 2) verifyFingerprint(args);
     size_t bytes = args.count * dtypeSize(args.dtype);
     const Algorithm& algo = selector_->select(args.func, bytes);
+    recordStart(record, args, algo);
+    if (checkMode_ >= 2) verifyFingerprint(args);
     LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " #", collectiveCount_, " count ",
               args.count, " ", dtypeName(args.dtype), " -> ", algo.name,
               hetero_ && elementwise(args.func) ? " (heterogeneous: in chunks)" : "");
@@ -761,6 +759,7 @@ void Comm::collective(const CollArgs& args) {
     if (a.accum < 0) a.accum = config_.accum;
     execute(algo, a);
   });
+  record.done();
 }
 
 P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int64_t tag) {
@@ -878,6 +877,7 @@ void Comm::setUpP2PEngine() {
   hooks.timeoutMs = config_.timeoutMs;
   hooks.checkPeer = [this](int peer) { checkAlive(peer); };
   hooks.fail = [this](const Error& e) { fail(e); };
+  hooks.flight = flight_.get();
   p2pEngine_ = std::make_unique<P2PEngine>(std::move(hooks), *progress_);
 }
 

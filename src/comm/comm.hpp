@@ -18,10 +18,12 @@
 #include "algorithms/staged.hpp"
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
+#include "comm/flight_recorder.hpp"
 #include "comm/group_run.hpp"
 #include "comm/p2p_engine.hpp"
 #include "comm/progress_queue.hpp"
 #include "comm/stream_jobs.hpp"
+#include "comm/trace.hpp"
 #include "plan/selector.hpp"
 #include "topology/cluster_map.hpp"
 #include "topology/node_map.hpp"
@@ -151,6 +153,8 @@ class Comm {
 
   // Marks the communicator aborted: waits in progress fail promptly (any thread), peers learn it.
   void abort(const std::string& reason);
+  // Its flight recorder (comm/flight_recorder.hpp): loomCommDumpFlight, the status socket.
+  const FlightRecorder& flight() const { return *flight_; }
   // loomSuccess, or the error that aborted the communicator.
   loomResult_t asyncError() const { return asyncError_.load(); }
   std::string asyncMessage() const;
@@ -239,6 +243,13 @@ class Comm {
   }
   void setUpP2PEngine();
   void setUpHierarchy();
+  // The flight recorder, the trace and the hang report (comm/comm_observe.cpp).
+  void setUpFlight();
+  void recordStart(FlightScope& scope, const CollArgs& args, const Algorithm& algo);
+  uint64_t recordQueued(const CollArgs& args, const Algorithm* algo);  // a stream-ordered call
+  void recordFailure(const Error& error);
+  std::string describeWait(int peer) const;  // a timeout's message: the call and whom it awaited
+  std::string describePeer(int peer, uint64_t mySeq) const;
   std::optional<Error> peerFailure();
   // checkUsable() (throws if aborted or a peer failed) and startClock() (this call's deadline).
   void beginOperation();
@@ -264,6 +275,9 @@ class Comm {
 
   // First: destroyed last, after everything that queues work on it.
   std::unique_ptr<ProgressQueue> ownProgress_;
+  // Early: every part below may record into them until it is destroyed.
+  std::unique_ptr<Trace> trace_;            // LOOM_TRACE (null: off)
+  std::unique_ptr<FlightRecorder> flight_;  // always, once the ranks are known
   CommConfig config_;
   ProgressQueue* progress_ = nullptr;
   int rank_;

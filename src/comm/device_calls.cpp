@@ -89,6 +89,7 @@ ExecEnv Comm::deviceEnv(Device& device, loomStream_t stream, HostCalls& calls) {
   env.streamDevice = &device;
   env.stream = stream;
   env.calls = &calls;
+  env.observer = hostCtx_.observer;
   return env;
 }
 
@@ -113,6 +114,7 @@ void Comm::enqueueDeviceCall(DeviceShape shape, const CollArgs& args, const Algo
   const CollArgs a = withOwnCounts(job, args, host.nranks_);
   job.host = &host == this ? nullptr : &host;
   job.args = a;
+  job.flight = recordQueued(a, algo);
   DeviceCall call{&job.schedule, &job.bound, &job.calls};
   try {
     host.buildDeviceCall(call, shape, a, algo, chunkBytes, *staging_);
@@ -160,7 +162,9 @@ void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
 
 void Comm::runJob(StreamJob& job) {
   Comm& host = job.host != nullptr ? *job.host : *this;
+  flight_->start(job.flight, host.collectiveCount_ + 1, nullptr);  // beginCall's number
   host.runJobHost(job, *device_, jobs_->gate());
+  flight_->finish(job.flight, loomSuccess);
 }
 
 void Comm::runJobHost(StreamJob& job, Device& device, StreamGate& gate) {

@@ -43,6 +43,7 @@ class Comm;
 // owns of the caller's arguments.
 struct StreamJob {
   Comm* host = nullptr;  // whose host algorithms run the host calls (null: the queue's comm)
+  uint64_t flight = 0;   // its entry in the communicator's flight recorder
   CollArgs args;         // the call (its number and signature are taken when its host part runs)
   Schedule schedule;
   std::vector<char*> bound;
