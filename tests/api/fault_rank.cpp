@@ -27,6 +27,10 @@
 //   algo                   one allreduce of 1 MiB, then prints "algorithm NAME".
 //   late MS                after init, every rank but 0 sleeps MS ms; then as loop 3 (rank 0
 //                          waits inside the first allreduce meanwhile, so its liveness checks run).
+//   stuck HOW VICTIM       allreduces of 256 floats in a loop; before its 11th, rank VICTIM stops
+//                          calling, alive: HOW stop: SIGSTOPs itself (the test kills it); HOW
+//                          compute: spins for 2 x LOOM_TIMEOUT, then exits 0 without a result.
+//                          The others' result is their failed call's. E: that call.
 #include <signal.h>
 #include <unistd.h>
 
@@ -203,6 +207,28 @@ int modeAbortThread(loomComm_t comm) {
   return finish(nullptr, r);  // the aborter released it
 }
 
+int modeStuck(loomComm_t comm, const std::string& how, int victim) {
+  std::vector<float> data(256, 1.0f);
+  for (long i = 0;; ++i) {
+    if (gRank == victim && i == 10) {
+      if (how == "stop") raise(SIGSTOP);
+      const char* timeout = std::getenv("LOOM_TIMEOUT");
+      const double seconds = 2 * (timeout != nullptr ? std::atof(timeout) : 1.0);
+      const Clock::time_point begin = Clock::now();
+      volatile uint64_t spins = 0;
+      while (msSince(begin) < static_cast<long long>(seconds * 1000)) spins = spins + 1;
+      std::_Exit(0);  // as a rank that moved on would: no release, no result
+    }
+    Clock::time_point start = Clock::now();
+    loomResult_t r =
+        loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
+    if (r != loomSuccess) {
+      report(r, msSince(start), i);
+      return finish(comm, r);
+    }
+  }
+}
+
 int modeAlgo(loomComm_t comm) {
   std::vector<float> data(1 << 18, 1.0f);
   loomResult_t r =
@@ -256,6 +282,7 @@ int main(int argc, char** argv) {
   if (mode == "loop") return modeLoop(comm, nranks, std::atol(arg(2).c_str()));
   if (mode == "abort-thread") return modeAbortThread(comm);
   if (mode == "algo") return modeAlgo(comm);
+  if (mode == "stuck") return modeStuck(comm, arg(2), std::atoi(arg(3).c_str()));
   if (mode == "late") {
     if (gRank != 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(2).c_str())));
