@@ -1,5 +1,6 @@
-# Quick start: `make run` (installs what is missing, builds only the library and the tools it runs,
-# runs a 4-rank collective benchmark against the memcpy bound) and `make test` (everything).
+# Quick start: `make run` (installs what is missing, builds the library, the tools and the emulated
+# device plug-in, runs a 4-rank collective benchmark against the write bound, REPEATS times) and
+# `make test` (everything).
 BUILD ?= build
 BUILD_ASAN ?= build-asan
 JOBS ?= $(shell nproc)
@@ -29,7 +30,8 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: allreduce and allgather across $(RANKS) local ranks, results checked, against the
-# memcpy bound. Builds only the library, loomrun and loom-bench; CUDA only where a GPU is.
+# write bound, the median of REPEATS (3) runs with their spread. Builds what `cmake --install`
+# installs and the README's tools (CMake target loom-quickstart), no tests; CUDA only where a GPU is.
 run:
 	@BUILD=$(BUILD) RANKS=$(RANKS) JOBS=$(JOBS) scripts/run.sh
 
@@ -48,7 +50,7 @@ test-torch-full:
 	LOOM_TEST_WIDE_WORLDS=1 LOOM_P2P_STRESS_ITERS=1000 scripts/python_test.sh \
 	  tests/python/test_torch_p2p.py tests/python/test_graph_passes.py -s
 
-# Loom vs Open MPI (and Gloo where torch is installed) and the memcpy bound, side by side: tables
+# Loom vs Open MPI (and Gloo where torch is installed) and the write bound, side by side: tables
 # and one plot per collective (bench/plot.py) beside the CSV in bench/results/.
 bench:
 	@BUILD=$(BUILD) JOBS=$(JOBS) scripts/run.sh --build-only

@@ -6,12 +6,21 @@ Usage: python3 bench/tables.py [--peak GBPS] [RESULTS.csv ...]
        (default: every bench/results/*.csv)
 
 Per op, one row per size:
-  size | loom us | mpi us | gloo us | loom/mpi | loom busbw GB/s | mpi busbw
-    | memcpy bound GB/s | loom busbw / memcpy bound
-(a peer absent from the file gets no columns).
+  size | loom us | (min-max) | mpi us | gloo us | loom/mpi | loom busbw GB/s | mpi busbw
+    | write bound GB/s | loom algbw / write bound
+(a peer absent from the file gets no columns). A file may hold several runs of the same sizes
+(make run repeats its measurement): each figure is then the median of the runs, and the
+(min-max) column gives the spread of Loom's times; a size whose slowest run took more than
+1.5x its fastest is marked "!", since the machine was busy while it ran.
 loom/mpi is the time ratio (below 1: Loom is faster). Loom's out-of-place numbers are used,
-since the peers measure out-of-place only. The memcpy bound is the per-process copy bandwidth
-of NRANKS processes copying at once, at the same size (or the nearest size measured).
+since the peers measure out-of-place only. The write bound is what each of NRANKS processes
+writes per second while all write at once (bench/peers/memcpy_bound.c, op "write"), at the same
+size (or the nearest size measured): every rank of an allreduce or allgather of S bytes must
+write its S bytes of output, so Loom's algbw (S / time) cannot exceed it: the last column is at
+most 1. (busbw is no such quantity: it scales algbw by the ring's factor, 2(n-1)/n for allreduce.
+Nor is memcpy's rate, op "memcpy": a collective that streams its output past the caches, or whose
+ranks read the same lines through a shared cache, can beat a private memcpy; it is printed as a
+reference.)
 
 GPU files (loom-bench --csv on CUDA, as bench/run_gpu.sh writes them: no `source` column, NCCL's
 columns beside Loom's) get one table each:
@@ -68,24 +77,41 @@ def load(path):
 
 
 def pick(rows, source, op):
-    """Rows of one source and op by size; float preferred when several types were run."""
+    """Rows of one source and op by size, a list per size (one per run); float preferred when
+    several types were run."""
     chosen = {}
     for r in rows:
         if r["source"] != source or r["op"] != op:
             continue
         old = chosen.get(r["bytes"])
-        if old is None or (r["dtype"] == "float" and old["dtype"] != "float"):
-            chosen[r["bytes"]] = r
+        if old is None or (r["dtype"] == "float" and old[0]["dtype"] != "float"):
+            chosen[r["bytes"]] = [r]
+        elif r["dtype"] == old[0]["dtype"]:
+            old.append(r)
     return chosen
 
 
-def nearest(table, nbytes):
-    if not table:
+def median(values):
+    values = sorted(v for v in values if v is not None)
+    if not values:
         return None
-    if nbytes in table:
-        return table[nbytes]
-    key = min(table, key=lambda b: abs(math.log(max(b, 1)) - math.log(max(nbytes, 1))))
-    return table[key]
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def summary(runs):
+    """(median us, algbw GB/s, busbw GB/s, min us, max us) of one size's runs, out of place."""
+    if not runs:
+        return (None,) * 5
+    us = [number(r["oop_us"]) for r in runs]
+    us = [u for u in us if u]
+    if not us:
+        return (None,) * 5
+    mid = median(us)
+    nbytes = runs[0]["bytes"]
+    factor = (number(runs[0]["oop_busbw"]) or 0) / (number(runs[0]["oop_algbw"]) or 1)
+    algbw = nbytes / mid / 1e3
+    return mid, algbw, algbw * factor, min(us), max(us)
 
 
 def is_gpu(path):
@@ -134,60 +160,85 @@ def render(path, out):
     ranks = sorted({r["nranks"] for r in rows if r["source"] != "memcpy"} or
                    {r["nranks"] for r in rows})
     out.write(f"## {name}\n\n")
-    memcpy = {r["bytes"]: r for r in rows if r["source"] == "memcpy"}
-    if memcpy:
-        top = memcpy[max(memcpy)]
-        out.write(f"memcpy bound at {human_bytes(top['bytes'])} with {top['nranks']} processes: "
-                  f"{fmt(number(top['oop_busbw']))} GB/s per process, "
-                  f"{fmt(number(top['oop_algbw']))} GB/s aggregate (bytes copied; "
-                  f"memory traffic is twice that).\n\n")
+    copies = pick(rows, "memcpy", "memcpy")
+    writes = pick(rows, "memcpy", "write")
+    bound = {b: median(number(r["oop_busbw"]) for r in runs) for b, runs in writes.items()}
+    if copies:
+        top = max(copies)
+        procs = copies[top][0]["nranks"]
+        copy = median(number(r["oop_busbw"]) for r in copies[top])
+        out.write(f"{procs} processes at once, each on {human_bytes(top)}: "
+                  f"{fmt(bound.get(top))} GB/s written per process (the write bound), "
+                  f"{fmt(copy)} GB/s copied per process (memcpy).\n\n")
     ops = sorted({r["op"] for r in rows if r["source"] != "memcpy"},
                  key=lambda o: OP_ORDER.index(o) if o in OP_ORDER else len(OP_ORDER))
     for op in ops:
-        loom, mpi, gloo = (pick(rows, s, op) for s in ("loom", "mpi", "gloo"))
-        sizes = sorted(set(loom) | set(mpi) | set(gloo))
-        sample = next(iter(loom.values() or mpi.values() or gloo.values()))
-        out.write(f"### {op} ({sample['dtype']}, {sample['redop']}, "
-                  f"{'/'.join(map(str, ranks))} ranks)\n\n")
-        # Peers that did not run (make run measures Loom and the bound only) get no column.
-        cols = [("size", lambda b, l, m, g, bound: human_bytes(b)),
-                ("loom us", lambda b, l, m, g, bound: fmt(l[0]))]
-        if mpi:
-            cols.append(("mpi us", lambda b, l, m, g, bound: fmt(m[0])))
-        if gloo:
-            cols.append(("gloo us", lambda b, l, m, g, bound: fmt(g[0])))
-        if mpi:
-            cols.append(("loom/mpi", lambda b, l, m, g, bound:
-                         fmt(l[0] / m[0] if l[0] and m[0] else None)))
-        cols.append(("loom busbw GB/s", lambda b, l, m, g, bound: fmt(l[1])))
-        if mpi:
-            cols.append(("mpi busbw", lambda b, l, m, g, bound: fmt(m[1])))
-        if memcpy:
-            cols.append(("memcpy bound GB/s", lambda b, l, m, g, bound: fmt(bound)))
-        cols.append(("loom busbw / memcpy bound", lambda b, l, m, g, bound:
+        render_op(rows, op, ranks, bound, out)
+
+
+def render_op(rows, op, ranks, bounds, out):
+    loom, mpi, gloo = (pick(rows, s, op) for s in ("loom", "mpi", "gloo"))
+    sizes = sorted(set(loom) | set(mpi) | set(gloo))
+    sample = next(iter(loom.values() or mpi.values() or gloo.values()))[0]
+    runs = max((len(v) for v in loom.values()), default=1)
+    out.write(f"### {op} ({sample['dtype']}, {sample['redop']}, "
+              f"{'/'.join(map(str, ranks))} ranks"
+              f"{f'; median of {runs} runs' if runs > 1 else ''})\n\n")
+    noisy = []
+
+    def spread(b, l, m, g, bound):
+        if l[0] is None:
+            return "-"
+        if l[4] > 1.5 * l[3]:
+            noisy.append(b)
+        return f"{fmt(l[3])}-{fmt(l[4])}{' !' if l[4] > 1.5 * l[3] else ''}"
+
+    # Peers that did not run (make run measures Loom and the bound only) get no column.
+    cols = [("size", lambda b, l, m, g, bound: human_bytes(b)),
+            ("loom us", lambda b, l, m, g, bound: fmt(l[0]))]
+    if runs > 1:
+        cols.append(("(min-max)", spread))
+    if mpi:
+        cols.append(("mpi us", lambda b, l, m, g, bound: fmt(m[0])))
+    if gloo:
+        cols.append(("gloo us", lambda b, l, m, g, bound: fmt(g[0])))
+    if mpi:
+        cols.append(("loom/mpi", lambda b, l, m, g, bound:
+                     fmt(l[0] / m[0] if l[0] and m[0] else None)))
+    cols.append(("loom busbw GB/s", lambda b, l, m, g, bound: fmt(l[2])))
+    if mpi:
+        cols.append(("mpi busbw", lambda b, l, m, g, bound: fmt(m[2])))
+    if bounds:
+        cols.append(("write bound GB/s", lambda b, l, m, g, bound: fmt(bound)))
+        cols.append(("loom algbw / write bound", lambda b, l, m, g, bound:
                      fmt(l[1] / bound if l[1] is not None and bound else None)))
-        out.write("| " + " | ".join(c[0] for c in cols) + " |\n")
-        out.write("|" + "---:|" * len(cols) + "\n")
-        wrong = 0
+    out.write("| " + " | ".join(c[0] for c in cols) + " |\n")
+    out.write("|" + "---:|" * len(cols) + "\n")
+    wrong = 0
+    for nbytes in sizes:
+        lr = loom.get(nbytes, [])
+        bound = bounds[nearest_key(bounds, nbytes)] if bounds else None
+        for r in lr:
+            wrong += sum(int(number(r[c]) or 0) for c in ("oop_wrong", "ip_wrong"))
+        cells = [c[1](nbytes, summary(lr), summary(mpi.get(nbytes, [])),
+                      summary(gloo.get(nbytes, [])), bound) for c in cols]
+        out.write("| " + " | ".join(cells) + " |\n")
+    algos = sorted({r["algo"] for runs in loom.values() for r in runs})
+    notes = []
+    if algos:
+        notes.append("Loom algorithms: " + ", ".join(algos))
+    if noisy:
+        notes.append(f"! = the slowest of the {runs} runs took more than 1.5x the fastest: the "
+                     "machine was busy; rerun on a quiet machine before quoting these sizes")
+    if wrong:
+        notes.append(f"**{wrong} wrong elements in Loom's check**")
+    out.write("\n" + ("; ".join(notes) + ".\n\n" if notes else ""))
 
-        def times(r):
-            return (number(r["oop_us"]), number(r["oop_busbw"])) if r else (None, None)
 
-        for nbytes in sizes:
-            lr, mr, gr = loom.get(nbytes), mpi.get(nbytes), gloo.get(nbytes)
-            bound_row = nearest(memcpy, nbytes)
-            bound = number(bound_row["oop_busbw"]) if bound_row else None
-            if lr:
-                wrong += sum(int(number(lr[c]) or 0) for c in ("oop_wrong", "ip_wrong"))
-            cells = [c[1](nbytes, times(lr), times(mr), times(gr), bound) for c in cols]
-            out.write("| " + " | ".join(cells) + " |\n")
-        algos = sorted({r["algo"] for r in loom.values()})
-        notes = []
-        if algos:
-            notes.append("Loom algorithms: " + ", ".join(algos))
-        if wrong:
-            notes.append(f"**{wrong} wrong elements in Loom's check**")
-        out.write("\n" + ("; ".join(notes) + ".\n\n" if notes else ""))
+def nearest_key(table, nbytes):
+    if nbytes in table:
+        return nbytes
+    return min(table, key=lambda b: abs(math.log(max(b, 1)) - math.log(max(nbytes, 1))))
 
 
 def main(argv):

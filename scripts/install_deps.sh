@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing Loom needs, from Debian packages, only where missing.
 # Usage: scripts/install_deps.sh [bench|plot]   (bench: also Open MPI's compiler for the peer
-# benchmark and matplotlib for its plots; plot: matplotlib only, for loom-bench --plot)
+# benchmark and matplotlib for its plots; plot: matplotlib only, for loom-bench --plot; in a
+# virtual environment matplotlib comes from PyPI, into the python3 on PATH)
 set -euo pipefail
 
 need=()
@@ -29,8 +30,14 @@ if [[ "${1:-}" == bench ]]; then
   # bench/rudp_vs_tcp.sh's reordering: an NFQUEUE rule (this kernel's nft has no queue verdict).
   have iptables || need+=(iptables)
 fi
-if [[ "${1:-}" == bench || "${1:-}" == plot ]]; then
-  python3 -c "import matplotlib" 2>/dev/null || need+=(python3-matplotlib)
+if [[ "${1:-}" == bench || "${1:-}" == plot ]] && ! python3 -c "import matplotlib" 2>/dev/null; then
+  # The python3 on PATH draws the plots: a virtual environment's never sees Debian's package.
+  if python3 -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+    echo "install_deps: installing matplotlib into $(python3 -c 'import sys; print(sys.prefix)')" >&2
+    python3 -m pip install -q matplotlib
+  else
+    need+=(python3-matplotlib)
+  fi
 fi
 ((${#need[@]} == 0)) && exit 0
 

@@ -12,6 +12,10 @@
 #include "bench_options.hpp"
 #include "loom/loom.h"
 
+namespace loom::tool {
+class Memory;  // bench_memory.hpp
+}
+
 namespace loom::bench {
 
 // The arguments of one call, the same for Loom and for the library it is compared with.
@@ -57,6 +61,12 @@ class Backend {
 
 // Host buffers, timed as loom-bench always did on the CPU.
 std::unique_ptr<Backend> makeHostBackend(const BenchOptions& options, loomComm_t comm);
+
+// A rank on any device (a plug-in's, or a --placement's): buffers in `memory`, timed with the CPU
+// clock up to the end of the rank's stream, scalars over `hostComm`, a host communicator of every
+// rank (bench_placed.cpp).
+std::unique_ptr<Backend> makePlacedBackend(const BenchOptions& options, loomComm_t hostComm,
+                                           tool::Memory& memory);
 
 // Another library run on the same buffers, for comparison (NCCL: bench_nccl.cpp).
 class PeerLibrary {

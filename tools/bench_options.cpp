@@ -1,5 +1,7 @@
 #include "bench_options.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -85,7 +87,42 @@ ParseResult usageError(std::string message) {
   return result;
 }
 
+// A device plug-in's "kind" or "kind:N": the kind in the plug-in ABI's alphabet, [a-z0-9_-]+.
+bool isPluginSpec(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  if (kind.empty() || kind == "cpu" || kind == "cuda" || kind == "auto") return false;
+  for (char c : kind)
+    if (!(std::islower(static_cast<unsigned char>(c)) ||
+          std::isdigit(static_cast<unsigned char>(c)) || c == '_' || c == '-'))
+      return false;
+  return colon == std::string::npos || parseInt(spec.substr(colon + 1), 0, 1 << 20).has_value();
+}
+
+// One rank's device in a --placement list: cpu, cuda, cuda:N or a plug-in's spec.
+bool isDeviceSpec(const std::string& spec) {
+  if (spec == "cpu" || spec == "cuda") return true;
+  if (spec.rfind("cuda:", 0) == 0) return parseInt(spec.substr(5), 0, 1 << 20).has_value();
+  return isPluginSpec(spec);
+}
+
 }  // namespace
+
+bool parsePlacement(const std::string& text, std::vector<std::string>* devices) {
+  devices->clear();
+  if (!text.empty() && text.find_first_not_of("GCE") == std::string::npos) {
+    for (char letter : text)
+      devices->push_back(letter == 'G' ? "cuda" : letter == 'C' ? "cpu" : "loom-emu");
+    return true;
+  }
+  for (size_t start = 0; start <= text.size();) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    devices->push_back(text.substr(start, end - start));
+    start = end + 1;
+    if (!isDeviceSpec(devices->back())) return false;
+  }
+  return !devices->empty();
+}
 
 const char* benchOpName(BenchOp op) { return info(op).name; }
 loomFunc_t benchOpFunc(BenchOp op) { return info(op).func; }
@@ -244,15 +281,20 @@ std::string usageText() {
          "  --csv       one comma-separated line per size instead of the table\n"
          "  --csv FILE  the table on stdout, and the comma-separated lines into FILE\n"
          "  -J FILE     the run as JSON into FILE (nccl-tests' -J; FILE.csv: as --csv FILE)\n"
-         "  --plot FILE.png  busbw against size (and the --vs peer's) drawn by bench/plot.py\n"
-         "              (needs python3 with matplotlib: scripts/install_deps.sh plot)\n"
+         "  --plot FILE.png  busbw against size (and the --vs peer's), drawn by the python3\n"
+         "              on PATH with matplotlib (python3 -m pip install matplotlib)\n"
          "  -g 1, -t 1  one device and one thread per process: run more ranks instead\n"
          "  -h, --version  show this help, the version\n"
          "\n"
-         "GPU options:\n"
-         "  --device D  cpu, cuda or auto (default auto: cuda when built with CUDA and\n"
-         "              there is a GPU for every local rank, else cpu); each rank uses\n"
-         "              device LOCAL_RANK % device count\n"
+         "Device options (--graph, --window, --register, --overlap-gemm, --vs: CUDA only):\n"
+         "  --device D  cpu, cuda, auto, or a device plug-in's kind (loom-emu, KIND:N)\n"
+         "              (default auto: cuda when built with CUDA and there is a GPU for\n"
+         "              every local rank, else cpu); each rank uses device LOCAL_RANK %\n"
+         "              device count. A plug-in is LOOM_DEVICE_PLUGIN's file of that kind,\n"
+         "              else Loom's own beside this build or installation (loom-emu)\n"
+         "  --placement P  each rank's device, in rank order: letters (G CUDA, C CPU,\n"
+         "              E loom-emu: GCCC) or a comma list (cuda,cpu,loom-emu,cpu); the\n"
+         "              ranks form one heterogeneous communicator\n"
          "  --graph 0|1 capture the -n calls of each size into one CUDA graph and time its\n"
          "              launch (default 0); -G N is the same with N > 0\n"
          "  --window 0|1 register the send and receive buffers as symmetric windows\n"
@@ -447,9 +489,14 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
         opts.device = DeviceChoice::kCuda;
       } else if (value == "auto") {
         opts.device = DeviceChoice::kAuto;
+      } else if (isPluginSpec(value)) {
+        opts.device = DeviceChoice::kPlugin;
+        opts.deviceSpec = value;
       } else {
         return bad();
       }
+    } else if (flag == "--placement") {
+      if (!parsePlacement(value, &opts.placement)) return bad();
     } else if (flag == "--graph") {
       auto v = parseInt(value, 0, 1);
       if (!v) return bad();
@@ -485,6 +532,15 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
     return usageError(
         "--graph, --window, --register, --overlap-gemm and --vs run on CUDA devices only, not "
         "with --device cpu");
+  }
+  const bool cudaOnly =
+      opts.graph || opts.vsNccl || opts.window || opts.registerBuffers || opts.overlapGemm > 0;
+  if (!opts.placement.empty() && opts.device != DeviceChoice::kAuto)
+    return usageError("--placement names each rank's device: not with --device");
+  if ((!opts.placement.empty() || opts.device == DeviceChoice::kPlugin) && cudaOnly) {
+    return usageError(
+        "--graph, --window, --register, --overlap-gemm and --vs need every rank on a CUDA GPU: "
+        "not with a plug-in's device or --placement");
   }
   if (opts.window && opts.registerBuffers) {
     return usageError("--window 1 and --register 1 exclude each other");

@@ -32,7 +32,8 @@ bool benchOpHasInPlace(BenchOp op);
 double busFactor(BenchOp op, int nranks);
 
 // Where the buffers live. Auto: CUDA when this build has it and a device is visible, else host.
-enum class DeviceChoice { kAuto, kCpu, kCuda };
+// Plugin: a device plug-in's kind (BenchOptions::deviceSpec), every rank on one of its devices.
+enum class DeviceChoice { kAuto, kCpu, kCuda, kPlugin };
 
 struct BenchOptions {
   BenchOp op = BenchOp::kAllReduce;
@@ -55,6 +56,9 @@ struct BenchOptions {
   // One line each for nccl-tests flags that mean nothing to Loom (-g 2: one device per process).
   std::vector<std::string> notes;
   DeviceChoice device = DeviceChoice::kAuto;
+  std::string deviceSpec;  // kPlugin: "loom-emu" or "loom-emu:1"
+  // --placement: each rank's device ("cuda", "cpu", "loom-emu"), one per rank, in rank order.
+  std::vector<std::string> placement;
   bool graph = false;   // CUDA only: time the -n calls as one captured CUDA graph
   bool vsNccl = false;  // CUDA only: time NCCL on the same buffers too
   bool window = false;  // CUDA only: the buffers are registered windows (loomCommWindowRegister)
@@ -84,6 +88,9 @@ std::string humanBytes(double bytes);
 const char* typeName(loomDataType_t type);
 const char* redOpName(loomRedOp_t op);
 std::string usageText();
+// --placement's value: letters (G a CUDA GPU, C the CPU, E the emulated device loom-emu, as
+// loom-hetero-bench takes them) or a comma list of device specs; false for anything else.
+bool parsePlacement(const std::string& text, std::vector<std::string>* devices);
 
 // "8", "64K", "1.5M", "2G" (binary multiples); nothing else.
 bool parseSize(const std::string& text, size_t* bytes);

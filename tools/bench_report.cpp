@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -174,7 +175,7 @@ void Reporter::csvRow(const Row& row) const {
       return formatFixed(p.peer.seconds * 1e6, 3) + "," + formatFixed(p.peer.algbw, 4) + "," +
              formatFixed(p.peer.busbw, 4) + "," + formatFixed(p.seconds / p.peer.seconds, 4);
     };
-    std::fprintf(csv_, ",%s,%d,%s,%s", layout_.deviceName, layout_.graph ? 1 : 0,
+    std::fprintf(csv_, ",%s,%d,%s,%s", layout_.deviceName.c_str(), layout_.graph ? 1 : 0,
                  peer(row.oop).c_str(), peer(row.ip).c_str());
   }
   std::fprintf(csv_, "\n");
@@ -318,6 +319,41 @@ bool Reporter::writeJson(const std::string& path, int64_t totalWrong) const {
   const bool ok = std::fclose(f) == 0;
   if (!ok) std::fprintf(stderr, "loom-bench: cannot write %s\n", path.c_str());
   return ok;
+}
+
+// nccl-tests' "Rank N ... Pid P on HOST device D" lines, gathered from every rank over `comm`
+// (a host communicator); rank 0's alone where that fails.
+std::vector<std::string> rankLines(loomComm_t comm, int rank, int nranks, const std::string& device,
+                                   std::string* runsOn) {
+  constexpr size_t kRecord = 192;
+  char host[64] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::vector<char> mine(kRecord, 0);
+  std::snprintf(mine.data(), kRecord, "%s\t%d\t%s", host, static_cast<int>(getpid()),
+                device.c_str());
+  std::vector<char> all(kRecord * static_cast<size_t>(nranks), 0);
+  std::vector<std::string> lines;
+  if (loomAllGather(mine.data(), all.data(), kRecord, loomChar, comm, nullptr) != loomSuccess) {
+    all.assign(mine.begin(), mine.end());
+    nranks = 1;
+    rank = 0;
+  }
+  std::vector<std::string> hosts;
+  for (int r = 0; r < nranks; ++r) {
+    std::string record(all.data() + static_cast<size_t>(r) * kRecord);
+    size_t tab1 = record.find('\t');
+    size_t tab2 = record.find('\t', tab1 + 1);
+    std::string rhost = record.substr(0, tab1);
+    if (std::find(hosts.begin(), hosts.end(), rhost) == hosts.end()) hosts.push_back(rhost);
+    char line[320];
+    std::snprintf(line, sizeof(line), "Rank %2d Pid %7s on %10s device %s", r,
+                  record.substr(tab1 + 1, tab2 - tab1 - 1).c_str(), rhost.c_str(),
+                  record.substr(tab2 + 1).c_str());
+    lines.push_back(line);
+  }
+  (void)rank;
+  *runsOn += std::to_string(hosts.size()) + (hosts.size() == 1 ? " host" : " hosts");
+  return lines;
 }
 
 }  // namespace loom::bench

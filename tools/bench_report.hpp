@@ -44,7 +44,7 @@ struct Row {
 
 struct ReportLayout {
   bool deviceColumns = false;  // CSV: device, graph and the peer's columns (CUDA runs)
-  const char* deviceName = "cpu";
+  std::string deviceName = "cpu";
   bool graph = false;
   bool peer = false;       // the table shows the peer's time, busbw and the time ratio
   std::string deviceLine;  // one more header line of the table, "" for none
@@ -90,5 +90,15 @@ class Reporter {
   double peerBusbwSum_ = 0;
   int peerBusbwCount_ = 0;
 };
+
+// nccl-tests' "Rank N ... Pid P on HOST device D" lines, gathered from every rank over `comm`
+// (a host communicator); rank 0's alone where that fails. Appends "N hosts" to *runsOn.
+std::vector<std::string> rankLines(loomComm_t comm, int rank, int nranks, const std::string& device,
+                                   std::string* runsOn);
+
+// --plot (bench_plot.cpp): whether the python3 on PATH has matplotlib, and if not, how to get it
+// for that python3; and the drawing of the -J file `json` into `png`.
+bool plotReady(std::string* why);
+bool drawPlot(const std::string& json, const std::string& png);
 
 }  // namespace loom::bench

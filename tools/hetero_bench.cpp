@@ -8,15 +8,14 @@
 //                     [-e 256M] [-f 4] [-n 20] [-w 5]
 //
 // One letter per rank: G a CUDA rank (device memory, a stream of its own), E an emulated-device
-// rank (the plug-in named by LOOM_DEVICE_PLUGIN), C a CPU rank. --op: allreduce (default),
+// rank (the plug-in named by LOOM_DEVICE_PLUGIN, else the one beside this build or installation),
+// C a CPU rank. --op: allreduce (default),
 // broadcast, reduce, allgather, reducescatter, a comma list of them, or all (one table each);
 // bytes as nccl-tests count them (hetero_ops.hpp; the header line says which), float32, sum.
 // Broadcast's and reduce's root: --root, by default the first device rank. Times are the
 // slowest rank's mean per call. Every size's result is checked once on every rank, bit-exact.
 // LOOM_CLUSTER_SPLIT applies to every communicator the process makes, the host ones of the
 // staged and cpu columns too: split a kind only where those columns do not matter.
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,14 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "bench_memory.hpp"
 #include "hetero_ops.hpp"
 #include "loom/loom.h"
-#include "loom/loom_device_plugin.h"
 #include "tool_cli.hpp"
-
-#ifdef LOOM_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace {
 
@@ -46,130 +41,14 @@ constexpr const char* kTool = "loom-hetero-bench";
 void ok(loomResult_t r, const char* what) { loom::tool::ok(kTool, r, what); }
 size_t parseSize(const char* text) { return loom::tool::sizeArg(kTool, text); }
 
-// This rank's memory: device memory with copies to and from the host, or host memory. It owns
-// what it hands out: malloc'd blocks are freed here, the rest by the concrete memory.
-class Memory {
- public:
-  virtual ~Memory() {
-    for (void* p : mallocd_) std::free(p);
-  }
-  virtual void* allocate(size_t bytes) = 0;
-  virtual void* allocateHost(size_t bytes) { return mallocd(bytes); }
-  virtual void toHost(void* host, const void* dev, size_t bytes) { std::memcpy(host, dev, bytes); }
-  virtual void toDevice(void* dev, const void* host, size_t bytes) {
-    std::memcpy(dev, host, bytes);
-  }
-  // The same, only enqueued on stream() (the host does not wait): the check's upload, so that
-  // the collective must order itself after user work still running on the stream.
-  virtual void toDeviceQueued(void* dev, const void* host, size_t bytes) {
-    toDevice(dev, host, bytes);
-  }
-  virtual void synchronize() {}
-  virtual loomStream_t stream() { return nullptr; }
-  virtual const char* device() const = 0;
-
- protected:
-  void* mallocd(size_t bytes) { return mallocd_.emplace_back(std::malloc(bytes)); }
-  // The device or pinned blocks a concrete memory handed out, for its destructor to free.
-  std::vector<void*> device_, pinned_;
-
- private:
-  std::vector<void*> mallocd_;
-};
-
-class HostMemory : public Memory {
- public:
-  void* allocate(size_t bytes) override { return mallocd(bytes); }
-  const char* device() const override { return "cpu"; }
-};
-
-class EmuMemory : public Memory {
- public:
-  EmuMemory() {
-    const char* path = std::getenv("LOOM_DEVICE_PLUGIN");
-    void* lib = path != nullptr ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : nullptr;
-    if (lib != nullptr)
-      p_ = static_cast<const loomDevicePlugin_v1*>(dlsym(lib, LOOM_DEVICE_PLUGIN_SYMBOL));
-    if (p_ == nullptr) die("E ranks need LOOM_DEVICE_PLUGIN naming the emulated-device plug-in");
-  }
-  ~EmuMemory() override {
-    for (void* p : device_) p_->memFree(0, p);
-    for (void* p : pinned_) p_->hostFree(0, p);
-  }
-  void* allocate(size_t bytes) override {
-    void* ptr = nullptr;
-    ok(p_->memAlloc(0, bytes, &ptr), "emu memAlloc");
-    return device_.emplace_back(ptr);
-  }
-  void* allocateHost(size_t bytes) override {
-    void* ptr = nullptr;
-    if (p_->hostAlloc == nullptr) return mallocd(bytes);
-    ok(p_->hostAlloc(0, bytes, &ptr), "emu hostAlloc");
-    return pinned_.emplace_back(ptr);
-  }
-  void toHost(void* host, const void* dev, size_t bytes) override {
-    ok(p_->memcpyAsync(0, host, dev, bytes, loomMemcpyDeviceToHost, nullptr), "emu copy");
-    synchronize();
-  }
-  void toDevice(void* dev, const void* host, size_t bytes) override {
-    ok(p_->memcpyAsync(0, dev, host, bytes, loomMemcpyHostToDevice, nullptr), "emu copy");
-    synchronize();
-  }
-  void synchronize() override { ok(p_->streamSynchronize(0, nullptr), "emu sync"); }
-  const char* device() const override { return "loom-emu:0"; }
-
- private:
-  const loomDevicePlugin_v1* p_ = nullptr;
-};
-
-#ifdef LOOM_HAVE_CUDA
-void cudaOk(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-class CudaMemory : public Memory {
- public:
-  CudaMemory() { cudaOk(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"); }
-  ~CudaMemory() override {
-    for (void* p : device_) cudaFree(p);
-    for (void* p : pinned_) cudaFreeHost(p);
-    cudaStreamDestroy(stream_);
-  }
-  void* allocate(size_t bytes) override {
-    void* ptr = nullptr;
-    cudaOk(cudaMalloc(&ptr, bytes), "cudaMalloc");
-    return device_.emplace_back(ptr);
-  }
-  void* allocateHost(size_t bytes) override {
-    void* ptr = nullptr;
-    cudaOk(cudaMallocHost(&ptr, bytes), "cudaMallocHost");
-    return pinned_.emplace_back(ptr);
-  }
-  void toHost(void* host, const void* dev, size_t bytes) override {
-    cudaOk(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_), "copy");
-    synchronize();
-  }
-  void toDevice(void* dev, const void* host, size_t bytes) override {
-    cudaOk(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_), "copy");
-    synchronize();
-  }
-  void toDeviceQueued(void* dev, const void* host, size_t bytes) override {
-    cudaOk(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_), "copy");
-  }
-  void synchronize() override { cudaOk(cudaStreamSynchronize(stream_), "sync"); }
-  loomStream_t stream() override { return stream_; }
-  const char* device() const override { return "cuda"; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-#endif
+using loom::tool::Memory;
 
 std::unique_ptr<Memory> memoryFor(char letter) {
-  if (letter == 'C') return std::make_unique<HostMemory>();
-  if (letter == 'E') return std::make_unique<EmuMemory>();
+  if (letter == 'C') return std::make_unique<loom::tool::HostMemory>();
+  // Every E rank on the emulated device 0, as this tool always did.
+  if (letter == 'E') return std::make_unique<loom::tool::PluginMemory>(kTool, "loom-emu", 0);
 #ifdef LOOM_HAVE_CUDA
-  if (letter == 'G') return std::make_unique<CudaMemory>();
+  if (letter == 'G') return loom::tool::makeCudaMemory(kTool, -1);
   die("placement letter G needs a build with CUDA");
 #else
   die(std::string("placement letter ") + letter + " is not G, E or C (G needs a CUDA build)");
@@ -411,10 +290,10 @@ int main(int argc, char** argv) {
   b.ncpus = static_cast<int>(std::count(placement.begin(), placement.end(), 'C'));
   std::unique_ptr<Memory> mem = memoryFor(b.me);
   b.mem = mem.get();
-  if (b.me == 'E') ok(loomDevicePluginLoad(std::getenv("LOOM_DEVICE_PLUGIN")), "plug-in load");
 
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-  config.device = mem->device();
+  const std::string device = mem->device();
+  config.device = device.c_str();
   ok(loomCommSplit(b.world, 0, b.rank, &b.hetero, &config), "heterogeneous communicator");
   ok(loomCommSplit(b.world, b.me == 'C' ? 0 : LOOM_SPLIT_NOCOLOR, b.rank, &b.cpus, nullptr),
      "cpu split");

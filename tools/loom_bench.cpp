@@ -21,8 +21,10 @@
 #include "bench_backend.hpp"
 #include "bench_check.hpp"
 #include "bench_gpu.hpp"
+#include "bench_memory.hpp"
 #include "bench_options.hpp"
 #include "bench_report.hpp"
+#include "bench_setup.hpp"
 #include "loom/loom.h"
 
 namespace loom::bench {
@@ -281,7 +283,10 @@ int Runner::run() {
 
 // Whether this run uses CUDA devices; exits with a usage error when what was asked cannot run.
 bool resolveDevice(const BenchOptions& opts) {
-  if (opts.device == DeviceChoice::kCpu) return false;
+  // A plug-in's device or a placement: each rank's own memory (runPlaced), not this CUDA path.
+  if (opts.device == DeviceChoice::kCpu || opts.device == DeviceChoice::kPlugin ||
+      !opts.placement.empty())
+    return false;
   const bool asked =
       opts.device == DeviceChoice::kCuda || opts.graph || opts.vsNccl || opts.overlapGemm > 0;
   if (cudaDeviceVisible(asked)) return true;
@@ -333,80 +338,59 @@ size_t availableHostMemory() {
   return kib * 1024;
 }
 
-// nccl-tests' "Rank N ... Pid P on HOST device D" lines, gathered from every rank over `comm`
-// (a host communicator); rank 0's alone where that fails.
-std::vector<std::string> rankLines(loomComm_t comm, int rank, int nranks, const std::string& device,
-                                   std::string* runsOn) {
-  constexpr size_t kRecord = 192;
-  char host[64] = {0};
-  gethostname(host, sizeof(host) - 1);
-  std::vector<char> mine(kRecord, 0);
-  std::snprintf(mine.data(), kRecord, "%s\t%d\t%s", host, static_cast<int>(getpid()),
-                device.c_str());
-  std::vector<char> all(kRecord * static_cast<size_t>(nranks), 0);
-  std::vector<std::string> lines;
-  if (loomAllGather(mine.data(), all.data(), kRecord, loomChar, comm, nullptr) != loomSuccess) {
-    all.assign(mine.begin(), mine.end());
-    nranks = 1;
-    rank = 0;
+// --device KIND (a device plug-in's) and --placement: a host communicator of every rank first
+// (the rank lines, the timing's barrier and scalars), then each rank's own device memory and a
+// communicator split from it on that device: one kind for all, or a heterogeneous one.
+int runPlaced(const BenchOptions& opts, bool launched, const char* argv0) {
+  loomConfig_t hostConfig = LOOM_CONFIG_INITIALIZER;
+  hostConfig.device = "cpu";
+  loomComm_t world = initWorld(&hostConfig, launched, argv0);
+  int rank = 0, nranks = 1;
+  checkCall(loomCommUserRank(world, &rank), "loomCommUserRank", world);
+  checkCall(loomCommCount(world, &nranks), "loomCommCount", world);
+  const std::vector<std::string>& placement = opts.placement;
+  if (!placement.empty() && static_cast<int>(placement.size()) != nranks) {
+    if (rank == 0)
+      std::fprintf(stderr, "loom-bench: --placement names %zu devices for %d ranks\n",
+                   placement.size(), nranks);
+    loomCommDestroy(world);
+    return 2;
   }
-  std::vector<std::string> hosts;
-  for (int r = 0; r < nranks; ++r) {
-    std::string record(all.data() + static_cast<size_t>(r) * kRecord);
-    size_t tab1 = record.find('\t');
-    size_t tab2 = record.find('\t', tab1 + 1);
-    std::string rhost = record.substr(0, tab1);
-    if (std::find(hosts.begin(), hosts.end(), rhost) == hosts.end()) hosts.push_back(rhost);
-    char line[320];
-    std::snprintf(line, sizeof(line), "Rank %2d Pid %7s on %10s device %s", r,
-                  record.substr(tab1 + 1, tab2 - tab1 - 1).c_str(), rhost.c_str(),
-                  record.substr(tab2 + 1).c_str());
-    lines.push_back(line);
+  if (!rootFits(opts, rank, nranks)) {
+    loomCommDestroy(world);
+    return 2;
   }
-  (void)rank;
-  *runsOn += std::to_string(hosts.size()) + (hosts.size() == 1 ? " host" : " hosts");
-  return lines;
-}
+  std::unique_ptr<tool::Memory> memory =
+      tool::memoryForDevice("loom-bench", placement.empty() ? opts.deviceSpec : placement[rank]);
+  const std::string device = memory->device();
+  loomConfig_t deviceConfig = LOOM_CONFIG_INITIALIZER;
+  deviceConfig.device = device.c_str();
+  loomComm_t comm = nullptr;
+  checkCall(loomCommSplit(world, 0, rank, &comm, &deviceConfig), "loomCommSplit", world);
 
-// --plot: rank 0 hands the JSON to a short matplotlib script (python3 must have matplotlib).
-bool drawPlot(const BenchOptions& opts, const std::string& json) {
-  static const char* const kScript = R"PY(
-import json, sys
-try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-except ImportError:
-    sys.exit("loom-bench: --plot needs matplotlib for python3: python3 -m pip install matplotlib "
-             "(or scripts/install_deps.sh plot)")
-run = json.load(open(sys.argv[1]))
-cfg, rows = run["config"], [r for r in run["results"] if r["out_of_place"]]
-fig, ax = plt.subplots(figsize=(8, 5))
-ax.plot([r["size"] for r in rows], [r["out_of_place"]["busbw_gbs"] for r in rows], "o-",
-        label="loom")
-peer = cfg.get("peer")
-if peer:
-    pts = [(r["size"], r["out_of_place"][peer]["busbw_gbs"]) for r in rows
-           if peer in r["out_of_place"]]
-    if pts:
-        ax.plot(*zip(*pts), "s--", label=peer)
-ax.set_xscale("log", base=2)
-ax.set_xlabel("size (bytes)")
-ax.set_ylabel("bus bandwidth (GB/s)")
-ax.set_title(f"{cfg['op']}, {cfg['nranks']} ranks, {cfg['device']}: {run['runs_on']}")
-ax.grid(True, which="both", alpha=0.3)
-ax.legend()
-fig.savefig(sys.argv[2], dpi=120, bbox_inches="tight")
-print(f"# plot: {sys.argv[2]}")
-)PY";
-  const std::string command =
-      "python3 -c '" + std::string(kScript) + "' '" + json + "' '" + opts.plotPath + "'";
-  if (opts.plotPath.find('\'') != std::string::npos || json.find('\'') != std::string::npos) {
-    std::fprintf(stderr, "loom-bench: --plot: file names with ' are not supported\n");
-    return false;
-  }
-  std::fflush(stdout);
-  return std::system(command.c_str()) == 0;
+  ReportLayout layout;
+  std::string all;
+  for (const std::string& d : placement) all += (all.empty() ? "" : ",") + d;
+  layout.deviceName = placement.empty() ? opts.deviceSpec.substr(0, opts.deviceSpec.find(':'))
+                                        : std::string("mixed");
+  layout.runsOn = (placement.empty() ? "running on " + layout.deviceName +
+                                           " devices (the plug-in's device buffers), "
+                                     : "running on placement " + all +
+                                           " (one heterogeneous communicator, each rank's "
+                                           "buffers on its own device), ") +
+                  std::to_string(nranks) + (nranks == 1 ? " rank on " : " ranks on ");
+  layout.rankLines = rankLines(world, rank, nranks, memory->description(), &layout.runsOn);
+  std::unique_ptr<Backend> backend = makePlacedBackend(opts, world, *memory);
+  Reporter reporter(opts, nranks, layout);
+  int status = 1;
+  if (openReport(opts, reporter, *backend, rank))
+    status = Runner(opts, comm, rank, nranks, *backend, nullptr, reporter).run();
+  backend->synchronize();
+  checkCall(loomCommDestroy(comm), "loomCommDestroy", nullptr);
+  backend.reset();
+  checkCall(loomCommDestroy(world), "loomCommDestroy", nullptr);
+  memory.reset();
+  return finishReport(opts, reporter, rank, status);
 }
 
 int benchMain(int argc, char** argv) {
@@ -439,12 +423,21 @@ int benchMain(int argc, char** argv) {
   if (!opts.plotPath.empty()) {
     if (opts.jsonPath.empty()) opts.jsonPath = opts.plotPath + ".json";  // the data, beside it
     // Before measuring anything: the plot is drawn by python3's matplotlib at the end.
-    if (speaks && std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
-      std::fprintf(stderr,
-                   "loom-bench: --plot needs matplotlib for python3: python3 -m pip install "
-                   "matplotlib (or scripts/install_deps.sh plot)\n");
+    std::string why;
+    if (speaks && !plotReady(&why)) {
+      std::fprintf(stderr, "loom-bench: %s\n", why.c_str());
       return 2;
     }
+  }
+  if (opts.device == DeviceChoice::kPlugin || !opts.placement.empty()) {
+    // Every rank finds the same answer before any communicator exists: rank 0 says what is
+    // missing, the others leave quietly (as for a usage error).
+    const std::string missing = missingDevices(opts);
+    if (!missing.empty()) {
+      if (speaks) std::fprintf(stderr, "loom-bench: %s\n", missing.c_str());
+      return speaks ? 2 : 0;
+    }
+    return runPlaced(opts, envRank.has_value(), argv[0]);
   }
   [[maybe_unused]] const bool cuda = resolveDevice(opts);
 
@@ -493,25 +486,12 @@ int benchMain(int argc, char** argv) {
   }
 #endif
 
-  loomComm_t comm = nullptr;
-  if (envRank) {
-    checkCall(loomCommInitFromEnv(&comm, configArg), "loomCommInitFromEnv", comm);
-  } else {
-    // No launcher: a job of one rank (as nccl-tests runs without mpirun).
-    std::fprintf(stderr,
-                 "loom-bench: no launcher variables (RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID): "
-                 "running as a single rank; loomrun -n N %s ... runs N\n",
-                 argv[0]);
-    loomUniqueId id;
-    checkCall(loomGetUniqueId(&id), "loomGetUniqueId", nullptr);
-    checkCall(loomCommInitRankConfig(&comm, 1, id, 0, configArg), "loomCommInitRankConfig", comm);
-  }
+  loomComm_t comm = initWorld(configArg, envRank.has_value(), argv[0]);
   int rank = 0;
   int nranks = 1;
   checkCall(loomCommUserRank(comm, &rank), "loomCommUserRank", comm);
   checkCall(loomCommCount(comm, &nranks), "loomCommCount", comm);
-  if (opts.root >= nranks) {
-    if (rank == 0) std::fprintf(stderr, "loom-bench: root %d >= nranks %d\n", opts.root, nranks);
+  if (!rootFits(opts, rank, nranks)) {
     loomCommDestroy(comm);
     return 2;
   }
@@ -547,15 +527,9 @@ int benchMain(int argc, char** argv) {
   if (!backend) backend = makeHostBackend(opts, comm);
 
   Reporter reporter(opts, nranks, layout);
-  if (!opts.csvPath.empty()) {
-    // Every rank learns whether rank 0 can write the file before any rank starts measuring.
-    const bool opened = rank != 0 || reporter.open();
-    if (backend->sumOverRanks(opened ? 0 : 1) != 0) {
-      loomCommDestroy(comm);
-      return 1;
-    }
-  } else if (rank == 0) {
-    reporter.open();
+  if (!openReport(opts, reporter, *backend, rank)) {
+    loomCommDestroy(comm);
+    return 1;
   }
 
   int status = Runner(opts, comm, rank, nranks, *backend, peer.get(), reporter).run();
@@ -564,11 +538,7 @@ int benchMain(int argc, char** argv) {
   backend->synchronize();
   checkCall(loomCommDestroy(comm), "loomCommDestroy", nullptr);
   backend.reset();
-  if (rank == 0 && !reporter.written()) status = status == 0 ? 1 : status;
-  if (rank == 0 && !opts.plotPath.empty() && reporter.written() && !drawPlot(opts, opts.jsonPath)) {
-    status = status == 0 ? 1 : status;
-  }
-  return status;
+  return finishReport(opts, reporter, rank, status);
 }
 
 }  // namespace

@@ -81,23 +81,10 @@ void ensureStandardFds() {
 struct Stream {
   int fd = -1;
   std::optional<LineForwarder> forwarder;
-  // stderr only: the first line that reads like an error, for the failure summary.
+  // stderr only: the line that says why the rank failed, for the failure summary.
   bool watch = false;
-  std::string firstError;
-  std::string firstLine;  // when no line reads like an error
-  std::string partialLine;
+  FailureLine failure;
 };
-
-// Whether a line of a rank's stderr reads like the reason it failed.
-bool looksLikeError(const std::string& line) {
-  std::string lower = line;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (const char* word : {"error", "fail", "exception", "traceback", "abort", "terminate"}) {
-    if (lower.find(word) != std::string::npos) return true;
-  }
-  return false;
-}
 
 struct Rank {
   int localRank = 0;
@@ -246,8 +233,7 @@ void Launcher::failureSummary() {
   text += "  host      : " + std::string(host) + "\n";
   text += "  pid       : " + std::to_string(rank.pid) + "\n";
   text += "  exit      : " + rank.outcome + "\n";
-  const std::string& first =
-      !rank.err.firstError.empty() ? rank.err.firstError : rank.err.firstLine;
+  const std::string first = rank.err.failure.line();
   text += "  first error: " + (first.empty() ? std::string("(its stderr was empty)") : first);
   message(text);
 }
@@ -530,23 +516,7 @@ bool Launcher::readStream(Stream& stream) {
   ssize_t n = ::read(stream.fd, buffer, sizeof(buffer));
   if (n > 0) {
     stream.forwarder->feed(buffer, static_cast<size_t>(n));
-    if (stream.watch && stream.firstError.empty()) {
-      stream.partialLine.append(buffer, static_cast<size_t>(n));
-      size_t start = 0;
-      for (size_t nl; (nl = stream.partialLine.find('\n', start)) != std::string::npos;
-           start = nl + 1) {
-        std::string line = stream.partialLine.substr(start, nl - start);
-        if (stream.firstLine.empty()) stream.firstLine = line;
-        if (looksLikeError(line)) {
-          stream.firstError = line;
-          break;
-        }
-      }
-      stream.partialLine.erase(0, start);
-      // Only the first error line matters; a line without an end is not kept without bound.
-      if (!stream.firstError.empty() || stream.partialLine.size() > 4096)
-        stream.partialLine.clear();
-    }
+    if (stream.watch) stream.failure.feed(buffer, static_cast<size_t>(n));
     return true;
   }
   if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) closeStream(stream);

@@ -1,4 +1,5 @@
-// Line-at-a-time forwarding of rank output to loomrun's own stdout/stderr.
+// Line-at-a-time forwarding of rank output to loomrun's own stdout/stderr, and the line of a
+// rank's stderr that its failure summary quotes.
 #pragma once
 
 #include <cstddef>
@@ -41,5 +42,33 @@ class LineForwarder {
   std::string prefix_;
   std::string pending_;  // bytes after the last newline seen
 };
+
+// Reads a rank's stderr as it comes and keeps the line that says why the rank failed: the first
+// line that reads like an error, except that a Python traceback is named by its exception line
+// ("ValueError: bad input"), which Python prints after the frames, not by its header. Of chained
+// tracebacks ("During handling of the above exception ...") the first exception, the root cause.
+// Without any such line: the first line of the stream.
+class FailureLine {
+ public:
+  void feed(const char* data, size_t size);
+  // Nothing later in the stream can change line().
+  bool settled() const { return !error_.empty(); }
+  // "" when the stream had no line at all.
+  std::string line() const;
+
+ private:
+  void take(const std::string& line);
+
+  std::string partial_;  // bytes after the last newline seen
+  std::string first_;
+  std::string error_;
+  // Inside a traceback: its header, and what precedes "Traceback" on that line (a launcher's
+  // "[rank0]: "), which the frames and the exception line carry too.
+  std::string tracebackHeader_;
+  std::string tracebackPrefix_;
+};
+
+// Whether a line of a rank's stderr reads like the reason it failed.
+bool looksLikeError(const std::string& line);
 
 }  // namespace loom::launcher

@@ -1,16 +1,22 @@
-/* memcpy_bound: the copy bandwidth P concurrent processes get from this machine's memory system.
+/* memcpy_bound: what P concurrent processes get from this machine's memory system, as the bounds
+ * of a shared-memory collective run by P ranks (whose loads and stores those same P processes
+ * issue).
  *
- * A shared-memory collective run by P ranks moves every byte with loads and stores issued by
- * those same P processes, so P processes doing nothing but memcpy at once bound what any
- * algorithm can reach. Each child copies a private source buffer into a private destination;
- * all children start at the same instant (each reports ready, then blocks on a pipe the parent
- * closes once all are ready) so the copies really contend for memory bandwidth.
+ * Two measurements per size, each process on private buffers, all starting at the same instant
+ * (each reports ready, then blocks on a pipe the parent closes once all are ready) so that they
+ * really contend for memory bandwidth:
+ * - copy: each process copies S bytes (memcpy). A reference for what moving bytes costs.
+ * - write: each process writes S bytes, with plain stores (memset) and with non-temporal stores
+ *   (no read for ownership), the faster of the two. A true bound: every rank of an allreduce or
+ *   allgather of S bytes must write its S bytes of output, and no process writes them faster than
+ *   one doing nothing else. (memcpy is no such bound: a collective that streams its output, or
+ *   whose ranks read the same source lines through a shared cache, can beat a private memcpy.)
  *
  * Usage: memcpy_bound [-p P] [-s BYTES] [-n ITERS] [-b MIN -e MAX -f FACTOR] [--csv]
  *   -s sizes one buffer (default 256M); -b/-e/-f sweep sizes instead, so that small messages
  *   can be compared with the cache bandwidth they actually see. Sizes accept K/M/G.
- *   --csv prints loom-bench's CSV format (op "memcpy", algbw = aggregate copy GB/s,
- *   busbw = mean per-process copy GB/s).
+ *   --csv prints loom-bench's CSV format: per size a row of op "memcpy" (algbw = aggregate copy
+ *   GB/s, busbw = mean per-process copy GB/s) and one of op "write" (the same for writes).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,6 +27,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 typedef struct {
   double start; /* CLOCK_MONOTONIC seconds, comparable across processes */
@@ -100,7 +109,27 @@ static int readAll(int fd, void* data, size_t len) {
   return 0;
 }
 
-static void child(size_t bytes, long iters, int readyFd, int goFd, int resultFd) {
+typedef enum { kCopy, kWrite, kStream } Mode;
+
+/* S bytes written with non-temporal stores: no read for ownership, nothing left in the caches. */
+static void streamWrite(char* dst, size_t bytes) {
+#if defined(__SSE2__)
+  const __m128i value = _mm_set1_epi8(0x5a);
+  size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) {
+    _mm_stream_si128((__m128i*)(dst + i), value);
+    _mm_stream_si128((__m128i*)(dst + i + 16), value);
+    _mm_stream_si128((__m128i*)(dst + i + 32), value);
+    _mm_stream_si128((__m128i*)(dst + i + 48), value);
+  }
+  _mm_sfence();
+  memset(dst + i, 0x5a, bytes - i);
+#else
+  memset(dst, 0x5a, bytes);
+#endif
+}
+
+static void child(Mode mode, size_t bytes, long iters, int readyFd, int goFd, int resultFd) {
   char* src = NULL;
   char* dst = NULL;
   if (posix_memalign((void**)&src, 4096, bytes ? bytes : 1) != 0) die("posix_memalign");
@@ -116,7 +145,12 @@ static void child(size_t bytes, long iters, int readyFd, int goFd, int resultFd)
   CopyResult result;
   result.start = nowSeconds();
   for (long i = 0; i < iters; ++i) {
-    memcpy(dst, src, bytes);
+    if (mode == kCopy)
+      memcpy(dst, src, bytes);
+    else if (mode == kWrite)
+      memset(dst, (int)i, bytes);
+    else
+      streamWrite(dst, bytes);
     /* Keep the compiler from treating repeated identical copies as one. */
     __asm__ __volatile__("" : : "r"(dst) : "memory");
   }
@@ -129,8 +163,8 @@ static void child(size_t bytes, long iters, int readyFd, int goFd, int resultFd)
 }
 
 /* Runs P concurrent copiers of `bytes` each; fills aggregate and per-process GB/s. */
-static void measure(int procs, size_t bytes, long iters, int verbose, double* aggregateGbps,
-                    double* perProcGbps, double* usPerCopy) {
+static void measure(Mode mode, int procs, size_t bytes, long iters, int verbose,
+                    double* aggregateGbps, double* perProcGbps, double* usPerCopy) {
   int readyPipe[2], goPipe[2], resultPipe[2];
   if (pipe(readyPipe) != 0 || pipe(goPipe) != 0 || pipe(resultPipe) != 0) die("pipe");
   for (int p = 0; p < procs; ++p) {
@@ -140,7 +174,7 @@ static void measure(int procs, size_t bytes, long iters, int verbose, double* ag
       close(readyPipe[0]);
       close(goPipe[1]);
       close(resultPipe[0]);
-      child(bytes, iters, readyPipe[1], goPipe[0], resultPipe[1]);
+      child(mode, bytes, iters, readyPipe[1], goPipe[0], resultPipe[1]);
     }
   }
   close(readyPipe[1]);
@@ -166,7 +200,7 @@ static void measure(int procs, size_t bytes, long iters, int verbose, double* ag
     }
     double seconds = r.end - r.start;
     double rate = r.bytes / seconds / 1e9;
-    if (verbose) {
+    if (verbose && mode == kCopy) {
       printf("#   process %2d: %8.2f GB/s copied (%8.2f GB/s read+write)\n", p, rate, 2 * rate);
     }
     if (r.start < firstStart) firstStart = r.start;
@@ -249,15 +283,26 @@ int main(int argc, char** argv) {
     if (minBytes != maxBytes) iters = itersFor(bytes, minIters);
     double aggregate, perProc, us;
     if (!csv) printf("# size %zu bytes, %ld iterations\n", bytes, iters);
-    measure(procs, bytes, iters, !csv, &aggregate, &perProc, &us);
+    measure(kCopy, procs, bytes, iters, !csv, &aggregate, &perProc, &us);
+    /* The write bound: the faster of plain and non-temporal stores at this size. */
+    double wAggregate, wPerProc, wUs, sAggregate, sPerProc, sUs;
+    measure(kWrite, procs, bytes, iters, 0, &wAggregate, &wPerProc, &wUs);
+    measure(kStream, procs, bytes, iters, 0, &sAggregate, &sPerProc, &sUs);
+    if (sPerProc > wPerProc) {
+      wAggregate = sAggregate;
+      wPerProc = sPerProc;
+      wUs = sUs;
+    }
     if (csv) {
       printf("memcpy,%d,%zu,%zu,uint8,none,-1,memcpy,%.3f,%.3f,%.3f,0,nan,nan,nan,nan\n", procs,
              bytes, bytes, us, aggregate, perProc);
+      printf("write,%d,%zu,%zu,uint8,none,-1,%s,%.3f,%.3f,%.3f,0,nan,nan,nan,nan\n", procs, bytes,
+             bytes, sPerProc > wPerProc ? "stream" : "memset", wUs, wAggregate, wPerProc);
     } else {
       printf(
           "%12zu bytes  aggregate %8.2f GB/s copied (%8.2f GB/s read+write)  "
-          "per process %8.2f GB/s (%8.2f read+write)\n",
-          bytes, aggregate, 2 * aggregate, perProc, 2 * perProc);
+          "per process %8.2f GB/s (%8.2f read+write); written: per process %8.2f GB/s\n",
+          bytes, aggregate, 2 * aggregate, perProc, 2 * perProc, wPerProc);
     }
     fflush(stdout);
     if (minBytes == maxBytes || bytes >= maxBytes) break;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "algorithms/ring_steps.hpp"
 #include "base/call_signature.hpp"
 #include "base/coll_args.hpp"
 #include "base/wait.hpp"
@@ -23,7 +24,6 @@
 
 namespace loom {
 
-struct RingStep;   // ring_steps.hpp
 struct Hierarchy;  // below
 
 class AlgoContext {
@@ -93,6 +93,24 @@ struct Hierarchy {
   std::vector<int> nodeOf, localIndex;    // of each global rank
   int nodeIndex = 0;                      // this rank's node
   int columns = 1;                        // the smallest node's size
+};
+
+// What the algorithms of one communicator reuse from call to call, so that no call allocates
+// once warm: scratch, reduction sources, ring steps, builders' lists, the schedule and its
+// executor, the poll set of network waits, and the arena's step counter.
+struct AlgoWorkspace {
+  std::vector<char> scratch;
+  std::vector<const void*> sources;
+  std::vector<RingStep> ringSteps;
+  std::vector<uint32_t> opList;
+  std::vector<BufferRef> refList;
+  Schedule schedule;
+  Executor executor;
+  std::vector<char*> bindings;
+  PollSet pollSet;
+  uint64_t step = 0;
+  // Points ctx's workspace fields here, sized for `nranks` ranks.
+  void attach(AlgoContext& ctx, int nranks);
 };
 
 using AlgorithmFn = void (*)(const AlgoContext&, const CollArgs&);

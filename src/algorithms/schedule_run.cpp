@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "algorithms/context.hpp"
+#include "algorithms/ring_steps.hpp"
 #include "base/coll_args.hpp"
 
 namespace loom {
@@ -14,6 +15,21 @@ constexpr uint64_t kScratchAlign = 64;
 uint64_t aligned(uint64_t bytes) { return (bytes + kScratchAlign - 1) & ~(kScratchAlign - 1); }
 
 }  // namespace
+
+void AlgoWorkspace::attach(AlgoContext& ctx, int nranks) {
+  sources.resize(nranks);
+  ringSteps.reserve(2 * nranks);
+  ctx.scratch = &scratch;
+  ctx.sources = &sources;
+  ctx.ringSteps = &ringSteps;
+  ctx.opList = &opList;
+  ctx.refList = &refList;
+  ctx.schedule = &schedule;
+  ctx.executor = &executor;
+  ctx.bindings = &bindings;
+  ctx.pollSet = &pollSet;
+  ctx.step = &step;
+}
 
 void runBuilt(const AlgoContext& ctx, const void* input, void* output) {
   const Schedule& s = *ctx.schedule;

@@ -96,15 +96,19 @@ std::pair<std::string, uint16_t> parseAddress(const std::string& text, const cha
   std::string host = text.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
-  long port = std::strtol(text.c_str() + colon + 1, nullptr, 10);
-  LOOM_CHECK_ARG(port > 0 && port < 65536, what, "='", text, "' has no valid port");
+  char* end = nullptr;
+  long port = std::strtol(text.c_str() + colon + 1, &end, 10);
+  LOOM_CHECK_ARG(*end == '\0' && port > 0 && port < 65536, what, "='", text,
+                 "' has no valid port (1 to 65535)");
   return {host, static_cast<uint16_t>(port)};
 }
 
-// Before a communicator exists: a bad LOOM_DEBUG fails init with its reason (log.cpp only warns),
-// and rank 0 says which Loom this is, as NCCL does at NCCL_DEBUG=VERSION or INFO.
+// Before a communicator exists: a bad LOOM_DEBUG or LOOM_DEBUG_SUBSYS (log.cpp only warns) or any
+// malformed or out-of-range LOOM_* value fails init with its reason, whether or not this
+// communicator would use it; rank 0 says which Loom this is, as NCCL does at NCCL_DEBUG=VERSION.
 void announce(int rank) {
-  parseLogLevel(env::debugLevel());
+  checkLogSettings();
+  env::checkAll();
   if (rank != 0) return;
   LOOM_LOG(kVersion, kSubsysInit, rank, "Loom version ", LOOM_MAJOR, ".", LOOM_MINOR, ".",
            LOOM_PATCH);
@@ -525,15 +529,16 @@ loomResult_t loomCommDescribeTopology(const loomComm_t comm, char* text, size_t 
     std::string out = c.nodes().describe() + "\n" + c.clusters().describe() +
                       "\ndevice: " + c.deviceDescription() + "\n";
     if (c.clusters().heterogeneous()) out += c.describeHeterogeneous() + "\n";
-    if (!c.tcpInterface().empty()) out += "tcp interface: " + c.tcpInterface() + "\n";
+    if (!c.transports().interface().empty())
+      out += "tcp interface: " + c.transports().interface() + "\n";
     // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on
     // `"literal" + std::string&&` here.
     out.append("transport from rank ").append(std::to_string(c.rank())).append(":");
     for (int peer = 0; peer < c.nranks(); ++peer) {
       if (peer == c.rank()) continue;
-      out.append(" ").append(std::to_string(peer)).append("=").append(c.transportTo(peer));
+      out.append(" ").append(std::to_string(peer)).append("=").append(c.transports().to(peer));
     }
-    std::string counters = c.transportCounters();
+    std::string counters = c.transports().counters();
     if (!counters.empty()) out += "\n" + counters;
     if (needed != nullptr) *needed = out.size() + 1;
     if (size > 0) {

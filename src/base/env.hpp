@@ -1,9 +1,12 @@
 // Every LOOM_* environment parameter is declared once, here or beside the backend it belongs to,
-// with its default; each is documented in docs/configuration.md. Values are read when first used
-// and then cached.
+// with its default and its valid values; each is documented in docs/configuration.md. A getter
+// returns a valid value or throws loomInvalidArgument naming the variable, its value and what it
+// takes (never a silent clamp); checkAll() runs every getter of this file at communicator init, so
+// a bad value fails there whichever paths would use it.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -12,10 +15,23 @@ namespace loom::env {
 // Raw access (for variables Loom does not own, such as RANK or OMPI_COMM_WORLD_SIZE).
 std::optional<std::string> get(const char* name);
 int64_t getInt(const char* name, int64_t fallback);
+// Checked access, for Loom's own parameters (and a backend's, beside it).
+// An integer in [min, max]; with `multiple` > 1 also a multiple of it.
+int64_t getIntIn(const char* name, int64_t fallback, int64_t min, int64_t max,
+                 int64_t multiple = 1);
+bool getFlag(const char* name, bool fallback);  // 0 or 1
+// One of `words` (exactly as spelled there).
+std::string getWord(const char* name, const char* fallback,
+                    std::initializer_list<const char*> words);
+
+// Throws loomInvalidArgument for the first of this file's variables that is set to a value its
+// getter refuses.
+void checkAll();
 
 // Loom's own parameters.
 std::string debugLevel();     // LOOM_DEBUG
 std::string debugSubsys();    // LOOM_DEBUG_SUBSYS
+std::string debugFile();      // LOOM_DEBUG_FILE: the log's file instead of stderr
 int64_t timeoutMs();          // LOOM_TIMEOUT (seconds in the variable), default 600 s
 std::string algoOverride();   // LOOM_ALGO, e.g. "allreduce:ring,allgather:direct"
 int64_t checkMode();          // LOOM_CHECK: 0 off, 1 (default) signatures, 2 also a round trip

@@ -18,23 +18,21 @@
 #include "algorithms/staged.hpp"
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
+#include "comm/call_checker.hpp"
 #include "comm/flight_recorder.hpp"
 #include "comm/group_run.hpp"
+#include "comm/health.hpp"
 #include "comm/p2p_engine.hpp"
 #include "comm/progress_queue.hpp"
 #include "comm/stream_jobs.hpp"
 #include "comm/trace.hpp"
+#include "comm/transports.hpp"
 #include "plan/selector.hpp"
 #include "topology/cluster_map.hpp"
 #include "topology/node_map.hpp"
 #include "topology/rank_info.hpp"
-#include "transport/checked_channel.hpp"
-#include "transport/shm/shm_arena.hpp"
-#include "transport/tcp/tcp_channel.hpp"
 
 namespace loom {
-
-class RudpEngine;
 
 struct CommConfig {
   std::string device = "cpu";  // a device spec: "cpu", "cuda:1", "loom-emu:0" (device/registry)
@@ -65,6 +63,84 @@ struct CommConfig {
 // Reads a C config (may be null) plus the environment into a CommConfig; validates it.
 CommConfig resolveConfig(const loomConfig_t* config);
 
+class Comm;
+
+// Device calls (comm/device_calls.cpp): devices the host cannot address, without native
+// collectives. Host staging of their data, the stream jobs of stream-ordered ranks, the blocking
+// calls' schedule and executor, device scratch for host buffers of a heterogeneous device rank,
+// and the staged point-to-point batch between its begin and its end.
+struct DeviceCallState {
+  std::unique_ptr<HostStaging> staging;
+  std::unique_ptr<StreamJobs> jobs;
+  Schedule schedule;
+  std::vector<char*> bound;
+  AlgorithmCalls calls;
+  Executor executor;
+  std::unique_ptr<DeviceScratch> hostCallScratch;
+  std::vector<std::unique_ptr<P2PTicket>> tickets;  // a pool: tickets hold a mutex
+  std::vector<P2PTicket*> posted;
+  std::vector<DeviceP2POp> ops;  // the staged batch between begin and end
+  loomStream_t stream = nullptr;
+  char* host = nullptr;
+};
+
+// A heterogeneous communicator's composition (comm/hetero.cpp, hetero_composed.cpp).
+struct Composition {
+  // Several clusters: no backend's native collectives (they serve one kind); every rank runs the
+  // host algorithms, device ranks through host memory, elementwise calls in chunks of
+  // chunkBytes (algorithms/chunked.hpp).
+  bool hetero = false;
+  size_t chunkBytes = 0;      // LOOM_HETERO_CHUNK_BYTES, the same on every rank (0: by size)
+  std::string algo = "auto";  // LOOM_HETERO_ALGO: auto, flat, composed (agreed at init)
+  bool ready = false;         // set up (at init where some rank is on a device, else lazily)
+  bool composed = false;
+  std::unique_ptr<Comm> cluster;  // this rank's cluster, where it collapses to its leader
+  std::unique_ptr<Comm> leaders;  // the exchange, on the host CPU (its members only)
+  // Known on every rank (setUpComposition): which clusters collapse; each rank's rank in the
+  // exchange (-1: not a member, its leader stands for it; split key = global rank, so members are
+  // numbered in global rank order); the exchange's blocks (allgather, reduce-scatter): the global
+  // ranks each member stands for, member after member (first: where each starts, and the end),
+  // and runs of consecutive global ranks with one member (reduce-scatter).
+  std::vector<char> collapses;
+  std::vector<int> exchangeRank;
+  std::vector<int> order, first;
+  bool inOrder = false;  // order is 0..nranks-1: no reorder
+  struct Run {
+    int first, length, member;
+  };
+  std::vector<Run> runs;
+  std::vector<size_t> counts;  // the allgather's alltoallv arrays, 4 x members
+  // The leaders' partial results and the exchange's blocks: device memory on device ranks
+  // (retired on growth while calls in flight may use it), host memory on the others.
+  std::unique_ptr<DeviceScratch> deviceScratch;
+  std::vector<char> hostScratch;
+  // Guards cluster and leaders: set up by the caller's thread while a progress thread may fail.
+  std::mutex publish;
+};
+
+// Windows (loomCommWindowRegister) and buffers registered alone (loomCommRegister).
+struct WindowTable {
+  struct Entry {
+    uint64_t id;
+    void* base;
+    size_t bytes;
+    bool used;        // the native collectives read and write it directly
+    std::string why;  // when not
+  };
+  std::vector<Entry> windows;
+  uint64_t nextWindow = 1;
+  std::vector<Entry> registrations;  // ids of their own
+  uint64_t nextRegistration = 1;
+};
+
+// Point-to-point of communicators without native collectives: every send and receive, host
+// buffers or device buffers staged through host memory, progresses on the engine.
+struct PointToPointState {
+  std::vector<P2PInbox> inboxes;  // per peer: messages that came before their receive
+  P2PPeers peers;
+  std::unique_ptr<P2PEngine> engine;
+};
+
 class Comm {
  public:
   // Collective over the nranks ranks that share `id`.
@@ -83,13 +159,8 @@ class Comm {
   const ClusterMap& clusters() const { return clusters_; }
   // How a heterogeneous communicator runs each collective; empty for one cluster.
   std::string describeHeterogeneous() const;
-  // "shm", "tcp" or "rudp": how this rank reaches `peer`.
-  const char* transportTo(int peer) const {
-    return nodes_.sameNode(peer, rank_) ? "shm" : rudp_ ? "rudp" : "tcp";
-  }
-  // The network transport's counters per peer (rudp: retransmissions, RTT, ...); empty for tcp.
-  std::string transportCounters() const;
-  const std::string& tcpInterface() const { return tcpInterface_; }
+  // How this rank reaches its peers: transport per peer, counters, network interface.
+  const Transports& transports() const { return *transports_; }
 
   // Runs one collective (arguments already validated). Failures other than bad arguments abort the
   // communicator and are reported to the peers.
@@ -98,7 +169,7 @@ class Comm {
   // any rank), to be run by p2pEngine().
   P2POp pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int64_t tag);
   // Host communicators: progresses every send and receive, blocking or not (p2p_engine.hpp).
-  P2PEngine& p2pEngine() { return *p2pEngine_; }
+  P2PEngine& p2pEngine() { return *p2p_.engine; }
   // Runs the groups queued on this communicator's progress thread (non-blocking communicators).
   GroupRunner& groupRunner() { return groupRunner_; }
   // Communicators on a device: a group's sends and receives, ordered on `stream` (native
@@ -118,7 +189,7 @@ class Comm {
   // that buffer (collectives on device scratch, sends and receives as they are).
   bool heteroHostBuffer(const void* buffer) const;
   // True when its calls return once enqueued and complete in stream order (comm/stream_jobs.hpp).
-  bool streamOrdered() const { return jobs_ != nullptr; }
+  bool streamOrdered() const { return deviceCalls_.jobs != nullptr; }
   // "loom-emu:0 (loom Loom emulated accelerator; host algorithms staged through host memory)"
   const std::string& deviceDescription() const { return deviceDescription_; }
 
@@ -156,15 +227,16 @@ class Comm {
   // Its flight recorder (comm/flight_recorder.hpp): loomCommDumpFlight, the status socket.
   const FlightRecorder& flight() const { return *flight_; }
   // loomSuccess, or the error that aborted the communicator.
-  loomResult_t asyncError() const { return asyncError_.load(); }
-  std::string asyncMessage() const;
+  loomResult_t asyncError() const { return health_.error(); }
+  std::string asyncMessage() const { return health_.message(); }
 
  private:
   void crossCheckLauncher() const;
-  void setUpSharedMemory();
-  void setUpTcp();
+  void setUpTransports();
+  void setUpSelector();
+  void setUpContexts();
+  void describeDevice();
   void setUpClusters();
-  void setUpRudp();
   void setUpNative();
   void checkBuffers(const CollArgs& args) const;
   void execute(const Algorithm& algo, const CollArgs& args);
@@ -250,25 +322,24 @@ class Comm {
   void recordFailure(const Error& error);
   std::string describeWait(int peer) const;  // a timeout's message: the call and whom it awaited
   std::string describePeer(int peer, uint64_t mySeq) const;
-  std::optional<Error> peerFailure();
-  // checkUsable() (throws if aborted or a peer failed) and startClock() (this call's deadline).
+  // checkUsable() (throws if aborted or a peer failed) and a new deadline for this call.
   void beginOperation();
   void checkUsable();
-  void startClock();
+  void startClock() { health_.startClock(); }
+  // The failure relay: records the first failure (Health) and tells everyone who could be
+  // waiting: the native engine, the stream's gates, the sub-communicators, the node's arena, the
+  // network channels, the other nodes through the bootstrap, the parent (onFail).
   void fail(const Error& error);
-  void check(int peer);
-  [[noreturn]] void throwArenaAbort() const;
-  void checkPeer(int peer);
-  // check() without the shared deadline and timers: for the point-to-point engine's thread.
-  void checkAlive(int peer);
+  void check(int peer) {
+    if (flight_) flight_->waitingFor(peer);
+    health_.check(peer, checker_.calls());
+  }
+  // LOOM_CHECK=2: every rank's description of this call, compared through the bootstrap.
   void verifyFingerprint(const CollArgs& args);
-  // The mismatch check (base/call_signature.hpp): this call's signature, the message for the
-  // signatures seen (by global rank; empty: not seen), channels that carry it.
-  void beginCall(const CollArgs& args);
-  [[noreturn]] void throwMismatch(const std::vector<std::optional<CallSignature>>& seen,
-                                  const CallSignature& mine, const char* note) const;
-  [[noreturn]] void throwArenaMismatch(const std::vector<std::optional<CallSignature>>& seen) const;
-  std::unique_ptr<Channel> checked(std::unique_ptr<Channel> channel);
+  // The call's number and signature (the mismatch check).
+  void beginCall(const CollArgs& args) {
+    checker_.begin(args, args.accum >= 0 ? args.accum : config_.accum);
+  }
   // A remote error whose cause a peer may still be reporting on the control plane: the mismatch
   // that cause names, as this rank's own error, or the error itself.
   Error withRemoteCause(const Error& error);
@@ -279,134 +350,43 @@ class Comm {
   std::unique_ptr<Trace> trace_;            // LOOM_TRACE (null: off)
   std::unique_ptr<FlightRecorder> flight_;  // always, once the ranks are known
   CommConfig config_;
-  ProgressQueue* progress_ = nullptr;
+  ProgressQueue* progress_ = nullptr;  // the tree's (ownProgress_ or the config's)
   int rank_;
   int nranks_;
   UniqueId id_;
+  Health health_;  // the failure state, the deadline, the peers' liveness
+  CallChecker checker_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<Device> hostDevice_;  // the host CPU: host algorithms on staged device data
   std::string deviceDescription_;
+  // The bootstrap is not thread-safe; loomCommAbort may report a failure from another thread.
+  std::mutex bootstrapMutex_;
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<RankInfo> ranks_;
   NodeMap nodes_;
   ClusterMap clusters_;
-  // Several clusters: no backend's native collectives (they serve one kind); every rank runs the
-  // host algorithms, device ranks through host memory, elementwise calls in chunks of
-  // heteroChunkBytes_ (algorithms/chunked.hpp).
-  bool hetero_ = false;
-  size_t heteroChunkBytes_ = 0;  // LOOM_HETERO_CHUNK_BYTES, the same on every rank (0: by size)
-  // Allreduce composed of each cluster's own collectives (comm/hetero.cpp): reduce to the
-  // cluster's leader, the exchange through host memory, broadcast from the leader.
-  // Set up at init where some rank is on a device, else at the first allreduce (collective:
-  // every rank gets there).
-  std::string heteroAlgo_ = "auto";  // LOOM_HETERO_ALGO: auto, flat, composed (agreed at init)
-  bool compositionReady_ = false;
-  bool composed_ = false;
-  std::unique_ptr<Comm> clusterComm_;  // this rank's cluster, where it collapses to its leader
-  std::unique_ptr<Comm> leaderComm_;   // the exchange, on the host CPU (its members only)
-  // Known on every rank (setUpComposition): which clusters collapse; each rank's rank in the
-  // exchange (-1: not a member, its leader stands for it; split key = global rank, so members are
-  // numbered in global rank order); the exchange's blocks (allgather, reduce-scatter): the global
-  // ranks each member stands for, member after member (exchangeFirst_: where each starts, and
-  // the end), and runs of consecutive global ranks with one member (reduce-scatter).
-  std::vector<char> collapses_;
-  std::vector<int> exchangeRank_;
-  std::vector<int> exchangeOrder_, exchangeFirst_;
-  bool exchangeInOrder_ = false;  // exchangeOrder_ is 0..nranks-1: no reorder
-  struct ExchangeRun {
-    int first, length, member;
-  };
-  std::vector<ExchangeRun> exchangeRuns_;
-  std::vector<size_t> exchangeCounts_;  // the allgather's alltoallv arrays, 4 x members
-  // The leaders' partial results and the exchange's blocks: device memory on device ranks
-  // (retired on growth while calls in flight may use it), host memory on the others.
-  std::unique_ptr<DeviceScratch> composedDevice_;
-  std::vector<char> composedHost_;
-  bool sharedMemory_ = false;  // a single node: the flat arena algorithms apply
-  std::string tcpInterface_;   // "eth0 10.0.0.2" when some peers are on other nodes
-  ShmArena arena_;
-  // Declared before the channels: they point into it, and it outlives them (and lingers).
-  std::unique_ptr<RudpEngine> rudp_;
-  std::vector<std::unique_ptr<Channel>> collChannels_;
-  std::vector<std::unique_ptr<Channel>> p2pChannels_;
-  std::vector<TcpChannel*> tcpChannels_;    // those of collChannels_ and p2pChannels_ on TCP
-  std::vector<Channel*> collChannelViews_;  // collChannels_ as the algorithms see them
-  // Several nodes: the node and column sub-groups of the hierarchical algorithms.
-  Hierarchy hierarchy_;
-  std::vector<P2PInbox> inboxes_;  // per peer: messages that came before their receive
-  std::vector<int> peerPidfds_;
+  std::unique_ptr<Transports> transports_;
+  Hierarchy hierarchy_;  // several nodes: the node and column groups of the hierarchical algorithms
   std::unique_ptr<Selector> selector_;
-  AlgoContext ctx_;      // the algorithms' view, with this communicator's device
-  AlgoContext hostCtx_;  // the same with the host CPU as device (staged calls, hierarchy)
   // Backends with native collectives: their engine and its entries in the selector's table.
   std::unique_ptr<NativeCollectives> native_;
   std::vector<Algorithm> nativeAlgorithms_;
-  // Devices the host cannot address, without native collectives: host staging of their data.
-  std::unique_ptr<HostStaging> staging_;
-  std::vector<std::unique_ptr<P2PTicket>> stagedTickets_;  // a pool: tickets hold a mutex
-  std::vector<P2PTicket*> stagedPosted_;
-  std::vector<DeviceP2POp> stagedOps_;  // the staged batch between begin and end
-  loomStream_t stagedStream_ = nullptr;
-  char* stagedHost_ = nullptr;
-  // Blocking device calls: their schedule, bound buffers, host calls and executor, reused.
-  Schedule deviceSchedule_;
-  std::vector<char*> deviceBound_;
-  AlgorithmCalls deviceCalls_;
-  Executor deviceExecutor_;
-  std::unique_ptr<DeviceScratch> hostCallScratch_;  // ... and their calls on host buffers
-  // Device ranks whose device runs host tasks: calls in stream order. While it has work, its
-  // progress thread alone runs this communicator's host algorithms (and owns the deadline and
-  // the peer timers); the caller's thread drains it before anything else that would.
-  std::unique_ptr<StreamJobs> jobs_;
-  uint64_t step_ = 0;
-  uint64_t collectiveCount_ = 0;
+  AlgoWorkspace workspace_;      // what the algorithms reuse from call to call
+  AlgoContext ctx_;              // the algorithms' view, with this communicator's device
+  AlgoContext hostCtx_;          // the same with the host CPU as device (staged calls)
+  DeviceCallState deviceCalls_;  // comm/device_calls.cpp
+  Composition composition_;      // heterogeneous communicators: comm/hetero*.cpp
+  WindowTable windows_;          // comm/windows.cpp
   uint64_t splitCount_ = 0;
-  std::vector<char> scratch_;
-  std::vector<const void*> sources_;
-  std::vector<RingStep> ringSteps_;
-  std::vector<uint32_t> opList_;
-  std::vector<BufferRef> refList_;
-  // The algorithms' schedule, its executor and their buffer bindings (exec/), reused.
-  Schedule schedule_;
-  Executor executor_;
-  std::vector<char*> bindings_;
-  PollSet pollSet_;  // the algorithms' waits on network channels
-  Deadline deadline_;
-  std::vector<Clock::time_point> nextPeerCheck_;  // [0]: no peer in particular, [r+1]: rank r
-  int64_t checkMode_ = 1;  // LOOM_CHECK, the same on every rank (checked at init)
-  CallCheck callCheck_;
+  GroupRunner groupRunner_;
+  // Last: the engine's driving stops before the channels and inboxes it drives go away.
+  PointToPointState p2p_;
 
-  struct CommWindow {
-    uint64_t id;
-    void* base;
-    size_t bytes;
-    bool used;        // the native collectives read and write it directly
-    std::string why;  // when not
-  };
-  std::vector<CommWindow> windows_;
-  uint64_t nextWindowId_ = 1;
-  std::vector<CommWindow> registrations_;  // loomCommRegister's, ids of their own
-  uint64_t nextRegistrationId_ = 1;
-
-  // The bootstrap is not thread-safe; loomCommAbort may report a failure from another thread.
-  std::mutex bootstrapMutex_;
   template <typename Body>
   auto withBootstrap(Body&& body) {
     std::lock_guard<std::mutex> lock(bootstrapMutex_);
     return body(*bootstrap_);
   }
-
-  std::atomic<bool> ownAborted_{false};
-  std::atomic<bool>* aborted_;  // config_.abortFlag or &ownAborted_
-  std::atomic<loomResult_t> asyncError_{loomSuccess};
-  mutable std::mutex errorMutex_;
-  std::string asyncMessage_;
-
-  GroupRunner groupRunner_;
-  P2PPeers p2pPeers_;
-  // Last: its thread stops before the channels and inboxes it drives go away. Every communicator
-  // without native collectives has one (host buffers, and device buffers staged through host).
-  std::unique_ptr<P2PEngine> p2pEngine_;
 };
 
 }  // namespace loom

@@ -19,6 +19,7 @@
 #include "comm/comm.hpp"
 #include "comm/flight_registry.hpp"
 #include "comm/trace.hpp"
+#include "transport/checked_channel.hpp"
 
 namespace loom {
 
@@ -58,7 +59,8 @@ void Comm::setUpFlight() {
   identity.nranks = nranks_;
   identity.pid = ranks_[rank_].pid;
   flight_ = std::make_unique<FlightRecorder>(static_cast<size_t>(env::flightEntries()), identity);
-  flight_->publishTo(&arena_.progress(nodes_.localIndex(rank_)));
+  flight_->publishTo(&transports_->arena().progress(nodes_.localIndex(rank_)));
+  health_.describeTimeoutsWith([this](int peer) { return describeWait(peer); });
   const std::string traceDir = env::traceDir();
   if (!traceDir.empty()) trace_ = Trace::open(traceDir, identity, env::traceWaitUs() * 1000);
   flight_->traceTo(trace_.get());
@@ -70,9 +72,9 @@ void Comm::setUpFlight() {
 void Comm::recordStart(FlightScope& scope, const CollArgs& args, const Algorithm& algo) {
   const CallExtents extents = callExtents(args, rank_, nranks_);
   scope.start(collectiveCall(args.func, args.count, args.dtype, args.op, args.root,
-                             std::max(extents.sendBytes, extents.recvBytes), collectiveCount_,
+                             std::max(extents.sendBytes, extents.recvBytes), checker_.calls(),
                              algo.name));
-  if (native_ && trace_) native_->setCallNumber(collectiveCount_);
+  if (native_ && trace_) native_->setCallNumber(checker_.calls());
 }
 
 uint64_t Comm::recordQueued(const CollArgs& args, const Algorithm* algo) {
@@ -103,7 +105,7 @@ std::string Comm::describePeer(int peer, uint64_t mySeq) const {
   out << "rank " << peer << " (pid " << info.pid << " on " << info.hostname << ")";
   if (!nodes_.sameNode(peer, rank_)) {
     out << ": on another host, whose processes cannot be seen from here";
-    const auto* channel = dynamic_cast<const CheckedChannel*>(collChannels_[peer].get());
+    const auto* channel = dynamic_cast<const CheckedChannel*>(transports_->collective()[peer]);
     if (channel != nullptr && channel->receivedSeq() > 0)
       out << "; the last of its calls that reached this rank is #" << channel->receivedSeq();
     return out.str();
@@ -111,7 +113,7 @@ std::string Comm::describePeer(int peer, uint64_t mySeq) const {
   std::string state = "alive";
   bool stopped = false;
   if (info.pidNamespace == ranks_[rank_].pidNamespace && info.pid > 0) {
-    const int fd = peerPidfds_[peer];
+    const int fd = health_.pidfd(peer);
     pollfd p{fd, POLLIN, 0};
     const bool gone = fd >= 0 ? ::poll(&p, 1, 0) > 0 : ::kill(info.pid, 0) != 0 && errno == ESRCH;
     const char letter = gone ? 'X' : processState(info.pid);
@@ -123,7 +125,7 @@ std::string Comm::describePeer(int peer, uint64_t mySeq) const {
     if (letter == 'R' || letter == 'S') state = "alive and running";
   }
   out << ": " << state;
-  const CallProgress& progress = arena_.progress(nodes_.localIndex(peer));
+  const CallProgress& progress = transports_->arena().progress(nodes_.localIndex(peer));
   const uint64_t entered = progress.entered.load(std::memory_order_acquire);
   const uint64_t finished = progress.finished.load(std::memory_order_relaxed);
   const int64_t since =
@@ -149,7 +151,7 @@ std::string Comm::describeWait(int peer) const {
   std::ostringstream out;
   FlightCall call;
   const bool known = flight_ && flight_->current(call);
-  const uint64_t seq = known ? call.seq : collectiveCount_;
+  const uint64_t seq = known ? call.seq : checker_.calls();
   out << "timed out after " << config_.timeoutMs / 1000.0 << " s in ";
   if (known)
     out << funcName(call.func) << " #" << seq << " (" << call.count << " x "
@@ -168,7 +170,7 @@ std::string Comm::describeWait(int peer) const {
     for (int r = 0; r < nranks_; ++r) {
       if (r == rank_ || !nodes_.sameNode(r, rank_)) continue;
       const uint64_t entered =
-          arena_.progress(nodes_.localIndex(r)).entered.load(std::memory_order_acquire);
+          transports_->arena().progress(nodes_.localIndex(r)).entered.load(std::memory_order_acquire);
       if (entered < seq) behind += (behind.empty() ? "" : "; ") + describePeer(r, seq);
     }
     out << (behind.empty() ? std::string("peers") : behind);

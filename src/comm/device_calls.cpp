@@ -5,7 +5,8 @@
 // on the caller's stream at call time and the host part runs as a job on the communicator's
 // progress queue (comm/stream_jobs.hpp). Which shape:
 //   heterogeneous allreduce / reduce / broadcast: pipelined in chunks;
-//   heterogeneous composed calls (comm/hetero_composed.cpp): the phases inside a cluster are
+//   heterogeneous composed calls (comm/composition_.heterocomposed.cpp): the phases inside a
+//   cluster are
 //     calls of the cluster's communicator; the leaders' exchange is a call of this one whose host
 //     calls run on the leaders' host communicator (pipelined, or staged for the allgather's
 //     alltoallv);
@@ -81,9 +82,9 @@ void Comm::buildDeviceCall(DeviceCall& call, DeviceShape shape, const CollArgs& 
 ExecEnv Comm::deviceEnv(Device& device, loomStream_t stream, HostCalls& calls) {
   ExecEnv env;
   env.device = hostDevice_.get();
-  env.channels = std::span<Channel* const>(collChannelViews_.data(), collChannelViews_.size());
+  env.channels = std::span<Channel* const>(*hostCtx_.channels);
   env.check = &hostCtx_.check;
-  env.pollSet = &pollSet_;
+  env.pollSet = &workspace_.pollSet;
   env.corePeers = hostCtx_.peers;
   env.streamingMinBytes = hostCtx_.streamingMinBytes;
   env.streamDevice = &device;
@@ -96,20 +97,22 @@ ExecEnv Comm::deviceEnv(Device& device, loomStream_t stream, HostCalls& calls) {
 void Comm::runDeviceCall(DeviceShape shape, const CollArgs& a, const Algorithm* algo,
                          size_t chunkBytes, Device& device, HostStaging& staging) {
   staging.releaseRetired();  // blocking calls: nothing in flight uses old staging memory
-  DeviceCall call{&deviceSchedule_, &deviceBound_, &deviceCalls_};
+  DeviceCall call{&deviceCalls_.schedule, &deviceCalls_.bound, &deviceCalls_.calls};
   buildDeviceCall(call, shape, a, algo, chunkBytes, staging);
-  deviceExecutor_.run(deviceSchedule_, deviceBound_, deviceEnv(device, a.stream, deviceCalls_));
+  deviceCalls_.executor.run(deviceCalls_.schedule, deviceCalls_.bound,
+                            deviceEnv(device, a.stream, deviceCalls_.calls));
 }
 
 void Comm::releaseStagingIfIdle() {
   // Staging memory that grew stays allocated while calls in flight may use it (HostStaging).
-  if (staging_->retiring() && jobs_->idle()) staging_->releaseRetired();
+  if (deviceCalls_.staging->retiring() && deviceCalls_.jobs->idle())
+    deviceCalls_.staging->releaseRetired();
 }
 
 void Comm::enqueueDeviceCall(DeviceShape shape, const CollArgs& args, const Algorithm* algo,
                              size_t chunkBytes, Comm& host) {
   releaseStagingIfIdle();
-  StreamJob& job = jobs_->begin(args.stream);
+  StreamJob& job = deviceCalls_.jobs->begin(args.stream);
   checkUsable();  // a full queue may have waited for a job that failed
   const CollArgs a = withOwnCounts(job, args, host.nranks_);
   job.host = &host == this ? nullptr : &host;
@@ -117,26 +120,27 @@ void Comm::enqueueDeviceCall(DeviceShape shape, const CollArgs& args, const Algo
   job.flight = recordQueued(a, algo);
   DeviceCall call{&job.schedule, &job.bound, &job.calls};
   try {
-    host.buildDeviceCall(call, shape, a, algo, chunkBytes, *staging_);
+    host.buildDeviceCall(call, shape, a, algo, chunkBytes, *deviceCalls_.staging);
     job.order.prepare(job.schedule, [&] {
-      job.events.push_back(jobs_->takeEvent());
+      job.events.push_back(deviceCalls_.jobs->takeEvent());
       return job.events.back();
     });
   } catch (...) {
-    jobs_->abandon(job, args.stream);
+    deviceCalls_.jobs->abandon(job, args.stream);
     throw;
   }
   // Handed over first: the host part must run while the stream side is enqueued (a call of many
   // chunks can fill the device's launch queue behind its first gate).
-  jobs_->submitEarly();
+  deviceCalls_.jobs->submitEarly();
   try {
     Executor::enqueueDeviceLane(job.schedule, job.bound, deviceEnv(*device_, a.stream, job.calls),
-                                jobs_->gate(), job.order);
+                                deviceCalls_.jobs->gate(), job.order);
   } catch (...) {
-    jobs_->abandon(job, args.stream);  // the failure aborts the communicator (the caller's)
+    deviceCalls_.jobs->abandon(job,
+                               args.stream);  // the failure aborts the communicator (the caller's)
     throw;
   }
-  jobs_->enqueued(args.stream);
+  deviceCalls_.jobs->enqueued(args.stream);
 }
 
 void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
@@ -145,33 +149,33 @@ void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
   // (counted and fingerprinted there), as on the ranks that do not run in stream order.
   CollArgs a = args;
   if (a.accum < 0) a.accum = config_.accum;
-  if (hetero_ && composes(a)) return executeComposed(a);
-  if (checkMode_ >= 2) verifyFingerprint(args);
+  if (composition_.hetero && composes(a)) return executeComposed(a);
+  if (checker_.mode() >= 2) verifyFingerprint(args);
   LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " count ", args.count, " ",
             dtypeName(args.dtype), " -> ", algo.name,
-            hetero_ && elementwise(args.func) ? " (heterogeneous: in chunks)" : "",
+            composition_.hetero && elementwise(args.func) ? " (heterogeneous: in chunks)" : "",
             " (in stream order)");
-  if (hetero_ && elementwise(a.func)) {
+  if (composition_.hetero && elementwise(a.func)) {
     const size_t esize = dtypeSize(a.dtype);
-    const size_t chunk = heteroChunkBytes(a.count * esize, esize, heteroChunkBytes_);
+    const size_t chunk = heteroChunkBytes(a.count * esize, esize, composition_.chunkBytes);
     return enqueueDeviceCall(DeviceShape::kPipelined, a, nullptr, chunk, *this);
   }
-  const bool mapped = sharedMemory_ && runsMapped(algo, device_->caps());
+  const bool mapped = transports_->singleNode() && runsMapped(algo, device_->caps());
   enqueueDeviceCall(mapped ? DeviceShape::kMapped : DeviceShape::kStaged, a, &algo, 0, *this);
 }
 
 void Comm::runJob(StreamJob& job) {
   Comm& host = job.host != nullptr ? *job.host : *this;
-  flight_->start(job.flight, host.collectiveCount_ + 1, nullptr);  // beginCall's number
-  host.runJobHost(job, *device_, jobs_->gate());
+  flight_->start(job.flight, host.checker_.calls() + 1, nullptr);  // beginCall's number
+  host.runJobHost(job, *device_, deviceCalls_.jobs->gate());
   flight_->finish(job.flight, loomSuccess);
 }
 
 void Comm::runJobHost(StreamJob& job, Device& device, StreamGate& gate) {
   auto run = [&] {
     beginCall(job.args);
-    deviceExecutor_.runHostLanes(job.schedule, job.bound,
-                                 deviceEnv(device, job.args.stream, job.calls), gate, job.order);
+    deviceCalls_.executor.runHostLanes(
+        job.schedule, job.bound, deviceEnv(device, job.args.stream, job.calls), gate, job.order);
   };
   if (&device == device_.get()) {
     startClock();  // each call's host part has the communicator's timeout from its start

@@ -1,8 +1,8 @@
 // The heterogeneous side of the communicator: its clusters (topology/cluster_map), and how it runs
 // a collective across them. Flat: every rank in the host algorithm, elementwise calls in chunks
 // with device ranks pipelined through host memory (algorithms/chunked). Composed (allreduce,
-// reduce, broadcast, allgather, reduce-scatter; comm/hetero_composed.cpp): a cluster with native
-// collectives and several ranks collapses to its leader:
+// reduce, broadcast, allgather, reduce-scatter; comm/composition_.heterocomposed.cpp): a cluster
+// with native collectives and several ranks collapses to its leader:
 //   1. the cluster's own collective inside each collapsing cluster (a CUDA cluster's kernels),
 //      to its leader (reduce, gather) or, for a broadcast, from a root inside it;
 //   2. the exchange, on a host communicator of those leaders and every rank of the other
@@ -35,55 +35,57 @@ void Comm::setUpClusters() {
                    "ranks: '",
                    ranks_[0].clusterSplit, "' on rank 0, '", r.clusterSplit, "' on rank ", r.rank);
   clusters_ = ClusterMap::compute(ranks_, ranks_[0].clusterSplit);
-  hetero_ = clusters_.heterogeneous();
-  if (!hetero_) return;
+  composition_.hetero = clusters_.heterogeneous();
+  if (!composition_.hetero) return;
   // Chunk boundaries must be the same everywhere, or the ranks' chunk calls would not meet.
   int64_t configured = env::heteroChunkBytes();
   LOOM_CHECK_ARG(configured >= 0, "LOOM_HETERO_CHUNK_BYTES=", configured, " must be >= 0");
-  heteroAlgo_ = env::heteroAlgo();
-  LOOM_CHECK_ARG(heteroAlgo_ == "auto" || heteroAlgo_ == "flat" || heteroAlgo_ == "composed",
-                 "LOOM_HETERO_ALGO='", heteroAlgo_, "' is not auto, flat or composed");
-  std::string mine =
-      "LOOM_HETERO_CHUNK_BYTES=" + std::to_string(configured) + " LOOM_HETERO_ALGO=" + heteroAlgo_;
+  composition_.algo = env::heteroAlgo();
+  LOOM_CHECK_ARG(
+      composition_.algo == "auto" || composition_.algo == "flat" || composition_.algo == "composed",
+      "LOOM_HETERO_ALGO='", composition_.algo, "' is not auto, flat or composed");
+  std::string mine = "LOOM_HETERO_CHUNK_BYTES=" + std::to_string(configured) +
+                     " LOOM_HETERO_ALGO=" + composition_.algo;
   std::vector<std::string> all = withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
   for (int r = 0; r < nranks_; ++r)
     LOOM_CHECK_ARG(all[r] == all[0], "heterogeneous settings differ between ranks: ", all[0],
                    " on rank 0, ", all[r], " on rank ", r);
-  heteroChunkBytes_ = static_cast<size_t>(configured);
+  composition_.chunkBytes = static_cast<size_t>(configured);
   LOOM_INFO(kSubsysInit, rank_, "heterogeneous communicator: ", clusters_.describe(),
             "; this rank is in cluster ", clusters_.clusterOf(rank_));
 }
 
 std::string Comm::describeHeterogeneous() const {
-  if (!hetero_) return std::string();
+  if (!composition_.hetero) return std::string();
   std::ostringstream out;
   out << "heterogeneous communicator, " << clusters_.describe() << "\n"
       << "  allreduce, reduce, broadcast: in chunks of "
-      << (heteroChunkBytes_ > 0 ? std::to_string(heteroChunkBytes_) + " B"
-                                : std::string("1/8 of the call (1 to 4 MiB)"))
+      << (composition_.chunkBytes > 0 ? std::to_string(composition_.chunkBytes) + " B"
+                                      : std::string("1/8 of the call (1 to 4 MiB)"))
       << ", each chunk by the host algorithm below; device ranks copy chunks to and from pinned "
          "host memory, pipelined with the exchange, in the caller's stream order where the device "
          "runs host tasks\n"
       << "  other collectives and send/recv: the host algorithm below; device ranks stage the "
          "whole call through pinned host memory\n"
-      << "  composed (LOOM_HETERO_ALGO=" << heteroAlgo_ << ": "
-      << (heteroAlgo_ == "flat"       ? "never"
-          : heteroAlgo_ == "composed" ? "every call, every cluster of several ranks collapses"
-                                      : "from 1 MiB, clusters with native collectives and several "
-                                        "ranks collapse")
+      << "  composed (LOOM_HETERO_ALGO=" << composition_.algo << ": "
+      << (composition_.algo == "flat" ? "never"
+          : composition_.algo == "composed"
+              ? "every call, every cluster of several ranks collapses"
+              : "from 1 MiB, clusters with native collectives and several "
+                "ranks collapse")
       << "): allreduce, reduce, broadcast, allgather, reduce-scatter (not avg) run the cluster's "
          "own collective to its leader, an exchange of the leaders and the other ranks (chunked; "
          "allgather: alltoallv then reorder; reduce-scatter: a reduce per run of ranks), the "
          "cluster's own collective from its leader";
-  if (compositionReady_) {
+  if (composition_.ready) {
     out << "; ";
-    if (!composed_) out << "nothing collapses here";
-    for (int c = 0; c < clusters_.count() && composed_; ++c)
-      if (collapses_[c])
+    if (!composition_.composed) out << "nothing collapses here";
+    for (int c = 0; c < clusters_.count() && composition_.composed; ++c)
+      if (composition_.collapses[c])
         out << "cluster " << c << " collapses to rank " << clusters_.leader(c) << ", ";
-    if (composed_)
-      out << "the exchange has " << exchangeFirst_.size() - 1 << " members"
-          << (exchangeInOrder_ ? "" : " (allgather reorders its blocks)");
+    if (composition_.composed)
+      out << "the exchange has " << composition_.first.size() - 1 << " members"
+          << (composition_.inOrder ? "" : " (allgather reorders its blocks)");
   }
   out << "\n" << selector_->explain();
   return out.str();
@@ -91,9 +93,9 @@ std::string Comm::describeHeterogeneous() const {
 
 void Comm::executeChunked(const CollArgs& args) {
   if (onDevice())
-    runInChunks(args, heteroChunkBytes_, device_.get(), staging_.get());
+    runInChunks(args, composition_.chunkBytes, device_.get(), deviceCalls_.staging.get());
   else
-    runInChunks(args, heteroChunkBytes_, nullptr, nullptr);
+    runInChunks(args, composition_.chunkBytes, nullptr, nullptr);
 }
 
 void Comm::runInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
@@ -117,25 +119,25 @@ bool Comm::composes(const CollArgs& args) {
   if (!reduces && f != loomFuncBroadcast && f != loomFuncAllGather) return false;
   // Average divides once by the whole communicator's size: its phases would each divide (by
   // their own size), so it runs flat.
-  if ((reduces && args.op == loomAvg) || heteroAlgo_ == "flat") return false;
+  if ((reduces && args.op == loomAvg) || composition_.algo == "flat") return false;
   // Three phases cost three latencies: under 1 MiB (measured on one H100 with two CUDA ranks
   // sharing it beside two CPU ranks: 48 us composed against 18 us flat at 8 B) flat is faster.
   // Allgather and reduce-scatter: the whole gathered (scattered) array.
   constexpr size_t kComposedMinBytes = 1 << 20;
   size_t bytes = args.count * dtypeSize(args.dtype);
   if (f == loomFuncAllGather || f == loomFuncReduceScatter) bytes *= nranks_;
-  if (heteroAlgo_ == "auto" && bytes < kComposedMinBytes) return false;
-  if (!compositionReady_) setUpComposition();
-  return composed_;
+  if (composition_.algo == "auto" && bytes < kComposedMinBytes) return false;
+  if (!composition_.ready) setUpComposition();
+  return composition_.composed;
 }
 
 void Comm::prepareComposition() {
   // No cluster of several ranks: nothing collapses, the allreduce is flat, nothing to set up.
   bool several = false;
   for (int c = 0; c < clusters_.count(); ++c) several |= clusters_.size(c) > 1;
-  if (!several || heteroAlgo_ == "flat") {
-    compositionReady_ = true;
-    composed_ = false;
+  if (!several || composition_.algo == "flat") {
+    composition_.ready = true;
+    composition_.composed = false;
     return;
   }
   // The sub-communicators are made by collective splits. Made at the first large allreduce, a
@@ -148,7 +150,7 @@ void Comm::prepareComposition() {
 }
 
 void Comm::setUpComposition() {
-  compositionReady_ = true;
+  composition_.ready = true;
   const int cluster = clusters_.clusterOf(rank_);
   CommConfig sub = config_;
   sub.clusterSplit.clear();  // one kind each: the sub-communicators are homogeneous
@@ -171,7 +173,8 @@ void Comm::setUpComposition() {
   std::vector<std::string> all =
       withBootstrap([&](Bootstrap& b) { return b.allGather(native ? "1" : "0"); });
   auto collapses = [&](int c) {
-    return clusters_.size(c) > 1 && (heteroAlgo_ == "composed" || all[clusters_.leader(c)] == "1");
+    return clusters_.size(c) > 1 &&
+           (composition_.algo == "composed" || all[clusters_.leader(c)] == "1");
   };
   bool composed = false;
   for (int c = 0; c < clusters_.count(); ++c) composed |= collapses(c);
@@ -187,49 +190,51 @@ void Comm::setUpComposition() {
   }
   // What every rank knows of the composition: who collapses, the exchange's numbering (split
   // key = global rank) and its blocks.
-  collapses_.assign(clusters_.count(), 0);
-  for (int c = 0; c < clusters_.count(); ++c) collapses_[c] = composed && collapses(c);
-  exchangeRank_.assign(nranks_, -1);
-  exchangeOrder_.clear();
-  exchangeFirst_.clear();
-  exchangeRuns_.clear();
+  composition_.collapses.assign(clusters_.count(), 0);
+  for (int c = 0; c < clusters_.count(); ++c) composition_.collapses[c] = composed && collapses(c);
+  composition_.exchangeRank.assign(nranks_, -1);
+  composition_.order.clear();
+  composition_.first.clear();
+  composition_.runs.clear();
   int members = 0;
   for (int g = 0; g < nranks_; ++g) {
     const int c = clusters_.clusterOf(g);
-    if (collapses_[c] && clusters_.leader(c) != g) continue;
-    exchangeRank_[g] = members++;
-    exchangeFirst_.push_back(static_cast<int>(exchangeOrder_.size()));
-    if (collapses_[c])
-      exchangeOrder_.insert(exchangeOrder_.end(), clusters_.members(c).begin(),
-                            clusters_.members(c).end());
+    if (composition_.collapses[c] && clusters_.leader(c) != g) continue;
+    composition_.exchangeRank[g] = members++;
+    composition_.first.push_back(static_cast<int>(composition_.order.size()));
+    if (composition_.collapses[c])
+      composition_.order.insert(composition_.order.end(), clusters_.members(c).begin(),
+                                clusters_.members(c).end());
     else
-      exchangeOrder_.push_back(g);
+      composition_.order.push_back(g);
   }
-  exchangeFirst_.push_back(nranks_);
-  exchangeInOrder_ = true;
-  for (int i = 0; i < nranks_; ++i) exchangeInOrder_ &= exchangeOrder_[i] == i;
+  composition_.first.push_back(nranks_);
+  composition_.inOrder = true;
+  for (int i = 0; i < nranks_; ++i) composition_.inOrder &= composition_.order[i] == i;
   for (int g = 0; g < nranks_; ++g) {
     const int member = exchangeRoot(g);
-    if (!exchangeRuns_.empty() && exchangeRuns_.back().member == member)
-      ++exchangeRuns_.back().length;
+    if (!composition_.runs.empty() && composition_.runs.back().member == member)
+      ++composition_.runs.back().length;
     else
-      exchangeRuns_.push_back({g, 1, member});
+      composition_.runs.push_back({g, 1, member});
   }
-  exchangeCounts_.assign(4 * static_cast<size_t>(members), 0);
+  composition_.counts.assign(4 * static_cast<size_t>(members), 0);
   {
-    std::lock_guard<std::mutex> lock(errorMutex_);
-    composed_ = composed;
-    clusterComm_ = std::move(clusterComm);
-    leaderComm_ = std::move(leaderComm);
+    std::lock_guard<std::mutex> lock(composition_.publish);
+    composition_.composed = composed;
+    composition_.cluster = std::move(clusterComm);
+    composition_.leaders = std::move(leaderComm);
   }
   LOOM_INFO(kSubsysInit, rank_,
             "heterogeneous allreduce, reduce, broadcast, allgather, reduce-scatter: ",
-            composed_ ? "composed (each collapsed cluster's own collective to its leader, the "
-                        "exchange of the leaders and the other ranks, the cluster's own "
-                        "collective from its leader)"
-                      : "flat (no cluster has native collectives and several ranks)",
-            clusterComm_ ? "; this rank's cluster collapses: " + clusterComm_->deviceDescription()
-                         : std::string());
+            composition_.composed
+                ? "composed (each collapsed cluster's own collective to its leader, the "
+                  "exchange of the leaders and the other ranks, the cluster's own "
+                  "collective from its leader)"
+                : "flat (no cluster has native collectives and several ranks)",
+            composition_.cluster
+                ? "; this rank's cluster collapses: " + composition_.cluster->deviceDescription()
+                : std::string());
 }
 
 void Comm::collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device* device,

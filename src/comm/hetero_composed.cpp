@@ -1,8 +1,8 @@
 // The composed collectives of a heterogeneous communicator (set up in comm/hetero.cpp): a cluster
 // with native collectives and several ranks collapses to its leader (its lowest rank); the
 // leaders and every rank of the other clusters form the exchange, a host communicator
-// (leaderComm_, numbered in global rank order). Each collective is three phases, so that each
-// byte crosses a cluster's boundary once and only on its leader:
+// (composition_.leaders, numbered in global rank order). Each collective is three phases, so that
+// each byte crosses a cluster's boundary once and only on its leader:
 //   allreduce   1. reduce to the leader inside each collapsed cluster; 2. the exchange's
 //               allreduce, in place on the leaders' output, in chunks; 3. broadcast from the
 //               leader inside each collapsed cluster.
@@ -42,10 +42,10 @@ namespace loom {
 void Comm::executeComposed(const CollArgs& args) {
   LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " count ", args.count, " ",
             dtypeName(args.dtype), " -> composed (heterogeneous: ",
-            clusterComm_ ? (clusters_.leader(clusters_.clusterOf(rank_)) == rank_
-                                ? "this rank leads its collapsed cluster"
-                                : "this rank's cluster collapses to its leader")
-                         : "this rank takes part in the exchange",
+            composition_.cluster ? (clusters_.leader(clusters_.clusterOf(rank_)) == rank_
+                                        ? "this rank leads its collapsed cluster"
+                                        : "this rank's cluster collapses to its leader")
+                                 : "this rank takes part in the exchange",
             ")");
   switch (args.func) {
     case loomFuncAllReduce:
@@ -65,25 +65,27 @@ void Comm::executeComposed(const CollArgs& args) {
 
 int Comm::exchangeRoot(int rank) const {
   const int c = clusters_.clusterOf(rank);
-  return exchangeRank_[collapses_[c] ? clusters_.leader(c) : rank];
+  return composition_.exchangeRank[composition_.collapses[c] ? clusters_.leader(c) : rank];
 }
 
 char* Comm::composedScratch(size_t bytes, loomStream_t stream) {
   bytes = std::max<size_t>(bytes, 1);
   if (!onDevice()) {
-    if (composedHost_.size() < bytes) composedHost_.resize(bytes);
-    return composedHost_.data();
+    if (composition_.hostScratch.size() < bytes) composition_.hostScratch.resize(bytes);
+    return composition_.hostScratch.data();
   }
-  if (!composedDevice_) composedDevice_ = std::make_unique<DeviceScratch>(*device_);
+  if (!composition_.deviceScratch)
+    composition_.deviceScratch = std::make_unique<DeviceScratch>(*device_);
   // Stream-ordered ranks: what growing replaced is freed once no call of this communicator or
   // of its cluster's is in flight. The others wait for their stream (growth happens rarely).
-  if (jobs_ && composedDevice_->retiring() && jobs_->idle() &&
-      (!clusterComm_ || !clusterComm_->jobs_ || clusterComm_->jobs_->idle()))
-    composedDevice_->releaseRetired();
-  char* scratch = composedDevice_->get(bytes);
-  if (!jobs_ && composedDevice_->retiring()) {
+  if (deviceCalls_.jobs && composition_.deviceScratch->retiring() && deviceCalls_.jobs->idle() &&
+      (!composition_.cluster || !composition_.cluster->deviceCalls_.jobs ||
+       composition_.cluster->deviceCalls_.jobs->idle()))
+    composition_.deviceScratch->releaseRetired();
+  char* scratch = composition_.deviceScratch->get(bytes);
+  if (!deviceCalls_.jobs && composition_.deviceScratch->retiring()) {
     device_->synchronize(stream);
-    composedDevice_->releaseRetired();
+    composition_.deviceScratch->releaseRetired();
   }
   return scratch;
 }
@@ -99,53 +101,54 @@ void Comm::copyLocal(void* dst, const void* src, size_t bytes, loomStream_t stre
 void Comm::exchangeInChunks(const CollArgs& args) {
   // In chunks on every member (the same boundaries), pipelined on device members: in stream
   // order, a job of this communicator whose host part runs on the leaders' communicator.
-  if (jobs_)
+  if (deviceCalls_.jobs)
     enqueueDeviceCall(DeviceShape::kPipelined, args, nullptr,
                       heteroChunkBytes(args.count * dtypeSize(args.dtype), dtypeSize(args.dtype),
-                                       heteroChunkBytes_),
-                      *leaderComm_);
+                                       composition_.chunkBytes),
+                      *composition_.leaders);
   else if (onDevice())
-    leaderComm_->collectiveInChunks(args, heteroChunkBytes_, device_.get(), staging_.get());
+    composition_.leaders->collectiveInChunks(args, composition_.chunkBytes, device_.get(),
+                                             deviceCalls_.staging.get());
   else
-    leaderComm_->collectiveInChunks(args, heteroChunkBytes_, nullptr, nullptr);
+    composition_.leaders->collectiveInChunks(args, composition_.chunkBytes, nullptr, nullptr);
 }
 
 void Comm::exchangeInOnePiece(const CollArgs& args) {
-  if (jobs_)
+  if (deviceCalls_.jobs)
     enqueueDeviceCall(
         DeviceShape::kStaged, args,
-        &leaderComm_->selector_->select(args.func, args.count * dtypeSize(args.dtype)), 0,
-        *leaderComm_);
+        &composition_.leaders->selector_->select(args.func, args.count * dtypeSize(args.dtype)), 0,
+        *composition_.leaders);
   else if (onDevice())
-    leaderComm_->collectiveStaged(args, device_.get(), staging_.get());
+    composition_.leaders->collectiveStaged(args, device_.get(), deviceCalls_.staging.get());
   else
-    leaderComm_->collectiveStaged(args, nullptr, nullptr);
+    composition_.leaders->collectiveStaged(args, nullptr, nullptr);
 }
 
 void Comm::composedAllReduce(const CollArgs& args) {
   const size_t bytes = args.count * dtypeSize(args.dtype);
   // 1. Into the leader's output buffer.
-  if (clusterComm_) {
+  if (composition_.cluster) {
     CollArgs reduce = args;
     reduce.func = loomFuncReduce;
     reduce.root = 0;
-    clusterComm_->collective(reduce);
+    composition_.cluster->collective(reduce);
   } else {
     copyLocal(args.recv, args.send, bytes, args.stream);
   }
   // 2. The leaders, in place on their output.
-  if (leaderComm_) {
+  if (composition_.leaders) {
     CollArgs exchange = args;
     exchange.send = args.recv;
     exchangeInChunks(exchange);
   }
   // 3. From the leader to the rest of its cluster.
-  if (clusterComm_) {
+  if (composition_.cluster) {
     CollArgs broadcast = args;
     broadcast.func = loomFuncBroadcast;
     broadcast.root = 0;
     broadcast.send = args.recv;
-    clusterComm_->collective(broadcast);
+    composition_.cluster->collective(broadcast);
   }
 }
 
@@ -153,25 +156,25 @@ void Comm::composedBroadcast(const CollArgs& args) {
   const int rootCluster = clusters_.clusterOf(args.root);
   const bool inRootCluster = clusters_.clusterOf(rank_) == rootCluster;
   // 1. Inside the root's collapsed cluster, from the root: its leader then holds the data.
-  if (clusterComm_ && inRootCluster) {
+  if (composition_.cluster && inRootCluster) {
     CollArgs local = args;
     local.root = clusters_.localIndex(args.root);
-    clusterComm_->collective(local);
+    composition_.cluster->collective(local);
   }
   // 2. From the member that stands for the root: the root itself (from its input) or its
   // leader (from its output).
-  if (leaderComm_) {
+  if (composition_.leaders) {
     CollArgs exchange = args;
     exchange.root = exchangeRoot(args.root);
-    exchange.send = rank_ == args.root && !clusterComm_ ? args.send : args.recv;
+    exchange.send = rank_ == args.root && !composition_.cluster ? args.send : args.recv;
     exchangeInChunks(exchange);
   }
   // 3. From the leader inside every other collapsed cluster.
-  if (clusterComm_ && !inRootCluster) {
+  if (composition_.cluster && !inRootCluster) {
     CollArgs local = args;
     local.root = 0;
     local.send = args.recv;
-    clusterComm_->collective(local);
+    composition_.cluster->collective(local);
   }
 }
 
@@ -179,7 +182,7 @@ void Comm::composedReduce(const CollArgs& args) {
   const size_t bytes = args.count * dtypeSize(args.dtype);
   const int rootCluster = clusters_.clusterOf(args.root);
   const bool inRootCluster = clusters_.clusterOf(rank_) == rootCluster;
-  const bool leader = clusterComm_ && clusters_.leader(clusters_.clusterOf(rank_)) == rank_;
+  const bool leader = composition_.cluster && clusters_.leader(clusters_.clusterOf(rank_)) == rank_;
   // A leader's partial result: in the root's output where the leader is the root, else in
   // scratch (a non-root's output buffer need not exist).
   char* partial = nullptr;
@@ -187,14 +190,14 @@ void Comm::composedReduce(const CollArgs& args) {
     partial =
         rank_ == args.root ? static_cast<char*>(args.recv) : composedScratch(bytes, args.stream);
   // 1. Every other collapsed cluster, to its leader.
-  if (clusterComm_ && !inRootCluster) {
+  if (composition_.cluster && !inRootCluster) {
     CollArgs local = args;
     local.root = 0;
     if (leader) local.recv = partial;
-    clusterComm_->collective(local);
+    composition_.cluster->collective(local);
   }
   // 2. To the member that stands for the root; the root's leader adds its own input.
-  if (leaderComm_) {
+  if (composition_.leaders) {
     CollArgs exchange = args;
     exchange.root = exchangeRoot(args.root);
     if (leader) {
@@ -205,11 +208,11 @@ void Comm::composedReduce(const CollArgs& args) {
   }
   // 3. Inside the root's collapsed cluster, to the root: its leader adds the exchange's result
   // (in place where the leader is the root).
-  if (clusterComm_ && inRootCluster) {
+  if (composition_.cluster && inRootCluster) {
     CollArgs local = args;
     local.root = clusters_.localIndex(args.root);
     if (leader) local.send = partial;
-    clusterComm_->collective(local);
+    composition_.cluster->collective(local);
   }
 }
 
@@ -217,37 +220,39 @@ void Comm::composedAllGather(const CollArgs& args) {
   const size_t es = dtypeSize(args.dtype);
   const size_t block = args.count * es;
   const int cluster = clusters_.clusterOf(rank_);
-  const bool leader = clusterComm_ && clusters_.leader(cluster) == rank_;
-  const size_t myBlocks = clusterComm_ ? clusters_.size(cluster) : 1;
+  const bool leader = composition_.cluster && clusters_.leader(cluster) == rank_;
+  const size_t myBlocks = composition_.cluster ? clusters_.size(cluster) : 1;
   // A leader's scratch: its cluster's blocks, then (not in order) every block in exchange order.
   char* scratch = nullptr;
-  if (leader || (leaderComm_ && !exchangeInOrder_))
+  if (leader || (composition_.leaders && !composition_.inOrder))
     scratch = composedScratch(
-        (leader ? myBlocks * block : 0) + (exchangeInOrder_ ? 0 : nranks_ * block), args.stream);
+        (leader ? myBlocks * block : 0) + (composition_.inOrder ? 0 : nranks_ * block),
+        args.stream);
   char* gathered = scratch;
-  char* exchanged =
-      exchangeInOrder_ ? static_cast<char*>(args.recv) : scratch + (leader ? myBlocks * block : 0);
+  char* exchanged = composition_.inOrder ? static_cast<char*>(args.recv)
+                                         : scratch + (leader ? myBlocks * block : 0);
   // 1. The cluster's blocks to its leader, in cluster order.
-  if (clusterComm_) {
+  if (composition_.cluster) {
     CollArgs local = args;
     local.func = loomFuncGather;
     local.root = 0;
     local.recv = leader ? gathered : nullptr;
-    clusterComm_->collective(local);
+    composition_.cluster->collective(local);
   }
-  if (leaderComm_) {
+  if (composition_.leaders) {
     // 2. Every member's blocks to every member: its blocks from offset 0 to all, theirs
     // received member after member.
-    const size_t members = exchangeFirst_.size() - 1;
-    size_t* sendCounts = exchangeCounts_.data();
+    const size_t members = composition_.first.size() - 1;
+    size_t* sendCounts = composition_.counts.data();
     size_t* sendDispls = sendCounts + members;
     size_t* recvCounts = sendDispls + members;
     size_t* recvDispls = recvCounts + members;
     for (size_t m = 0; m < members; ++m) {
       sendCounts[m] = myBlocks * args.count;
       sendDispls[m] = 0;
-      recvCounts[m] = static_cast<size_t>(exchangeFirst_[m + 1] - exchangeFirst_[m]) * args.count;
-      recvDispls[m] = static_cast<size_t>(exchangeFirst_[m]) * args.count;
+      recvCounts[m] =
+          static_cast<size_t>(composition_.first[m + 1] - composition_.first[m]) * args.count;
+      recvDispls[m] = static_cast<size_t>(composition_.first[m]) * args.count;
     }
     CollArgs exchange = args;
     exchange.func = loomFuncAllToAllv;
@@ -259,24 +264,24 @@ void Comm::composedAllGather(const CollArgs& args) {
     exchange.recvDispls = recvDispls;
     exchangeInOnePiece(exchange);
     // Into global rank order, a run of consecutive ranks at a time.
-    if (!exchangeInOrder_) {
+    if (!composition_.inOrder) {
       for (int i = 0; i < nranks_;) {
         int j = i + 1;
-        while (j < nranks_ && exchangeOrder_[j] == exchangeOrder_[j - 1] + 1) ++j;
-        copyLocal(static_cast<char*>(args.recv) + exchangeOrder_[i] * block, exchanged + i * block,
-                  (j - i) * block, args.stream);
+        while (j < nranks_ && composition_.order[j] == composition_.order[j - 1] + 1) ++j;
+        copyLocal(static_cast<char*>(args.recv) + composition_.order[i] * block,
+                  exchanged + i * block, (j - i) * block, args.stream);
         i = j;
       }
     }
   }
   // 3. The whole output from the leader to the rest of its cluster.
-  if (clusterComm_) {
+  if (composition_.cluster) {
     CollArgs local = args;
     local.func = loomFuncBroadcast;
     local.root = 0;
     local.count = args.count * nranks_;
     local.send = args.recv;
-    clusterComm_->collective(local);
+    composition_.cluster->collective(local);
   }
 }
 
@@ -284,26 +289,26 @@ void Comm::composedReduceScatter(const CollArgs& args) {
   const size_t es = dtypeSize(args.dtype);
   const size_t block = args.count * es;
   const int cluster = clusters_.clusterOf(rank_);
-  const bool leader = clusterComm_ && clusters_.leader(cluster) == rank_;
-  const size_t myBlocks = clusterComm_ ? clusters_.size(cluster) : 1;
+  const bool leader = composition_.cluster && clusters_.leader(cluster) == rank_;
+  const size_t myBlocks = composition_.cluster ? clusters_.size(cluster) : 1;
   // A leader's scratch: its cluster's partial sum of the whole input, then its cluster's blocks
   // of the result in cluster order.
   char* partial = leader ? composedScratch((nranks_ + myBlocks) * block, args.stream) : nullptr;
   char* result = leader ? partial + nranks_ * block : nullptr;
   // 1. The cluster's sum of the whole input, to its leader.
-  if (clusterComm_) {
+  if (composition_.cluster) {
     CollArgs local = args;
     local.func = loomFuncReduce;
     local.root = 0;
     local.count = args.count * nranks_;
     local.recv = leader ? partial : nullptr;
-    clusterComm_->collective(local);
+    composition_.cluster->collective(local);
   }
   // 2. Each run of consecutive ranks that one member stands for, reduced to that member.
-  if (leaderComm_) {
+  if (composition_.leaders) {
     const char* input = leader ? partial : static_cast<const char*>(args.send);
-    const int me = exchangeRank_[rank_];
-    for (const ExchangeRun& run : exchangeRuns_) {
+    const int me = composition_.exchangeRank[rank_];
+    for (const Composition::Run& run : composition_.runs) {
       CollArgs exchange = args;
       exchange.func = loomFuncReduce;
       exchange.root = run.member;
@@ -316,12 +321,12 @@ void Comm::composedReduceScatter(const CollArgs& args) {
     }
   }
   // 3. Each rank's block from its leader.
-  if (clusterComm_) {
+  if (composition_.cluster) {
     CollArgs local = args;
     local.func = loomFuncScatter;
     local.root = 0;
     local.send = leader ? result : nullptr;
-    clusterComm_->collective(local);
+    composition_.cluster->collective(local);
   }
 }
 

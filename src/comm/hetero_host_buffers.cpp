@@ -18,7 +18,7 @@
 namespace loom {
 
 bool Comm::passesHostBuffers(const CollArgs& args) const {
-  if (!hetero_ || !onDevice()) return false;
+  if (!composition_.hetero || !onDevice()) return false;
   const CallExtents extents = callExtents(args, rank_, nranks_);
   const bool sendHost = extents.sendBytes > 0 && heteroHostBuffer(args.send);
   const bool recvHost = extents.recvBytes > 0 && heteroHostBuffer(args.recv);
@@ -28,7 +28,7 @@ bool Comm::passesHostBuffers(const CollArgs& args) const {
 }
 
 bool Comm::heteroHostBuffer(const void* buffer) const {
-  return hetero_ && onDevice() && buffer != nullptr && !device_->isDeviceMemory(buffer);
+  return composition_.hetero && onDevice() && buffer != nullptr && !device_->isDeviceMemory(buffer);
 }
 
 bool Comm::hostBufferOfHetero(const DeviceP2POp& op) const {
@@ -42,9 +42,11 @@ void Comm::collectiveThroughDevice(const CollArgs& args) {
   // In place: the input inside the output (allreduce's send == recv, allgather's own slot).
   const bool inPlace = extents.sendBytes > 0 && extents.recvBytes > 0 && send >= recv &&
                        send + extents.sendBytes <= recv + extents.recvBytes;
-  if (!hostCallScratch_) hostCallScratch_ = std::make_unique<DeviceScratch>(*device_);
+  if (!deviceCalls_.hostCallScratch)
+    deviceCalls_.hostCallScratch = std::make_unique<DeviceScratch>(*device_);
   const size_t sendScratch = inPlace ? 0 : extents.sendBytes;
-  char* deviceRecv = hostCallScratch_->get(std::max<size_t>(1, extents.recvBytes + sendScratch));
+  char* deviceRecv =
+      deviceCalls_.hostCallScratch->get(std::max<size_t>(1, extents.recvBytes + sendScratch));
   char* deviceSend = inPlace ? deviceRecv + (send - recv) : deviceRecv + extents.recvBytes;
 
   CollArgs onDevice = args;
@@ -58,7 +60,7 @@ void Comm::collectiveThroughDevice(const CollArgs& args) {
   if (extents.recvBytes > 0)
     device_->copyAsync(recv, deviceRecv, extents.recvBytes, CopyKind::kDeviceToHost, args.stream);
   device_->synchronize(args.stream);
-  hostCallScratch_->releaseRetired();  // the stream is done with what growing replaced
+  deviceCalls_.hostCallScratch->releaseRetired();  // the stream is done with what growing replaced
 }
 
 }  // namespace loom

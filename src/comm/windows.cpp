@@ -15,8 +15,8 @@ namespace loom {
 
 namespace {
 
-// Entry `id` of a communicator's windows or registrations (Comm::CommWindow); end() when there
-// is none.
+// Entry `id` of a communicator's windows or registrations (Comm::WindowTable::Entry); end() when
+// there is none.
 template <typename Entries>
 auto findEntry(Entries& entries, uint64_t id) {
   return std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.id == id; });
@@ -48,7 +48,7 @@ uint64_t Comm::registerWindow(void* ptr, size_t bytes, bool symmetric) {
       withBootstrap([&](Bootstrap& b) { return b.allGather(problem.empty() ? "" : problem); });
   for (int q = 0; q < nranks_; ++q)
     LOOM_CHECK_ARG(problems[q].empty(), "rank ", q, ": ", problems[q]);
-  CommWindow w{nextWindowId_++, ptr, bytes, false, ""};
+  WindowTable::Entry w{windows_.nextWindow++, ptr, bytes, false, ""};
   if (!native_) {
     w.why = "this communicator runs host algorithms, which do not use windows";
   } else if (!symmetric) {
@@ -59,26 +59,29 @@ uint64_t Comm::registerWindow(void* ptr, size_t bytes, bool symmetric) {
   if (!w.used)
     LOOM_INFO(kSubsysColl, rank_, "window ", w.id, " (", bytes,
               " bytes) registered; collectives on it run as on any buffer: ", w.why);
-  windows_.push_back(w);
+  windows_.windows.push_back(w);
   return w.id;
 }
 
 void Comm::deregisterWindow(uint64_t id) {
   checkUsable();
-  auto it = findEntry(windows_, id);
-  LOOM_CHECK_ARG(it != windows_.end(), "window ", id, " is not registered with this communicator");
+  auto it = findEntry(windows_.windows, id);
+  LOOM_CHECK_ARG(it != windows_.windows.end(), "window ", id,
+                 " is not registered with this communicator");
   const bool used = it->used;
-  windows_.erase(it);
+  windows_.windows.erase(it);
   if (used) failOnErrorExceptArguments([&] { native_->deregisterWindow(id); });
 }
 
-bool Comm::windowUsed(uint64_t id, std::string* why) const { return entryUsed(windows_, id, why); }
+bool Comm::windowUsed(uint64_t id, std::string* why) const {
+  return entryUsed(windows_.windows, id, why);
+}
 
 uint64_t Comm::registerBuffer(void* ptr, size_t bytes) {
   checkUsable();
   LOOM_CHECK_ARG(ptr != nullptr && bytes > 0, "buffer is NULL or size is 0");
   device_->checkBuffer(ptr, bytes, "registered buffer");
-  CommWindow r{nextRegistrationId_++, ptr, bytes, false, ""};
+  WindowTable::Entry r{windows_.nextRegistration++, ptr, bytes, false, ""};
   if (!native_) {
     r.why = "this communicator runs host algorithms, which do not use registered buffers";
   } else {
@@ -88,22 +91,22 @@ uint64_t Comm::registerBuffer(void* ptr, size_t bytes) {
   if (!r.used)
     LOOM_INFO(kSubsysColl, rank_, "buffer of ", bytes,
               " bytes registered; collectives on it run as on any buffer: ", r.why);
-  registrations_.push_back(r);
+  windows_.registrations.push_back(r);
   return r.id;
 }
 
 void Comm::deregisterBuffer(uint64_t id) {
   checkUsable();
-  auto it = findEntry(registrations_, id);
-  LOOM_CHECK_ARG(it != registrations_.end(), "registration ", id,
+  auto it = findEntry(windows_.registrations, id);
+  LOOM_CHECK_ARG(it != windows_.registrations.end(), "registration ", id,
                  " is not registered with this communicator");
   // Withdrawn from the backend first: if that fails, the registration is still listed here.
   if (it->used) failOnErrorExceptArguments([&] { native_->deregisterBuffer(id); });
-  registrations_.erase(it);
+  windows_.registrations.erase(it);
 }
 
 bool Comm::bufferRegistrationUsed(uint64_t id, std::string* why) const {
-  return entryUsed(registrations_, id, why);
+  return entryUsed(windows_.registrations, id, why);
 }
 
 void* Comm::allocateMemory(size_t bytes) {

@@ -342,6 +342,7 @@ TEST(Faults, AbortFromAnotherThreadEndsTheWait) {
 TEST(Faults, InfoLogNamesTheAlgorithm) {
   Job job(2, "10");
   job.setEnv("LOOM_DEBUG", "INFO");
+  job.setEnv("LOOM_DEBUG_SUBSYS", "INIT,COLL");  // a line per call only when COLL is asked for
   job.setEnv("LOOM_ALGO", "allreduce:ring");
   job.startAll({"algo"});
   EXPECT_TRUE(job.wait(15)) << job.describe();

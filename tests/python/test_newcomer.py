@@ -1,5 +1,8 @@
-"""What a newcomer runs into first: import time, arrays Loom cannot use, a missing backend."""
+"""What a newcomer runs into first: import time, arrays Loom cannot use, a missing backend, a
+README example that needs a package pip did not install."""
+import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 
@@ -89,3 +92,31 @@ def test_import_torch_registers_the_backend():
     r = run_python("import torch.distributed as dist; print('loom' in dist.Backend.backend_list)")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "True"
+
+
+README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+
+
+def readme_imports():
+    """Top-level modules the README's Python examples import."""
+    text = open(README).read()
+    modules = set()
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = line.split("#", 1)[0]  # a comment may hold commas or words after "import"
+            m = re.match(r"\s*(?:import\s+(.+)|from\s+(\S+)\s+import)", line)
+            if not m:
+                continue
+            names = m.group(1).split(",") if m.group(1) else [m.group(2)]
+            modules |= {n.split()[0].split(".")[0] for n in names}
+    return modules
+
+
+def test_readme_examples_need_only_what_pip_installs():
+    # In a fresh virtual environment `pip install .` brings the package and its declared
+    # requirements; torch is the one the README says to install first. numpy was once missing.
+    declared = {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower()
+                for r in importlib.metadata.requires("loomccl") or [] if "extra ==" not in r}
+    stdlib = set(getattr(sys, "stdlib_module_names", ()))
+    missing = {m for m in readme_imports() if m not in stdlib | declared | {"loom", "torch"}}
+    assert not missing, f"the README imports {sorted(missing)}, which pip install . does not install"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # loom-bench as nccl-tests users call it: their flags, one usage error per job, clean CSV under
 # loomrun, JSON (-J), an inclusive -e, the rank/host/pid/device header, units, one process
-# without a launcher, a clear error instead of the OOM killer, --plot. A few seconds.
+# without a launcher, a clear error instead of the OOM killer, --plot, a device plug-in's device
+# and mixed placements. Under a minute.
 # Usage: loom_bench_test.sh LOOMRUN LOOM_BENCH
 set -uo pipefail
 LOOMRUN=$1
@@ -121,14 +122,69 @@ for extra in "--device cpu" "--window 1"; do
   grep -q -- "--register" "$TMP/reg" || fail "--register 1 with $extra: $(cat "$TMP/reg")"
 done
 
-# --plot draws busbw against size where matplotlib is; says how to get it where not.
+# --plot hands python3 its script intact (once, passed through a shell in quotes, the script's own
+# quotes ended the string: NameError), checked with a stand-in matplotlib that writes a file.
+mkdir -p "$TMP/mpl/matplotlib" "$TMP/nompl/matplotlib"
+echo 'def use(backend): pass' >"$TMP/mpl/matplotlib/__init__.py"
+cat >"$TMP/mpl/matplotlib/pyplot.py" <<'EOF'
+class _Drawing:
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+    def savefig(self, path, **kwargs):
+        open(path, "w").write("stand-in plot\n")
+def subplots(*args, **kwargs):
+    return _Drawing(), _Drawing()
+EOF
+PYTHONPATH="$TMP/mpl" "$BENCH" allreduce "${SMALL[@]}" --plot "$TMP/it's.png" >"$TMP/plot.out" 2>&1 ||
+  fail "--plot with matplotlib exits $?: $(cat "$TMP/plot.out")"
+grep -q "stand-in plot" "$TMP/it's.png" 2>/dev/null || fail "--plot drew nothing: $(cat "$TMP/plot.out")"
+# Without matplotlib: the hint installs it for the python3 that runs the script (a virtual
+# environment's python3 never sees Debian's python3-matplotlib), before anything is measured.
+echo 'raise ImportError("no matplotlib here")' >"$TMP/nompl/matplotlib/__init__.py"
+PYTHONPATH="$TMP/nompl" "$BENCH" allreduce "${SMALL[@]}" --plot "$TMP/p.png" >"$TMP/plot.out" 2>&1
+status=$?
+[[ $status -eq 2 ]] || fail "--plot without matplotlib exits $status, expected 2"
+python=$(command -v python3)
+grep -qF "$python -m pip install matplotlib" "$TMP/plot.out" ||
+  fail "--plot without matplotlib: no pip hint for $python: $(cat "$TMP/plot.out")"
+grep -q "install_deps.sh" "$TMP/plot.out" && fail "--plot hints at Debian's package: $(cat "$TMP/plot.out")"
+# And with the real matplotlib where this machine has it.
 if python3 -c "import matplotlib" 2>/dev/null; then
   "$BENCH" allreduce "${SMALL[@]}" --plot "$TMP/p.png" >/dev/null 2>&1 || fail "--plot exits $?"
   [[ -s "$TMP/p.png" ]] || fail "--plot wrote no PNG"
-else
-  "$BENCH" allreduce "${SMALL[@]}" --plot "$TMP/p.png" >/dev/null 2>"$TMP/plot"
-  grep -q "pip install matplotlib" "$TMP/plot" || fail "--plot without matplotlib: $(cat "$TMP/plot")"
 fi
+
+# A device plug-in's device: every collective on the emulated accelerator (found beside this
+# build, no LOOM_DEVICE_PLUGIN), then a mixed placement, one heterogeneous communicator; -c 1.
+TINY=(-b 8 -e 4K -f 8 -n 1 -w 0 -c 1)
+for op in allreduce allgather reducescatter broadcast reduce alltoall gather scatter sendrecv; do
+  env -u LOOM_DEVICE_PLUGIN "$LOOMRUN" -n 2 --timeout 120 -- "$BENCH" "$op" "${TINY[@]}" \
+    --device loom-emu >"$TMP/emu" 2>&1 || fail "--device loom-emu $op exits $?: $(tail -5 "$TMP/emu")"
+  grep -q "Out of bounds values : 0 OK" "$TMP/emu" || fail "--device loom-emu $op: $(cat "$TMP/emu")"
+done
+grep -q "device loom-emu:1 (" "$TMP/emu" || fail "--device loom-emu: rank 1 not on loom-emu:1: $(cat "$TMP/emu")"
+for placement in CEC cpu,loom-emu,loom-emu:0; do
+  for op in allreduce allgather broadcast alltoall; do
+    "$LOOMRUN" -n 3 --timeout 120 -- "$BENCH" "$op" "${TINY[@]}" --placement "$placement" \
+      >"$TMP/mixed" 2>&1 || fail "--placement $placement $op exits $?: $(tail -5 "$TMP/mixed")"
+    grep -q "Out of bounds values : 0 OK" "$TMP/mixed" ||
+      fail "--placement $placement $op: $(cat "$TMP/mixed")"
+  done
+done
+grep -q "running on placement cpu,loom-emu,loom-emu:0" "$TMP/mixed" || fail "placement header: $(cat "$TMP/mixed")"
+# What cannot run says so once, before any communicator: a placement of the wrong length, a
+# device kind nobody provides, CUDA-only options.
+"$LOOMRUN" -n 2 -- "$BENCH" allreduce "${TINY[@]}" --placement CEC >"$TMP/out" 2>"$TMP/err"
+[[ $? -eq 2 ]] || fail "--placement of 3 for 2 ranks does not exit 2"
+grep -q "^\[0\] loom-bench: --placement names 3 devices for 2 ranks" "$TMP/err" || fail "placement length: $(cat "$TMP/err")"
+"$LOOMRUN" -n 2 -- "$BENCH" allreduce "${TINY[@]}" --device no-such-kind >"$TMP/out" 2>"$TMP/err"
+[[ $? -eq 2 ]] || fail "--device no-such-kind does not exit 2"
+[[ $(grep -c "^\[[0-9]\] loom-bench: no device plug-in of kind 'no-such-kind'" "$TMP/err") -eq 1 ]] ||
+  fail "--device no-such-kind: $(cat "$TMP/err")"
+"$BENCH" allreduce "${TINY[@]}" --device loom-emu --graph 1 >/dev/null 2>"$TMP/err"
+[[ $? -eq 2 ]] || fail "--device loom-emu --graph 1 does not exit 2"
+"$BENCH" allreduce "${TINY[@]}" --device cpu --placement CC >/dev/null 2>"$TMP/err"
+[[ $? -eq 2 ]] || fail "--device cpu --placement CC does not exit 2"
 
 ((failures == 0)) && echo "loom_bench_test: all cases passed"
 exit $((failures > 0))

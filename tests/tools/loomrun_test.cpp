@@ -166,6 +166,31 @@ TEST(Loomrun, FailedJobEndsWithSummaryOfTheFirstFailure) {
   EXPECT_NE(killed.err.find("  exit      : killed by signal 9"), std::string::npos) << killed.err;
 }
 
+// A Python rank's traceback: the summary names the exception ("ValueError: ..."), which Python
+// prints after the frames, not the "Traceback (most recent call last):" header; of a chained
+// traceback the first exception, the root cause.
+TEST(Loomrun, PythonRankFailureNamesTheException) {
+  const std::string script =
+      "def load(n):\n"
+      "    raise ValueError(f'bad shard {n}')\n"
+      "try:\n"
+      "    load(3)\n"
+      "except ValueError:\n"
+      "    raise RuntimeError('could not start')\n";
+  Result r = runLoomrun({"-n", "1", "--", "python3", "-c", script});
+  EXPECT_EQ(r.status, 1);
+  size_t summary = r.err.find("loomrun: job failed. Root cause (first rank to fail):\n");
+  ASSERT_NE(summary, std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("  first error: ValueError: bad shard 3\n", summary), std::string::npos)
+      << r.err;
+
+  Result plain = runLoomrun({"-n", "1", "--", "python3", "-c",
+                             "import sys\nprint('loading', file=sys.stderr)\n"
+                             "{}['missing']"});
+  EXPECT_EQ(plain.status, 1);
+  EXPECT_NE(plain.err.find("  first error: KeyError: 'missing'\n"), std::string::npos) << plain.err;
+}
+
 TEST(Loomrun, PrintsVersion) {
   Result r = runLoomrun({"--version"});
   EXPECT_EQ(r.status, 0);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What a newcomer types first: --version and -h on every tool, LOOM_DEBUG in NCCL's spellings
-# (a version line at VERSION and INFO, a clear error for a bad level), srun's variables.
+# (a version line at VERSION and INFO, a clear error for a bad level), LOOM_DEBUG_SUBSYS and
+# LOOM_DEBUG_FILE as NCCL's, LOOM_* values refused at init, srun's variables.
 # Usage: tools_cli_test.sh LOOMRUN LOOM_BENCH LOOM_INFO   (about a second)
 set -uo pipefail
 LOOMRUN=$1
@@ -15,7 +16,7 @@ fail() {
 }
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE LOOM_RANK LOOM_WORLD_SIZE LOOM_COMM_ID \
   OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE SLURM_PROCID SLURM_NTASKS \
-  MASTER_ADDR MASTER_PORT LOOM_DEBUG
+  MASTER_ADDR MASTER_PORT LOOM_DEBUG LOOM_DEBUG_SUBSYS LOOM_DEBUG_FILE
 
 for tool in "$LOOMRUN" "$BENCH" "$INFO"; do
   name=$(basename "$tool")
@@ -42,6 +43,48 @@ LOOM_DEBUG=VERBOSE "$BENCH" "${SMALL[@]}" >/dev/null 2>"$TMP/err"
 [[ $? -ne 0 ]] || fail "LOOM_DEBUG=VERBOSE accepted"
 grep -q "LOOM_DEBUG='VERBOSE' is not a level: use NONE, VERSION, WARN, INFO, ABORT or TRACE" \
   "$TMP/err" || fail "LOOM_DEBUG=VERBOSE: $(cat "$TMP/err")"
+
+# LOOM_DEBUG=INFO logs init, not every call (NCCL's INFO logs COLL only when asked for): the
+# per-call lines ("allreduce #N count ... -> algorithm") come with LOOM_DEBUG_SUBSYS naming COLL,
+# in any case. An unknown subsystem fails init naming the valid ones.
+CALLS=(allreduce -b 8 -e 8 -n 300 -w 0 -c 0)
+LOOM_DEBUG=INFO "$BENCH" "${CALLS[@]}" >/dev/null 2>"$TMP/err" || fail "LOOM_DEBUG=INFO exits $?"
+per_call=$(grep -c "LOOM INFO allreduce #" "$TMP/err")
+[[ $per_call -eq 0 ]] || fail "LOOM_DEBUG=INFO logged $per_call per-call lines"
+grep -q "LOOM INFO communicator .*ready" "$TMP/err" || fail "LOOM_DEBUG=INFO: no init line: $(head -c 600 "$TMP/err")"
+LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=coll "$BENCH" "${CALLS[@]}" >/dev/null 2>"$TMP/err" ||
+  fail "LOOM_DEBUG_SUBSYS=coll exits $?"
+per_call=$(grep -c "LOOM INFO allreduce #" "$TMP/err")
+[[ $per_call -ge 300 ]] || fail "LOOM_DEBUG_SUBSYS=coll logged $per_call per-call lines for 300+ calls"
+grep -q "LOOM INFO communicator .*ready" "$TMP/err" && fail "LOOM_DEBUG_SUBSYS=coll logged init lines"
+LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=INIT,COLLS "$BENCH" "${SMALL[@]}" >/dev/null 2>"$TMP/err"
+[[ $? -ne 0 ]] || fail "LOOM_DEBUG_SUBSYS=INIT,COLLS accepted"
+grep -q "'COLLS' is not a subsystem: use a comma list of INIT, COLL, NET, BOOTSTRAP, SHM, TUNE or ALL" \
+  "$TMP/err" || fail "LOOM_DEBUG_SUBSYS=INIT,COLLS: $(cat "$TMP/err")"
+# LOOM_DEBUG_FILE, as NCCL_DEBUG_FILE: %h the host, %p the pid; nothing on stderr then.
+LOOM_DEBUG=INFO LOOM_DEBUG_FILE="$TMP/loom.%h.%p.log" "$BENCH" "${SMALL[@]}" >/dev/null 2>"$TMP/err" ||
+  fail "LOOM_DEBUG_FILE exits $?"
+grep -q "LOOM INFO" "$TMP/err" && fail "LOOM_DEBUG_FILE: INFO lines on stderr too"
+logs=("$TMP"/loom."$(hostname)".*.log)
+[[ ${#logs[@]} -eq 1 && -s "${logs[0]}" ]] || fail "LOOM_DEBUG_FILE wrote no $TMP/loom.$(hostname).PID.log"
+pid=${logs[0]##*.$(hostname).}
+pid=${pid%.log}
+grep -q "^$(hostname):$pid:[0-9]* \[0\] LOOM INFO communicator" "${logs[0]}" ||
+  fail "LOOM_DEBUG_FILE: not this process's lines: $(head -c 600 "${logs[0]}")"
+LOOM_DEBUG=INFO LOOM_DEBUG_FILE="$TMP/no/such/dir/log" "$BENCH" "${SMALL[@]}" >/dev/null 2>"$TMP/err" ||
+  fail "LOOM_DEBUG_FILE in a missing folder exits $?"
+grep -q "LOOM_DEBUG_FILE='$TMP/no/such/dir/log': cannot open" "$TMP/err" ||
+  fail "LOOM_DEBUG_FILE in a missing folder: $(head -c 600 "$TMP/err")"
+
+# LOOM_* values out of range or malformed fail communicator init with the variable, the value
+# and the range (once silently clamped: LOOM_SHM_CHUNK_BYTES=12 ran with 4096), even where this
+# communicator would not use them (LOOM_SOCKET_STREAMS on one host).
+for setting in LOOM_SHM_CHUNK_BYTES=12 LOOM_SOCKET_STREAMS=0 LOOM_DEVICE_BLOCKING=yes \
+  LOOM_HETERO_ALGO=Flat LOOM_TIMEOUT=inf; do
+  env "$setting" "$INFO" --algos >/dev/null 2>"$TMP/err"
+  [[ $? -ne 0 ]] || fail "$setting accepted"
+  grep -q "${setting%%=*}.*${setting#*=}" "$TMP/err" || fail "$setting: $(cat "$TMP/err")"
+done
 
 # srun's variables: rank and size from SLURM_PROCID/SLURM_NTASKS, the rendezvous on the step's
 # first node (here the local host) with a port from the job and step ids.

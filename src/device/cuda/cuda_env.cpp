@@ -4,13 +4,20 @@
 
 namespace loom::env {
 
-int64_t cudaSlotBytes() { return getInt("LOOM_CUDA_SLOT_BYTES", 256 * 1024); }
-std::string cudaTransport() { return get("LOOM_CUDA_TRANSPORT").value_or("auto"); }
-int64_t cudaMaxBlocks() { return getInt("LOOM_CUDA_MAX_BLOCKS", 64); }
-int64_t cudaLLMaxBytes() { return getInt("LOOM_CUDA_LL_MAX_BYTES", -1); }
-bool cudaWindows() { return getInt("LOOM_CUDA_WINDOWS", 1) != 0; }
-int64_t cudaWindowMinBytes() { return getInt("LOOM_CUDA_WINDOW_MIN_BYTES", 0); }
-int64_t cudaCopyEngineMinBytes() { return getInt("LOOM_CUDA_CE_MIN_BYTES", -1); }
-int64_t cudaOneShotMaxBytes() { return getInt("LOOM_CUDA_ONESHOT_MAX_BYTES", 256 * 1024); }
+// Checked where read (base/env.hpp): a bad value fails the CUDA communicator's init, naming it.
+int64_t cudaSlotBytes() {
+  return getIntIn("LOOM_CUDA_SLOT_BYTES", 256 * 1024, 4096, int64_t{1} << 30, 16);
+}
+std::string cudaTransport() {
+  return getWord("LOOM_CUDA_TRANSPORT", "auto", {"auto", "p2p", "host"});
+}
+int64_t cudaMaxBlocks() { return getIntIn("LOOM_CUDA_MAX_BLOCKS", 64, 1, 64); }
+int64_t cudaLLMaxBytes() { return getIntIn("LOOM_CUDA_LL_MAX_BYTES", -1, -1, INT64_MAX); }
+bool cudaWindows() { return getFlag("LOOM_CUDA_WINDOWS", true); }
+int64_t cudaWindowMinBytes() { return getIntIn("LOOM_CUDA_WINDOW_MIN_BYTES", 0, 0, INT64_MAX); }
+int64_t cudaCopyEngineMinBytes() { return getIntIn("LOOM_CUDA_CE_MIN_BYTES", -1, -1, INT64_MAX); }
+int64_t cudaOneShotMaxBytes() {
+  return getIntIn("LOOM_CUDA_ONESHOT_MAX_BYTES", 256 * 1024, -1, INT64_MAX);
+}
 
 }  // namespace loom::env
