@@ -169,8 +169,9 @@ std::string Comm::describeWait(int peer) const {
     std::string behind;
     for (int r = 0; r < nranks_; ++r) {
       if (r == rank_ || !nodes_.sameNode(r, rank_)) continue;
-      const uint64_t entered =
-          transports_->arena().progress(nodes_.localIndex(r)).entered.load(std::memory_order_acquire);
+      const uint64_t entered = transports_->arena()
+                                   .progress(nodes_.localIndex(r))
+                                   .entered.load(std::memory_order_acquire);
       if (entered < seq) behind += (behind.empty() ? "" : "; ") + describePeer(r, seq);
     }
     out << (behind.empty() ? std::string("peers") : behind);

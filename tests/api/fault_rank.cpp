@@ -31,6 +31,8 @@
 //                          calling, alive: HOW stop: SIGSTOPs itself (the test kills it); HOW
 //                          compute: spins for 2 x LOOM_TIMEOUT, then exits 0 without a result.
 //                          The others' result is their failed call's. E: that call.
+//   dump                   3 allreduces of 256 floats; then rank 0 calls loomCommDumpFlight
+//                          (LOOM_FLIGHT_DIR), the others raise SIGUSR2; then one more allreduce.
 #include <signal.h>
 #include <unistd.h>
 
@@ -229,6 +231,19 @@ int modeStuck(loomComm_t comm, const std::string& how, int victim) {
   }
 }
 
+int modeDump(loomComm_t comm) {
+  std::vector<float> data(256, 1.0f);
+  loomResult_t r = loomSuccess;
+  for (int i = 0; i < 3 && r == loomSuccess; ++i)
+    r = loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
+  if (r == loomSuccess && gRank == 0) r = loomCommDumpFlight(comm, nullptr);
+  if (r == loomSuccess && gRank != 0) raise(SIGUSR2);  // the handler runs before raise returns
+  if (r == loomSuccess)
+    r = loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
+  report(r, 0, 4);
+  return finish(comm, r);
+}
+
 int modeAlgo(loomComm_t comm) {
   std::vector<float> data(1 << 18, 1.0f);
   loomResult_t r =
@@ -282,6 +297,7 @@ int main(int argc, char** argv) {
   if (mode == "loop") return modeLoop(comm, nranks, std::atol(arg(2).c_str()));
   if (mode == "abort-thread") return modeAbortThread(comm);
   if (mode == "algo") return modeAlgo(comm);
+  if (mode == "dump") return modeDump(comm);
   if (mode == "stuck") return modeStuck(comm, arg(2), std::atoi(arg(3).c_str()));
   if (mode == "late") {
     if (gRank != 0)
