@@ -152,7 +152,9 @@ int culpritFrom(int from, const std::map<int, int>& waitsFor) {
   return at;
 }
 
-void describeCommunicator(std::ostringstream& out, const Communicator& comm, bool verbose) {
+// "Communicator ...: records of ranks ...; the last call every recorded rank finished is #N."
+// Returns N (0: none).
+uint64_t describeRecorded(std::ostringstream& out, const Communicator& comm) {
   std::vector<int> present, missing;
   for (int r = 0; r < comm.nranks; ++r) (comm.ranks.count(r) ? present : missing).push_back(r);
   out << "Communicator " << (comm.name.empty() ? "" : "'" + comm.name + "' ") << "(id " << comm.job
@@ -161,79 +163,98 @@ void describeCommunicator(std::ostringstream& out, const Communicator& comm, boo
     out << "; " << plural(missing) << " left none (dead, stopped, on a host that wrote elsewhere, "
         << "or never failed)";
   out << ". ";
-
   uint64_t allFinished = UINT64_MAX;
   for (const auto& [rank, r] : comm.ranks) allFinished = std::min(allFinished, r.lastFinished);
   if (allFinished == 0 || allFinished == UINT64_MAX) {
     out << "No collective was finished by every recorded rank. ";
-    allFinished = 0;
-  } else {
-    const Call* c = comm.ranks.begin()->second.collective(allFinished);
-    out << "The last call every recorded rank finished is #" << allFinished;
-    if (c != nullptr) out << " (" << c->signature() << ")";
-    out << ". ";
+    return 0;
   }
-  const uint64_t next = allFinished + 1;
+  const Call* c = comm.ranks.begin()->second.collective(allFinished);
+  out << "The last call every recorded rank finished is #" << allFinished;
+  if (c != nullptr) out << " (" << c->signature() << ")";
+  out << ". ";
+  return allFinished;
+}
+
+// What the recorded ranks did in call `next`: who entered it with which call, who never did,
+// whom each waits for.
+struct NextCall {
   std::map<std::string, std::vector<int>> bySignature;
   std::vector<int> notEntered;
   std::map<int, int> waitsFor;
-  int64_t longest = 0;
+  int64_t longest = 0;  // the longest wait in it
+};
+
+NextCall readNextCall(const Communicator& comm, uint64_t next) {
+  NextCall call;
   for (const auto& [rank, r] : comm.ranks) {
     const Call* c = r.collective(next);
     if (c == nullptr) {
-      if (r.lastEntered < next) notEntered.push_back(rank);
+      if (r.lastEntered < next) call.notEntered.push_back(rank);
       continue;
     }
-    bySignature[c->signature()].push_back(rank);
+    call.bySignature[c->signature()].push_back(rank);
     if (c->state != "done" && c->waitingFor >= 0 && c->waitingFor != rank)
-      waitsFor[rank] = static_cast<int>(c->waitingFor);
+      call.waitsFor[rank] = static_cast<int>(c->waitingFor);
     if (c->state != "done")
-      longest = std::max(longest, (c->endedNs ? c->endedNs : r.dumpedNs) - c->startedNs);
+      call.longest = std::max(call.longest, (c->endedNs ? c->endedNs : r.dumpedNs) - c->startedNs);
   }
-  if (!bySignature.empty()) {
+  return call;
+}
+
+void describeEntered(std::ostringstream& out, const Communicator& comm, const NextCall& call,
+                     uint64_t next) {
+  if (!call.bySignature.empty()) {
     out << "Call #" << next << ": ";
     // Groups in the order of their first rank.
     std::vector<std::pair<std::vector<int>, std::string>> groups;
-    for (const auto& [signature, ranks] : bySignature) groups.emplace_back(ranks, signature);
+    for (const auto& [signature, ranks] : call.bySignature) groups.emplace_back(ranks, signature);
     std::sort(groups.begin(), groups.end());
     bool first = true;
     for (const auto& [ranks, signature] : groups) {
       out << (first ? "" : "; ") << plural(ranks) << " entered " << signature;
       first = false;
     }
-    if (bySignature.size() > 1) out << " (they differ: these calls can never meet)";
-    if (longest > 0) out << ", and waited in it up to " << seconds(longest);
+    if (call.bySignature.size() > 1) out << " (they differ: these calls can never meet)";
+    if (call.longest > 0) out << ", and waited in it up to " << seconds(call.longest);
     out << ". ";
   }
-  if (!notEntered.empty()) {
-    out << plural(notEntered) << " never entered call #" << next;
-    const RankRecord& r = comm.ranks.at(notEntered.front());
-    if (notEntered.size() == 1 && r.lastEntered > 0)
+  if (!call.notEntered.empty()) {
+    out << plural(call.notEntered) << " never entered call #" << next;
+    const RankRecord& r = comm.ranks.at(call.notEntered.front());
+    if (call.notEntered.size() == 1 && r.lastEntered > 0)
       out << " (its last call is #" << r.lastEntered << ")";
     out << ". ";
   }
-  if (!waitsFor.empty()) {
-    out << "Waiting: ";
-    bool first = true;
-    for (const auto& [rank, peer] : waitsFor) {
-      out << (first ? "" : ", ") << "rank " << rank << " for rank " << peer;
-      first = false;
-    }
-    out << ". ";
-    std::set<int> culprits;
-    for (const auto& [rank, peer] : waitsFor) culprits.insert(culpritFrom(rank, waitsFor));
-    std::vector<int> named(culprits.begin(), culprits.end());
-    out << "The wait ends at " << plural(named);
-    for (int c : named) {
-      if (comm.ranks.count(c) == 0) {
-        out << " (no record: it died or is stopped; see its process)";
-      } else if (std::find(notEntered.begin(), notEntered.end(), c) != notEntered.end()) {
-        out << " (it never entered #" << next << ")";
-      }
-    }
-    out << ". ";
+}
+
+void describeWaits(std::ostringstream& out, const Communicator& comm, const NextCall& call,
+                   uint64_t next) {
+  if (call.waitsFor.empty()) return;
+  out << "Waiting: ";
+  bool first = true;
+  for (const auto& [rank, peer] : call.waitsFor) {
+    out << (first ? "" : ", ") << "rank " << rank << " for rank " << peer;
+    first = false;
   }
-  // Sends and receives left open.
+  out << ". ";
+  std::set<int> culprits;
+  for (const auto& [rank, peer] : call.waitsFor) culprits.insert(culpritFrom(rank, call.waitsFor));
+  std::vector<int> named(culprits.begin(), culprits.end());
+  out << "The wait ends at " << plural(named);
+  for (int c : named) {
+    if (comm.ranks.count(c) == 0) {
+      out << " (no record: it died or is stopped; see its process)";
+    } else if (std::find(call.notEntered.begin(), call.notEntered.end(), c) !=
+               call.notEntered.end()) {
+      out << " (it never entered #" << next << ")";
+    }
+  }
+  out << ". ";
+}
+
+// Sends and receives left open, and the first failure (by wall-clock time of the dumps).
+void describeOpenAndFirst(std::ostringstream& out, const Communicator& comm) {
   for (const auto& [rank, r] : comm.ranks) {
     for (const Call& c : r.calls) {
       if (c.collective() || c.state == "done") continue;
@@ -242,7 +263,6 @@ void describeCommunicator(std::ostringstream& out, const Communicator& comm, boo
           << c.tag << ", " << c.bytes << " bytes) is " << c.state << ". ";
     }
   }
-  // The first failure, by wall-clock time of the dumps.
   const RankRecord* firstFailed = nullptr;
   for (const auto& [rank, r] : comm.ranks)
     if (firstFailed == nullptr ||
@@ -251,8 +271,10 @@ void describeCommunicator(std::ostringstream& out, const Communicator& comm, boo
   if (firstFailed != nullptr && !firstFailed->reason.empty())
     out << "First record: rank " << firstFailed->rank << " (" << firstFailed->host << ", pid "
         << firstFailed->pid << "): " << firstFailed->reason;
-  out << "\n";
-  if (!verbose) return;
+}
+
+// -v: every rank's last 8 calls.
+void describeLastCalls(std::ostringstream& out, const Communicator& comm) {
   for (const auto& [rank, r] : comm.ranks) {
     out << "  rank " << rank << " (" << r.host << ", pid " << r.pid << "), last entered #"
         << r.lastEntered << ", last finished #" << r.lastFinished << ":\n";
@@ -270,6 +292,16 @@ void describeCommunicator(std::ostringstream& out, const Communicator& comm, boo
       out << "\n";
     }
   }
+}
+
+void describeCommunicator(std::ostringstream& out, const Communicator& comm, bool verbose) {
+  const uint64_t next = describeRecorded(out, comm) + 1;
+  const NextCall call = readNextCall(comm, next);
+  describeEntered(out, comm, call, next);
+  describeWaits(out, comm, call, next);
+  describeOpenAndFirst(out, comm);
+  out << "\n";
+  if (verbose) describeLastCalls(out, comm);
 }
 
 }  // namespace
