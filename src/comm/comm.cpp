@@ -312,9 +312,11 @@ void Comm::verifyFingerprint(const CollArgs& a) {
 }
 
 Error Comm::withRemoteCause(const Error& error) {
-  // A peer on another node that found a mismatch shuts its connections (this rank sees EOF)
-  // and reports the cause on the control plane a moment later: wait for it briefly.
-  if (!checker_.enabled() || transports_->singleNode()) return error;
+  // A peer on another node that failed shuts its connections (this rank sees EOF or a reset,
+  // which names only that peer) and reports why on the control plane a moment later: wait for it
+  // briefly. A mismatch it found becomes this rank's own error; another cause (the rank that
+  // hung or died first, down a chain of relays) is added to the message.
+  if (transports_->singleNode()) return error;
   Clock::time_point until = Clock::now() + std::chrono::milliseconds(300);
   while (Clock::now() < until) {
     try {
@@ -322,8 +324,11 @@ Error Comm::withRemoteCause(const Error& error) {
     } catch (const Error& cause) {
       std::string text = cause.what();
       size_t at = text.find(kMismatchMessage);
-      if (at == std::string::npos) return error;
-      return Error(loomInvalidUsage, text.substr(at), cause.file(), cause.line());
+      if (at != std::string::npos && checker_.enabled())
+        return Error(loomInvalidUsage, text.substr(at), cause.file(), cause.line());
+      if (text == error.what()) return error;
+      return Error(error.code(), std::string(error.what()) + "; the control plane says: " + text,
+                   error.file(), error.line());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }

@@ -221,6 +221,23 @@ TEST(Faults, TimeoutNamesTheRankWaitedFor) {
   }
 }
 
+// Ranks on four nodes in a ring; rank 3 dies mid-call. Rank 1 is no neighbour of it: it learns
+// of the failure from a neighbour's closed connection, which names only that neighbour, and
+// waits briefly for the control plane's cause, which names rank 3.
+TEST(Faults, RelayedNetworkErrorsNameTheCause) {
+  Job job(4, "10");
+  job.setEnv("FAULT_RANK_NODES", "a b c d");
+  job.setEnv("LOOM_ALGO", "allreduce:ring");
+  job.startAll({"kill", "allreduce", "4096", "3"});
+  ASSERT_TRUE(job.wait(30, 3)) << "a rank hung\n" << job.describe();
+  for (int r = 0; r < 3; ++r) {
+    const Result res = job[r].result();
+    ASSERT_TRUE(res.present) << job.describe();
+    EXPECT_TRUE(isPeerFailure(res.code)) << "rank " << r << ": " << res.msg;
+    EXPECT_NE(res.msg.find("rank 3"), std::string::npos) << "rank " << r << ": " << res.msg;
+  }
+}
+
 TEST(Faults, CheckSettingMustAgree) {
   Job job(2, "10");
   job.setEnv("LOOM_CHECK", "0");
