@@ -244,6 +244,11 @@ class Comm:
         """'no error', or the error that aborted the communicator."""
         return self._native.async_error()
 
+    def dump_flight(self, dir=None):
+        """Writes this communicator's flight record (its last calls, their states and times) into
+        ``dir`` (None: ``LOOM_FLIGHT_DIR``) as ``loom-flight-<job>-r<rank>.json``."""
+        self._native.dump_flight(dir)
+
     def __enter__(self):
         return self
 
