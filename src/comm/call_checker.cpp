@@ -121,9 +121,9 @@ void CallChecker::throwArenaMismatch(const std::vector<std::optional<CallSignatu
   throwMismatch(seen, mine, mine.seq == state_.mine.seq ? "" : " (found at a later collective)");
 }
 
-std::unique_ptr<Channel> CallChecker::wrap(std::unique_ptr<Channel> channel) {
+std::unique_ptr<Channel> CallChecker::wrap(Channel& inner) {
   return std::make_unique<CheckedChannel>(
-      std::move(channel), state_, [this](int peer, const CallSignature& theirs) {
+      inner, state_, [this](int peer, const CallSignature& theirs) {
         // What the peer sent in the previous call, untaken: that call is the one that differed
         // (this rank returned from it: it only sent).
         const bool late = theirs.seq + 1 == state_.mine.seq;

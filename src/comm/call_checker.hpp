@@ -29,8 +29,8 @@ class CallChecker {
 
   // A new collective (its accumulation type resolved): its number and signature.
   void begin(const CollArgs& args, int accum);
-  // A collective channel that carries the signature.
-  std::unique_ptr<Channel> wrap(std::unique_ptr<Channel> channel);
+  // A collective channel (`inner`, which outlives it) that carries the signature.
+  std::unique_ptr<Channel> wrap(Channel& inner);
   // Throws the mismatch error for the signatures seen (by rank; empty: not seen).
   [[noreturn]] void throwMismatch(const std::vector<std::optional<CallSignature>>& seen,
                                   const CallSignature& mine, const char* note) const;

@@ -68,7 +68,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
       nranks_(nranks),
       id_(id),
       health_(rank, config.timeoutMs, config.abortFlag),
-      checker_(rank, nranks, env::checkMode()) {
+      checkMode_(env::checkMode()) {
   // The tree's progress queue: the caller's (a non-blocking handle's, a parent's), or one of its
   // own. The tree's root reports the queue's failures (from the end of this constructor on).
   if (config_.progress == nullptr) ownProgress_ = std::make_unique<ProgressQueue>();
@@ -87,16 +87,16 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   nodes_ = NodeMap::compute(ranks_);
   crossCheckLauncher();
   setUpTransports();
-  setUpClusters();
-  if (!composition_.hetero) setUpNative();
-  // Native kernels (CUDA) carry no signature: LOOM_CHECK=2's round trip is their check.
-  if (native_) checker_.disableSignatures();
   setUpFlight();
-  setUpSelector();
-  setUpContexts();
-  if (!transports_->singleNode() && !native_) setUpHierarchy();
-  if (onDevice() && !native_) deviceCalls_.staging = std::make_unique<HostStaging>(*device_);
-  if (!native_) setUpP2PEngine();
+  setUpClusters();
+  setUpMainGroup();
+  if (!composition_.hetero) setUpNative(*main_);
+  if (onDevice() && !native()) {
+    deviceCalls_.staging = std::make_unique<HostStaging>(*device_);
+    deviceCalls_.p2pStaging = std::make_unique<HostStaging>(*device_);
+  }
+  if (!native()) setUpP2PEngine();
+  if (trace_ && native()) native()->setTimeline(trace_.get());
   if (deviceCalls_.staging && device_->caps().hostTasks && !env::deviceBlocking()) {
     StreamJobs::Hooks hooks;
     hooks.run = [this](StreamJob& job) { runJob(job); };
@@ -104,7 +104,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
     deviceCalls_.jobs = std::make_unique<StreamJobs>(*device_, std::move(hooks), *progress_);
   }
   describeDevice();
-  if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, selector_->explain());
+  if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, main_->selector().explain());
   if (composition_.hetero && rank_ == 0) LOOM_INFO(kSubsysInit, rank_, describeHeterogeneous());
   if (composition_.hetero) prepareComposition();
   if (config_.progressRoot || ownProgress_)
@@ -121,63 +121,57 @@ void Comm::setUpTransports() {
   setup.transport = config_.transport;
   setup.timeoutMs = config_.timeoutMs;
   setup.abortFlag = health_.abortFlag();
-  setup.settings = "LOOM_CHECK=" + std::to_string(checker_.mode()) + " LOOM_ALGO=" + config_.algo +
+  setup.settings = "LOOM_CHECK=" + std::to_string(checkMode_) + " LOOM_ALGO=" + config_.algo +
                    " LOOM_DIRECT_MAX_BYTES=" + std::to_string(env::directMaxBytes());
   setup.allGather = [this](const std::string& mine) {
     return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
   };
   setup.barrier = [this] { withBootstrap([](Bootstrap& b) { b.barrier(); }); };
-  setup.wrap = [this](std::unique_ptr<Channel> channel) {
-    return checker_.wrap(std::move(channel));
-  };
   transports_ = std::make_unique<Transports>(setup);
   health_.watch(ranks_, nodes_, transports_->arena());
 }
 
-void Comm::setUpSelector() {
-  SelectorInputs inputs;
-  inputs.nranks = nranks_;
-  inputs.sharedMemory = transports_->singleNode();
-  inputs.nodesShared = !transports_->singleNode() && nodes_.maxNodeSize() > 1;
+GroupSetup Comm::groupSetup(std::vector<int> members) {
+  GroupSetup setup;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (members[i] == rank_) setup.rank = static_cast<int>(i);
+  setup.members = std::move(members);
+  for (int r = 0; r < nranks_; ++r) setup.channels.push_back(transports_->collective(r));
+  setup.device = device_.get();
+  setup.hostDevice = hostDevice_.get();
+  setup.checkMode = checkMode_;
   const int64_t directMax = env::directMaxBytes();
-  inputs.directMaxBytes =
-      directMax >= 0 ? static_cast<size_t>(directMax) : defaultDirectMax(nranks_);
-  inputs.device = composition_.hetero ? "heterogeneous" : device_->identity().kind;
-  if (native_) {
-    nativeAlgorithms_ = nativeAlgorithms(*native_);
-    inputs.native = &nativeAlgorithms_;
-    inputs.nativeRows = native_->selectorRows();
-  }
-  selector_ = std::make_unique<Selector>(inputs, config_.algo);
+  setup.directMaxBytes = directMax >= 0 ? static_cast<size_t>(directMax)
+                                        : defaultDirectMax(static_cast<int>(setup.members.size()));
+  setup.streamingMinBytes = static_cast<size_t>(std::max<int64_t>(env::streamingMinBytes(), 0));
+  // The ranks on this host, whichever algorithm runs: whom a wait may yield its core to.
+  const ShmArena& arena = transports_->arena();
+  setup.corePeers =
+      CoreSharing(arena.presence(), arena.nranks(), nodes_.localIndex(rank_), usableCores());
+  setup.check = [this](int peer) { check(peer); };
+  setup.observer = trace_.get();
+  return setup;
 }
 
-void Comm::setUpContexts() {
-  const ShmArena& arena = transports_->arena();
-  ctx_.rank = rank_;
-  ctx_.nranks = nranks_;
-  ctx_.device = device_.get();
-  ctx_.arena = transports_->singleNode() ? &arena : nullptr;
-  // The ranks on this host, whichever algorithm runs: whom a wait may yield its core to.
-  ctx_.peers =
-      CoreSharing(arena.presence(), arena.nranks(), nodes_.localIndex(rank_), usableCores());
-  ctx_.channels = &transports_->collective();
-  ctx_.check = [this](int peer) { check(peer); };
-  ctx_.callCheck = &checker_.state();
-  ctx_.mismatch = [this](const std::vector<std::optional<CallSignature>>& seen) {
-    checker_.throwArenaMismatch(seen);
-  };
-  workspace_.attach(ctx_, nranks_);
-  ctx_.streamingMinBytes = static_cast<size_t>(std::max<int64_t>(env::streamingMinBytes(), 0));
-  ctx_.native = native_.get();
-  hostCtx_ = ctx_;
-  hostCtx_.device = hostDevice_.get();
+void Comm::setUpMainGroup() {
+  std::vector<int> everyone(nranks_);
+  for (int r = 0; r < nranks_; ++r) everyone[r] = r;
+  GroupSetup setup = groupSetup(std::move(everyone));
+  setup.algo = config_.algo;
+  setup.deviceName = composition_.hetero ? "heterogeneous" : device_->identity().kind;
+  setup.nodesShared = !transports_->singleNode() && nodes_.maxNodeSize() > 1;
+  setup.arena = transports_->singleNode() ? &transports_->arena() : nullptr;
+  // Several nodes: the node and column groups of the hierarchical algorithms (host algorithms
+  // only; a backend's native collectives serve one node).
+  if (!transports_->singleNode()) setup.hierarchy = &setUpHierarchy();
+  main_ = std::make_unique<Group>(std::move(setup));
 }
 
 void Comm::describeDevice() {
   const DeviceIdentity& identity = device_->identity();
   const DeviceCaps caps = device_->caps();
   std::string how =
-      native_               ? "native collectives: " + native_->describe()
+      native()              ? "native collectives: " + native()->describe()
       : composition_.hetero ? std::string(onDevice() ? "heterogeneous: host algorithms, this "
                                                        "rank's data pipelined through pinned host "
                                                        "memory"
@@ -210,18 +204,19 @@ void Comm::crossCheckLauncher() const {
 
 Comm::~Comm() {
   if (flight_) FlightRegistry::process().remove(*flight_);
-  // First: its jobs run host algorithms of this communicator and its sub-communicators on the
+  // First: its jobs run host algorithms of this communicator's groups of ranks on the
   // staging memory. If the device's stream did not get past them, the memory stays allocated.
   if (deviceCalls_.jobs && !deviceCalls_.jobs->stop()) (void)deviceCalls_.staging.release();
   p2p_.engine.reset();  // its driving checks the peers' pidfds and drives the channels
-  composition_.leaders.reset();
-  composition_.cluster.reset();
-  native_.reset();  // its watchdog uses the peers' pidfds and the bootstrap
+  composition_.exchange.reset();
+  composition_.cluster.reset();  // its native engine's watchdog, as the main group's
+  main_.reset();  // its native engine's watchdog uses the peers' pidfds and the bootstrap
   deviceCalls_.staging.reset();
+  deviceCalls_.p2pStaging.reset();
   if (config_.progressRoot) progress_->setFailHook(nullptr);  // the handle's queue outlives it
 }
 
-void Comm::setUpHierarchy() {
+const Hierarchy& Comm::setUpHierarchy() {
   int columns = nodes_.nranks();
   for (int n = 0; n < nodes_.nodeCount(); ++n) {
     hierarchy_.members.push_back(nodes_.members(n));
@@ -233,23 +228,29 @@ void Comm::setUpHierarchy() {
   }
   hierarchy_.nodeIndex = nodes_.nodeOf(rank_);
   hierarchy_.columns = columns;
-  ctx_.hierarchy = &hierarchy_;
-  hostCtx_.hierarchy = &hierarchy_;
+  return hierarchy_;
 }
 
-void Comm::setUpNative() {
+void Comm::setUpNative(Group& group) {
+  // The whole communicator sets up over the bootstrap; a group over its own channels (only its
+  // members take part).
+  const bool whole = group.size() == nranks_;
   NativeSetup setup;
-  setup.rank = rank_;
-  setup.nranks = nranks_;
+  setup.rank = group.rank();
+  setup.nranks = group.size();
   setup.timeoutMs = config_.timeoutMs;
-  setup.process = processNumbers(ranks_);
-  setup.allGather = [this](const std::string& mine) {
-    return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
-  };
+  const std::vector<int> process = processNumbers(ranks_);
+  for (int member : group.members()) setup.process.push_back(process[member]);
+  if (whole)
+    setup.allGather = [this](const std::string& mine) {
+      return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
+    };
+  else
+    setup.allGather = [&group](const std::string& mine) { return group.allGather(mine); };
   setup.peerFailure = [this] { return health_.peerFailure(); };
   setup.fail = [this](const Error& e) { fail(e); };
   setup.aborted = health_.abortFlag();
-  native_ = device_->createCollectives(setup);
+  group.attachNative(device_->createCollectives(setup));
 }
 
 void Comm::beginOperation() {
@@ -275,26 +276,22 @@ void Comm::fail(const Error& error) {
   std::string reason;
   const bool first = health_.record(error, reason);
   if (first) recordFailure(error);
-  if (native_) native_->stop();
+  if (native()) native()->stop();
   // Streams waiting at this communicator's gates run on (the calls' outputs are undefined).
   if (deviceCalls_.jobs) deviceCalls_.jobs->openGate();
-  // A heterogeneous communicator's peers may be waiting inside its sub-communicators (set up by
+  // A heterogeneous communicator's cluster may have native collectives of its own (set up by
   // the caller's thread while a progress thread may fail).
-  Comm *cluster = nullptr, *leaders = nullptr;
   {
     std::lock_guard<std::mutex> lock(composition_.publish);
-    cluster = composition_.cluster.get();
-    leaders = composition_.leaders.get();
+    if (composition_.cluster && composition_.cluster->native())
+      composition_.cluster->native()->stop();
   }
-  if (cluster) cluster->abort(reason);
-  if (leaders) leaders->abort(reason);
   // Once: this rank's reason slot in the arena has one writer (two threads failing together, a
   // collective and loomCommAbort, would race on it while peers read it).
   if (first) transports_->arena().raiseAbort(error.code(), nodes_.localIndex(rank_), reason);
   transports_->shutDown(reason);
   withBootstrap([&](Bootstrap& b) { b.broadcastAbort(reason); });
   LOOM_WARN(kSubsysColl, rank_, "communicator aborted: ", error.what());
-  if (first && config_.onFail) config_.onFail(error);
 }
 
 void Comm::abort(const std::string& reason) { fail(Error(loomRemoteError, reason)); }
@@ -302,11 +299,11 @@ void Comm::abort(const std::string& reason) { fail(Error(loomRemoteError, reason
 void Comm::verifyFingerprint(const CollArgs& a) {
   // The algorithm too: ranks with different LOOM_ALGO settings would otherwise hang; for a
   // native one, what it runs on these buffers (one rank's registered and another's not).
-  const Algorithm& algo = selector_->select(a.func, a.count * dtypeSize(a.dtype));
+  const Algorithm& algo = main_->select(a.func, a.count * dtypeSize(a.dtype));
   const std::string description =
       describeCall(a) + " via " +
-      (algo.native >= 0 ? native_->describeCall(algo.native, a) : std::string(algo.name));
-  checker_.verify(description, [this](const std::string& mine) {
+      (algo.native >= 0 ? native()->describeCall(algo.native, a) : std::string(algo.name));
+  main_->checker().verify(description, [this](const std::string& mine) {
     return withBootstrap([&](Bootstrap& b) { return b.allGather(mine); });
   });
 }
@@ -324,7 +321,7 @@ Error Comm::withRemoteCause(const Error& error) {
     } catch (const Error& cause) {
       std::string text = cause.what();
       size_t at = text.find(kMismatchMessage);
-      if (at != std::string::npos && checker_.enabled())
+      if (at != std::string::npos && main_->checker().enabled())
         return Error(loomInvalidUsage, text.substr(at), cause.file(), cause.line());
       if (text == error.what()) return error;
       return Error(error.code(), std::string(error.what()) + "; the control plane says: " + text,
@@ -345,10 +342,9 @@ void Comm::checkBuffers(const CollArgs& args) const {
 void Comm::execute(const Algorithm& algo, const CollArgs& args) {
   if (composition_.hetero && composes(args)) return executeComposed(args);
   if (composition_.hetero && elementwise(args.func)) return executeChunked(args);
-  if (algo.native >= 0 || !onDevice()) return runAlgorithm(algo, ctx_, args);
+  if (algo.native >= 0 || !onDevice()) return runAlgorithm(algo, main_->ctx(), args);
   const bool mapped = transports_->singleNode() && runsMapped(algo, device_->caps());
-  runDeviceCall(mapped ? DeviceShape::kMapped : DeviceShape::kStaged, args, &algo, 0, *device_,
-                *deviceCalls_.staging);
+  runDeviceCall(*main_, mapped ? DeviceShape::kMapped : DeviceShape::kStaged, args, &algo, 0);
 }
 
 void Comm::collective(const CollArgs& args) {
@@ -359,13 +355,13 @@ void Comm::collective(const CollArgs& args) {
     // The progress thread owns the deadline and the peer timers: only check the state here.
     checkUsable();
     size_t bytes = args.count * dtypeSize(args.dtype);
-    return failOnError([&] { enqueueCollective(selector_->select(args.func, bytes), args); });
+    return failOnError([&] { enqueueCollective(main_->select(args.func, bytes), args); });
   }
   beginOperation();
   FlightScope record(*flight_, health_.errorWord());
   failOnError([&] {
-    // A composed call's phases are calls of the sub-communicators, which count and check
-    // themselves; this communicator does not count it (nor do its stream-ordered ranks).
+    // A composed call's phases are calls of the groups they run on, which count and check them;
+    // the whole communicator does not count it (nor do its stream-ordered ranks).
     if (composition_.hetero && composes(args)) {
       CollArgs a = args;
       if (a.accum < 0) a.accum = config_.accum;
@@ -373,10 +369,10 @@ void Comm::collective(const CollArgs& args) {
     }
     beginCall(args);
     size_t bytes = args.count * dtypeSize(args.dtype);
-    const Algorithm& algo = selector_->select(args.func, bytes);
+    const Algorithm& algo = main_->select(args.func, bytes);
     recordStart(record, args, algo);
-    if (checker_.mode() >= 2) verifyFingerprint(args);
-    LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " #", checker_.calls(), " count ",
+    if (main_->checker().mode() >= 2) verifyFingerprint(args);
+    LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " #", main_->checker().calls(), " count ",
               args.count, " ", dtypeName(args.dtype), " -> ", algo.name,
               composition_.hetero && elementwise(args.func) ? " (heterogeneous: in chunks)" : "");
     CollArgs a = args;
@@ -398,7 +394,7 @@ P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int6
     op.inbox = &p2p_.inboxes[peer];
   }
   op.peers = &p2p_.peers;
-  op.ctx = &ctx_;
+  op.ctx = &main_->ctx();
   return op;
 }
 
@@ -411,7 +407,7 @@ void Comm::devicePointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
   for (const DeviceP2POp& op : ops)
     device_->checkBuffer(op.buffer, op.bytes, op.isSend ? "sendbuff" : "recvbuff");
   beginOperation();
-  failOnErrorExceptArguments([&] { native_->pointToPoint(ops, stream); });
+  failOnErrorExceptArguments([&] { native()->pointToPoint(ops, stream); });
 }
 
 void Comm::beginStagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream) {
@@ -432,9 +428,9 @@ void Comm::beginStagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStre
     size_t total = 0;
     for (const DeviceP2POp& op : ops)
       if (!hostBufferOfHetero(op)) total += op.bytes;
-    deviceCalls_.host = deviceCalls_.staging->send(total);
-    deviceCalls_.staging
-        ->releaseRetired();  // blocking, after the queued calls: none uses old staging memory
+    deviceCalls_.host = deviceCalls_.p2pStaging->send(total);
+    // Blocking, after the queued calls: none uses old staging memory.
+    deviceCalls_.p2pStaging->releaseRetired();
     size_t offset = 0;
     for (const DeviceP2POp& op : ops) {
       if (hostBufferOfHetero(op)) continue;

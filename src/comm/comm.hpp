@@ -20,6 +20,7 @@
 #include "bootstrap/bootstrap.hpp"
 #include "comm/call_checker.hpp"
 #include "comm/flight_recorder.hpp"
+#include "comm/group.hpp"
 #include "comm/group_run.hpp"
 #include "comm/health.hpp"
 #include "comm/p2p_engine.hpp"
@@ -42,7 +43,7 @@ struct CommConfig {
   int accum = -1;
   std::string transport = "tcp";  // between nodes: "tcp" or "rudp" (LOOM_TRANSPORT)
   bool splitChild = false;        // created by split: the launcher's node sizes do not describe it
-  // LOOM_CLUSTER_SPLIT; the sub-communicators of a heterogeneous one have none.
+  // LOOM_CLUSTER_SPLIT.
   std::string clusterSplit;
   // LOOM_ALGO. A heterogeneous communicator's cluster communicators have none: its algorithm
   // names are those of the host algorithms it runs, not of a cluster's native ones.
@@ -50,12 +51,8 @@ struct CommConfig {
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
   std::atomic<bool>* abortFlag = nullptr;
-  // Called once, with the first failure: a heterogeneous communicator's sub-communicators fail
-  // their parent, also when the failure is found on their own progress thread.
-  std::function<void(const Error&)> onFail;
-  // The progress queue of the communicator's tree (comm/progress_queue.hpp): null, its own; a
-  // non-blocking handle's (progressRoot: this communicator reports the queue's failures), or the
-  // parent's for the sub-communicators a communicator makes for itself.
+  // The progress queue of the communicator's tree (comm/progress_queue.hpp): null, its own, or a
+  // non-blocking handle's (progressRoot: this communicator reports the queue's failures).
   ProgressQueue* progress = nullptr;
   bool progressRoot = false;
 };
@@ -71,6 +68,9 @@ class Comm;
 // and the staged point-to-point batch between its begin and its end.
 struct DeviceCallState {
   std::unique_ptr<HostStaging> staging;
+  // The staged point-to-point batch's own: a group's collectives between its begin and its end
+  // use `staging` while the batch's sends wait in this.
+  std::unique_ptr<HostStaging> p2pStaging;
   std::unique_ptr<StreamJobs> jobs;
   Schedule schedule;
   std::vector<char*> bound;
@@ -94,11 +94,13 @@ struct Composition {
   std::string algo = "auto";  // LOOM_HETERO_ALGO: auto, flat, composed (agreed at init)
   bool ready = false;         // set up (at init where some rank is on a device, else lazily)
   bool composed = false;
-  std::unique_ptr<Comm> cluster;  // this rank's cluster, where it collapses to its leader
-  std::unique_ptr<Comm> leaders;  // the exchange, on the host CPU (its members only)
+  // Groups of this communicator's ranks (comm/group.hpp): this rank's cluster, where it
+  // collapses to its leader, and the exchange, on the host CPU (its members only).
+  std::unique_ptr<Group> cluster;
+  std::unique_ptr<Group> exchange;
   // Known on every rank (setUpComposition): which clusters collapse; each rank's rank in the
-  // exchange (-1: not a member, its leader stands for it; split key = global rank, so members are
-  // numbered in global rank order); the exchange's blocks (allgather, reduce-scatter): the global
+  // exchange (-1: not a member, its leader stands for it; members are numbered in global rank
+  // order); the exchange's blocks (allgather, reduce-scatter): the global
   // ranks each member stands for, member after member (first: where each starts, and the end),
   // and runs of consecutive global ranks with one member (reduce-scatter).
   std::vector<char> collapses;
@@ -114,7 +116,7 @@ struct Composition {
   // (retired on growth while calls in flight may use it), host memory on the others.
   std::unique_ptr<DeviceScratch> deviceScratch;
   std::vector<char> hostScratch;
-  // Guards cluster and leaders: set up by the caller's thread while a progress thread may fail.
+  // Guards cluster: set up by the caller's thread while a progress thread may fail.
   std::mutex publish;
 };
 
@@ -152,7 +154,7 @@ class Comm {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   const CommConfig& config() const { return config_; }
-  const Selector& selector() const { return *selector_; }
+  const Selector& selector() const { return main_->selector(); }
   const std::vector<RankInfo>& ranks() const { return ranks_; }
   const NodeMap& nodes() const { return nodes_; }
   // Ranks grouped by device kind (and LOOM_CLUSTER_SPLIT); more than one cluster: heterogeneous.
@@ -179,7 +181,7 @@ class Comm {
   // so that a group's collectives can run between them (api/group.cpp): begin stages the sends
   // and posts every op, end waits for them and copies the receives back (devicePointToPoint runs
   // both). One staged batch at a time per communicator.
-  bool stagesPointToPoint() const { return onDevice() && !native_; }
+  bool stagesPointToPoint() const { return onDevice() && native() == nullptr; }
   void beginStagedPointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t stream);
   void endStagedPointToPoint();
   // True when this communicator's buffers live on a device the host cannot address (calls take
@@ -213,14 +215,6 @@ class Comm {
   void releaseMemory(void* ptr);
 
   std::unique_ptr<Comm> split(int color, int key, const CommConfig& config);
-  // A heterogeneous communicator's leaders' exchange: runs `args` (an elementwise collective of
-  // this host communicator) in chunks; with `device`, its buffers are that device's memory,
-  // pipelined through `staging`.
-  void collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
-                          HostStaging* staging);
-  // ... and a collective of it that is not elementwise (the allgather's alltoallv), in one piece;
-  // with `device`, staged through `staging`.
-  void collectiveStaged(const CollArgs& args, Device* device, HostStaging* staging);
 
   // Marks the communicator aborted: waits in progress fail promptly (any thread), peers learn it.
   void abort(const std::string& reason);
@@ -233,11 +227,13 @@ class Comm {
  private:
   void crossCheckLauncher() const;
   void setUpTransports();
-  void setUpSelector();
-  void setUpContexts();
+  // What every group of this communicator's ranks shares (channels, devices, checks).
+  GroupSetup groupSetup(std::vector<int> members);
+  void setUpMainGroup();
   void describeDevice();
   void setUpClusters();
-  void setUpNative();
+  void setUpNative(Group& group);
+  NativeCollectives* native() const { return main_->native(); }
   void checkBuffers(const CollArgs& args) const;
   void execute(const Algorithm& algo, const CollArgs& args);
   void executeChunked(const CollArgs& args);
@@ -247,7 +243,8 @@ class Comm {
   bool passesHostBuffers(const CollArgs& args) const;
   void collectiveThroughDevice(const CollArgs& args);
   bool hostBufferOfHetero(const DeviceP2POp& op) const;  // ... and their sends and receives
-  void runInChunks(const CollArgs& args, size_t chunkSetting, Device* device, HostStaging* staging);
+  // An elementwise call of `group` in chunks of `chunk` bytes (device ranks pipelined).
+  void runInChunks(Group& group, const CollArgs& args, size_t chunk);
   // Runs body; an error it throws aborts the communicator (peers learn it) and is rethrown.
   template <typename Body>
   void failOnError(Body&& body) {
@@ -263,30 +260,35 @@ class Comm {
       throw wrapped;
     }
   }
-  // Stream-ordered device ranks (jobs_): the call-time halves, and the host half of a job.
   // Device calls (comm/device_calls.cpp): a call's shape as a schedule, run inline (blocking)
-  // or enqueued in stream order; host calls run on this communicator's host algorithms (a
-  // heterogeneous communicator's exchange: on the leaders' communicator, `host`).
+  // or enqueued in stream order (the host half runs as a job); its host calls run the host
+  // algorithms of `group` (the whole communicator, or a heterogeneous one's cluster or exchange).
   enum class DeviceShape { kStaged, kMapped, kPipelined };
   struct DeviceCall {
     Schedule* schedule;
     std::vector<char*>* bound;
     AlgorithmCalls* calls;
   };
-  void buildDeviceCall(DeviceCall& call, DeviceShape shape, const CollArgs& a,
-                       const Algorithm* algo, size_t chunkBytes, HostStaging& staging);
-  ExecEnv deviceEnv(Device& device, loomStream_t stream, HostCalls& calls);
-  void runDeviceCall(DeviceShape shape, const CollArgs& a, const Algorithm* algo, size_t chunkBytes,
-                     Device& device, HostStaging& staging);
-  void enqueueDeviceCall(DeviceShape shape, const CollArgs& args, const Algorithm* algo,
-                         size_t chunkBytes, Comm& host);
+  void buildDeviceCall(Group& group, DeviceCall& call, DeviceShape shape, const CollArgs& a,
+                       const Algorithm* algo, size_t chunkBytes);
+  ExecEnv deviceEnv(const Group& group, loomStream_t stream, HostCalls& calls);
+  void runDeviceCall(Group& group, DeviceShape shape, const CollArgs& a, const Algorithm* algo,
+                     size_t chunkBytes);
+  void enqueueDeviceCall(Group& group, DeviceShape shape, const CollArgs& args,
+                         const Algorithm* algo, size_t chunkBytes);
   void enqueueCollective(const Algorithm& algo, const CollArgs& args);
   void runJob(StreamJob& job);
-  void runJobHost(StreamJob& job, Device& device, StreamGate& gate);
   void releaseStagingIfIdle();
   bool composes(const CollArgs& args);
   void prepareComposition();
   void setUpComposition();
+  // A group of this communicator's ranks: on its device (a cluster) or on the host CPU (the
+  // exchange, with LOOM_ALGO's host algorithms).
+  std::unique_ptr<Group> makeGroup(std::vector<int> members, bool onHost);
+  // Collective over the whole communicator: gives `group` (null: none here) an arena of its own
+  // where its ranks share this rank's node.
+  void attachGroupArena(Group* group);
+  void numberExchange();  // composition_'s exchange numbering and blocks
   // The composed collectives (comm/hetero_composed.cpp).
   void executeComposed(const CollArgs& args);
   void composedAllReduce(const CollArgs& args);
@@ -294,7 +296,8 @@ class Comm {
   void composedReduce(const CollArgs& args);
   void composedAllGather(const CollArgs& args);
   void composedReduceScatter(const CollArgs& args);
-  void exchangeInChunks(const CollArgs& args);  // an elementwise call of leaderComm_
+  void clusterCollective(const CollArgs& args);  // a call of this rank's collapsed cluster
+  void exchangeInChunks(const CollArgs& args);   // an elementwise call of the exchange
   void exchangeInOnePiece(const CollArgs& args);
   char* composedScratch(size_t bytes, loomStream_t stream);  // this rank's kind of memory
   void copyLocal(void* dst, const void* src, size_t bytes, loomStream_t stream);
@@ -314,7 +317,7 @@ class Comm {
     }
   }
   void setUpP2PEngine();
-  void setUpHierarchy();
+  const Hierarchy& setUpHierarchy();
   // The flight recorder, the trace and the hang report (comm/comm_observe.cpp).
   void setUpFlight();
   void recordStart(FlightScope& scope, const CollArgs& args, const Algorithm& algo);
@@ -327,18 +330,19 @@ class Comm {
   void checkUsable();
   void startClock() { health_.startClock(); }
   // The failure relay: records the first failure (Health) and tells everyone who could be
-  // waiting: the native engine, the stream's gates, the sub-communicators, the node's arena, the
-  // network channels, the other nodes through the bootstrap, the parent (onFail).
+  // waiting: the native engines, the stream's gates, the node's arena, the network channels, the
+  // other nodes through the bootstrap.
   void fail(const Error& error);
   void check(int peer) {
     if (flight_) flight_->waitingFor(peer);
-    health_.check(peer, checker_.calls());
+    health_.check(peer, main_->checker().calls());
   }
   // LOOM_CHECK=2: every rank's description of this call, compared through the bootstrap.
   void verifyFingerprint(const CollArgs& args);
   // The call's number and signature (the mismatch check).
-  void beginCall(const CollArgs& args) {
-    checker_.begin(args, args.accum >= 0 ? args.accum : config_.accum);
+  void beginCall(const CollArgs& args) { beginCall(*main_, args); }
+  void beginCall(Group& group, const CollArgs& args) {
+    group.checker().begin(args, args.accum >= 0 ? args.accum : config_.accum);
   }
   // A remote error whose cause a peer may still be reporting on the control plane: the mismatch
   // that cause names, as this rank's own error, or the error itself.
@@ -354,8 +358,8 @@ class Comm {
   int rank_;
   int nranks_;
   UniqueId id_;
-  Health health_;  // the failure state, the deadline, the peers' liveness
-  CallChecker checker_;
+  Health health_;      // the failure state, the deadline, the peers' liveness
+  int64_t checkMode_;  // LOOM_CHECK, the same on every rank (compared at init)
   std::unique_ptr<Device> device_;
   std::unique_ptr<Device> hostDevice_;  // the host CPU: host algorithms on staged device data
   std::string deviceDescription_;
@@ -367,13 +371,9 @@ class Comm {
   ClusterMap clusters_;
   std::unique_ptr<Transports> transports_;
   Hierarchy hierarchy_;  // several nodes: the node and column groups of the hierarchical algorithms
-  std::unique_ptr<Selector> selector_;
-  // Backends with native collectives: their engine and its entries in the selector's table.
-  std::unique_ptr<NativeCollectives> native_;
-  std::vector<Algorithm> nativeAlgorithms_;
-  AlgoWorkspace workspace_;      // what the algorithms reuse from call to call
-  AlgoContext ctx_;              // the algorithms' view, with this communicator's device
-  AlgoContext hostCtx_;          // the same with the host CPU as device (staged calls)
+  // The whole communicator as a group: its channels with the mismatch check, its algorithm
+  // table, the algorithms' contexts and workspaces, its device's native collectives if any.
+  std::unique_ptr<Group> main_;
   DeviceCallState deviceCalls_;  // comm/device_calls.cpp
   Composition composition_;      // heterogeneous communicators: comm/hetero*.cpp
   WindowTable windows_;          // comm/windows.cpp

@@ -64,17 +64,15 @@ void Comm::setUpFlight() {
   const std::string traceDir = env::traceDir();
   if (!traceDir.empty()) trace_ = Trace::open(traceDir, identity, env::traceWaitUs() * 1000);
   flight_->traceTo(trace_.get());
-  ctx_.observer = trace_.get();
-  if (native_ && trace_) native_->setTimeline(trace_.get());
   FlightRegistry::process().add(*flight_);
 }
 
 void Comm::recordStart(FlightScope& scope, const CollArgs& args, const Algorithm& algo) {
   const CallExtents extents = callExtents(args, rank_, nranks_);
   scope.start(collectiveCall(args.func, args.count, args.dtype, args.op, args.root,
-                             std::max(extents.sendBytes, extents.recvBytes), checker_.calls(),
-                             algo.name));
-  if (native_ && trace_) native_->setCallNumber(checker_.calls());
+                             std::max(extents.sendBytes, extents.recvBytes),
+                             main_->checker().calls(), algo.name));
+  if (native() && trace_) native()->setCallNumber(main_->checker().calls());
 }
 
 uint64_t Comm::recordQueued(const CollArgs& args, const Algorithm* algo) {
@@ -105,7 +103,7 @@ std::string Comm::describePeer(int peer, uint64_t mySeq) const {
   out << "rank " << peer << " (pid " << info.pid << " on " << info.hostname << ")";
   if (!nodes_.sameNode(peer, rank_)) {
     out << ": on another host, whose processes cannot be seen from here";
-    const auto* channel = dynamic_cast<const CheckedChannel*>(transports_->collective()[peer]);
+    const auto* channel = dynamic_cast<const CheckedChannel*>((*main_->ctx().channels)[peer]);
     if (channel != nullptr && channel->receivedSeq() > 0)
       out << "; the last of its calls that reached this rank is #" << channel->receivedSeq();
     return out.str();
@@ -151,7 +149,7 @@ std::string Comm::describeWait(int peer) const {
   std::ostringstream out;
   FlightCall call;
   const bool known = flight_ && flight_->current(call);
-  const uint64_t seq = known ? call.seq : checker_.calls();
+  const uint64_t seq = known ? call.seq : main_->checker().calls();
   out << "timed out after " << config_.timeoutMs / 1000.0 << " s in ";
   if (known)
     out << funcName(call.func) << " #" << seq << " (" << call.count << " x "

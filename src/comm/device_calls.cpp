@@ -5,11 +5,9 @@
 // on the caller's stream at call time and the host part runs as a job on the communicator's
 // progress queue (comm/stream_jobs.hpp). Which shape:
 //   heterogeneous allreduce / reduce / broadcast: pipelined in chunks;
-//   heterogeneous composed calls (comm/composition_.heterocomposed.cpp): the phases inside a
-//   cluster are
-//     calls of the cluster's communicator; the leaders' exchange is a call of this one whose host
-//     calls run on the leaders' host communicator (pipelined, or staged for the allgather's
-//     alltoallv);
+//   heterogeneous composed calls (comm/hetero_composed.cpp): staged phases inside a cluster
+//     (where its collapse is forced: no native collectives), the exchange pipelined (staged for
+//     the allgather's alltoallv), each on its group of ranks (comm/group.hpp);
 //   everything else: mapped where the device maps host memory and reduces on one node, else
 //     staged.
 #include "algorithms/partition.hpp"
@@ -51,56 +49,56 @@ void bindShape(const Schedule& s, const CollArgs& a, HostStaging& staging,
 
 }  // namespace
 
-void Comm::buildDeviceCall(DeviceCall& call, DeviceShape shape, const CollArgs& a,
-                           const Algorithm* algo, size_t chunkBytes, HostStaging& staging) {
+void Comm::buildDeviceCall(Group& group, DeviceCall& call, DeviceShape shape, const CollArgs& a,
+                           const Algorithm* algo, size_t chunkBytes) {
   Schedule& s = *call.schedule;
-  s.clear(nranks_);
+  s.clear(group.size());
   switch (shape) {
     case DeviceShape::kStaged:
-      buildStaged(s, a, rank_, nranks_);
+      buildStaged(s, a, group.rank(), group.size());
       break;
     case DeviceShape::kMapped:
       buildMapped(s);
       break;
     case DeviceShape::kPipelined:
-      buildPipelined(s, a, rank_, chunkBytes);
+      buildPipelined(s, a, group.rank(), chunkBytes);
       break;
   }
   s.finish();
-  bindShape(s, a, staging, *call.bound);
-  call.calls->clear(shape == DeviceShape::kMapped ? ctx_ : hostCtx_);
+  bindShape(s, a, *deviceCalls_.staging, *call.bound);
+  call.calls->clear(shape == DeviceShape::kMapped ? group.ctx() : group.hostCtx());
   if (shape == DeviceShape::kStaged) call.calls->add(*algo, stagedHostArgs(s, *call.bound, a));
   if (shape == DeviceShape::kMapped) call.calls->add(*algo, a);
   if (shape == DeviceShape::kPipelined) {
-    auto select = [&](size_t bytes) -> const Algorithm& {
-      return selector_->select(a.func, bytes);
-    };
+    auto select = [&](size_t bytes) -> const Algorithm& { return group.select(a.func, bytes); };
     addPipelinedCalls(*call.calls, select, s, *call.bound, a, chunkBytes);
   }
 }
 
-ExecEnv Comm::deviceEnv(Device& device, loomStream_t stream, HostCalls& calls) {
+ExecEnv Comm::deviceEnv(const Group& group, loomStream_t stream, HostCalls& calls) {
+  const AlgoContext& host = group.hostCtx();
   ExecEnv env;
   env.device = hostDevice_.get();
-  env.channels = std::span<Channel* const>(*hostCtx_.channels);
-  env.check = &hostCtx_.check;
-  env.pollSet = &workspace_.pollSet;
-  env.corePeers = hostCtx_.peers;
-  env.streamingMinBytes = hostCtx_.streamingMinBytes;
-  env.streamDevice = &device;
+  env.channels = std::span<Channel* const>(*host.channels);
+  env.check = &host.check;
+  env.pollSet = host.pollSet;
+  env.corePeers = host.peers;
+  env.streamingMinBytes = host.streamingMinBytes;
+  env.streamDevice = device_.get();
   env.stream = stream;
   env.calls = &calls;
-  env.observer = hostCtx_.observer;
+  env.observer = host.observer;
   return env;
 }
 
-void Comm::runDeviceCall(DeviceShape shape, const CollArgs& a, const Algorithm* algo,
-                         size_t chunkBytes, Device& device, HostStaging& staging) {
-  staging.releaseRetired();  // blocking calls: nothing in flight uses old staging memory
+void Comm::runDeviceCall(Group& group, DeviceShape shape, const CollArgs& a, const Algorithm* algo,
+                         size_t chunkBytes) {
+  // Blocking calls: nothing in flight uses old staging memory.
+  deviceCalls_.staging->releaseRetired();
   DeviceCall call{&deviceCalls_.schedule, &deviceCalls_.bound, &deviceCalls_.calls};
-  buildDeviceCall(call, shape, a, algo, chunkBytes, staging);
+  buildDeviceCall(group, call, shape, a, algo, chunkBytes);
   deviceCalls_.executor.run(deviceCalls_.schedule, deviceCalls_.bound,
-                            deviceEnv(device, a.stream, deviceCalls_.calls));
+                            deviceEnv(group, a.stream, deviceCalls_.calls));
 }
 
 void Comm::releaseStagingIfIdle() {
@@ -109,18 +107,18 @@ void Comm::releaseStagingIfIdle() {
     deviceCalls_.staging->releaseRetired();
 }
 
-void Comm::enqueueDeviceCall(DeviceShape shape, const CollArgs& args, const Algorithm* algo,
-                             size_t chunkBytes, Comm& host) {
+void Comm::enqueueDeviceCall(Group& group, DeviceShape shape, const CollArgs& args,
+                             const Algorithm* algo, size_t chunkBytes) {
   releaseStagingIfIdle();
   StreamJob& job = deviceCalls_.jobs->begin(args.stream);
   checkUsable();  // a full queue may have waited for a job that failed
-  const CollArgs a = withOwnCounts(job, args, host.nranks_);
-  job.host = &host == this ? nullptr : &host;
+  const CollArgs a = withOwnCounts(job, args, group.size());
+  job.group = &group;
   job.args = a;
   job.flight = recordQueued(a, algo);
   DeviceCall call{&job.schedule, &job.bound, &job.calls};
   try {
-    host.buildDeviceCall(call, shape, a, algo, chunkBytes, *deviceCalls_.staging);
+    buildDeviceCall(group, call, shape, a, algo, chunkBytes);
     job.order.prepare(job.schedule, [&] {
       job.events.push_back(deviceCalls_.jobs->takeEvent());
       return job.events.back();
@@ -133,7 +131,7 @@ void Comm::enqueueDeviceCall(DeviceShape shape, const CollArgs& args, const Algo
   // chunks can fill the device's launch queue behind its first gate).
   deviceCalls_.jobs->submitEarly();
   try {
-    Executor::enqueueDeviceLane(job.schedule, job.bound, deviceEnv(*device_, a.stream, job.calls),
+    Executor::enqueueDeviceLane(job.schedule, job.bound, deviceEnv(group, a.stream, job.calls),
                                 deviceCalls_.jobs->gate(), job.order);
   } catch (...) {
     deviceCalls_.jobs->abandon(job,
@@ -145,12 +143,13 @@ void Comm::enqueueDeviceCall(DeviceShape shape, const CollArgs& args, const Algo
 
 void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
   // The call's number and signature (the mismatch check) are taken when its host part runs, on
-  // the progress queue, in issue order (runJob). A composed call is the sub-communicators'
-  // (counted and fingerprinted there), as on the ranks that do not run in stream order.
+  // the progress queue, in issue order (runJob). A composed call's phases are counted by the
+  // groups they run on, as on the ranks that do not run in stream order; LOOM_CHECK=2 does not
+  // fingerprint it (the groups have no bootstrap; their signatures still meet).
   CollArgs a = args;
   if (a.accum < 0) a.accum = config_.accum;
   if (composition_.hetero && composes(a)) return executeComposed(a);
-  if (checker_.mode() >= 2) verifyFingerprint(args);
+  if (main_->checker().mode() >= 2) verifyFingerprint(args);
   LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " count ", args.count, " ",
             dtypeName(args.dtype), " -> ", algo.name,
             composition_.hetero && elementwise(args.func) ? " (heterogeneous: in chunks)" : "",
@@ -158,32 +157,21 @@ void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
   if (composition_.hetero && elementwise(a.func)) {
     const size_t esize = dtypeSize(a.dtype);
     const size_t chunk = heteroChunkBytes(a.count * esize, esize, composition_.chunkBytes);
-    return enqueueDeviceCall(DeviceShape::kPipelined, a, nullptr, chunk, *this);
+    return enqueueDeviceCall(*main_, DeviceShape::kPipelined, a, nullptr, chunk);
   }
   const bool mapped = transports_->singleNode() && runsMapped(algo, device_->caps());
-  enqueueDeviceCall(mapped ? DeviceShape::kMapped : DeviceShape::kStaged, a, &algo, 0, *this);
+  enqueueDeviceCall(*main_, mapped ? DeviceShape::kMapped : DeviceShape::kStaged, a, &algo, 0);
 }
 
 void Comm::runJob(StreamJob& job) {
-  Comm& host = job.host != nullptr ? *job.host : *this;
-  flight_->start(job.flight, host.checker_.calls() + 1, nullptr);  // beginCall's number
-  host.runJobHost(job, *device_, deviceCalls_.jobs->gate());
+  Group& group = *job.group;
+  startClock();  // each call's host part has the communicator's timeout from its start
+  flight_->start(job.flight, group.checker().calls() + 1, nullptr);  // beginCall's number
+  beginCall(group, job.args);
+  deviceCalls_.executor.runHostLanes(job.schedule, job.bound,
+                                     deviceEnv(group, job.args.stream, job.calls),
+                                     deviceCalls_.jobs->gate(), job.order);
   flight_->finish(job.flight, loomSuccess);
-}
-
-void Comm::runJobHost(StreamJob& job, Device& device, StreamGate& gate) {
-  auto run = [&] {
-    beginCall(job.args);
-    deviceCalls_.executor.runHostLanes(
-        job.schedule, job.bound, deviceEnv(device, job.args.stream, job.calls), gate, job.order);
-  };
-  if (&device == device_.get()) {
-    startClock();  // each call's host part has the communicator's timeout from its start
-    return run();
-  }
-  // The leaders' host communicator, on the parent's progress queue (its only user).
-  beginOperation();
-  failOnError(run);
 }
 
 }  // namespace loom

@@ -5,14 +5,16 @@
 // with native collectives and several ranks collapses to its leader:
 //   1. the cluster's own collective inside each collapsing cluster (a CUDA cluster's kernels),
 //      to its leader (reduce, gather) or, for a broadcast, from a root inside it;
-//   2. the exchange, on a host communicator of those leaders and every rank of the other
+//   2. the exchange, a group on the host CPU of those leaders and every rank of the other
 //      clusters, device ranks staged (pipelined in chunks where elementwise) through host
 //      memory: a collapsed cluster's bytes cross the device-host boundary once each way, on one
 //      rank;
 //   3. the cluster's own collective again, from its leader (broadcast, scatter) or, for a
 //      reduce, to a root inside it.
 // Here: deciding which calls compose (the same on every rank) and setting up the clusters' and
-// the exchange's sub-communicators. Every rank of every kind ends with the same bits.
+// the exchange as groups of this communicator's ranks (comm/group.hpp: their own call check,
+// table and workspaces over the communicator's channels; no sub-communicator, no second
+// bootstrap). Every rank of every kind ends with the same bits.
 // On a device rank whose device runs host tasks every phase is enqueued on the caller's stream
 // and the call returns (comm/stream_calls.cpp).
 #include <algorithm>
@@ -87,33 +89,27 @@ std::string Comm::describeHeterogeneous() const {
       out << "the exchange has " << composition_.first.size() - 1 << " members"
           << (composition_.inOrder ? "" : " (allgather reorders its blocks)");
   }
-  out << "\n" << selector_->explain();
+  out << "\n" << main_->selector().explain();
   return out.str();
 }
 
 void Comm::executeChunked(const CollArgs& args) {
-  if (onDevice())
-    runInChunks(args, composition_.chunkBytes, device_.get(), deviceCalls_.staging.get());
-  else
-    runInChunks(args, composition_.chunkBytes, nullptr, nullptr);
+  const size_t elementBytes = dtypeSize(args.dtype);
+  runInChunks(*main_, args,
+              heteroChunkBytes(args.count * elementBytes, elementBytes, composition_.chunkBytes));
 }
 
-void Comm::runInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
-                       HostStaging* staging) {
-  const size_t elementBytes = dtypeSize(args.dtype);
-  const size_t chunk = heteroChunkBytes(args.count * elementBytes, elementBytes, chunkSetting);
+void Comm::runInChunks(Group& group, const CollArgs& args, size_t chunk) {
+  if (onDevice()) return runDeviceCall(group, DeviceShape::kPipelined, args, nullptr, chunk);
   auto select = [&](size_t chunkBytes) -> const Algorithm& {
-    return selector_->select(args.func, chunkBytes);
+    return group.select(args.func, chunkBytes);
   };
-  if (device == nullptr)
-    runChunked(select, ctx_, args, chunk);
-  else
-    runDeviceCall(DeviceShape::kPipelined, args, nullptr, chunk, *device, *staging);
+  runChunked(select, group.ctx(), args, chunk);
 }
 
 bool Comm::composes(const CollArgs& args) {
   // Every rank decides the same from the call alone: a composed call is counted by the
-  // sub-communicators only, a flat one by this communicator.
+  // groups only, a flat one by this communicator.
   const loomFunc_t f = args.func;
   const bool reduces = f == loomFuncAllReduce || f == loomFuncReduce || f == loomFuncReduceScatter;
   if (!reduces && f != loomFuncBroadcast && f != loomFuncAllGather) return false;
@@ -140,58 +136,110 @@ void Comm::prepareComposition() {
     composition_.composed = false;
     return;
   }
-  // The sub-communicators are made by collective splits. Made at the first large allreduce, a
-  // device rank's split would wait, at call time, for peers still in its earlier calls, which
-  // wait for its stream: a call that must return at once could not. So where some rank is on a
-  // device they are made here, at init (every rank decides the same from the same rank infos).
+  // The groups are set up collectively (the bootstrap, the cluster's native set-up). Made at the
+  // first large allreduce, a device rank's set-up would wait, at call time, for peers still in
+  // its earlier calls, which wait for its stream: a call that must return at once could not. So
+  // where some rank is on a device they are made here, at init (every rank decides the same from
+  // the same rank infos).
   bool device = false;
   for (const RankInfo& r : ranks_) device |= r.deviceKind != "cpu";
   if (device) setUpComposition();
 }
 
+std::unique_ptr<Group> Comm::makeGroup(std::vector<int> members, bool onHost) {
+  GroupSetup setup = groupSetup(std::move(members));
+  if (onHost) setup.device = hostDevice_.get();
+  // LOOM_ALGO names the host algorithms: the exchange's, not a cluster's native ones.
+  if (onHost) setup.algo = config_.algo;
+  setup.deviceName = onHost ? "cpu" : device_->identity().kind;
+  return std::make_unique<Group>(std::move(setup));
+}
+
+void Comm::attachGroupArena(Group* group) {
+  // Collective over the whole communicator (the names travel through the bootstrap); a group on
+  // one node gets an arena of its own ranks, made by its first rank.
+  bool oneNode = group != nullptr;
+  for (int i = 0; oneNode && i < group->size(); ++i)
+    oneNode = nodes_.nodeOf(group->member(i)) == nodes_.nodeOf(rank_);
+  const size_t chunk = static_cast<size_t>(std::max<int64_t>(env::shmChunkBytes(), 0));
+  ArenaLayout layout = oneNode ? ArenaLayout::compute(group->size(), chunk, 4096) : ArenaLayout{};
+  std::string name;
+  ShmArena arena;
+  if (oneNode && group->rank() == 0) {
+    name = ShmSegment::uniqueName("/loom-group-");
+    arena = ShmArena::create(name, layout);
+  }
+  std::vector<std::string> all = withBootstrap([&](Bootstrap& b) { return b.allGather(name); });
+  if (oneNode && group->rank() != 0) arena = ShmArena::attach(all[group->member(0)], layout);
+  withBootstrap([](Bootstrap& b) { b.barrier(); });  // everyone mapped it: the name can go
+  if (!oneNode) return;
+  if (group->rank() == 0) arena.unlinkName();
+  group->attachArena(std::move(arena));
+}
+
 void Comm::setUpComposition() {
   composition_.ready = true;
   const int cluster = clusters_.clusterOf(rank_);
-  CommConfig sub = config_;
-  sub.clusterSplit.clear();  // one kind each: the sub-communicators are homogeneous
-  sub.abortFlag = nullptr;
-  sub.progress = progress_;  // one progress queue for the tree
-  sub.progressRoot = false;
-  sub.name = config_.name + (config_.name.empty() ? "" : "/") + "cluster";
-  sub.algo.clear();  // LOOM_ALGO names this communicator's host algorithms (the exchange's below)
-  // A phase that fails on a sub-communicator's progress thread (stream-ordered device ranks)
-  // fails this communicator at once, not at its next call.
-  sub.onFail = [this](const Error& e) { fail(e); };
-  // Built aside and published under the error lock: a progress thread failing meanwhile reads
-  // them (fail()).
-  std::unique_ptr<Comm> clusterComm = split(clusters_.size(cluster) > 1 ? cluster : -1, rank_, sub);
+  // A cluster of several ranks is a group of this communicator (its own call check, table and
+  // the device's native collectives, set up over its ranks' channels).
+  std::unique_ptr<Group> clusterGroup;
+  if (clusters_.size(cluster) > 1) {
+    clusterGroup = makeGroup(clusters_.members(cluster), false);
+    setUpNative(*clusterGroup);
+  }
   // A cluster collapses to its leader where its own collectives beat taking part rank by rank:
   // it has native ones (CUDA) and several ranks (forced: every cluster of several ranks). The
   // others' ranks join the exchange themselves: a CPU cluster reducing to its leader and
   // broadcasting again would move its bytes through memory three times instead of once.
-  const bool native = clusterComm && clusterComm->native_;
+  const bool native = clusterGroup && clusterGroup->native();
   std::vector<std::string> all =
       withBootstrap([&](Bootstrap& b) { return b.allGather(native ? "1" : "0"); });
-  auto collapses = [&](int c) {
-    return clusters_.size(c) > 1 &&
-           (composition_.algo == "composed" || all[clusters_.leader(c)] == "1");
-  };
-  bool composed = false;
-  for (int c = 0; c < clusters_.count(); ++c) composed |= collapses(c);
-  if (!collapses(cluster) || !composed) clusterComm.reset();
-  std::unique_ptr<Comm> leaderComm;
-  if (composed) {
-    CommConfig exchange = sub;
-    exchange.device = "cpu";
-    exchange.algo = config_.algo;
-    exchange.name = config_.name + (config_.name.empty() ? "" : "/") + "exchange";
-    const bool member = !clusterComm || clusters_.leader(cluster) == rank_;
-    leaderComm = split(member ? 0 : -1, rank_, exchange);
-  }
-  // What every rank knows of the composition: who collapses, the exchange's numbering (split
-  // key = global rank) and its blocks.
   composition_.collapses.assign(clusters_.count(), 0);
-  for (int c = 0; c < clusters_.count(); ++c) composition_.collapses[c] = composed && collapses(c);
+  bool composed = false;
+  for (int c = 0; c < clusters_.count(); ++c) {
+    composition_.collapses[c] = clusters_.size(c) > 1 && (composition_.algo == "composed" ||
+                                                          all[clusters_.leader(c)] == "1");
+    composed |= composition_.collapses[c] != 0;
+  }
+  if (!composed) composition_.collapses.assign(clusters_.count(), 0);
+  if (!composition_.collapses[cluster]) clusterGroup.reset();
+  numberExchange();
+  // The exchange: the collapsed clusters' leaders and every rank of the other clusters, in
+  // global rank order, on the host CPU (device ranks staged).
+  std::unique_ptr<Group> exchange;
+  if (composed && composition_.exchangeRank[rank_] >= 0) {
+    std::vector<int> members;
+    for (int g = 0; g < nranks_; ++g)
+      if (composition_.exchangeRank[g] >= 0) members.push_back(g);
+    exchange = makeGroup(std::move(members), true);
+  }
+  if (composed) {
+    attachGroupArena(clusterGroup && !clusterGroup->native() ? clusterGroup.get() : nullptr);
+    attachGroupArena(exchange.get());
+  }
+  {
+    std::lock_guard<std::mutex> lock(composition_.publish);
+    composition_.composed = composed;
+    composition_.cluster = std::move(clusterGroup);
+    composition_.exchange = std::move(exchange);
+  }
+  LOOM_INFO(kSubsysInit, rank_,
+            "heterogeneous allreduce, reduce, broadcast, allgather, reduce-scatter: ",
+            composition_.composed
+                ? "composed (each collapsed cluster's own collective to its leader, the "
+                  "exchange of the leaders and the other ranks, the cluster's own "
+                  "collective from its leader)"
+                : "flat (no cluster has native collectives and several ranks)",
+            composition_.cluster
+                ? "; this rank's cluster collapses: " +
+                      (composition_.cluster->native() ? composition_.cluster->native()->describe()
+                                                      : deviceDescription_)
+                : std::string());
+}
+
+void Comm::numberExchange() {
+  // What every rank knows of the composition: each rank's number in the exchange (members in
+  // global rank order) and the exchange's blocks.
   composition_.exchangeRank.assign(nranks_, -1);
   composition_.order.clear();
   composition_.first.clear();
@@ -219,47 +267,6 @@ void Comm::setUpComposition() {
       composition_.runs.push_back({g, 1, member});
   }
   composition_.counts.assign(4 * static_cast<size_t>(members), 0);
-  {
-    std::lock_guard<std::mutex> lock(composition_.publish);
-    composition_.composed = composed;
-    composition_.cluster = std::move(clusterComm);
-    composition_.leaders = std::move(leaderComm);
-  }
-  LOOM_INFO(kSubsysInit, rank_,
-            "heterogeneous allreduce, reduce, broadcast, allgather, reduce-scatter: ",
-            composition_.composed
-                ? "composed (each collapsed cluster's own collective to its leader, the "
-                  "exchange of the leaders and the other ranks, the cluster's own "
-                  "collective from its leader)"
-                : "flat (no cluster has native collectives and several ranks)",
-            composition_.cluster
-                ? "; this rank's cluster collapses: " + composition_.cluster->deviceDescription()
-                : std::string());
-}
-
-void Comm::collectiveInChunks(const CollArgs& args, size_t chunkSetting, Device* device,
-                              HostStaging* staging) {
-  beginOperation();
-  failOnError([&] {
-    beginCall(args);
-    CollArgs a = args;
-    if (a.accum < 0) a.accum = config_.accum;
-    runInChunks(a, chunkSetting, device, staging);
-  });
-}
-
-void Comm::collectiveStaged(const CollArgs& args, Device* device, HostStaging* staging) {
-  beginOperation();
-  failOnError([&] {
-    beginCall(args);
-    CollArgs a = args;
-    if (a.accum < 0) a.accum = config_.accum;
-    const Algorithm& algo = selector_->select(a.func, a.count * dtypeSize(a.dtype));
-    if (device == nullptr)
-      runAlgorithm(algo, ctx_, a);
-    else
-      runDeviceCall(DeviceShape::kStaged, a, &algo, 0, *device, *staging);
-  });
 }
 
 }  // namespace loom

@@ -1,7 +1,7 @@
 // The composed collectives of a heterogeneous communicator (set up in comm/hetero.cpp): a cluster
 // with native collectives and several ranks collapses to its leader (its lowest rank); the
-// leaders and every rank of the other clusters form the exchange, a host communicator
-// (composition_.leaders, numbered in global rank order). Each collective is three phases, so that
+// leaders and every rank of the other clusters form the exchange, a group on the host CPU
+// (composition_.exchange, numbered in global rank order). Each collective is three phases, so that
 // each byte crosses a cluster's boundary once and only on its leader:
 //   allreduce   1. reduce to the leader inside each collapsed cluster; 2. the exchange's
 //               allreduce, in place on the leaders' output, in chunks; 3. broadcast from the
@@ -76,11 +76,9 @@ char* Comm::composedScratch(size_t bytes, loomStream_t stream) {
   }
   if (!composition_.deviceScratch)
     composition_.deviceScratch = std::make_unique<DeviceScratch>(*device_);
-  // Stream-ordered ranks: what growing replaced is freed once no call of this communicator or
-  // of its cluster's is in flight. The others wait for their stream (growth happens rarely).
-  if (deviceCalls_.jobs && composition_.deviceScratch->retiring() && deviceCalls_.jobs->idle() &&
-      (!composition_.cluster || !composition_.cluster->deviceCalls_.jobs ||
-       composition_.cluster->deviceCalls_.jobs->idle()))
+  // Stream-ordered ranks: what growing replaced is freed once no call of this communicator is
+  // in flight. The others wait for their stream (growth happens rarely).
+  if (deviceCalls_.jobs && composition_.deviceScratch->retiring() && deviceCalls_.jobs->idle())
     composition_.deviceScratch->releaseRetired();
   char* scratch = composition_.deviceScratch->get(bytes);
   if (!deviceCalls_.jobs && composition_.deviceScratch->retiring()) {
@@ -98,31 +96,38 @@ void Comm::copyLocal(void* dst, const void* src, size_t bytes, loomStream_t stre
     std::memcpy(dst, src, bytes);
 }
 
+void Comm::clusterCollective(const CollArgs& args) {
+  // The cluster's own collective: its device's native one, or (collapse forced) the host
+  // algorithm, device ranks staged; in stream order where this rank's calls are.
+  Group& cluster = *composition_.cluster;
+  const Algorithm& algo = cluster.select(args.func, args.count * dtypeSize(args.dtype));
+  if (deviceCalls_.jobs && algo.native < 0)
+    return enqueueDeviceCall(cluster, DeviceShape::kStaged, args, &algo, 0);
+  beginCall(cluster, args);
+  if (algo.native >= 0 || !onDevice()) return runAlgorithm(algo, cluster.ctx(), args);
+  runDeviceCall(cluster, DeviceShape::kStaged, args, &algo, 0);
+}
+
 void Comm::exchangeInChunks(const CollArgs& args) {
   // In chunks on every member (the same boundaries), pipelined on device members: in stream
-  // order, a job of this communicator whose host part runs on the leaders' communicator.
+  // order, a job whose host part runs the exchange's host algorithms.
+  Group& exchange = *composition_.exchange;
+  const size_t elementBytes = dtypeSize(args.dtype);
+  const size_t chunk =
+      heteroChunkBytes(args.count * elementBytes, elementBytes, composition_.chunkBytes);
   if (deviceCalls_.jobs)
-    enqueueDeviceCall(DeviceShape::kPipelined, args, nullptr,
-                      heteroChunkBytes(args.count * dtypeSize(args.dtype), dtypeSize(args.dtype),
-                                       composition_.chunkBytes),
-                      *composition_.leaders);
-  else if (onDevice())
-    composition_.leaders->collectiveInChunks(args, composition_.chunkBytes, device_.get(),
-                                             deviceCalls_.staging.get());
-  else
-    composition_.leaders->collectiveInChunks(args, composition_.chunkBytes, nullptr, nullptr);
+    return enqueueDeviceCall(exchange, DeviceShape::kPipelined, args, nullptr, chunk);
+  beginCall(exchange, args);
+  runInChunks(exchange, args, chunk);
 }
 
 void Comm::exchangeInOnePiece(const CollArgs& args) {
-  if (deviceCalls_.jobs)
-    enqueueDeviceCall(
-        DeviceShape::kStaged, args,
-        &composition_.leaders->selector_->select(args.func, args.count * dtypeSize(args.dtype)), 0,
-        *composition_.leaders);
-  else if (onDevice())
-    composition_.leaders->collectiveStaged(args, device_.get(), deviceCalls_.staging.get());
-  else
-    composition_.leaders->collectiveStaged(args, nullptr, nullptr);
+  Group& exchange = *composition_.exchange;
+  const Algorithm& algo = exchange.select(args.func, args.count * dtypeSize(args.dtype));
+  if (deviceCalls_.jobs) return enqueueDeviceCall(exchange, DeviceShape::kStaged, args, &algo, 0);
+  beginCall(exchange, args);
+  if (onDevice()) return runDeviceCall(exchange, DeviceShape::kStaged, args, &algo, 0);
+  runAlgorithm(algo, exchange.ctx(), args);
 }
 
 void Comm::composedAllReduce(const CollArgs& args) {
@@ -132,12 +137,12 @@ void Comm::composedAllReduce(const CollArgs& args) {
     CollArgs reduce = args;
     reduce.func = loomFuncReduce;
     reduce.root = 0;
-    composition_.cluster->collective(reduce);
+    clusterCollective(reduce);
   } else {
     copyLocal(args.recv, args.send, bytes, args.stream);
   }
   // 2. The leaders, in place on their output.
-  if (composition_.leaders) {
+  if (composition_.exchange) {
     CollArgs exchange = args;
     exchange.send = args.recv;
     exchangeInChunks(exchange);
@@ -148,7 +153,7 @@ void Comm::composedAllReduce(const CollArgs& args) {
     broadcast.func = loomFuncBroadcast;
     broadcast.root = 0;
     broadcast.send = args.recv;
-    composition_.cluster->collective(broadcast);
+    clusterCollective(broadcast);
   }
 }
 
@@ -159,11 +164,11 @@ void Comm::composedBroadcast(const CollArgs& args) {
   if (composition_.cluster && inRootCluster) {
     CollArgs local = args;
     local.root = clusters_.localIndex(args.root);
-    composition_.cluster->collective(local);
+    clusterCollective(local);
   }
   // 2. From the member that stands for the root: the root itself (from its input) or its
   // leader (from its output).
-  if (composition_.leaders) {
+  if (composition_.exchange) {
     CollArgs exchange = args;
     exchange.root = exchangeRoot(args.root);
     exchange.send = rank_ == args.root && !composition_.cluster ? args.send : args.recv;
@@ -174,7 +179,7 @@ void Comm::composedBroadcast(const CollArgs& args) {
     CollArgs local = args;
     local.root = 0;
     local.send = args.recv;
-    composition_.cluster->collective(local);
+    clusterCollective(local);
   }
 }
 
@@ -194,10 +199,10 @@ void Comm::composedReduce(const CollArgs& args) {
     CollArgs local = args;
     local.root = 0;
     if (leader) local.recv = partial;
-    composition_.cluster->collective(local);
+    clusterCollective(local);
   }
   // 2. To the member that stands for the root; the root's leader adds its own input.
-  if (composition_.leaders) {
+  if (composition_.exchange) {
     CollArgs exchange = args;
     exchange.root = exchangeRoot(args.root);
     if (leader) {
@@ -212,7 +217,7 @@ void Comm::composedReduce(const CollArgs& args) {
     CollArgs local = args;
     local.root = clusters_.localIndex(args.root);
     if (leader) local.send = partial;
-    composition_.cluster->collective(local);
+    clusterCollective(local);
   }
 }
 
@@ -224,7 +229,7 @@ void Comm::composedAllGather(const CollArgs& args) {
   const size_t myBlocks = composition_.cluster ? clusters_.size(cluster) : 1;
   // A leader's scratch: its cluster's blocks, then (not in order) every block in exchange order.
   char* scratch = nullptr;
-  if (leader || (composition_.leaders && !composition_.inOrder))
+  if (leader || (composition_.exchange && !composition_.inOrder))
     scratch = composedScratch(
         (leader ? myBlocks * block : 0) + (composition_.inOrder ? 0 : nranks_ * block),
         args.stream);
@@ -237,9 +242,9 @@ void Comm::composedAllGather(const CollArgs& args) {
     local.func = loomFuncGather;
     local.root = 0;
     local.recv = leader ? gathered : nullptr;
-    composition_.cluster->collective(local);
+    clusterCollective(local);
   }
-  if (composition_.leaders) {
+  if (composition_.exchange) {
     // 2. Every member's blocks to every member: its blocks from offset 0 to all, theirs
     // received member after member.
     const size_t members = composition_.first.size() - 1;
@@ -281,7 +286,7 @@ void Comm::composedAllGather(const CollArgs& args) {
     local.root = 0;
     local.count = args.count * nranks_;
     local.send = args.recv;
-    composition_.cluster->collective(local);
+    clusterCollective(local);
   }
 }
 
@@ -302,10 +307,10 @@ void Comm::composedReduceScatter(const CollArgs& args) {
     local.root = 0;
     local.count = args.count * nranks_;
     local.recv = leader ? partial : nullptr;
-    composition_.cluster->collective(local);
+    clusterCollective(local);
   }
   // 2. Each run of consecutive ranks that one member stands for, reduced to that member.
-  if (composition_.leaders) {
+  if (composition_.exchange) {
     const char* input = leader ? partial : static_cast<const char*>(args.send);
     const int me = composition_.exchangeRank[rank_];
     for (const Composition::Run& run : composition_.runs) {
@@ -326,7 +331,7 @@ void Comm::composedReduceScatter(const CollArgs& args) {
     local.func = loomFuncScatter;
     local.root = 0;
     local.send = leader ? result : nullptr;
-    composition_.cluster->collective(local);
+    clusterCollective(local);
   }
 }
 

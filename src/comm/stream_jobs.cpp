@@ -32,7 +32,7 @@ StreamJob& StreamJobs::begin(loomStream_t stream) {
   // gate tasks come after the previous call's (the gate counts its tasks in order).
   if (haveLast_ && stream != lastStream_) device_.waitEvent(stream, *lastEnd_);
   for (auto& counts : job.counts) counts.clear();
-  job.host = nullptr;
+  job.group = nullptr;
   return job;
 }
 

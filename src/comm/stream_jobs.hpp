@@ -36,15 +36,15 @@
 
 namespace loom {
 
-class Comm;
+class Group;
 
 // One stream-ordered call: its device shape (algorithms/staged.hpp, chunked.hpp) as a schedule
 // with its buffers bound, the device lane's progress as enqueued, its host calls, and what it
 // owns of the caller's arguments.
 struct StreamJob {
-  Comm* host = nullptr;  // whose host algorithms run the host calls (null: the queue's comm)
-  uint64_t flight = 0;   // its entry in the communicator's flight recorder
-  CollArgs args;         // the call (its number and signature are taken when its host part runs)
+  Group* group = nullptr;  // the ranks whose host algorithms run the host calls
+  uint64_t flight = 0;     // its entry in the communicator's flight recorder
+  CollArgs args;           // the call (its number and signature are taken when its host part runs)
   Schedule schedule;
   std::vector<char*> bound;
   StreamOrder order;

@@ -33,7 +33,6 @@ Transports::Transports(const TransportSetup& setup)
     else
       setUpTcp(setup);
   }
-  for (auto& channel : collective_) collectiveViews_.push_back(channel.get());
 }
 
 Transports::~Transports() = default;
@@ -71,7 +70,7 @@ void Transports::setUpArena(const TransportSetup& setup) {
   for (int i = 0; i < static_cast<int>(members.size()); ++i) {
     const int peer = members[i];
     collective_[peer] =
-        setup.wrap(std::make_unique<ShmChannel>(arena_, ChannelClass::kCollective, local, i, peer));
+        std::make_unique<ShmChannel>(arena_, ChannelClass::kCollective, local, i, peer);
     p2p_[peer] = std::make_unique<ShmChannel>(arena_, ChannelClass::kPointToPoint, local, i, peer);
   }
   LOOM_INFO(kSubsysShm, rank_, "shared arena ", name, " (", members.size(),
@@ -106,7 +105,7 @@ void Transports::setUpTcp(const TransportSetup& setup) {
     auto p2p = std::make_unique<TcpChannel>(peer, std::move(sockets[1][peer]), staging);
     tcp_.push_back(coll.get());
     tcp_.push_back(p2p.get());
-    collective_[peer] = setup.wrap(std::move(coll));
+    collective_[peer] = std::move(coll);
     p2p_[peer] = std::move(p2p);
   }
   // No data may flow before every listener has registered all of its connections.
@@ -157,7 +156,7 @@ void Transports::setUpRudp(const TransportSetup& setup) {
   rudp_ = std::make_unique<RudpEngine>(rudp);
   for (int peer = 0; peer < setup.nranks; ++peer) {
     if (!rudp.remote[peer]) continue;
-    collective_[peer] = setup.wrap(rudp_->channel(peer, 0));
+    collective_[peer] = rudp_->channel(peer, 0);
     p2p_[peer] = rudp_->channel(peer, 1);
   }
   interface_ = rudp.itf.name + " " + rudp.itf.address;

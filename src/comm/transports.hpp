@@ -1,8 +1,8 @@
 // A communicator's ways to its peers, set up once at init: its node's shared arena (abort word,
 // staging slots, wait presence lines, pair channels), and per peer a channel for collectives and
 // one for point-to-point: the arena's pair channels on this node, TCP or rudp to other nodes
-// (LOOM_TRANSPORT, the same on every rank). Collective channels carry the mismatch check
-// (transport/checked_channel.hpp), wrapped by the caller's `wrap`.
+// (LOOM_TRANSPORT, the same on every rank). Each group of ranks that runs collectives over the
+// collective channels wraps them with its own mismatch check (comm/group.hpp).
 //
 // On failure shutDown() closes the network channels (their peers see EOF at once) and resets the
 // rudp flows; the arena lingers until the transports go, after every channel that points into it.
@@ -37,7 +37,6 @@ struct TransportSetup {
   std::string settings;
   std::function<std::vector<std::string>(const std::string&)> allGather;  // the bootstrap's
   std::function<void()> barrier;
-  std::function<std::unique_ptr<Channel>(std::unique_ptr<Channel>)> wrap;  // collective channels
 };
 
 class Transports {
@@ -50,8 +49,8 @@ class Transports {
   ShmArena& arena() { return arena_; }
   const ShmArena& arena() const { return arena_; }
   bool singleNode() const { return singleNode_; }
-  // By rank (null for this rank): collective channels as the algorithms see them.
-  const std::vector<Channel*>& collective() const { return collectiveViews_; }
+  // By rank (null for this rank): the collective channels (unchecked; groups wrap them).
+  Channel* collective(int peer) const { return collective_[peer].get(); }
   Channel* pointToPoint(int peer) const { return p2p_[peer].get(); }
   // "shm", "tcp" or "rudp": how this rank reaches `peer`.
   const char* to(int peer) const;
@@ -73,7 +72,6 @@ class Transports {
   // Declared before the channels: they point into it, and it outlives them (and lingers).
   std::unique_ptr<RudpEngine> rudp_;
   std::vector<std::unique_ptr<Channel>> collective_, p2p_;
-  std::vector<Channel*> collectiveViews_;
   std::vector<TcpChannel*> tcp_;  // those of collective_ and p2p_ on TCP
   std::string interface_;
 };

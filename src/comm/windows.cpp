@@ -49,12 +49,12 @@ uint64_t Comm::registerWindow(void* ptr, size_t bytes, bool symmetric) {
   for (int q = 0; q < nranks_; ++q)
     LOOM_CHECK_ARG(problems[q].empty(), "rank ", q, ": ", problems[q]);
   WindowTable::Entry w{windows_.nextWindow++, ptr, bytes, false, ""};
-  if (!native_) {
+  if (!native()) {
     w.why = "this communicator runs host algorithms, which do not use windows";
   } else if (!symmetric) {
     w.why = "registered without LOOM_WIN_COLL_SYMMETRIC";
   } else {
-    failOnErrorExceptArguments([&] { w.used = native_->registerWindow(w.id, ptr, bytes, w.why); });
+    failOnErrorExceptArguments([&] { w.used = native()->registerWindow(w.id, ptr, bytes, w.why); });
   }
   if (!w.used)
     LOOM_INFO(kSubsysColl, rank_, "window ", w.id, " (", bytes,
@@ -70,7 +70,7 @@ void Comm::deregisterWindow(uint64_t id) {
                  " is not registered with this communicator");
   const bool used = it->used;
   windows_.windows.erase(it);
-  if (used) failOnErrorExceptArguments([&] { native_->deregisterWindow(id); });
+  if (used) failOnErrorExceptArguments([&] { native()->deregisterWindow(id); });
 }
 
 bool Comm::windowUsed(uint64_t id, std::string* why) const {
@@ -82,11 +82,11 @@ uint64_t Comm::registerBuffer(void* ptr, size_t bytes) {
   LOOM_CHECK_ARG(ptr != nullptr && bytes > 0, "buffer is NULL or size is 0");
   device_->checkBuffer(ptr, bytes, "registered buffer");
   WindowTable::Entry r{windows_.nextRegistration++, ptr, bytes, false, ""};
-  if (!native_) {
+  if (!native()) {
     r.why = "this communicator runs host algorithms, which do not use registered buffers";
   } else {
     // A bad buffer fails this rank's call alone: registration involves no peer.
-    r.used = native_->registerBuffer(r.id, ptr, bytes, r.why);
+    r.used = native()->registerBuffer(r.id, ptr, bytes, r.why);
   }
   if (!r.used)
     LOOM_INFO(kSubsysColl, rank_, "buffer of ", bytes,
@@ -101,7 +101,7 @@ void Comm::deregisterBuffer(uint64_t id) {
   LOOM_CHECK_ARG(it != windows_.registrations.end(), "registration ", id,
                  " is not registered with this communicator");
   // Withdrawn from the backend first: if that fails, the registration is still listed here.
-  if (it->used) failOnErrorExceptArguments([&] { native_->deregisterBuffer(id); });
+  if (it->used) failOnErrorExceptArguments([&] { native()->deregisterBuffer(id); });
   windows_.registrations.erase(it);
 }
 

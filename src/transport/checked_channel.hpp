@@ -3,7 +3,9 @@
 // 24-byte signature; the receiving end compares it with its own call's before any data. Small
 // first transfers go out in one piece with the signature (one send, one receive on a socket); the
 // rest of a call's bytes pass through untouched. Both ends must agree on whether the check is on
-// (the communicator checks that at init).
+// (the communicator checks that at init). Two groups of ranks may run their calls over the same
+// channels, each with its own wrapper: both ends of a channel run the same calls in the same
+// order, so each wrapper's headers meet the peer's wrapper of the same group.
 #pragma once
 
 #include <array>
@@ -20,8 +22,10 @@ class CheckedChannel final : public Channel {
   // Throws the mismatch error: the signature `peer` sent for this rank's current call.
   using OnMismatch = std::function<void(int peer, const CallSignature& theirs)>;
 
-  CheckedChannel(std::unique_ptr<Channel> inner, const CallCheck& check, OnMismatch onMismatch)
-      : inner_(std::move(inner)), check_(check), onMismatch_(std::move(onMismatch)) {}
+  // Over `inner`, which outlives it (the communicator's transports own the channels; each group
+  // of ranks that runs collectives over them wraps them with its own call check).
+  CheckedChannel(Channel& inner, const CallCheck& check, OnMismatch onMismatch)
+      : inner_(&inner), check_(check), onMismatch_(std::move(onMismatch)) {}
   Channel& inner() { return *inner_; }
   // The number of the last call whose signature came in from the peer (0: none yet): how far
   // this rank knows the peer got (timeout messages).
@@ -44,7 +48,7 @@ class CheckedChannel final : public Channel {
   // Reads what has arrived of the peer's header; true once it is complete and matched.
   bool receiveHeader();
 
-  std::unique_ptr<Channel> inner_;
+  Channel* inner_;
   const CallCheck& check_;
   OnMismatch onMismatch_;
   uint64_t sentSeq_ = 0, receivedSeq_ = 0;      // calls whose header went out / came in whole

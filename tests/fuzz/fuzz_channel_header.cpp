@@ -20,12 +20,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CallCheck check;
   check.enabled = true;
   check.mine = {5, 256, 7 << 8};
-  CheckedChannel channel(std::make_unique<test::MemoryChannel>(1, fromMe, toMe), check,
-                         [](int peer, const CallSignature& theirs) {
-                           const CallSignature back = unpack(pack(theirs), theirs.seq);
-                           (void)back;
-                           LOOM_THROW(loomInvalidUsage, "mismatch with rank ", peer);
-                         });
+  test::MemoryChannel myEnd(1, fromMe, toMe);
+  CheckedChannel channel(myEnd, check, [](int peer, const CallSignature& theirs) {
+    const CallSignature back = unpack(pack(theirs), theirs.seq);
+    (void)back;
+    LOOM_THROW(loomInvalidUsage, "mismatch with rank ", peer);
+  });
   // The peer's bytes arrive in pieces of the sizes the input's first bytes give.
   size_t at = size > 4 ? 4 : size;
   for (int piece = 0; at < size; ++piece) {
