@@ -303,6 +303,167 @@ loomResult_t loomRequestSetCallback(loomRequest_t request, loomRequestCallback_t
  * after the communicator was destroyed. */
 loomResult_t loomRequestFree(loomRequest_t request);
 
+/* ---- Mixture-of-experts expert parallelism: dispatch and combine (DeepEP's semantics) ----
+ *
+ * Experts are numbered 0 .. numExperts-1 and rank r holds experts r*L .. r*L+L-1 (L = numExperts /
+ * nranks, its "local" experts). Each token of a rank picks up to `topk` experts (topkIdx, int64,
+ * -1: none). Dispatch sends every token once to every rank that holds one of its experts; a rank
+ * receives its tokens grouped by source rank, in ascending source rank, each source's tokens in
+ * ascending token index. Combine returns each received token's result to its origin, where the
+ * rows of the ranks it went to are summed in ascending rank order in fp32 (plus the biases, first)
+ * and rounded once: bit-identical from run to run. Low-latency calls use fixed receive buffers
+ * [L][maxTokensPerRank * nranks][hidden] per expert instead (DeepEP's low_latency_*).
+ *
+ * Every call below is collective over the communicator (all ranks, in the same order) except
+ * loomEpLayout, loomEpDestroy and loomEpLowLatencySizeHint. Arrays live where the communicator's
+ * buffers live (device memory on device communicators), except those marked "host". A call whose
+ * arguments break the sizes given at creation, name experts out of range, or differ across ranks
+ * where they must agree (hidden size, data type, topk, FP8 settings) fails with loomInvalidArgument
+ * on every rank (the ranks exchange their checks), and the communicator stays usable. docs/ep.md
+ * describes the paths (shared memory, network channels, staged device ranks, CUDA kernels). */
+typedef struct loomEp* loomEp_t;
+
+#define LOOM_EP_NORMAL 0x1      /* dispatch/combine: receive buffers sized from the layout */
+#define LOOM_EP_LOW_LATENCY 0x2 /* low-latency dispatch/combine: fixed per-expert buffers */
+#define LOOM_EP_CONFIG_MAGIC 0x4c4f4550u /* "LOEP" */
+typedef struct {
+  size_t size;           /* sizeof(loomEpConfig_t), set by LOOM_EP_CONFIG_INITIALIZER */
+  unsigned int magic;    /* LOOM_EP_CONFIG_MAGIC */
+  int modes;             /* LOOM_EP_NORMAL and/or LOOM_EP_LOW_LATENCY */
+  int maxTokensPerRank;  /* most tokens one rank dispatches in one call (> 0) */
+  int hidden;            /* largest hidden size of a call, in elements (> 0) */
+  loomDataType_t dtype;  /* widest element type of a call's tokens (loomBfloat16 by default) */
+  int maxTopk;           /* most experts per token (columns of topkIdx), 1..64 */
+  int numExperts;        /* all ranks' experts; a multiple of the rank count */
+  size_t bufferBytes;    /* normal mode: each rank's staging (two buffers of this size); 0: default */
+} loomEpConfig_t;
+#define LOOM_EP_CONFIG_INITIALIZER \
+  { sizeof(loomEpConfig_t), LOOM_EP_CONFIG_MAGIC, LOOM_EP_NORMAL, 0, 0, loomBfloat16, 0, 0, 0 }
+
+/* Collective: the buffers every later call uses are allocated and shared here, once. */
+loomResult_t loomEpCreate(loomEp_t* ep, loomComm_t comm, const loomEpConfig_t* config);
+/* Local; the communicator must outlive the object. Pending hooks are dropped. */
+loomResult_t loomEpDestroy(loomEp_t ep);
+
+/* Local (no communication): from topkIdx [numTokens][topk], the tokens sent to each rank
+ * [nranks] and to each expert [numExperts] (int32), and which token goes to which rank
+ * [numTokens][nranks] (bytes 0/1). Any output may be NULL. */
+loomResult_t loomEpLayout(loomEp_t ep, const int64_t* topkIdx, int numTokens, int topk,
+                          int32_t* numTokensPerRank, int32_t* numTokensPerExpert,
+                          uint8_t* isTokenInRank, loomStream_t stream);
+
+/* What a dispatch leaves for its combine and for later dispatches with the same layout ("cached").
+ * The caller owns the arrays (the communicator's buffer memory). */
+typedef struct {
+  int numTokens;              /* this rank's tokens at the dispatch */
+  int numRecvTokens;          /* tokens this rank received; -1 until counted */
+  int32_t* rankPrefixMatrix;  /* [nranks][nranks]: [i][j] = tokens ranks 0..i send to rank j */
+  int32_t* recvSrcIdx;        /* [recv capacity]: each received token's index at its source */
+  int32_t* sendHead;          /* [numTokens][nranks]: token t's row at rank r (-1: not sent) */
+  const uint8_t* isTokenInRank; /* [numTokens][nranks]: the layout's (kept by the caller) */
+} loomEpHandle_t;
+
+typedef struct {
+  size_t size;                /* sizeof(loomEpDispatchArgs_t) */
+  const void* x;              /* [numTokens][hidden] of dtype */
+  loomDataType_t dtype;
+  int hidden;
+  int numTokens;
+  const float* xScales;       /* [numTokens][numScales] (FP8 tokens' scales), or NULL */
+  int numScales;
+  const int64_t* topkIdx;     /* [numTokens][topk], or NULL (cached: the handle's layout) */
+  const float* topkWeights;   /* [numTokens][topk], or NULL */
+  int topk;
+  const int32_t* numTokensPerExpert; /* [numExperts] (loomEpLayout's), or NULL: from topkIdx */
+  int expertAlignment;        /* recvTokensPerExpert rounded up to a multiple (<= 1: none) */
+  /* outputs, rows in the order described above */
+  void* recvX;                /* [recvCapacity][hidden] */
+  float* recvXScales;         /* [recvCapacity][numScales] */
+  int64_t* recvTopkIdx;       /* [recvCapacity][topk]: local expert ids, -1 elsewhere */
+  float* recvTopkWeights;     /* [recvCapacity][topk]: 0 where recvTopkIdx is -1 */
+  int recvCapacity;           /* rows the receive arrays hold; rows past the received are left
+                                 with recvTopkIdx -1 */
+  int32_t* recvTokensPerExpert; /* host [numExperts / nranks], or NULL */
+  loomEpHandle_t* handle;     /* in/out */
+} loomEpDispatchArgs_t;
+
+/* Collective: exchanges the counts of a dispatch (args->handle->isTokenInRank, ->numTokens and
+ * args->topkIdx): sets handle->numRecvTokens, rankPrefixMatrix, sendHead and
+ * *recvTokensPerExpert, so that the caller can size the receive arrays. Blocks the host. */
+loomResult_t loomEpDispatchCounts(loomEp_t ep, const loomEpDispatchArgs_t* args,
+                                  loomStream_t stream);
+/* Collective: moves the tokens. A handle not yet counted (numRecvTokens -1) is counted here (the
+ * receive arrays then hold recvCapacity rows, the worst case); a counted one is reused as it is
+ * (a cached dispatch: topkIdx and topkWeights NULL, or the same layout again). */
+loomResult_t loomEpDispatch(loomEp_t ep, const loomEpDispatchArgs_t* args, loomStream_t stream);
+
+typedef struct {
+  size_t size;                /* sizeof(loomEpCombineArgs_t) */
+  const void* x;              /* [handle->numRecvTokens][hidden] of dtype */
+  loomDataType_t dtype;
+  int hidden;
+  const float* topkWeights;   /* [numRecvTokens][topk], summed like x; or NULL */
+  int topk;
+  const void* bias0, *bias1;  /* [handle->numTokens][hidden] of dtype, added first; or NULL */
+  const loomEpHandle_t* handle;
+  void* combinedX;            /* [handle->numTokens][hidden] */
+  float* combinedTopkWeights; /* [handle->numTokens][topk], or NULL */
+} loomEpCombineArgs_t;
+loomResult_t loomEpCombine(loomEp_t ep, const loomEpCombineArgs_t* args, loomStream_t stream);
+
+/* Low latency. M = maxTokensPerRank, L = local experts; bf16 tokens. */
+typedef struct {
+  size_t size;                /* sizeof(loomEpLowLatencyDispatchArgs_t) */
+  const void* x;              /* bf16 [numTokens][hidden], numTokens <= M */
+  int hidden;
+  int numTokens;
+  const int64_t* topkIdx;     /* [numTokens][topk] */
+  int topk;
+  int useFp8;                 /* recvX as e4m3 with one fp32 scale per 128 values */
+  int roundScale;             /* scales rounded up to powers of two */
+  int useUe8m0;               /* scales as 8-bit exponents, four per int32 (needs roundScale) */
+  /* outputs */
+  void* recvX;                /* [L][M * nranks][hidden], bf16 or e4m3 */
+  void* recvScales;           /* FP8: [L][ceil(hidden/128)][M * nranks] fp32, or with useUe8m0
+                                 [L][ceil(hidden/512)][M * nranks] int32 (column-major per expert) */
+  int32_t* recvCount;         /* [L]: tokens each local expert received */
+  int32_t* recvSrcInfo;       /* [L][M * nranks]: each row's token index at its source */
+  int64_t* recvLayoutRange;   /* [L][nranks]: begin << 32 | count of each source's rows */
+  int32_t* cumulativeRecvStats; /* [L], counts added to; or NULL */
+} loomEpLowLatencyDispatchArgs_t;
+/* Collective. hook NULL: returns with the tokens received. Else returns once this rank's tokens
+ * are sent, with *hook to pass to loomEpHookWait, which receives them (at most two low-latency
+ * calls may be outstanding; the outputs must stay valid until the hook ran). */
+loomResult_t loomEpLowLatencyDispatch(loomEp_t ep, const loomEpLowLatencyDispatchArgs_t* args,
+                                      int* hook, loomStream_t stream);
+
+typedef struct {
+  size_t size;                /* sizeof(loomEpLowLatencyCombineArgs_t) */
+  const void* x;              /* bf16 [L][M * nranks][hidden]; NULL: already written into
+                                 loomEpLowLatencyCombineBuffer's buffer (zero copy) */
+  int hidden;
+  int numTokens;              /* this rank's tokens at the dispatch */
+  const int64_t* topkIdx;     /* [numTokens][topk], the dispatch's */
+  const float* topkWeights;   /* [numTokens][topk]: combinedX[t] = sum over k of w[t][k] * row */
+  int topk;
+  const int32_t* srcInfo;     /* the dispatch's recvSrcInfo */
+  const int64_t* layoutRange; /* the dispatch's recvLayoutRange */
+  void* combinedX;            /* bf16 [numTokens][hidden] */
+} loomEpLowLatencyCombineArgs_t;
+loomResult_t loomEpLowLatencyCombine(loomEp_t ep, const loomEpLowLatencyCombineArgs_t* args,
+                                     int* hook, loomStream_t stream);
+/* Finishes a hooked low-latency call (collective in effect: it waits for the peers' data). */
+loomResult_t loomEpHookWait(loomEp_t ep, int hook, loomStream_t stream);
+/* The buffer the next low-latency call (a combine, with x NULL: zero copy) sends from,
+ * [L][M * nranks][hidden] bf16: write the expert outputs there, at the rows the dispatch
+ * received them. No peer reads it any more when this returns. Not offered on staged device
+ * ranks (docs/ep.md). */
+loomResult_t loomEpLowLatencyCombineBuffer(loomEp_t ep, int hidden, void** buffer);
+/* Bytes of shared buffers a low-latency object of these sizes registers (DeepEP's
+ * get_low_latency_rdma_size_hint); no communicator needed. */
+loomResult_t loomEpLowLatencySizeHint(int maxTokensPerRank, int hidden, int nranks,
+                                      int numExperts, size_t* bytes);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

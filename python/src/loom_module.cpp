@@ -1,5 +1,7 @@
 // loom._loom: the C API (include/loom/loom.h) for Python, on any array that speaks the buffer
 // protocol or DLPack (numpy, torch CPU tensors, ...). Calls release the GIL while they run.
+#include "loom_module.hpp"
+
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -12,6 +14,9 @@
 #include "loom/loom.h"
 
 namespace nb = nanobind;
+using loom_python::check;
+using loom_python::Comm;
+using loom_python::LoomError;
 
 namespace {
 
@@ -20,17 +25,6 @@ namespace {
 // function arguments".
 using Array = nb::ndarray<nb::device::cpu>;
 using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
-
-struct LoomError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void check(loomResult_t result, const char* call) {
-  if (result == loomSuccess) return;
-  const char* detail = loomGetLastError(nullptr);
-  throw LoomError(std::string(call) + " failed: " + loomGetErrorString(result) +
-                  (detail != nullptr && *detail != '\0' ? std::string(": ") + detail : ""));
-}
 
 template <typename A>
 loomDataType_t loomType(const A& a) {
@@ -93,90 +87,9 @@ void expectCount(const A& a, size_t count, const char* name, const char* rule) {
                               .c_str());
 }
 
-class Comm {
- public:
-  explicit Comm(loomComm_t comm) : comm_(comm) {}
-  ~Comm() {
-    if (comm_ != nullptr) loomCommDestroy(comm_);
-  }
-  Comm(const Comm&) = delete;
-  Comm& operator=(const Comm&) = delete;
-
-  static Comm* fromEnv(int timeoutMs) {
-    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-    config.timeoutMs = timeoutMs;
-    loomComm_t comm = nullptr;
-    {
-      nb::gil_scoped_release unlocked;
-      check(loomCommInitFromEnv(&comm, &config), "loomCommInitFromEnv");
-    }
-    return new Comm(comm);
-  }
-
-  static Comm* initRank(int nranks, nb::bytes id, int rank, int timeoutMs) {
-    if (id.size() != sizeof(loomUniqueId))
-      throw nb::value_error("a unique id has 128 bytes (loom.get_unique_id())");
-    loomUniqueId uid;
-    std::memcpy(uid.internal, id.c_str(), sizeof(uid.internal));
-    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-    config.timeoutMs = timeoutMs;
-    loomComm_t comm = nullptr;
-    {
-      nb::gil_scoped_release unlocked;
-      check(loomCommInitRankConfig(&comm, nranks, uid, rank, &config), "loomCommInitRankConfig");
-    }
-    return new Comm(comm);
-  }
-
-  loomComm_t get() const {
-    if (comm_ == nullptr) throw LoomError("the communicator was destroyed");
-    return comm_;
-  }
-  int rank() const {
-    int r = 0;
-    check(loomCommUserRank(get(), &r), "loomCommUserRank");
-    return r;
-  }
-  int size() const {
-    int n = 0;
-    check(loomCommCount(get(), &n), "loomCommCount");
-    return n;
-  }
-  void destroy() {
-    if (comm_ == nullptr) return;
-    loomComm_t comm = comm_;
-    comm_ = nullptr;
-    nb::gil_scoped_release unlocked;
-    check(loomCommDestroy(comm), "loomCommDestroy");
-  }
-  void abort() {
-    if (comm_ == nullptr) return;
-    loomComm_t comm = comm_;
-    comm_ = nullptr;
-    check(loomCommAbort(comm), "loomCommAbort");
-  }
-  std::string asyncError() const {
-    loomResult_t error = loomSuccess;
-    check(loomCommGetAsyncError(get(), &error), "loomCommGetAsyncError");
-    return loomGetErrorString(error);
-  }
-
-  template <typename Call>
-  void run(const char* name, Call&& call) {
-    loomComm_t comm = get();
-    loomResult_t result;
-    {
-      nb::gil_scoped_release unlocked;
-      result = call(comm);
-    }
-    check(result, name);
-  }
-
- private:
-  loomComm_t comm_;
-};
-
 }  // namespace
+
+void bindExpertParallel(nb::module_& m);  // ep_module.cpp
 
 NB_MODULE(_loom, m) {
   m.doc() = "Loom collective communication library (C API bindings)";
@@ -213,7 +126,7 @@ NB_MODULE(_loom, m) {
       .def_static("from_env", &Comm::fromEnv, nb::arg("timeout_ms") = 0,
                   "Communicator from the launcher's environment (loomrun, torchrun, mpirun).")
       .def_static("init_rank", &Comm::initRank, nb::arg("nranks"), nb::arg("unique_id"),
-                  nb::arg("rank"), nb::arg("timeout_ms") = 0)
+                  nb::arg("rank"), nb::arg("timeout_ms") = 0, nb::arg("device") = "")
       .def_prop_ro("rank", &Comm::rank)
       .def_prop_ro("size", &Comm::size)
       .def("destroy", &Comm::destroy)
@@ -346,4 +259,5 @@ NB_MODULE(_loom, m) {
       .def("barrier", [](Comm& c) {
         c.run("loomBarrier", [](loomComm_t comm) { return loomBarrier(comm, nullptr); });
       });
+  bindExpertParallel(m);
 }

@@ -44,115 +44,153 @@ struct Layout {
   int nodes() const { return static_cast<int>(h.members.size()); }
 };
 
-void buildAllToAllHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
-  const Hierarchy& h = *ctx.hierarchy;
-  const HierView v{h, ctx.rank};
-  const Layout lay{h, a.count * dtypeSize(a.dtype)};
-  const uint64_t B = lay.block;
-  const int me = ctx.rank, x = h.nodeIndex, l = v.local();
-  const std::vector<int>& mates = h.members[x];
-  const bool inColumn = v.inColumn();
+// One rank's schedule, phase by phase.
+class AllToAllBuilder {
+ public:
+  AllToAllBuilder(const AlgoContext& ctx, const CollArgs& a, Schedule& s)
+      : h_(*ctx.hierarchy),
+        v_{h_, ctx.rank},
+        lay_{h_, a.count * dtypeSize(a.dtype)},
+        B_(lay_.block),
+        s_(s),
+        me_(ctx.rank),
+        x_(h_.nodeIndex),
+        l_(v_.local()),
+        mates_(h_.members[x_]),
+        inColumn_(v_.inColumn()),
+        remoteSources_(ctx.nranks - mates_.size()),
+        arrivals_(*ctx.opList) {
+    allocateTransit();
+  }
 
+  void build() {
+    s_.copy(s_.output(me_ * B_), s_.input(me_ * B_), B_, true);
+    nodeExchange();
+    if (inColumn_) columnExchange();
+    handOn();
+  }
+
+ private:
   // Scratch: what this column rank sends each other node (rows: sources of this node; its own
   // row stays unused, it goes from the send buffer), then what it hands on to each node mate of
   // its column (rows: sources on other nodes, in node order). Block b of it arrives by the
-  // receive arrivals[b], which the block's next send streams behind.
-  const size_t remoteSources = ctx.nranks - mates.size();
-  uint64_t packBytes = 0;
-  if (inColumn)
-    for (int y = 0; y < lay.nodes(); ++y)
-      if (y != x) packBytes += mates.size() * lay.destinationCount(y, l) * B;
-  const size_t handOn = inColumn ? lay.destinationCount(x, l) - 1 : 0;
-  const uint64_t scratchBytes = packBytes + handOn * remoteSources * B;
-  const BufferRef pack = s.scratch(s.addScratch("transit", scratchBytes));
-  std::vector<uint32_t>& arrivals = *ctx.opList;
-  arrivals.assign(B > 0 ? scratchBytes / B : 0, kNoOp);
-  auto packRow = [&](int y, size_t i) {  // offset of the row of source index i for node y
+  // receive arrivals_[b], which the block's next send streams behind.
+  void allocateTransit() {
+    if (inColumn_)
+      for (int y = 0; y < lay_.nodes(); ++y)
+        if (y != x_) packBytes_ += mates_.size() * lay_.destinationCount(y, l_) * B_;
+    const size_t handOn = inColumn_ ? lay_.destinationCount(x_, l_) - 1 : 0;
+    const uint64_t scratchBytes = packBytes_ + handOn * remoteSources_ * B_;
+    pack_ = s_.scratch(s_.addScratch("transit", scratchBytes));
+    arrivals_.assign(B_ > 0 ? scratchBytes / B_ : 0, kNoOp);
+  }
+  // Offset of the row of source index i for node y.
+  uint64_t packRow(int y, size_t i) const {
     uint64_t offset = 0;
     for (int m = 0; m < y; ++m)
-      if (m != x) offset += mates.size() * lay.destinationCount(m, l) * B;
-    return offset + i * lay.destinationCount(y, l) * B;
-  };
+      if (m != x_) offset += mates_.size() * lay_.destinationCount(m, l_) * B_;
+    return offset + i * lay_.destinationCount(y, l_) * B_;
+  }
   // The hand-on row of node mate d (local index l + k*G, k >= 1): blocks from every remote
   // source, in node order.
-  auto forwardRow = [&](int d) {
-    size_t k = static_cast<size_t>(h.localIndex[d] / h.columns) - 1;
-    return packBytes + k * remoteSources * B;
-  };
-  auto remoteSourceIndex = [&](int src) {
+  uint64_t forwardRow(int d) const {
+    size_t k = static_cast<size_t>(h_.localIndex[d] / h_.columns) - 1;
+    return packBytes_ + k * remoteSources_ * B_;
+  }
+  size_t remoteSourceIndex(int src) const {
     size_t i = 0;
-    for (int m = 0; m < lay.nodes(); ++m) {
-      if (m == x) continue;
-      if (m == h.nodeOf[src])
-        return i + (std::lower_bound(h.members[m].begin(), h.members[m].end(), src) -
-                    h.members[m].begin());
-      i += h.members[m].size();
+    for (int m = 0; m < lay_.nodes(); ++m) {
+      if (m == x_) continue;
+      if (m == h_.nodeOf[src])
+        return i + (std::lower_bound(h_.members[m].begin(), h_.members[m].end(), src) -
+                    h_.members[m].begin());
+      i += h_.members[m].size();
     }
     return i;
-  };
-  auto toTransit = [&](int peer, uint64_t offset) {
-    arrivals[offset / B] = s.recv(peer, pack.at(offset), B);
-  };
-  auto fromTransit = [&](int peer, uint64_t offset) {
-    s.streamAfter(s.send(peer, pack.at(offset), B), arrivals[offset / B]);
-  };
-
-  s.copy(s.output(me * B), s.input(me * B), B, true);
+  }
+  void toTransit(int peer, uint64_t offset) {
+    arrivals_[offset / B_] = s_.recv(peer, pack_.at(offset), B_);
+  }
+  void fromTransit(int peer, uint64_t offset) {
+    s_.streamAfter(s_.send(peer, pack_.at(offset), B_), arrivals_[offset / B_]);
+  }
 
   // 1. Node exchange.
-  for (int t = 0; t < v.mateCount(); ++t) {
-    if (t == l) continue;
-    s.send(mates[t], s.input(mates[t] * B), B);
-    if (t < h.columns)
-      for (int y = 0; y < lay.nodes(); ++y)
-        if (y != x) lay.destinations(y, t, [&](int d) { s.send(mates[t], s.input(d * B), B); });
-    s.recv(mates[t], s.output(mates[t] * B), B, true);
-    if (inColumn)
-      for (int y = 0; y < lay.nodes(); ++y) {
-        if (y == x) continue;
+  void nodeExchange() {
+    for (int t = 0; t < v_.mateCount(); ++t) {
+      if (t == l_) continue;
+      s_.send(mates_[t], s_.input(mates_[t] * B_), B_);
+      if (t < h_.columns)
+        for (int y = 0; y < lay_.nodes(); ++y)
+          if (y != x_)
+            lay_.destinations(y, t, [&](int d) { s_.send(mates_[t], s_.input(d * B_), B_); });
+      s_.recv(mates_[t], s_.output(mates_[t] * B_), B_, true);
+      if (!inColumn_) continue;
+      for (int y = 0; y < lay_.nodes(); ++y) {
+        if (y == x_) continue;
         const uint64_t row = packRow(y, t);
-        for (size_t k = 0, n = lay.destinationCount(y, l); k < n; ++k)
-          toTransit(mates[t], row + k * B);
+        for (size_t k = 0, n = lay_.destinationCount(y, l_); k < n; ++k)
+          toTransit(mates_[t], row + k * B_);
       }
+    }
   }
 
   // 2. Column exchange with each other node's rank of this local index.
-  if (inColumn) {
-    for (int y = 0; y < lay.nodes(); ++y) {
-      if (y == x) continue;
-      const int peer = v.columnRank(y, l);
-      for (size_t i = 0; i < mates.size(); ++i) {
+  void columnExchange() {
+    for (int y = 0; y < lay_.nodes(); ++y) {
+      if (y == x_) continue;
+      const int peer = v_.columnRank(y, l_);
+      for (size_t i = 0; i < mates_.size(); ++i) {
         size_t k = 0;
-        lay.destinations(y, l, [&](int d) {
-          if (mates[i] == me)
-            s.send(peer, s.input(d * B), B);
+        lay_.destinations(y, l_, [&](int d) {
+          if (mates_[i] == me_)
+            s_.send(peer, s_.input(d * B_), B_);
           else
-            fromTransit(peer, packRow(y, i) + k * B);
+            fromTransit(peer, packRow(y, i) + k * B_);
           ++k;
         });
       }
-      for (int src : h.members[y])
-        lay.destinations(x, l, [&](int d) {
-          if (d == me)
-            s.recv(peer, s.output(src * B), B, true);
+      for (int src : h_.members[y])
+        lay_.destinations(x_, l_, [&](int d) {
+          if (d == me_)
+            s_.recv(peer, s_.output(src * B_), B_, true);
           else
-            toTransit(peer, forwardRow(d) + remoteSourceIndex(src) * B);
+            toTransit(peer, forwardRow(d) + remoteSourceIndex(src) * B_);
         });
     }
   }
 
   // 3. Hand-on to the node mates without a column of their own.
-  if (inColumn) {
-    lay.destinations(x, l, [&](int d) {
-      if (d == me) return;
-      for (size_t i = 0; i < remoteSources; ++i) fromTransit(d, forwardRow(d) + i * B);
-    });
-  } else {
-    const int column = mates[lay.column(me)];
-    for (int m = 0; m < lay.nodes(); ++m)
-      if (m != x)
-        for (int src : h.members[m]) s.recv(column, s.output(src * B), B, true);
+  void handOn() {
+    if (inColumn_) {
+      lay_.destinations(x_, l_, [&](int d) {
+        if (d == me_) return;
+        for (size_t i = 0; i < remoteSources_; ++i) fromTransit(d, forwardRow(d) + i * B_);
+      });
+      return;
+    }
+    const int column = mates_[lay_.column(me_)];
+    for (int m = 0; m < lay_.nodes(); ++m)
+      if (m != x_)
+        for (int src : h_.members[m]) s_.recv(column, s_.output(src * B_), B_, true);
   }
+
+  const Hierarchy& h_;
+  const HierView v_;
+  const Layout lay_;
+  const uint64_t B_;
+  Schedule& s_;
+  const int me_, x_, l_;
+  const std::vector<int>& mates_;
+  const bool inColumn_;
+  const size_t remoteSources_;
+  std::vector<uint32_t>& arrivals_;
+  uint64_t packBytes_ = 0;
+  BufferRef pack_;
+};
+
+void buildAllToAllHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  AllToAllBuilder(ctx, a, s).build();
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ const char* funcName(loomFunc_t func) {
   static const char* const names[loomNumFuncs] = {
       "allreduce", "broadcast", "reduce",  "allgather", "reducescatter", "alltoall",
       "alltoallv", "gather",    "scatter", "sendrecv",  "barrier"};
+  if (func == kFuncExpertParallel) return "expert-parallel call";
   return func >= 0 && func < loomNumFuncs ? names[func] : "unknown";
 }
 

@@ -5,6 +5,7 @@
 #include "algorithms/context.hpp"
 #include "algorithms/ring_steps.hpp"
 #include "base/coll_args.hpp"
+#include "base/log.hpp"
 
 namespace loom {
 
@@ -53,6 +54,9 @@ void runBuilt(const AlgoContext& ctx, const void* input, void* output) {
   env.corePeers = ctx.peers;
   env.streamingMinBytes = ctx.streamingMinBytes;
   env.observer = ctx.observer;
+  // LOOM_DEBUG=TRACE with LOOM_DEBUG_SUBSYS=COLL: what the executor runs, op by op (the text is
+  // built only then).
+  LOOM_TRACE(kSubsysColl, ctx.rank, s.describe());
   ctx.executor->run(s, std::span<char* const>(bind.data(), bind.size()), env);
 }
 

@@ -26,6 +26,10 @@ struct CollArgs {
   loomStream_t stream = nullptr;  // device communicators: the caller's stream (its kind's handle)
 };
 
+// The calls of the layers above the communicator (ep/: expert-parallel dispatch and combine), as
+// the mismatch check signs them: a function number past the public enum's.
+inline constexpr loomFunc_t kFuncExpertParallel = static_cast<loomFunc_t>(loomNumFuncs);
+
 // One send or receive of a group on a device communicator.
 struct DeviceP2POp {
   bool isSend = false;

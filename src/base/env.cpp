@@ -114,6 +114,8 @@ std::string accumType() {
                  "' is not a data type name (float, half, double, bfloat16, ...)");
   return name;
 }
+// 0: sized from the creation sizes (src/ep/expert_parallel.cpp).
+int64_t epBufferBytes() { return getIntIn("LOOM_EP_BUFFER_BYTES", 0, 0, 16 * kGiB); }
 std::string jobSecret() { return getString("LOOM_JOB_SECRET", ""); }
 std::string commId() { return getString("LOOM_COMM_ID", ""); }
 std::string socketIfname() { return getString("LOOM_SOCKET_IFNAME", ""); }
@@ -172,6 +174,7 @@ void checkAll() {
   directMaxBytes();
   p2pBufferBytes();
   streamingMinBytes();
+  epBufferBytes();
   accumType();
   socketStreams();
   heteroChunkBytes();

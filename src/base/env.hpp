@@ -39,6 +39,7 @@ int64_t shmChunkBytes();      // LOOM_SHM_CHUNK_BYTES
 int64_t directMaxBytes();     // LOOM_DIRECT_MAX_BYTES
 int64_t p2pBufferBytes();     // LOOM_P2P_BUFFER_BYTES
 int64_t streamingMinBytes();  // LOOM_STREAMING_MIN_BYTES
+int64_t epBufferBytes();      // LOOM_EP_BUFFER_BYTES: expert parallelism's normal staging
 std::string accumType();      // LOOM_ACCUM_TYPE
 std::string jobSecret();      // LOOM_JOB_SECRET (hex)
 std::string commId();         // LOOM_COMM_ID (host:port)

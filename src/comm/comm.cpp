@@ -69,8 +69,8 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
       id_(id),
       health_(rank, config.timeoutMs, config.abortFlag),
       checkMode_(env::checkMode()) {
-  // The tree's progress queue: the caller's (a non-blocking handle's, a parent's), or one of its
-  // own. The tree's root reports the queue's failures (from the end of this constructor on).
+  // Its progress queue: a non-blocking handle's, or one of its own. Whoever owns the queue's
+  // failures reports them (from the end of this constructor on).
   if (config_.progress == nullptr) ownProgress_ = std::make_unique<ProgressQueue>();
   progress_ = config_.progress != nullptr ? config_.progress : ownProgress_.get();
   device_ = DeviceRegistry::process().create(config_.device);
@@ -551,6 +551,10 @@ std::unique_ptr<Comm> Comm::split(int color, int key, const CommConfig& config) 
     child.secret = childSecret;
     CommConfig childConfig = config;
     childConfig.splitChild = true;
+    // A communicator of its own: its own progress queue (a caller's config copied from this
+    // communicator's must not hand it this one's).
+    childConfig.progress = nullptr;
+    childConfig.progressRoot = false;
     child.jobNonce =
         id_.jobNonce ^ (splitCount_ * 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(color);
     return std::make_unique<Comm>(child, static_cast<int>(members.size()), newRank, childConfig);

@@ -1,5 +1,21 @@
-// The communicator: owns the bootstrap, the device, the shared arena and channels, the selector and
-// the failure state. One Comm serves one C handle; nothing is shared between communicators.
+// The communicator: init, split and the dispatch of a call; the rest is in parts with one job
+// each: Transports (arena, channels), Health (failure state, the one deadline, peer liveness),
+// Group (a set of its ranks that runs collectives: `main_` is the whole communicator, a
+// heterogeneous one adds its cluster and exchange groups; each holds its CallChecker, selector,
+// algorithm workspaces and native collectives), DeviceCallState (device_calls.cpp: staging, the
+// stream jobs), Composition (hetero*.cpp), WindowTable (windows.cpp), the P2PEngine, and the
+// ProgressQueue its non-blocking calls, stream jobs and open point-to-point run on. One Comm
+// serves one C handle; nothing is shared between communicators.
+//
+// A collective (collective(), then execute()) takes the first of these ways:
+//   a device rank's host buffers (heterogeneous) -> collectiveThroughDevice, on device scratch
+//   stream-ordered device rank                   -> enqueueCollective (device_calls.cpp)
+//   heterogeneous, composed                      -> executeComposed: phases on the groups
+//   heterogeneous, elementwise                   -> executeChunked: chunks (device: pipelined)
+//   the selector's algorithm is native           -> NativeCollectives::run (CUDA kernels)
+//   host-addressable device (CPU)                -> runAlgorithm: arena algorithm or schedule
+//   other devices                                -> runDeviceCall: mapped (one node, the device
+//                                                   maps host memory and reduces) or staged
 #pragma once
 
 #include <atomic>
@@ -45,8 +61,8 @@ struct CommConfig {
   bool splitChild = false;        // created by split: the launcher's node sizes do not describe it
   // LOOM_CLUSTER_SPLIT.
   std::string clusterSplit;
-  // LOOM_ALGO. A heterogeneous communicator's cluster communicators have none: its algorithm
-  // names are those of the host algorithms it runs, not of a cluster's native ones.
+  // LOOM_ALGO: names host algorithms (and a backend's native ones where it has them); a
+  // heterogeneous communicator's exchange group takes it, its cluster groups do not.
   std::string algo;
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
@@ -213,6 +229,20 @@ class Comm {
   // Device memory of this communicator's device, for windows (loomMemAlloc).
   void* allocateMemory(size_t bytes);
   void releaseMemory(void* ptr);
+
+  // Layers above the communicator (ep/) run calls of their own on its resources
+  // (comm/extension_calls.cpp): this rank's device and the host CPU, the host algorithms' context
+  // (host memory, the collective channels, the arena on one node, the health check, the
+  // executor), an all-gather over the bootstrap for their set-up (collective), and runCall:
+  // `body` as one collective call (after this rank's queued stream work, with the call's
+  // deadline, counted and signed as `signature` for the mismatch check on its channels; null: a
+  // local step that may wait for peers, neither counted nor signed; an error other than a bad
+  // argument aborts the communicator and reaches the peers).
+  Device& device() const { return *device_; }
+  Device& hostDevice() const { return *hostDevice_; }
+  const AlgoContext& hostContext() const { return main_->hostCtx(); }
+  std::vector<std::string> allGatherForSetUp(const std::string& mine);
+  void runCall(const CollArgs* signature, const std::function<void()>& body);
 
   std::unique_ptr<Comm> split(int color, int key, const CommConfig& config);
 

@@ -97,6 +97,7 @@ void Comm::runDeviceCall(Group& group, DeviceShape shape, const CollArgs& a, con
   deviceCalls_.staging->releaseRetired();
   DeviceCall call{&deviceCalls_.schedule, &deviceCalls_.bound, &deviceCalls_.calls};
   buildDeviceCall(group, call, shape, a, algo, chunkBytes);
+  LOOM_TRACE(kSubsysColl, rank_, deviceCalls_.schedule.describe());
   deviceCalls_.executor.run(deviceCalls_.schedule, deviceCalls_.bound,
                             deviceEnv(group, a.stream, deviceCalls_.calls));
 }
@@ -129,6 +130,7 @@ void Comm::enqueueDeviceCall(Group& group, DeviceShape shape, const CollArgs& ar
   }
   // Handed over first: the host part must run while the stream side is enqueued (a call of many
   // chunks can fill the device's launch queue behind its first gate).
+  LOOM_TRACE(kSubsysColl, rank_, job.schedule.describe());
   deviceCalls_.jobs->submitEarly();
   try {
     Executor::enqueueDeviceLane(job.schedule, job.bound, deviceEnv(group, a.stream, job.calls),

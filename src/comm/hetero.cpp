@@ -1,7 +1,7 @@
 // The heterogeneous side of the communicator: its clusters (topology/cluster_map), and how it runs
 // a collective across them. Flat: every rank in the host algorithm, elementwise calls in chunks
 // with device ranks pipelined through host memory (algorithms/chunked). Composed (allreduce,
-// reduce, broadcast, allgather, reduce-scatter; comm/composition_.heterocomposed.cpp): a cluster
+// reduce, broadcast, allgather, reduce-scatter; comm/hetero_composed.cpp): a cluster
 // with native collectives and several ranks collapses to its leader:
 //   1. the cluster's own collective inside each collapsing cluster (a CUDA cluster's kernels),
 //      to its leader (reduce, gather) or, for a broadcast, from a root inside it;
@@ -16,7 +16,7 @@
 // table and workspaces over the communicator's channels; no sub-communicator, no second
 // bootstrap). Every rank of every kind ends with the same bits.
 // On a device rank whose device runs host tasks every phase is enqueued on the caller's stream
-// and the call returns (comm/stream_calls.cpp).
+// and the call returns (comm/device_calls.cpp).
 #include <algorithm>
 #include <cstring>
 #include <sstream>

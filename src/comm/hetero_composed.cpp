@@ -29,7 +29,7 @@
 // Average is not composed (Comm::composes). Scratch (a leader's partial results, the allgather's
 // blocks in exchange order) grows once; on device ranks it is device memory, retired on growth
 // while calls in flight may use it. A device rank whose device runs host tasks enqueues every
-// phase on the caller's stream (comm/stream_calls.cpp) and the call returns.
+// phase on the caller's stream (comm/device_calls.cpp) and the call returns.
 #include <algorithm>
 #include <cstring>
 

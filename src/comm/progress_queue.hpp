@@ -1,6 +1,7 @@
-// The progress queue of a communicator tree (a communicator and the sub-communicators it made for
-// itself): one thread that runs, in order, the work that must go on after a call returned — the
-// calls of a non-blocking communicator, the host halves of a device rank's stream-ordered calls
+// The progress queue of a communicator (its groups have none of their own; a non-blocking
+// communicator's is its C handle's, which also runs its initialization): one thread that runs, in
+// order, the work that must go on after a call returned — the calls of a non-blocking
+// communicator, the host halves of a device rank's stream-ordered calls
 // (comm/stream_jobs.hpp) — and, whenever no such task is queued, drives the point-to-point
 // tickets nobody else drives (comm/p2p_engine.hpp: non-blocking sends and receives, a group's
 // sends and receives while its collectives run).

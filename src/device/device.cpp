@@ -5,6 +5,7 @@
 
 #include "base/error.hpp"
 #include "device/native.hpp"
+#include "device/native_ep.hpp"
 
 namespace loom {
 
@@ -60,5 +61,7 @@ void Device::reduce(void* dst, const void* const* srcs, int nsrc, size_t count,
 }
 
 std::unique_ptr<NativeCollectives> Device::createCollectives(const NativeSetup&) { return nullptr; }
+
+std::unique_ptr<NativeEp> Device::createEp(const NativeEpSetup&) { return nullptr; }
 
 }  // namespace loom

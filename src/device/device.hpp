@@ -20,6 +20,8 @@ namespace loom {
 
 class NativeCollectives;  // device/native.hpp
 struct NativeSetup;
+class NativeEp;  // device/native_ep.hpp
+struct NativeEpSetup;
 
 // Who a device is. `kind` names the backend ("cpu", "cuda", a plug-in's "loom-emu"): what
 // config.device / LOOM_DEVICE name, and what groups ranks into clusters.
@@ -113,6 +115,9 @@ class Device {
   // This kind's own collectives for a communicator whose ranks all use devices of this kind
   // (null: none; the host algorithms run, through host memory where needed).
   virtual std::unique_ptr<NativeCollectives> createCollectives(const NativeSetup& setup);
+  // This kind's own expert-parallel kernels for an object whose ranks all use devices of this
+  // kind (null: none; the host paths run, staged through host memory).
+  virtual std::unique_ptr<NativeEp> createEp(const NativeEpSetup& setup);
 
  protected:
   // The stream the blocking forms use (null: the kind's default stream).

@@ -155,7 +155,7 @@ class Schedule {
   // A stable hash of the schedule's content (not of any address): equal schedules hash equal on
   // every rank and every run.
   uint64_t hash() const;
-  // One line per lane and operation, for LOOM_DEBUG=TRACE and loom-info.
+  // One line per lane and operation, for LOOM_DEBUG=TRACE (with COLL).
   std::string describe() const;
 
  private:

@@ -11,6 +11,12 @@
 //     data the copies behind it read is ready; open() on failure, so no stream waits for ever.
 // A communicator's gate tasks run one after another (its calls are ordered on their streams), so
 // counting them is enough: no per-task state, nothing allocated per call.
+//
+// Only the output side is host tasks; the host part learns that an input is complete from events
+// it polls: on CUDA every host function of the process runs on one callback thread, so a signal
+// queued there behind another communicator's gate could wait for a peer that waits for this rank.
+// The cost: on CUDA a gate holds that callback thread while its host part runs, which delays the
+// process's other host functions (a stream wait on a pinned flag, cuStreamWaitValue32, would not).
 #pragma once
 
 #include <atomic>

@@ -72,5 +72,55 @@ TEST(NoAllocation, RingAndPipelined) {
   for (loomComm_t c : comms) loomCommDestroy(c);
 }
 
+TEST(NoAllocation, ThreeRanksEveryScheduleBuilder) {
+  // Rings of several steps, pairwise gather and scatter, alltoall: every schedule builder the
+  // executor runs on one host, at a rank count where steps differ from rank to rank.
+  ScopedEnv algo("LOOM_ALGO",
+                 "allreduce:ring,allgather:ring,reducescatter:ring,broadcast:ring,reduce:ring,"
+                 "alltoall:pairwise");
+  std::vector<loomComm_t> comms = initRanks(3);
+  auto calls = [](int r, loomComm_t comm) {
+    static thread_local std::vector<float> a(3 << 16, 1.0f), b(9 << 16, 0.0f);
+    for (size_t count : {size_t{5}, size_t{3000}, a.size() / 3}) {
+      ASSERT_EQ(loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr), 0);
+      ASSERT_EQ(loomReduce(a.data(), b.data(), count, loomFloat32, loomMax, 2, comm, nullptr), 0);
+      ASSERT_EQ(loomBroadcast(a.data(), b.data(), count, loomFloat32, 1, comm, nullptr), 0);
+      ASSERT_EQ(loomAllGather(a.data(), b.data(), count, loomFloat32, comm, nullptr), 0);
+      ASSERT_EQ(loomReduceScatter(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr),
+                0);
+      ASSERT_EQ(loomAllToAll(a.data(), b.data(), count, loomFloat32, comm, nullptr), 0);
+      ASSERT_EQ(loomGather(a.data(), b.data(), count, loomFloat32, 0, comm, nullptr), 0);
+      ASSERT_EQ(loomScatter(b.data(), a.data(), count, loomFloat32, 2, comm, nullptr), 0);
+    }
+    (void)r;
+  };
+  for (long count : allocationsOfSecondRound(comms, calls))
+    EXPECT_EQ(count, 0) << "heap allocations in 50 rounds of collectives";
+  for (loomComm_t c : comms) loomCommDestroy(c);
+}
+
+TEST(NoAllocation, ComposedCallsOnGroups) {
+  // A heterogeneous communicator (two CPU clusters) composing every call: the cluster's and the
+  // exchange's groups, their schedules and the composition's scratch are reused from call to call.
+  ScopedEnv split("LOOM_CLUSTER_SPLIT", "0,1;2");
+  ScopedEnv composed("LOOM_HETERO_ALGO", "composed");
+  std::vector<loomComm_t> comms = initRanks(3);
+  auto calls = [](int r, loomComm_t comm) {
+    static thread_local std::vector<float> a(3 << 16, 1.0f), b(9 << 16, 0.0f);
+    for (size_t count : {size_t{5}, a.size() / 3}) {
+      ASSERT_EQ(loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr), 0);
+      ASSERT_EQ(loomReduce(a.data(), b.data(), count, loomFloat32, loomMax, 2, comm, nullptr), 0);
+      ASSERT_EQ(loomBroadcast(a.data(), b.data(), count, loomFloat32, 1, comm, nullptr), 0);
+      ASSERT_EQ(loomAllGather(a.data(), b.data(), count, loomFloat32, comm, nullptr), 0);
+      ASSERT_EQ(loomReduceScatter(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr),
+                0);
+    }
+    (void)r;
+  };
+  for (long count : allocationsOfSecondRound(comms, calls))
+    EXPECT_EQ(count, 0) << "heap allocations in 50 rounds of composed collectives";
+  for (loomComm_t c : comms) loomCommDestroy(c);
+}
+
 }  // namespace
 }  // namespace loom::test

@@ -98,6 +98,8 @@ TEST(Env, SentinelsAreTheOnlyNegativeValues) {
       "LOOM_STREAMING_MIN_BYTES", "-1", [] { env::streamingMinBytes(); }, "0 or more");
   expectRefused(
       "LOOM_HETERO_CHUNK_BYTES", "-1", [] { env::heteroChunkBytes(); }, "from 0");
+  expectRefused(
+      "LOOM_EP_BUFFER_BYTES", "-1", [] { env::epBufferBytes(); }, "from 0 to 16 GiB");
   ScopedEnv table("LOOM_DIRECT_MAX_BYTES", "-1");
   EXPECT_EQ(env::directMaxBytes(), -1);
 }
@@ -154,6 +156,7 @@ TEST(Env, CheckAllFindsEachBadVariable) {
                                                                 {"LOOM_DIRECT_MAX_BYTES", "x"},
                                                                 {"LOOM_P2P_BUFFER_BYTES", "1"},
                                                                 {"LOOM_STREAMING_MIN_BYTES", "-5"},
+                                                                {"LOOM_EP_BUFFER_BYTES", "-1"},
                                                                 {"LOOM_ACCUM_TYPE", "quad"},
                                                                 {"LOOM_SOCKET_STREAMS", "0"},
                                                                 {"LOOM_HETERO_CHUNK_BYTES", "-1"},

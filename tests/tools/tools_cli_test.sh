@@ -44,6 +44,13 @@ LOOM_DEBUG=VERBOSE "$BENCH" "${SMALL[@]}" >/dev/null 2>"$TMP/err"
 grep -q "LOOM_DEBUG='VERBOSE' is not a level: use NONE, VERSION, WARN, INFO, ABORT or TRACE" \
   "$TMP/err" || fail "LOOM_DEBUG=VERBOSE: $(cat "$TMP/err")"
 
+# LOOM_DEBUG=TRACE with COLL prints each schedule the executor runs, lane by lane, with its hash.
+LOOM_DEBUG=TRACE LOOM_DEBUG_SUBSYS=COLL LOOM_ALGO=allreduce:ring "$LOOMRUN" -n 2 -- "$BENCH" \
+  allreduce -b 64K -e 64K -n 1 -w 0 >/dev/null 2>"$TMP/err" || fail "LOOM_DEBUG=TRACE exits $?"
+grep -qE "schedule: [0-9]+ ops, [0-9]+ lanes, .*hash [0-9a-f]+" "$TMP/err" ||
+  fail "LOOM_DEBUG=TRACE: no schedule: $(head -c 600 "$TMP/err")"
+grep -q "lane send to 1" "$TMP/err" || fail "LOOM_DEBUG=TRACE: the schedule has no lanes"
+
 # LOOM_DEBUG=INFO logs init, not every call (NCCL's INFO logs COLL only when asked for): the
 # per-call lines ("allreduce #N count ... -> algorithm") come with LOOM_DEBUG_SUBSYS naming COLL,
 # in any case. An unknown subsystem fails init naming the valid ones.

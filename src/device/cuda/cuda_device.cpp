@@ -7,6 +7,7 @@
 #include "device/cuda/collectives/exchange.hpp"
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_engine.hpp"
+#include "device/cuda/ep/cuda_ep.hpp"
 #include "device/registry.hpp"
 
 namespace loom {
@@ -279,6 +280,10 @@ std::unique_ptr<Device> createCudaDevice(const std::string& spec) {
 
 std::unique_ptr<NativeCollectives> CudaDevice::createCollectives(const NativeSetup& setup) {
   return std::make_unique<CudaEngine>(*this, setup);
+}
+
+std::unique_ptr<NativeEp> CudaDevice::createEp(const NativeEpSetup& setup) {
+  return makeCudaEp(*this, setup);
 }
 
 }  // namespace loom

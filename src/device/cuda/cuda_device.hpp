@@ -65,6 +65,7 @@ class CudaDevice final : public Device {
   void enqueueHostTask(HostTask& task, loomStream_t stream) override;
 
   std::unique_ptr<NativeCollectives> createCollectives(const NativeSetup& setup) override;
+  std::unique_ptr<NativeEp> createEp(const NativeEpSetup& setup) override;
 
   int ordinal() const { return identity_.index; }
   int multiprocessors() const { return multiprocessors_; }

@@ -1,0 +1,170 @@
+// Device-side helpers of the expert-parallel kernels: the control words of a rank's region,
+// waits that give up past the timeout, the header comparison every pulling block does, block-wide
+// scans and copies, and the "last block" ticket that lets one kernel post its round when every
+// block of it is done.
+#pragma once
+
+#include <cstdint>
+
+#include "base/dtype.hpp"
+#include "device/cuda/collectives/primitives.cuh"
+#include "device/cuda/ep/ep_kernels.hpp"
+
+namespace loom::cuda::ep {
+
+using loom::ep::CallHeader;
+using loom::ep::CallKind;
+
+__device__ __forceinline__ uint64_t* word(const EpRegions& d, int rank, size_t offset) {
+  return reinterpret_cast<uint64_t*>(d.region[rank] + offset);
+}
+__device__ __forceinline__ char* normalChunk(const EpRegions& d, int rank, uint64_t step) {
+  return d.region[rank] + d.normalOffset + (step & 1) * d.normalBytes;
+}
+__device__ __forceinline__ char* llDispatchChunk(const EpRegions& d, int rank, int buffer) {
+  return d.region[rank] + d.llOffset + buffer * (d.llDispatchBytes + d.llCombineBytes);
+}
+__device__ __forceinline__ char* llCombineChunk(const EpRegions& d, int rank, int buffer) {
+  return llDispatchChunk(d, rank, buffer) + d.llDispatchBytes;
+}
+
+// The first error wins; every later wait of this object gives up at once.
+__device__ __forceinline__ void record(const EpRegions& d, int error, int peer) {
+  volatile EpStatus* s = d.status;
+  if (s->error == kEpOk) {
+    s->peer = peer;
+    s->error = error;
+  }
+  __threadfence_system();
+}
+
+__device__ __forceinline__ bool failed(const EpRegions& d) {
+  return static_cast<volatile EpStatus*>(d.status)->error != kEpOk;
+}
+
+// Waits until *w >= target (acquire: what was written before it is visible); false when the
+// wait gave up (past the timeout, or another wait of this object did).
+__device__ __forceinline__ bool waitAtLeast(const EpRegions& d, const uint64_t* w, uint64_t target,
+                                            int peer) {
+  uint64_t start = 0;
+  uint32_t spins = 0;
+  while (loadAcquire(w) < target) {
+    if ((++spins & 1023) != 0) continue;
+    if (static_cast<volatile EpStatus*>(d.status)->error == kEpTimeout) return false;
+    const uint64_t now = globalTimer();
+    if (start == 0) start = now;
+    if (now - start > d.timeoutNs) {
+      record(d, kEpTimeout, peer);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Thread r < nranks waits for rank r's word at `offset`; every thread learns whether all did.
+__device__ __forceinline__ bool waitAllRanks(const EpRegions& d, size_t offset, uint64_t target) {
+  __shared__ int ok;
+  if (threadIdx.x == 0) ok = 1;
+  __syncthreads();
+  if (threadIdx.x < d.nranks && !waitAtLeast(d, word(d, threadIdx.x, offset), target, threadIdx.x))
+    ok = 0;
+  __syncthreads();
+  return ok != 0;
+}
+
+__device__ __forceinline__ bool sameShape(const CallShape& a, const CallShape& b) {
+  return a.kind == b.kind && a.hidden == b.hidden && a.dtype == b.dtype && a.topk == b.topk &&
+         a.numScales == b.numScales && a.flags == b.flags;
+}
+
+// Rank r's header against this rank's call: records why not and returns false when the calls
+// cannot meet (another call, a bad verdict, another shape).
+__device__ __forceinline__ bool headerAgrees(const EpRegions& d, const CallHeader* h,
+                                             const CallShape& mine, int r) {
+  if (h->shape.kind != mine.kind) return record(d, kEpCallsDiffer, r), false;
+  if (h->status != loomSuccess) return record(d, kEpBadArgument, r), false;
+  if (!sameShape(h->shape, mine)) return record(d, kEpShapesDiffer, r), false;
+  return true;
+}
+
+// Called by every block at its end: true in the one block that ends last (its writes and every
+// other block's are then visible to it). The ticket is reset for the next launch.
+__device__ __forceinline__ bool lastBlock(unsigned int* ticket) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    if (last) atomicExch(ticket, 0u);
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+// Block-wide exclusive prefix sum of one value per thread (blockDim.x a multiple of 32, at most
+// 1024); *total gets the block's sum.
+__device__ __forceinline__ int blockScan(int value, int* total) {
+  __shared__ int warpSums[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  int inclusive = value;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += v;
+  }
+  if (lane == 31) warpSums[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    int s = lane < warps ? warpSums[lane] : 0;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, s, o);
+      if (lane >= o) s += v;
+    }
+    warpSums[lane] = s;  // inclusive over warps
+  }
+  __syncthreads();
+  const int before = warp == 0 ? 0 : warpSums[warp - 1];
+  *total = warpSums[warps - 1];
+  __syncthreads();
+  return before + inclusive - value;
+}
+
+__device__ __forceinline__ int blockSum(int value) {
+  int total = 0;
+  blockScan(value, &total);
+  return total;
+}
+
+// `bytes` from src to dst by the threads [first, first + count) of the block (16-byte steps where
+// both are aligned to 16, bytes otherwise).
+__device__ __forceinline__ void copyBytes(char* dst, const char* src, size_t bytes, int first,
+                                          int count) {
+  const int t = threadIdx.x - first;
+  if (t < 0 || t >= count) return;
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
+    const size_t vectors = bytes / 16;
+    for (size_t i = t; i < vectors; i += count)
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    for (size_t i = vectors * 16 + t; i < bytes; i += count) dst[i] = src[i];
+    return;
+  }
+  for (size_t i = t; i < bytes; i += count) dst[i] = src[i];
+}
+
+// Values of a combine's data type, as fp32 (no fused multiply-add anywhere: the host paths'
+// rounding, bit for bit).
+__device__ __forceinline__ float loadValue(const char* row, int i, loomDataType_t dtype) {
+  if (dtype == loomBfloat16) return bf16ToFloat(reinterpret_cast<const uint16_t*>(row)[i]);
+  if (dtype == loomFloat16) return halfToFloat(reinterpret_cast<const uint16_t*>(row)[i]);
+  return reinterpret_cast<const float*>(row)[i];
+}
+__device__ __forceinline__ void storeValue(char* row, int i, loomDataType_t dtype, float v) {
+  if (dtype == loomBfloat16)
+    reinterpret_cast<uint16_t*>(row)[i] = floatToBf16(v);
+  else if (dtype == loomFloat16)
+    reinterpret_cast<uint16_t*>(row)[i] = floatToHalf(v);
+  else
+    reinterpret_cast<float*>(row)[i] = v;
+}
+
+}  // namespace loom::cuda::ep

@@ -1,0 +1,317 @@
+// Low-latency dispatch and combine on CUDA GPUs, each a send kernel and a receive kernel on the
+// caller's stream (a hook launches the receive kernel later), with at most kLowLatencyBlocks
+// blocks each and no host synchronization: every step number lives in device memory, so a
+// captured CUDA graph replays them. The formats, orders and sums are the shared-memory path's
+// (ep/ep_shm_low_latency.cpp): all tokens staged once (FP8 quantized by DeepEP's recipe, bit for
+// bit the host's), pulled per local expert in source order; combine sums weight * row in top-k
+// order in fp32 without fused multiply-adds.
+#include "base/error.hpp"
+#include "device/cuda/ep/ep_dev.cuh"
+
+namespace loom::cuda::ep {
+
+namespace {
+
+using loom::ep::LowLatencyCombineFormat;
+using loom::ep::LowLatencyDispatchFormat;
+
+constexpr int kLane = 1;  // low latency
+
+__device__ __forceinline__ uint64_t beginSend(const EpRegions& d) {
+  return *word(d, d.rank, kSendStepOffset) + 1;
+}
+
+// The last block of a send kernel: the header, the post, and the step the receive will use.
+__device__ void postSend(const EpRegions& d, char* chunk, int slot, uint64_t step,
+                         const CallShape& shape, int status, int numTokens, int count) {
+  CallHeader* h = reinterpret_cast<CallHeader*>(chunk);
+  h->step = step;
+  h->shape = shape;
+  h->status = status;
+  h->numTokens = numTokens;
+  h->count = count;
+  __threadfence_system();
+  storeRelease(word(d, d.rank, postedOffset(kLane, slot)), step);
+  *word(d, d.rank, pendingOffset(slot)) = step;
+  *word(d, d.rank, kSendStepOffset) = step;
+}
+
+// 2^ceil(log2(v)) for a positive normal float (the host's powerOfTwoCeil).
+__device__ __forceinline__ float powerOfTwoCeil(float v) {
+  const uint32_t bits = __float_as_uint(v);
+  const int exponent = static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) ? 1 : 0);
+  return __uint_as_float(static_cast<uint32_t>(exponent + 127) << 23);
+}
+
+// A bf16 row into e4m3 values and one scale per 128 values, a warp per group.
+__device__ void quantizeRow(const uint16_t* in, int hidden, bool round, uint8_t* values,
+                            float* scales) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int g = warp; g * loom::ep::kScaleGroup < hidden; g += warps) {
+    const int begin = g * loom::ep::kScaleGroup;
+    const int end = min(hidden, begin + loom::ep::kScaleGroup);
+    float amax = 1e-4f;
+    for (int i = begin + lane; i < end; i += 32) amax = fmaxf(amax, fabsf(bf16ToFloat(in[i])));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float scale = __fdiv_rn(448.0f, amax), scaleInv = __fdiv_rn(amax, 448.0f);
+    if (round) {
+      scaleInv = powerOfTwoCeil(scaleInv);
+      scale = __fdiv_rn(1.0f, scaleInv);
+    }
+    for (int i = begin + lane; i < end; i += 32)
+      values[i] = floatToE4m3(__fmul_rn(bf16ToFloat(in[i]), scale));
+    if (lane == 0) scales[g] = scaleInv;
+  }
+}
+
+__global__ void dispatchSendKernel(EpRegions d, CallShape shape, int status, int slot,
+                                   loomEpLowLatencyDispatchArgs_t a) {
+  const uint64_t step = beginSend(d);
+  const bool ready = step <= 2 || waitAllRanks(d, consumedOffset(kLane, slot), step - 2);
+  const LowLatencyDispatchFormat f{a.topk, a.hidden, a.useFp8 != 0};
+  char* chunk = llDispatchChunk(d, d.rank, slot);
+  const int count = ready && status == loomSuccess ? a.numTokens : 0;
+  int32_t* index = reinterpret_cast<int32_t*>(chunk + f.indexOffset());
+  int32_t* topk = reinterpret_cast<int32_t*>(chunk + f.topkOffset(count));
+  char* rows = chunk + f.rowsOffset(count);
+  unsigned long long* bad = reinterpret_cast<unsigned long long*>(word(d, d.rank, kBadIdsOffset));
+  const uint16_t* x = static_cast<const uint16_t*>(a.x);
+  for (int t = blockIdx.x; t < count; t += gridDim.x) {
+    if (threadIdx.x == 0) index[t] = t;
+    if (threadIdx.x < a.topk) {
+      const int64_t e = a.topkIdx[static_cast<size_t>(t) * a.topk + threadIdx.x];
+      if (e < -1 || e >= d.numExperts) atomicExch(bad, 1ull);
+      topk[t * a.topk + threadIdx.x] = static_cast<int32_t>(e);
+    }
+    char* row = rows + t * f.rowStride();
+    const uint16_t* in = x + static_cast<size_t>(t) * a.hidden;
+    if (f.fp8)
+      quantizeRow(in, a.hidden, a.roundScale != 0, reinterpret_cast<uint8_t*>(row),
+                  reinterpret_cast<float*>(row + loom::ep::align64(a.hidden)));
+    else
+      copyBytes(row, reinterpret_cast<const char*>(in), 2 * static_cast<size_t>(a.hidden), 0,
+                blockDim.x);
+  }
+  if (!lastBlock(reinterpret_cast<unsigned int*>(word(d, d.rank, ticketOffset(4)))) ||
+      threadIdx.x != 0)
+    return;
+  const int verdict = atomicExch(bad, 0ull) != 0 ? loomInvalidArgument : status;
+  postSend(d, chunk, slot, step, shape, verdict, count, count);
+}
+
+// Does token j of a source's chunk pick expert e (first column naming it)?
+__device__ __forceinline__ bool picks(const int32_t* topk, int k, int j, int e) {
+  for (int i = 0; i < k; ++i)
+    if (topk[j * k + i] == e) return true;
+  return false;
+}
+
+__global__ void dispatchReceiveKernel(EpRegions d, CallShape shape, int slot,
+                                      loomEpLowLatencyDispatchArgs_t a) {
+  const int n = d.nranks, local = d.localExperts, me = d.rank;
+  const uint64_t step = *word(d, me, pendingOffset(slot));
+  const bool ok = waitAllRanks(d, postedOffset(kLane, slot), step);
+  __shared__ int agree;
+  if (threadIdx.x == 0) {
+    agree = ok;
+    for (int r = 0; r < n && agree; ++r)
+      agree = headerAgrees(d, reinterpret_cast<const CallHeader*>(llDispatchChunk(d, r, slot)),
+                           shape, r);
+  }
+  __syncthreads();
+  const LowLatencyDispatchFormat f{a.topk, a.hidden, a.useFp8 != 0};
+  const size_t slots = static_cast<size_t>(d.maxTokens) * n;
+  const int groups = f.scaleGroups();
+  const size_t outRow = f.fp8 ? static_cast<size_t>(a.hidden) : 2 * static_cast<size_t>(a.hidden);
+  for (int item = blockIdx.x; agree && item < local * n; item += gridDim.x) {
+    const int el = item / n, src = item % n, e = me * local + el;
+    // Rows of earlier sources first.
+    int earlier = 0;
+    for (int s = 0; s < src; ++s) {
+      const char* chunk = llDispatchChunk(d, s, slot);
+      const int count = reinterpret_cast<const CallHeader*>(chunk)->count;
+      const int32_t* topk = reinterpret_cast<const int32_t*>(chunk + f.topkOffset(count));
+      for (int j = threadIdx.x; j < count; j += blockDim.x) earlier += picks(topk, a.topk, j, e);
+    }
+    const int begin = blockSum(earlier);
+    const char* chunk = llDispatchChunk(d, src, slot);
+    const int count = reinterpret_cast<const CallHeader*>(chunk)->count;
+    const int32_t* index = reinterpret_cast<const int32_t*>(chunk + f.indexOffset());
+    const int32_t* topk = reinterpret_cast<const int32_t*>(chunk + f.topkOffset(count));
+    const char* rows = chunk + f.rowsOffset(count);
+    int taken = 0;
+    __shared__ int where[kThreads];
+    for (int first = 0; first < count; first += blockDim.x) {
+      const int j = first + threadIdx.x;
+      const bool take = j < count && picks(topk, a.topk, j, e);
+      int total = 0;
+      const int pos = begin + taken + blockScan(take ? 1 : 0, &total);
+      taken += total;
+      where[threadIdx.x] = take ? pos : -1;
+      if (take) {
+        const size_t at = el * slots + pos;
+        a.recvSrcInfo[at] = index[j];
+        const float* scales =
+            reinterpret_cast<const float*>(rows + j * f.rowStride() + loom::ep::align64(a.hidden));
+        for (int g = 0; f.fp8 && g < groups; ++g) {
+          if (a.useUe8m0) {
+            const size_t words = (groups + 3) / 4;
+            static_cast<uint8_t*>(a.recvScales)[((el * words + g / 4) * slots + pos) * 4 + g % 4] =
+                static_cast<uint8_t>(__float_as_uint(scales[g]) >> 23);
+          } else {
+            static_cast<float*>(a.recvScales)[(el * groups + g) * slots + pos] = scales[g];
+          }
+        }
+      }
+      __syncthreads();
+      // The rows: a warp per taken token.
+      const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+      for (int i = warp; i < static_cast<int>(blockDim.x); i += warps)
+        if (where[i] >= 0)
+          copyBytes(static_cast<char*>(a.recvX) + (el * slots + where[i]) * outRow,
+                    rows + (first + i) * f.rowStride(), outRow, warp * 32, 32);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      a.recvLayoutRange[el * n + src] = loom::ep::packRange(begin, taken);
+      if (src == n - 1) {
+        a.recvCount[el] = begin + taken;
+        if (a.cumulativeRecvStats != nullptr) a.cumulativeRecvStats[el] += begin + taken;
+      }
+    }
+    __syncthreads();
+  }
+  if (lastBlock(reinterpret_cast<unsigned int*>(word(d, me, ticketOffset(5)))) &&
+      threadIdx.x == 0) {
+    __threadfence_system();
+    storeRelease(word(d, me, consumedOffset(kLane, slot)), step);
+  }
+}
+
+__global__ void combineSendKernel(EpRegions d, CallShape shape, int status, int slot,
+                                  loomEpLowLatencyCombineArgs_t a) {
+  const int n = d.nranks, local = d.localExperts;
+  const uint64_t step = beginSend(d);
+  const bool ready = step <= 2 || waitAllRanks(d, consumedOffset(kLane, slot), step - 2);
+  const LowLatencyCombineFormat f{n, local, d.maxTokens, a.hidden};
+  char* chunk = llCombineChunk(d, d.rank, slot);
+  const bool copy = ready && status == loomSuccess;
+  if (copy && blockIdx.x == 0)
+    for (int i = threadIdx.x; i < local * n; i += blockDim.x)
+      reinterpret_cast<int64_t*>(chunk + f.rangesOffset())[i] = a.layoutRange[i];
+  // The rows each expert received (zero copy: they are in place already).
+  for (int el = 0; copy && a.x != nullptr && el < local; ++el) {
+    int rows = 0;
+    for (int s = 0; s < n; ++s) {
+      const int64_t range = a.layoutRange[el * n + s];
+      rows = max(rows, loom::ep::rangeBegin(range) + loom::ep::rangeCount(range));
+    }
+    for (int i = blockIdx.x; i < rows; i += gridDim.x) {
+      const size_t at = (el * f.expertRows() + i) * f.rowBytes();
+      copyBytes(chunk + f.rowsOffset() + at, static_cast<const char*>(a.x) + at, f.rowBytes(), 0,
+                blockDim.x);
+    }
+  }
+  if (!lastBlock(reinterpret_cast<unsigned int*>(word(d, d.rank, ticketOffset(6)))) ||
+      threadIdx.x != 0)
+    return;
+  postSend(d, chunk, slot, step, shape, status, copy ? a.numTokens : 0, 0);
+}
+
+__global__ void combineReceiveKernel(EpRegions d, CallShape shape, int slot,
+                                     loomEpLowLatencyCombineArgs_t a) {
+  const int n = d.nranks, local = d.localExperts, me = d.rank;
+  const uint64_t step = *word(d, me, pendingOffset(slot));
+  const bool ok = waitAllRanks(d, postedOffset(kLane, slot), step);
+  __shared__ int agree;
+  __shared__ const uint16_t* rows[kMaxTopk];
+  __shared__ float weights[kMaxTopk];
+  __shared__ int terms;
+  if (threadIdx.x == 0) {
+    agree = ok;
+    for (int r = 0; r < n && agree; ++r)
+      agree = headerAgrees(d, reinterpret_cast<const CallHeader*>(llCombineChunk(d, r, slot)),
+                           shape, r);
+  }
+  __syncthreads();
+  const LowLatencyCombineFormat f{n, local, d.maxTokens, a.hidden};
+  for (int t = blockIdx.x; agree && t < a.numTokens; t += gridDim.x) {
+    if (threadIdx.x == 0) {
+      terms = 0;
+      const int64_t* mine = a.topkIdx + static_cast<size_t>(t) * a.topk;
+      for (int k = 0; k < a.topk; ++k) {
+        const int64_t e = mine[k];
+        if (e < 0) continue;
+        // The row of (token, expert): this origin's earlier tokens that picked e come first.
+        int i = 0;
+        for (int u = 0; u < t; ++u) {
+          const int64_t* theirs = a.topkIdx + static_cast<size_t>(u) * a.topk;
+          for (int q = 0; q < a.topk; ++q)
+            if (theirs[q] == e) {
+              ++i;
+              break;
+            }
+        }
+        const int r = static_cast<int>(e / local), el = static_cast<int>(e % local);
+        const char* chunk = llCombineChunk(d, r, slot);
+        const int64_t range =
+            reinterpret_cast<const int64_t*>(chunk + f.rangesOffset())[el * n + me];
+        rows[terms] = reinterpret_cast<const uint16_t*>(
+            chunk + f.rowsOffset() +
+            (el * f.expertRows() + loom::ep::rangeBegin(range) + i) * f.rowBytes());
+        weights[terms++] = a.topkWeights[static_cast<size_t>(t) * a.topk + k];
+      }
+    }
+    __syncthreads();
+    uint16_t* out = static_cast<uint16_t*>(a.combinedX) + static_cast<size_t>(t) * a.hidden;
+    for (int v = threadIdx.x; v < a.hidden; v += blockDim.x) {
+      float acc = 0.0f;
+      for (int j = 0; j < terms; ++j)
+        acc = __fadd_rn(acc, __fmul_rn(weights[j], bf16ToFloat(rows[j][v])));
+      out[v] = floatToBf16(acc);
+    }
+    __syncthreads();
+  }
+  if (lastBlock(reinterpret_cast<unsigned int*>(word(d, me, ticketOffset(7)))) &&
+      threadIdx.x == 0) {
+    __threadfence_system();
+    storeRelease(word(d, me, consumedOffset(kLane, slot)), step);
+  }
+}
+
+int blocksFor(int work) {
+  return work < 1 ? 1 : work < kLowLatencyBlocks ? work : kLowLatencyBlocks;
+}
+
+void checkLaunch(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    LOOM_THROW(loomUnhandledCudaError, "launching the expert-parallel ", kernel,
+               " kernel: ", cudaGetErrorString(err));
+}
+
+}  // namespace
+
+void launchLowLatencyDispatch(const EpRegions& d, const CallShape& shape, int status, int slot,
+                              bool send, bool receive, const loomEpLowLatencyDispatchArgs_t& a,
+                              cudaStream_t stream) {
+  if (send)
+    dispatchSendKernel<<<blocksFor(a.numTokens), kThreads, 0, stream>>>(d, shape, status, slot, a);
+  if (receive)
+    dispatchReceiveKernel<<<blocksFor(d.localExperts * d.nranks), kThreads, 0, stream>>>(d, shape,
+                                                                                         slot, a);
+  checkLaunch("low-latency dispatch");
+}
+
+void launchLowLatencyCombine(const EpRegions& d, const CallShape& shape, int status, int slot,
+                             bool send, bool receive, const loomEpLowLatencyCombineArgs_t& a,
+                             cudaStream_t stream) {
+  if (send)
+    combineSendKernel<<<blocksFor(d.localExperts * d.maxTokens), kThreads, 0, stream>>>(
+        d, shape, status, slot, a);
+  if (receive)
+    combineReceiveKernel<<<blocksFor(a.numTokens), kThreads, 0, stream>>>(d, shape, slot, a);
+  checkLaunch("low-latency combine");
+}
+
+}  // namespace loom::cuda::ep
