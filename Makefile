@@ -16,7 +16,7 @@ NO_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q 'GPU ' || echo 1)
 CUDA_ARCHS ?= $(if $(NO_GPU),90-virtual)
 CUDA_CHECK_ONLY ?= $(if $(NO_GPU),ON,OFF)
 
-.PHONY: all deps build run test test-torch-full bench bench-multinode test-asan format clean
+.PHONY: all deps build run test test-torch-full bench bench-multinode test-asan soak fuzz format clean
 
 all: build
 
@@ -66,6 +66,27 @@ test-asan: deps
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure --timeout 3600
+
+# Opt-in, not in `make test`: the chaos soak (tests/soak/soak.py: random jobs, each with a random
+# fault; what must hold is checked per job). SOAK_JOBS jobs, one at a time, at most SOAK_MINUTES;
+# netns transports and packet loss only as root (else left out, said so). SOAK_ARGS: more flags.
+SOAK_JOBS ?= 200
+SOAK_MINUTES ?= 30
+soak: build
+	tests/soak/soak.py --build $(BUILD) --jobs $(SOAK_JOBS) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+
+# Opt-in: the fuzz targets as libFuzzer binaries (clang, coverage, ASan+UBSan) in $(BUILD_FUZZ);
+# each runs FUZZ_SECONDS. `make test` runs them with the bounded random driver instead.
+BUILD_FUZZ ?= build-fuzz
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(BUILD_FUZZ) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DLOOM_CUDA=OFF -DLOOM_FUZZ=ON -DLOOM_SANITIZE=address,undefined
+	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target $(addprefix fuzz_,bootstrap rudp loomrun_wire env channel_header json)
+	for t in bootstrap rudp loomrun_wire env channel_header json; do \
+	  mkdir -p $(BUILD_FUZZ)/corpus/$$t && \
+	  $(BUILD_FUZZ)/tests/fuzz/fuzz_$$t $(BUILD_FUZZ)/corpus/$$t -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h' '*.c' '*.cu')

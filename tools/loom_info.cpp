@@ -3,12 +3,20 @@
 // for every collective at sizes from 8 B to 256 MiB, after LOOM_ALGO and the LOOM_* settings.
 // `--plans` lists the execution plans the communicator loaded (LOOM_PLAN_DIR); `--check-plan
 // FILE` checks a plan file without a communicator (exit status 1 and the reason if it is wrong).
+// Without joining anything: `--flight DIR` reads every rank's flight record in DIR and says what
+// happened (flight_report.hpp); `--status` asks this user's running Loom processes for their
+// calls in flight (status_client.hpp); `--dump DIR` has them all write their flight records.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "comm/status_socket.hpp"
+#include "flight_report.hpp"
 #include "loom/loom.h"
+#include "status_client.hpp"
 
 namespace {
 
@@ -54,7 +62,60 @@ int checkPlan(const char* path) {
 
 }  // namespace
 
+// --flight, --status and --dump: they read files and sockets; no communicator is made.
+int inspect(int argc, char** argv) {
+  std::string flightDir, dumpDir, statusDir = loom::statusDirectory(std::getenv("LOOM_STATUS_DIR"));
+  bool status = false, verbose = false;
+  std::vector<int> pids;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool more = i + 1 < argc;
+    if (arg == "--flight" && more) {
+      flightDir = argv[++i];
+    } else if (arg == "--status") {
+      status = true;
+    } else if (arg == "--dump" && more) {
+      dumpDir = argv[++i];
+    } else if (arg == "--status-dir" && more) {
+      statusDir = argv[++i];
+    } else if (arg == "--pid" && more) {
+      pids.push_back(std::atoi(argv[++i]));
+    } else if (arg == "-v" || arg == "--verbose") {
+      verbose = true;
+    } else {
+      std::fprintf(stderr, "loom-info: unexpected argument '%s' (see loom-info --help)\n",
+                   arg.c_str());
+      return 2;
+    }
+  }
+  try {
+    if (!flightDir.empty())
+      std::fputs(loom::tool::flightReport(flightDir, verbose).c_str(), stdout);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom-info: %s\n", e.what());
+    return 1;
+  }
+  if (!dumpDir.empty()) {
+    int written = 0;
+    for (const auto& a : loom::tool::queryStatus(statusDir, pids, "dump " + dumpDir, 3000)) {
+      for (const std::string& line : a.lines)
+        if (line.rfind("dumped ", 0) == 0) written += std::atoi(line.c_str() + 7);
+      if (!a.answered) std::printf("process %d did not answer: %s\n", a.pid, a.why.c_str());
+    }
+    std::printf("%d flight record(s) written to %s\n", written, dumpDir.c_str());
+  }
+  if (status)
+    std::fputs(
+        loom::tool::statusReport(loom::tool::queryStatus(statusDir, pids, "status", 2000)).c_str(),
+        stdout);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--flight") == 0 || std::strcmp(argv[i], "--status") == 0 ||
+        std::strcmp(argv[i], "--dump") == 0)
+      return inspect(argc, argv);
   bool algos = argc == 1, topology = argc == 1, plans = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--check-plan") == 0) {
@@ -78,10 +139,19 @@ int main(int argc, char** argv) {
       const bool help = std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0;
       std::fprintf(
           help ? stdout : stderr,
-          "usage: loom-info [--algos] [--topology] [--plans] | --check-plan FILE...\n  run under "
-          "loomrun -n N to see the table for N ranks; --topology: nodes, leaders, and each "
-          "rank's transport to every peer; --plans: the execution plans loaded (LOOM_PLAN_DIR); "
-          "--check-plan: check plan files, no communicator; --version\n");
+          "usage: loom-info [--algos] [--topology] [--plans]\n"
+          "       loom-info --check-plan FILE...\n"
+          "       loom-info --flight DIR [-v]\n"
+          "       loom-info --status [--pid PID]... [--status-dir DIR]\n"
+          "       loom-info --dump DIR [--pid PID]...\n"
+          "  --algos: the algorithm per collective and size (run under loomrun -n N for N ranks);\n"
+          "  --topology: nodes, leaders, and each rank's transport to every peer;\n"
+          "  --plans: the execution plans loaded (LOOM_PLAN_DIR); --check-plan: check plan files,\n"
+          "    no communicator;\n"
+          "  --flight DIR: what the flight records of every rank in DIR say happened (-v: each\n"
+          "    rank's last calls); --status: the calls in flight of this user's running Loom\n"
+          "    processes on this host, by communicator; --dump DIR: they all write their flight\n"
+          "    records into DIR; --version\n");
       return help ? 0 : 2;
     }
   }

@@ -23,11 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "comm/status_socket.hpp"
 #include "loom/loom.h"
 #include "loomrun_job.hpp"
 #include "loomrun_nodes.hpp"
 #include "loomrun_options.hpp"
 #include "loomrun_output.hpp"
+#include "status_client.hpp"
 
 namespace loom::launcher {
 namespace {
@@ -124,6 +126,7 @@ class Launcher {
   void onNodeEvent(const NodeEvent& event);
   void signalRanks(int sig);
   void message(const std::string& text);
+  void printStatus();
   // torchrun's "Root Cause": which rank failed first, where, how, and its first error line.
   void failureSummary();
 
@@ -148,6 +151,15 @@ class Launcher {
 
 void Launcher::message(const std::string& text) { stderr_.write("loomrun: " + text + "\n"); }
 
+void Launcher::printStatus() {
+  std::vector<int> pids;
+  for (const Rank& rank : ranks_)
+    if (!rank.reaped) pids.push_back(rank.pid);
+  const std::string dir = statusDirectory(std::getenv("LOOM_STATUS_DIR"));
+  message("status of the running ranks (SIGUSR1):\n" +
+          tool::statusReport(tool::queryStatus(dir, pids, "status", 1000)));
+}
+
 bool Launcher::setUpSignals() {
   // Signals arrive through a signalfd so that poll(2) sees child exits, Ctrl-C and timeouts in
   // one place. They are blocked before any fork so no SIGCHLD can be lost; ranks get the
@@ -158,6 +170,8 @@ bool Launcher::setUpSignals() {
   sigset_t watched;
   sigemptyset(&watched);
   sigaddset(&watched, SIGCHLD);
+  // SIGUSR1: print every rank's calls in flight (their status sockets), the job goes on.
+  sigaddset(&watched, SIGUSR1);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     // Respect an inherited SIG_IGN (nohup, background jobs of a non-interactive shell): a
     // blocked signal would otherwise still reach the signalfd.
@@ -436,6 +450,10 @@ void Launcher::handleSignals() {
   while (::read(signalFd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
     int sig = static_cast<int>(info.ssi_signo);
     if (sig == SIGCHLD) continue;  // reaped below, whatever the count of coalesced signals
+    if (sig == SIGUSR1) {
+      printStatus();
+      continue;
+    }
     if (phase_ == Phase::kRunning) {
       message(std::string("received ") + signalName(sig) + "; stopping all ranks");
       stop(128 + sig, std::string("loomrun received ") + signalName(sig));

@@ -21,8 +21,9 @@ namespace {
 // Names loomrun sets for every rank; inherited values are dropped so that a launcher started from
 // inside another job (or torchrun) cannot leak its own rank numbers into ours.
 constexpr const char* kOwnedNames[] = {
-    "RANK",      "WORLD_SIZE",  "LOCAL_RANK",  "LOCAL_WORLD_SIZE", "GROUP_RANK",
-    "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "LOOM_COMM_ID",     "LOOM_JOB_SECRET",
+    "RANK",         "WORLD_SIZE",      "LOCAL_RANK",         "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",   "NODE_RANK",       "MASTER_ADDR",        "MASTER_PORT",
+    "LOOM_COMM_ID", "LOOM_JOB_SECRET", "LOOMRUN_WORLD_SIZE",
 };
 
 bool isOwned(std::string_view entry) {
@@ -164,6 +165,9 @@ std::vector<std::string> rankEnvironment(const LaunchOptions& options, const Job
   add("MASTER_PORT", std::to_string(job.masterPort));
   add("LOOM_COMM_ID", job.commId);
   add("LOOM_JOB_SECRET", job.secret);
+  // The ranks loomrun runs in all: loomCommInitFromEnv fails at once when the job asks for
+  // another world size (LOOM_WORLD_SIZE set by hand), instead of waiting for ranks that never come.
+  add("LOOMRUN_WORLD_SIZE", std::to_string(options.worldSize()));
   return env;
 }
 

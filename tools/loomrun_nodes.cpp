@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "base/sha256.hpp"
+#include "loomrun_wire.hpp"
 
 namespace loom::launcher {
 namespace {
@@ -123,44 +124,6 @@ void setSocketOptions(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   timeval sendLimit{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &sendLimit, sizeof(sendLimit));
-}
-
-std::map<std::string, std::string> parseFields(std::istringstream& in) {
-  std::map<std::string, std::string> fields;
-  for (std::string word; in >> word;) {
-    size_t eq = word.find('=');
-    if (eq != std::string::npos) fields[word.substr(0, eq)] = word.substr(eq + 1);
-  }
-  return fields;
-}
-
-int fieldInt(const std::map<std::string, std::string>& fields, const char* name) {
-  auto it = fields.find(name);
-  if (it == fields.end()) return -1;
-  char* end = nullptr;
-  long value = std::strtol(it->second.c_str(), &end, 10);
-  return (*end != '\0' || value < 0 || value > (1 << 30)) ? -1 : static_cast<int>(value);
-}
-
-std::vector<int> parseRanks(const std::string& text) {
-  std::vector<int> ranks;
-  std::istringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    char* end = nullptr;
-    long value = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || value < 0 || value > (1 << 30)) return {};
-    ranks.push_back(static_cast<int>(value));
-  }
-  return ranks;
-}
-
-std::string joinRanks(const std::vector<int>& ranks) {
-  std::string text;
-  for (int r : ranks) {
-    if (!text.empty()) text += ',';
-    text += std::to_string(r);
-  }
-  return text;
 }
 
 addrinfo* resolve(const std::string& host, int port, bool passive, std::string& error) {
@@ -349,8 +312,7 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
         error = "node 0's loomrun does not know our LOOM_JOB_SECRET (is it the same everywhere?)";
         return false;
       }
-      std::istringstream fieldStream(startFields);
-      auto values = parseFields(fieldStream);
+      auto values = parseFields(startFields);
       options.worldSizeOption = fieldInt(values, "world");
       job.masterPort = fieldInt(values, "masterport");
       job.commId = values["commid"];
@@ -431,8 +393,7 @@ bool NodeLink::establish(LaunchOptions& options, JobInfo& job, std::string& erro
         ::close(fd);
         continue;
       }
-      std::istringstream fieldStream(fields);
-      auto values = parseFields(fieldStream);
+      auto values = parseFields(fields);
       peer.nodeRank = fieldInt(values, "node");
       info.world = fieldInt(values, "world");
       info.ranks = parseRanks(values["ranks"]);

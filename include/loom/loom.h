@@ -169,6 +169,12 @@ loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
  * characters; *needed (may be NULL) gets the full length plus one. */
 loomResult_t loomCommDescribeTopology(const loomComm_t comm, char* text, size_t size,
                                       size_t* needed);
+/* Writes the flight record of `comm` (NULL: of every communicator of this process): its last
+ * calls (LOOM_FLIGHT_ENTRIES) with their numbers, ops, sizes, peers, algorithms, states and
+ * times, as <dir>/loom-flight-<job>-r<rank>.json. dir NULL: LOOM_FLIGHT_DIR. `loom-info --flight
+ * DIR` reads the files of every rank and says what happened. Also done on a failure (timeout,
+ * abort), a fatal signal and SIGUSR2 where LOOM_FLIGHT_DIR is set. */
+loomResult_t loomCommDumpFlight(loomComm_t comm, const char* dir);
 /* Name of the algorithm the selector would run for this call (static string). */
 loomResult_t loomCommGetAlgorithm(const loomComm_t comm, loomFunc_t func, size_t count,
                                   loomDataType_t datatype, const char** algorithm);

@@ -18,7 +18,21 @@ cause; a bad argument raises :class:`ValueError` and leaves the communicator usa
 from ._loom import LoomError, ReduceOp, get_unique_id, version
 from ._loom import Comm as _NativeComm
 
-__all__ = ["Comm", "LoomError", "ReduceOp", "get_unique_id", "register_torch_backend", "version"]
+__all__ = ["Comm", "LoomError", "ReduceOp", "dump_flight", "get_unique_id",
+           "register_torch_backend", "version"]
+
+
+def dump_flight(dir=None):
+    """Writes the flight record of every Loom communicator of this process (torch "loom" process
+    groups included): each one's last calls, their states and times, as
+    ``<dir>/loom-flight-<job>-r<rank>.json``. ``dir`` None: ``LOOM_FLIGHT_DIR``. Run ``loom-info
+    --flight DIR`` on the files of every rank to learn which rank hung and where."""
+    import sys
+    from . import _loom
+    _loom.dump_flight(dir)
+    torch_backend = sys.modules.get("loom._loom_torch")
+    if torch_backend is not None:  # its communicators live in its own copy of Loom
+        torch_backend.dump_flight(dir)
 
 
 # The torch backend is registered without importing torch here (that takes seconds): at once when
@@ -238,6 +252,11 @@ class Comm:
     def set_plan_selector(self, selector):
         """selector(collective, nbytes, nranks) -> algorithm name or None (loom.plan)."""
         self._native.set_plan_selector(selector)
+
+    def dump_flight(self, dir=None):
+        """Writes this communicator's flight record (its last calls, their states and times) into
+        ``dir`` (None: ``LOOM_FLIGHT_DIR``) as ``loom-flight-<job>-r<rank>.json``."""
+        self._native.dump_flight(dir)
 
     def __enter__(self):
         return self

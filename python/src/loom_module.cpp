@@ -4,6 +4,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
 #include <cstring>
@@ -112,6 +113,15 @@ NB_MODULE(_loom, m) {
     return nb::bytes(id.internal, sizeof(id.internal));
   });
 
+  m.def(
+      "dump_flight",
+      [](const std::optional<std::string>& dir) {
+        check(loomCommDumpFlight(nullptr, dir ? dir->c_str() : nullptr), "loomCommDumpFlight");
+      },
+      nb::arg("dir") = nb::none(),
+      "Every communicator of this module writes its flight record into dir (None: "
+      "LOOM_FLIGHT_DIR).");
+
   nb::class_<Comm>(m, "Comm")
       .def_static("from_env", &Comm::fromEnv, nb::arg("timeout_ms") = 0,
                   "Communicator from the launcher's environment (loomrun, torchrun, mpirun).")
@@ -124,6 +134,14 @@ NB_MODULE(_loom, m) {
       .def("async_error", &Comm::asyncError)
       .def("register_plan", &Comm::registerPlan, nb::arg("plan"))
       .def("set_plan_selector", &Comm::setPlanSelector, nb::arg("selector").none())
+      .def(
+          "dump_flight",
+          [](Comm& c, const std::optional<std::string>& dir) {
+            check(loomCommDumpFlight(c.get(), dir ? dir->c_str() : nullptr), "loomCommDumpFlight");
+          },
+          nb::arg("dir") = nb::none(),
+          "Writes this communicator's flight record (its last calls and their states) into dir "
+          "(None: LOOM_FLIGHT_DIR) as loom-flight-<job>-r<rank>.json.")
       .def(
           "allreduce",
           [](Comm& c, InArray send, Array recv, loomRedOp_t op) {

@@ -51,6 +51,7 @@ class AlgoContext {
   // buffer addresses a run binds; reused from call to call.
   Schedule* schedule = nullptr;
   Executor* executor = nullptr;
+  ExecObserver* observer = nullptr;  // LOOM_TRACE: the runs' operations and waits (null: none)
   std::vector<char*>* bindings = nullptr;
   // Communicators whose backend has native collectives: they run the native algorithms.
   NativeCollectives* native = nullptr;

@@ -56,6 +56,7 @@ void runBuiltSchedule(const AlgoContext& ctx, const Schedule& s, const void* inp
   env.pollSet = ctx.pollSet;
   env.corePeers = ctx.peers;
   env.streamingMinBytes = ctx.streamingMinBytes;
+  env.observer = ctx.observer;
   // LOOM_DEBUG=TRACE with LOOM_DEBUG_SUBSYS=COLL: what the executor runs, op by op (the text is
   // built only then).
   LOOM_TRACE(kSubsysColl, ctx.rank, s.describe());

@@ -138,12 +138,27 @@ bool slurmRendezvous(std::string* host, uint16_t* port) {
   return true;
 }
 
-int envRank(const char* const* names, const char* what) {
-  for (const char* const* n = names; *n != nullptr; ++n)
-    if (env::get(*n)) return static_cast<int>(env::getInt(*n, -1));
+int envRank(const char* const* names, const char* what, const char** from = nullptr) {
+  for (const char* const* n = names; *n != nullptr; ++n) {
+    if (!env::get(*n)) continue;
+    if (from != nullptr) *from = *n;
+    return static_cast<int>(env::getInt(*n, -1));
+  }
   LOOM_THROW(loomInvalidArgument, "no ", what,
              " in the environment (run under loomrun, torchrun, mpirun or srun, or set LOOM_RANK "
              "and LOOM_WORLD_SIZE)");
+}
+
+// Under loomrun (LOOMRUN_WORLD_SIZE) the job's world size is known: a rank asking for another
+// would wait at the rendezvous until the timeout for ranks loomrun never starts (or leave some
+// out); it fails at once instead, and loomrun stops the job with its message.
+void checkLauncherWorld(int nranks, const char* sizeFrom) {
+  const auto launched = env::get("LOOMRUN_WORLD_SIZE");
+  if (!launched || std::to_string(nranks) == *launched) return;
+  LOOM_THROW(loomInvalidArgument, "this rank asks for a world of ", nranks, " ranks (", sizeFrom,
+             "=", nranks, ") but loomrun started ", *launched,
+             " (loomrun -n, --nnodes, --world-size): the rendezvous would wait for ranks that "
+             "never come; make them agree");
 }
 
 // Ranks `ranks` of one communicator, each built on its own thread (each one's init waits for
@@ -343,9 +358,11 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
                                             "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
                                             "SLURM_NTASKS",         nullptr};
     if (comm != nullptr) *comm = nullptr;
+    const char* sizeFrom = nullptr;
     int rank = envRank(rankNames, "rank");
-    int nranks = envRank(sizeNames, "world size");
+    int nranks = envRank(sizeNames, "world size", &sizeFrom);
     checkRankArgs(comm, nranks, rank);
+    checkLauncherWorld(nranks, sizeFrom);
     *comm = nullptr;
     announce(rank);
     CommConfig cfg = resolveConfig(config);

@@ -144,6 +144,13 @@ std::string rudpFollowCaller() {
 }
 bool rudpCallerReceives() { return getFlag("LOOM_RUDP_CALLER_RECEIVES", true); }
 
+std::string flightDir() { return getString("LOOM_FLIGHT_DIR", ""); }
+int64_t flightEntries() { return getIntIn("LOOM_FLIGHT_ENTRIES", 1024, 1, int64_t{1} << 24); }
+std::string traceDir() { return getString("LOOM_TRACE", ""); }
+int64_t traceWaitUs() { return getIntIn("LOOM_TRACE_WAIT_US", 100, 0, kInt64Max); }
+bool statusEnabled() { return getFlag("LOOM_STATUS", true); }
+std::string statusDir() { return getString("LOOM_STATUS_DIR", ""); }
+
 std::string rudpFaults() {
   const std::string value = getString("LOOM_RUDP_FAULTS", "");
   std::istringstream in(value);
@@ -183,6 +190,9 @@ void checkAll() {
   rudpFollowCaller();
   rudpCallerReceives();
   rudpFaults();
+  flightEntries();
+  traceWaitUs();
+  statusEnabled();
 }
 
 }  // namespace loom::env

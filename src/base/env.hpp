@@ -54,6 +54,13 @@ std::string clusterSplit();  // LOOM_CLUSTER_SPLIT: split one device kind into s
 int64_t heteroChunkBytes();  // LOOM_HETERO_CHUNK_BYTES: pipeline chunk between clusters
 std::string heteroAlgo();    // LOOM_HETERO_ALGO: auto, flat or composed (allreduce)
 bool deviceBlocking();       // LOOM_DEVICE_BLOCKING=1: device ranks' host-algorithm calls block
+// Seeing inside a job (comm/flight_recorder.hpp, comm/trace.hpp, comm/status_server.hpp).
+std::string flightDir();  // LOOM_FLIGHT_DIR: where flight records are dumped ("" : no dumps)
+int64_t flightEntries();  // LOOM_FLIGHT_ENTRIES: calls each communicator's recorder keeps
+std::string traceDir();   // LOOM_TRACE: where per-rank Chrome/Perfetto traces go ("" : none)
+int64_t traceWaitUs();    // LOOM_TRACE_WAIT_US: waits at least this long are traced
+bool statusEnabled();     // LOOM_STATUS: the per-process status socket (1) or not (0)
+std::string statusDir();  // LOOM_STATUS_DIR: the status sockets' directory ("" : default)
 // A backend's own parameters are declared beside it (device/cuda/cuda_env.hpp).
 // The network transport between nodes and the reliable-datagram transport's parameters.
 std::string transport();    // LOOM_TRANSPORT: tcp (default) or rudp

@@ -42,47 +42,6 @@ std::string tokenBytes(uint64_t token) {
   return std::move(w.str());
 }
 
-// What a rank sends to the root: the control endpoint (rank 0 only) and the caller's info.
-struct RankBlob {
-  std::string ctrlHost;
-  uint16_t ctrlPort = 0;
-  uint64_t token = 0;  // proves that a control connection belongs to this very bootstrap
-  std::string info;
-};
-
-std::string encodeBlob(const RankBlob& blob) {
-  wire::ByteWriter w;
-  w.lengthPrefixed(blob.ctrlHost);
-  w.u16(blob.ctrlPort);
-  w.u64(blob.token);
-  w.bytes(blob.info);
-  return std::move(w.str());
-}
-
-RankBlob decodeBlob(const std::string& in, int rank) {
-  wire::ByteReader r(in, "rendezvous entry of rank " + std::to_string(rank));
-  RankBlob blob;
-  blob.ctrlHost = r.lengthPrefixed();
-  blob.ctrlPort = r.u16();
-  blob.token = r.u64();
-  blob.info = r.rest();
-  return blob;
-}
-
-std::vector<std::string> decodeTable(const std::string& body, int nranks, const std::string& what) {
-  wire::ByteReader r(body, what);
-  std::vector<std::string> entries(nranks);
-  for (std::string& e : entries) e = r.lengthPrefixed();
-  if (!r.done()) LOOM_THROW(loomRemoteError, "malformed ", what, " (trailing bytes)");
-  return entries;
-}
-
-std::string encodeTable(const std::vector<std::string>& entries) {
-  wire::ByteWriter w;
-  for (const std::string& e : entries) w.lengthPrefixed(e);
-  return std::move(w.str());
-}
-
 // Polls try_lock rather than using a timed mutex: the wait is short and rare, and timed locks are
 // invisible to ThreadSanitizer (it reports false unlock errors).
 bool tryLockBefore(std::unique_lock<std::mutex>& lock, Deadline deadline) {
@@ -224,7 +183,7 @@ struct Bootstrap::State {
   std::vector<std::string> gatherAtLeaf(const std::string& mine, Deadline deadline);
   void acceptControl(Listener& listener, uint64_t token, const JobSecret& secret,
                      Deadline deadline);
-  void connectControl(const RankBlob& rank0, const JobSecret& secret, Deadline deadline);
+  void connectControl(const wire::RankBlob& rank0, const JobSecret& secret, Deadline deadline);
 };
 
 void Bootstrap::State::throwIfFailed() {
@@ -369,7 +328,7 @@ std::vector<std::string> Bootstrap::State::gatherAtRank0(const std::string& mine
     all[peer->rank] = std::move(peer->data);
     peer->hasData = false;
   }
-  std::string reply = wire::encodeFrame(wire::FrameType::kData, 0, seq, encodeTable(all));
+  std::string reply = wire::encodeFrame(wire::FrameType::kData, 0, seq, wire::encodeTable(all));
   for (auto& peer : peers) sendLocked(*peer, reply, deadline);
   return all;
 }
@@ -391,7 +350,7 @@ std::vector<std::string> Bootstrap::State::gatherAtLeaf(const std::string& mine,
   if (root.dataSeq != seq)
     LOOM_THROW(loomRemoteError, "rank 0 is out of step: it answered collective #", root.dataSeq,
                " while rank ", rank, " is in #", seq);
-  return decodeTable(root.data, nranks, "collective result from rank 0");
+  return wire::decodeTable(root.data, nranks, "collective result from rank 0");
 }
 
 void Bootstrap::State::acceptControl(Listener& listener, uint64_t token, const JobSecret& secret,
@@ -435,7 +394,7 @@ void Bootstrap::State::acceptControl(Listener& listener, uint64_t token, const J
   }
 }
 
-void Bootstrap::State::connectControl(const RankBlob& rank0, const JobSecret& secret,
+void Bootstrap::State::connectControl(const wire::RankBlob& rank0, const JobSecret& secret,
                                       Deadline deadline) {
   if (rank0.ctrlHost.empty()) LOOM_THROW(loomRemoteError, "rank 0 published no control endpoint");
   auto peer = std::make_unique<ControlPeer>();
@@ -487,7 +446,7 @@ Bootstrap::Bootstrap(const UniqueId& id, int rank, int nranks, const std::string
 
   // Rank 0 listens on the interface that reaches the root: the others reach the root too.
   Listener listener;
-  RankBlob mine;
+  wire::RankBlob mine;
   mine.info = myInfo;
   if (rank == 0 && nranks > 1) {
     mine.ctrlHost = root.localHost();
@@ -496,7 +455,7 @@ Bootstrap::Bootstrap(const UniqueId& id, int rank, int nranks, const std::string
     randomBytes(&mine.token, sizeof(mine.token));
   }
   wire::sendFrame(root, wire::FrameType::kHello, rank, static_cast<uint64_t>(nranks),
-                  encodeBlob(mine), deadline, s.abortFlag);
+                  wire::encodeRankBlob(mine), deadline, s.abortFlag);
   uint64_t maxTable = static_cast<uint64_t>(nranks) * (wire::kMaxRendezvousPayload + 8);
   // A little past our own timeout (a quarter of it, at most a second): a root that gives up at
   // about the same moment sends why (which ranks never came), and that beats "timed out waiting
@@ -505,11 +464,11 @@ Bootstrap::Bootstrap(const UniqueId& id, int rank, int nranks, const std::string
   std::string table = wire::recvReply(root, std::max(maxTable, kMaxErrorReply),
                                       deadline + std::chrono::milliseconds(grace), s.abortFlag);
   root.close();
-  std::vector<std::string> entries = decodeTable(table, nranks, "rendezvous table");
-  RankBlob rank0;
+  std::vector<std::string> entries = wire::decodeTable(table, nranks, "rendezvous table");
+  wire::RankBlob rank0;
   s.infos.resize(nranks);
   for (int r = 0; r < nranks; ++r) {
-    RankBlob blob = decodeBlob(entries[r], r);
+    wire::RankBlob blob = wire::decodeRankBlob(entries[r], r);
     s.infos[r] = std::move(blob.info);
     if (r == 0) rank0 = std::move(blob);
   }

@@ -238,6 +238,39 @@ uint64_t ByteReader::get(int n) {
   return v;
 }
 
+std::string encodeRankBlob(const RankBlob& blob) {
+  ByteWriter w;
+  w.lengthPrefixed(blob.ctrlHost);
+  w.u16(blob.ctrlPort);
+  w.u64(blob.token);
+  w.bytes(blob.info);
+  return std::move(w.str());
+}
+
+RankBlob decodeRankBlob(const std::string& in, int rank) {
+  ByteReader r(in, "rendezvous entry of rank " + std::to_string(rank));
+  RankBlob blob;
+  blob.ctrlHost = r.lengthPrefixed();
+  blob.ctrlPort = r.u16();
+  blob.token = r.u64();
+  blob.info = r.rest();
+  return blob;
+}
+
+std::vector<std::string> decodeTable(const std::string& body, int nranks, const std::string& what) {
+  ByteReader r(body, what);
+  std::vector<std::string> entries(nranks);
+  for (std::string& e : entries) e = r.lengthPrefixed();
+  if (!r.done()) LOOM_THROW(loomRemoteError, "malformed ", what, " (trailing bytes)");
+  return entries;
+}
+
+std::string encodeTable(const std::vector<std::string>& entries) {
+  ByteWriter w;
+  for (const std::string& e : entries) w.lengthPrefixed(e);
+  return std::move(w.str());
+}
+
 std::string GatherResult::missingRanks(int localRank) const {
   std::string out;
   int listed = 0, missing = 0;

@@ -156,6 +156,20 @@ class ByteReader {
   size_t pos_ = 0;
 };
 
+// What a rank sends to the rendezvous root: the control endpoint (rank 0 only) and the caller's
+// info; and the table the root sends back, every rank's entry length-prefixed in rank order.
+struct RankBlob {
+  std::string ctrlHost;
+  uint16_t ctrlPort = 0;
+  uint64_t token = 0;  // proves that a control connection belongs to this very bootstrap
+  std::string info;
+};
+std::string encodeRankBlob(const RankBlob& blob);
+RankBlob decodeRankBlob(const std::string& in, int rank);  // throws loomRemoteError if malformed
+std::string encodeTable(const std::vector<std::string>& entries);
+// Exactly nranks entries, nothing after them; else loomRemoteError naming `what`.
+std::vector<std::string> decodeTable(const std::string& body, int nranks, const std::string& what);
+
 // Server side: accepts connections on a listener, authenticates them and collects one hello per
 // rank, handling every pending connection concurrently in one poll loop so that a silent or
 // hostile stranger delays nobody. Rank and nranks conflicts are answered with loomInvalidArgument

@@ -64,8 +64,9 @@ class Gatherer {
   void refuse(PendingConn& conn, const std::string& why);
   void watchRegistered(int rank);
 
-  // Every few seconds while waiting: which ranks have not arrived, so that a job whose peers
-  // never come is not silent until its timeout.
+  // While waiting: which ranks have not arrived, so that a job whose peers never come is not
+  // silent until its timeout. Said once the first interval has passed, then again only when the
+  // picture changes (a rank arrived or left), looked at every interval.
   void reportProgress(Deadline now);
 
   int listenFd_;
@@ -74,6 +75,7 @@ class Gatherer {
   std::vector<PendingConn> pending_;
   Deadline started_ = Clock::now();
   Deadline nextReport_ = started_ + progressInterval();
+  std::string reported_;  // the picture last reported ("" : none yet)
 
   // 5 s, or a quarter of a shorter timeout, so that a report comes before the timeout does.
   std::chrono::milliseconds progressInterval() const {
@@ -90,16 +92,24 @@ void Gatherer::reportProgress(Deadline now) {
     std::snprintf(text, sizeof(text), "%.1f", std::chrono::duration<double>(d).count());
     return std::string(text);
   };
+  const std::string picture =
+      result_.nranks == 0
+          ? std::string("none")
+          : std::to_string(result_.arrived) + " of " + std::to_string(expected()) +
+                " ranks arrived; waiting for ranks " + result_.missingRanks(spec_.localRank);
+  if (picture == reported_) return;
   const std::string waited = seconds(now - started_);
   const std::string left = seconds(spec_.deadline - now);
+  const char* again = reported_.empty() ? "" : " (changed)";
+  reported_ = picture;
   if (result_.nranks == 0) {
     LOOM_WARN(kSubsysBootstrap, spec_.logRank, spec_.what, ": waited ", waited,
-              " s, no rank has arrived yet (timeout in ", left, " s)");
+              " s, no rank has arrived yet (timeout in ", left, " s; said again only when this ",
+              "changes)");
     return;
   }
-  LOOM_WARN(kSubsysBootstrap, spec_.logRank, spec_.what, ": waited ", waited, " s, ",
-            result_.arrived, " of ", expected(), " ranks arrived; waiting for ranks ",
-            result_.missingRanks(spec_.localRank), " (timeout in ", left, " s)");
+  LOOM_WARN(kSubsysBootstrap, spec_.logRank, spec_.what, ": waited ", waited, " s", again, ", ",
+            picture, " (timeout in ", left, " s; said again only when this changes)");
 }
 
 GatherResult Gatherer::run() {
@@ -328,13 +338,6 @@ std::string advertisedHost(bool allowIpv6) {
   return "127.0.0.1";
 }
 
-// The table every rank receives: each rank's payload, length-prefixed, in rank order.
-std::string encodeTable(const std::vector<std::string>& payloads) {
-  wire::ByteWriter w;
-  for (const std::string& p : payloads) w.lengthPrefixed(p);
-  return std::move(w.str());
-}
-
 void serveRendezvous(Listener listener, std::string address, JobSecret secret, int64_t timeoutMs,
                      Deadline deadline) {
   std::string what = "rendezvous root " + address;
@@ -366,8 +369,8 @@ void serveRendezvous(Listener listener, std::string address, JobSecret secret, i
       }
       return;
     }
-    std::string reply =
-        wire::encodeFrame(wire::FrameType::kReply, -1, loomSuccess, encodeTable(result.payloads));
+    std::string reply = wire::encodeFrame(wire::FrameType::kReply, -1, loomSuccess,
+                                          wire::encodeTable(result.payloads));
     // Sent from this one thread, every rank already waiting to read it; highest rank first, as
     // above: a rank 0 that fails right after reading it must not cut the others off.
     for (auto sock = result.sockets.rbegin(); sock != result.sockets.rend(); ++sock) {

@@ -9,6 +9,7 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "base/wait.hpp"
+#include "comm/flight_registry.hpp"
 #include "device/cpu/cpu_device.hpp"
 #include "device/registry.hpp"
 
@@ -87,6 +88,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   crossCheckLauncher();
   const std::string planSettings = loadPlanDir();
   setUpTransports(planSettings);
+  setUpFlight();
   setUpClusters();
   setUpMainGroup();
   if (!composition_.hetero) setUpNative(*main_);
@@ -96,6 +98,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
     deviceCalls_.p2pStaging = std::make_unique<HostStaging>(*device_);
   }
   if (!native()) setUpP2PEngine();
+  if (trace_ && native()) native()->setTimeline(trace_.get());
   if (deviceCalls_.staging && device_->caps().hostTasks && !env::deviceBlocking()) {
     StreamJobs::Hooks hooks;
     hooks.run = [this](StreamJob& job) { runJob(job); };
@@ -148,6 +151,7 @@ GroupSetup Comm::groupSetup(std::vector<int> members) {
   setup.corePeers =
       CoreSharing(arena.presence(), arena.nranks(), nodes_.localIndex(rank_), usableCores());
   setup.check = [this](int peer) { check(peer); };
+  setup.observer = trace_.get();
   return setup;
 }
 
@@ -201,6 +205,7 @@ void Comm::crossCheckLauncher() const {
 }
 
 Comm::~Comm() {
+  if (flight_) FlightRegistry::process().remove(*flight_);
   // First: its jobs run host algorithms of this communicator's groups of ranks on the
   // staging memory. If the device's stream did not get past them, the memory stays allocated.
   if (deviceCalls_.jobs && !deviceCalls_.jobs->stop()) (void)deviceCalls_.staging.release();
@@ -272,6 +277,7 @@ void Comm::checkUsable() {
 void Comm::fail(const Error& error) {
   std::string reason;
   const bool first = health_.record(error, reason);
+  if (first) recordFailure(error);
   if (native()) native()->stop();
   // Streams waiting at this communicator's gates run on (the calls' outputs are undefined).
   if (deviceCalls_.jobs) deviceCalls_.jobs->openGate();
@@ -305,9 +311,11 @@ void Comm::verifyFingerprint(const CollArgs& a) {
 }
 
 Error Comm::withRemoteCause(const Error& error) {
-  // A peer on another node that found a mismatch shuts its connections (this rank sees EOF)
-  // and reports the cause on the control plane a moment later: wait for it briefly.
-  if (!main_->checker().enabled() || transports_->singleNode()) return error;
+  // A peer on another node that failed shuts its connections (this rank sees EOF or a reset,
+  // which names only that peer) and reports why on the control plane a moment later: wait for it
+  // briefly. A mismatch it found becomes this rank's own error; another cause (the rank that
+  // hung or died first, down a chain of relays) is added to the message.
+  if (transports_->singleNode()) return error;
   Clock::time_point until = Clock::now() + std::chrono::milliseconds(300);
   while (Clock::now() < until) {
     try {
@@ -315,8 +323,11 @@ Error Comm::withRemoteCause(const Error& error) {
     } catch (const Error& cause) {
       std::string text = cause.what();
       size_t at = text.find(kMismatchMessage);
-      if (at == std::string::npos) return error;
-      return Error(loomInvalidUsage, text.substr(at), cause.file(), cause.line());
+      if (at != std::string::npos && main_->checker().enabled())
+        return Error(loomInvalidUsage, text.substr(at), cause.file(), cause.line());
+      if (text == error.what()) return error;
+      return Error(error.code(), std::string(error.what()) + "; the control plane says: " + text,
+                   error.file(), error.line());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -349,6 +360,7 @@ void Comm::collective(const CollArgs& args) {
     return failOnError([&] { enqueueCollective(main_->select(args.func, bytes), args); });
   }
   beginOperation();
+  FlightScope record(*flight_, health_.errorWord());
   failOnError([&] {
     // A composed call's phases are calls of the groups they run on, which count and check them;
     // the whole communicator does not count it (nor do its stream-ordered ranks).
@@ -358,9 +370,10 @@ void Comm::collective(const CollArgs& args) {
       return executeComposed(a);
     }
     beginCall(args);
-    if (main_->checker().mode() >= 2) verifyFingerprint(args);
     size_t bytes = args.count * dtypeSize(args.dtype);
     const Algorithm& algo = main_->select(args.func, bytes);
+    recordStart(record, args, algo);
+    if (main_->checker().mode() >= 2) verifyFingerprint(args);
     LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " #", main_->checker().calls(), " count ",
               args.count, " ", dtypeName(args.dtype), " -> ", algo.name,
               composition_.hetero && elementwise(args.func) ? " (heterogeneous: in chunks)" : "");
@@ -368,6 +381,7 @@ void Comm::collective(const CollArgs& args) {
     if (a.accum < 0) a.accum = config_.accum;
     execute(algo, a);
   });
+  record.done();
 }
 
 P2POp Comm::pointToPoint(bool isSend, int peer, void* buffer, size_t bytes, int64_t tag) {
@@ -488,6 +502,7 @@ void Comm::setUpP2PEngine() {
   hooks.timeoutMs = config_.timeoutMs;
   hooks.checkPeer = [this](int peer) { health_.checkAlive(peer); };
   hooks.fail = [this](const Error& e) { fail(e); };
+  hooks.flight = flight_.get();
   p2p_.engine = std::make_unique<P2PEngine>(std::move(hooks), *progress_);
 }
 

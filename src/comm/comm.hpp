@@ -35,12 +35,14 @@
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "comm/call_checker.hpp"
+#include "comm/flight_recorder.hpp"
 #include "comm/group.hpp"
 #include "comm/group_run.hpp"
 #include "comm/health.hpp"
 #include "comm/p2p_engine.hpp"
 #include "comm/progress_queue.hpp"
 #include "comm/stream_jobs.hpp"
+#include "comm/trace.hpp"
 #include "comm/transports.hpp"
 #include "plan/plan_registry.hpp"
 #include "plan/selector.hpp"
@@ -254,6 +256,8 @@ class Comm {
 
   // Marks the communicator aborted: waits in progress fail promptly (any thread), peers learn it.
   void abort(const std::string& reason);
+  // Its flight recorder (comm/flight_recorder.hpp): loomCommDumpFlight, the status socket.
+  const FlightRecorder& flight() const { return *flight_; }
   // loomSuccess, or the error that aborted the communicator.
   loomResult_t asyncError() const { return health_.error(); }
   std::string asyncMessage() const { return health_.message(); }
@@ -358,6 +362,13 @@ class Comm {
   void selectPlans();
   bool runsPlans() const;
   std::string deviceKind() const;
+  // The flight recorder, the trace and the hang report (comm/comm_observe.cpp).
+  void setUpFlight();
+  void recordStart(FlightScope& scope, const CollArgs& args, const Algorithm& algo);
+  uint64_t recordQueued(const CollArgs& args, const Algorithm* algo);  // a stream-ordered call
+  void recordFailure(const Error& error);
+  std::string describeWait(int peer) const;  // a timeout's message: the call and whom it awaited
+  std::string describePeer(int peer, uint64_t mySeq) const;
   // checkUsable() (throws if aborted or a peer failed) and a new deadline for this call.
   void beginOperation();
   void checkUsable();
@@ -366,7 +377,10 @@ class Comm {
   // waiting: the native engines, the stream's gates, the node's arena, the network channels, the
   // other nodes through the bootstrap.
   void fail(const Error& error);
-  void check(int peer) { health_.check(peer, main_->checker().calls()); }
+  void check(int peer) {
+    if (flight_) flight_->waitingFor(peer);
+    health_.check(peer, main_->checker().calls());
+  }
   // LOOM_CHECK=2: every rank's description of this call, compared through the bootstrap.
   void verifyFingerprint(const CollArgs& args);
   // The call's number and signature (the mismatch check).
@@ -380,6 +394,9 @@ class Comm {
 
   // First: destroyed last, after everything that queues work on it.
   std::unique_ptr<ProgressQueue> ownProgress_;
+  // Early: every part below may record into them until it is destroyed.
+  std::unique_ptr<Trace> trace_;            // LOOM_TRACE (null: off)
+  std::unique_ptr<FlightRecorder> flight_;  // always, once the ranks are known
   CommConfig config_;
   ProgressQueue* progress_ = nullptr;  // the tree's (ownProgress_ or the config's)
   int rank_;

@@ -87,6 +87,7 @@ ExecEnv Comm::deviceEnv(const Group& group, loomStream_t stream, HostCalls& call
   env.streamDevice = device_.get();
   env.stream = stream;
   env.calls = &calls;
+  env.observer = host.observer;
   return env;
 }
 
@@ -115,6 +116,7 @@ void Comm::enqueueDeviceCall(Group& group, DeviceShape shape, const CollArgs& ar
   const CollArgs a = withOwnCounts(job, args, group.size());
   job.group = &group;
   job.args = a;
+  job.flight = recordQueued(a, algo);
   DeviceCall call{&job.schedule, &job.bound, &job.calls};
   try {
     buildDeviceCall(group, call, shape, a, algo, chunkBytes);
@@ -166,10 +168,12 @@ void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
 void Comm::runJob(StreamJob& job) {
   Group& group = *job.group;
   startClock();  // each call's host part has the communicator's timeout from its start
+  flight_->start(job.flight, group.checker().calls() + 1, nullptr);  // beginCall's number
   beginCall(group, job.args);
   deviceCalls_.executor.runHostLanes(job.schedule, job.bound,
                                      deviceEnv(group, job.args.stream, job.calls),
                                      deviceCalls_.jobs->gate(), job.order);
+  flight_->finish(job.flight, loomSuccess);
 }
 
 }  // namespace loom

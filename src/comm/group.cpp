@@ -44,6 +44,7 @@ Group::Group(GroupSetup setup)
   workspace_.attach(ctx_, n);
   ctx_.streamingMinBytes = setup.streamingMinBytes;
   ctx_.hierarchy = setup.hierarchy;
+  ctx_.observer = setup.observer;
   hostCtx_ = ctx_;
   hostCtx_.device = setup.hostDevice;
 }

@@ -44,6 +44,7 @@ struct GroupSetup {
   // An arena of exactly these ranks (null where they do not share one node); owned elsewhere.
   const ShmArena* arena = nullptr;
   const Hierarchy* hierarchy = nullptr;  // the whole communicator on several nodes
+  ExecObserver* observer = nullptr;      // LOOM_TRACE: its runs' operations and waits (or none)
 };
 
 class Group {

@@ -121,6 +121,7 @@ void Health::check(int peer, uint64_t call) {
     checkPeer(peer);
   }
   if (now < deadline_) return;
+  if (describeTimeout_) LOOM_THROW(loomTimeout, describeTimeout_(peer));
   // The peer the wait was for: a rank that never called this collective, or is stuck.
   std::string whom = "peers";
   if (peer >= 0 && peer < nranks)

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -38,6 +39,7 @@ class Health {
   std::atomic<bool>* abortFlag() { return aborted_; }
   bool aborted() const { return aborted_->load(); }
   loomResult_t error() const { return error_.load(); }
+  const std::atomic<loomResult_t>& errorWord() const { return error_; }  // for FlightScope
   std::string message() const;
   // Records `error` if it is the communicator's first failure and marks it aborted. Returns true
   // for the first; `reason` is what the peers are told (the first failure's message: a later one
@@ -60,6 +62,12 @@ class Health {
   // check() without the deadline and the peer timers (the point-to-point engine keeps its own
   // ticket deadlines from this clock's timeout).
   void checkAlive(int peer);
+  // What a timeout says of the peer waited for (the communicator's flight recorder knows the call
+  // and what the peer did last); without one, its rank, pid and host.
+  void describeTimeoutsWith(std::function<std::string(int peer)> describe) {
+    describeTimeout_ = std::move(describe);
+  }
+  int pidfd(int peer) const { return peer >= 0 && peer < int(pidfds_.size()) ? pidfds_[peer] : -1; }
 
  private:
   void checkPeer(int peer);
@@ -77,6 +85,7 @@ class Health {
   const NodeMap* nodes_ = nullptr;
   const ShmArena* arena_ = nullptr;
   std::vector<int> pidfds_;  // by rank; -1 where none
+  std::function<std::string(int peer)> describeTimeout_;
 };
 
 }  // namespace loom

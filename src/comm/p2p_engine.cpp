@@ -10,7 +10,8 @@ constexpr auto kPeerCheckInterval = std::chrono::milliseconds(5);
 
 // Marks a ticket finished; returns its callback (if any) for the caller to run unlocked.
 std::function<void(loomResult_t)> markFinished(P2PTicket& t, loomResult_t code,
-                                               const std::string& message) {
+                                               const std::string& message, FlightRecorder* flight) {
+  if (flight != nullptr && t.flight != 0) flight->finish(t.flight, code);
   std::lock_guard<std::mutex> lock(t.mutex);
   t.result = code;
   t.message = message;
@@ -56,6 +57,7 @@ std::shared_ptr<P2PTicket> P2PEngine::post(const P2POp& op) {
   auto ticket = std::make_shared<P2PTicket>();
   ticket->op = op;
   ticket->deadline = Clock::now() + std::chrono::milliseconds(hooks_.timeoutMs);
+  record(*ticket, FlightState::kQueued);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queueDrives_ = true;
@@ -69,6 +71,7 @@ std::shared_ptr<P2PTicket> P2PEngine::post(const P2POp& op) {
 void P2PEngine::postOwned(P2PTicket& ticket) {
   hooks_.checkPeer(-1);
   ticket.deadline = Clock::now() + std::chrono::milliseconds(hooks_.timeoutMs);
+  record(ticket, FlightState::kStarted);
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -103,6 +106,23 @@ void P2PEngine::driveWhile(const std::function<bool()>& stop) {
     driving_ = false;
   }
   changed_.notify_all();
+}
+
+void P2PEngine::record(P2PTicket& ticket, FlightState state) {
+  if (hooks_.flight == nullptr) return;
+  const P2POp& op = ticket.op;
+  FlightCall call;
+  call.kind = op.isSend ? FlightKind::kSend : FlightKind::kRecv;
+  call.state = state;
+  call.func = loomFuncSendRecv;
+  call.seq = recorded_.fetch_add(1, std::memory_order_relaxed) + 1;
+  call.peer = op.peer == kAnySource ? -2 : op.peer;
+  call.tag = op.tag;
+  call.count = op.bytes;
+  call.dtype = loomUint8;
+  call.bytes = op.bytes;
+  call.algorithm = "p2p";
+  ticket.flight = hooks_.flight->begin(call);
 }
 
 void P2PEngine::enqueueLocked(P2PTicket* ticket) {
@@ -148,6 +168,8 @@ void P2PEngine::finish(const std::vector<P2PTicket*>& tickets) {
 void P2PEngine::takePosted() {
   if (posted_.load(std::memory_order_acquire) == taken_) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (hooks_.flight != nullptr)
+    for (P2PTicket* t : incoming_) hooks_.flight->start(t->flight, 0, nullptr);
   active_.insert(active_.end(), incoming_.begin(), incoming_.end());
   incoming_.clear();
   taken_ = posted_.load();
@@ -214,7 +236,7 @@ void P2PEngine::finishDone() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (P2PTicket* t : done_) {
-      auto callback = markFinished(*t, loomSuccess, {});
+      auto callback = markFinished(*t, loomSuccess, {}, hooks_.flight);
       if (callback) callbacks_.emplace_back(std::move(callback), loomSuccess);
     }
     std::erase_if(active_, [](const P2PTicket* t) { return t->op.done; });
@@ -229,7 +251,7 @@ void P2PEngine::finishDone() {
 void P2PEngine::finishAllLocked(loomResult_t code, const std::string& message) {
   for (std::vector<P2PTicket*>* list : {&active_, &incoming_}) {
     for (P2PTicket* t : *list) {
-      auto callback = markFinished(*t, code, message);
+      auto callback = markFinished(*t, code, message, hooks_.flight);
       if (callback) callbacks_.emplace_back(std::move(callback), code);
     }
     list->clear();

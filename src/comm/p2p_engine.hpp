@@ -28,6 +28,7 @@
 #include "algorithms/p2p.hpp"
 #include "base/error.hpp"
 #include "base/wait.hpp"
+#include "comm/flight_recorder.hpp"
 #include "comm/progress_queue.hpp"
 #include "exec/executor.hpp"
 
@@ -36,6 +37,7 @@ namespace loom {
 struct P2PTicket {
   P2POp op;
   Deadline deadline;
+  uint64_t flight = 0;  // its entry in the communicator's flight recorder
   // result and message are written before finished is set, and read after.
   std::atomic<bool> finished{false};
   loomResult_t result = loomSuccess;
@@ -62,6 +64,7 @@ struct P2PEngineHooks {
   std::function<void(int peer)> checkPeer;
   // Aborts the communicator with `error` (tells the peers).
   std::function<void(const Error& error)> fail;
+  FlightRecorder* flight = nullptr;  // every ticket is recorded there (null: nowhere)
 };
 
 class P2PEngine final : private Progress, private ProgressQueue::Background {
@@ -84,6 +87,7 @@ class P2PEngine final : private Progress, private ProgressQueue::Background {
 
  private:
   void enqueueLocked(P2PTicket* ticket);
+  void record(P2PTicket& ticket, FlightState state);
   template <typename Until>
   void drive(Until until);
   // Progress, for the executor's loop: new tickets taken, every ticket moved, finished ones done.
@@ -109,6 +113,7 @@ class P2PEngine final : private Progress, private ProgressQueue::Background {
   std::vector<P2PTicket*> incoming_;                  // posted, not yet seen by a driver
   std::vector<std::shared_ptr<P2PTicket>> requests_;  // keeps requests alive until finished
   std::atomic<uint64_t> posted_{0};
+  std::atomic<uint64_t> recorded_{0};  // tickets recorded: their number in the flight record
   bool driving_ = false;
   bool queueDrives_ = false;  // the queue's thread drives when no caller does
   std::atomic<bool> stopping_{false};

@@ -43,6 +43,7 @@ class Group;
 // owns of the caller's arguments.
 struct StreamJob {
   Group* group = nullptr;  // the ranks whose host algorithms run the host calls
+  uint64_t flight = 0;     // its entry in the communicator's flight recorder
   CollArgs args;           // the call (its number and signature are taken when its host part runs)
   Schedule schedule;
   std::vector<char*> bound;

@@ -47,6 +47,18 @@ struct NativeSelectorRow {
   int algorithm;  // index into algorithms()
 };
 
+// Where a backend reports the device-side spans of its work (LOOM_TRACE, comm/trace.hpp): a kernel
+// or copy from when the device began it to when it ended, on the host's steady clock (ns). Called
+// from any of the backend's threads.
+class DeviceTimeline {
+ public:
+  // name: a static string ("allreduce ll"); call: the communicator's call number, 0 if unknown.
+  virtual void deviceSpan(const char* name, uint64_t call, int64_t startNs, int64_t endNs) = 0;
+
+ protected:
+  ~DeviceTimeline() = default;
+};
+
 class NativeCollectives {
  public:
   virtual ~NativeCollectives() = default;
@@ -91,6 +103,11 @@ class NativeCollectives {
   }
   // One line for logs and loom-info: how peers reach each other ("p2p windows of 4 MiB").
   virtual std::string describe() const = 0;
+  // From now on, time the device work of every call (events around it) and report each span to
+  // `timeline`, which outlives this object; null stops. Backends that cannot time their work
+  // ignore it. `call` of the next run(): the communicator sets it before each call.
+  virtual void setTimeline(DeviceTimeline* timeline) { (void)timeline; }
+  virtual void setCallNumber(uint64_t call) { (void)call; }
 };
 
 }  // namespace loom

@@ -48,6 +48,40 @@ void Executor::start(const Schedule& schedule, std::span<char* const> buffers, c
   inFlight_.clear();
   eventsUsed_ = 0;
   issued_ = false;
+  observer_ = env.observer;
+  if (observer_ != nullptr) opStart_.assign(nops, 0);
+}
+
+template <typename Done>
+void Executor::drive(Done&& done) {
+  if (observer_ == nullptr) return driveUntil(*this, done, *env_->pollSet, env_->corePeers);
+  while (!done()) {
+    if (pass()) continue;
+    const int64_t start = static_cast<int64_t>(steadyNowNs());
+    waitUntil([&] { return pass() || done(); }, [&] { check(); }, [&](PollSet& s) { gather(s); },
+              *env_->pollSet, env_->corePeers);
+    const int64_t end = static_cast<int64_t>(steadyNowNs());
+    if (end - start >= observer_->waitThresholdNs()) observer_->waited(start, end, pendingPeer());
+  }
+}
+
+int Executor::pendingPeer() const {
+  const Schedule& s = *schedule_;
+  for (uint32_t l = 0; l < s.lanes().size(); ++l) {
+    const ScheduleLane& lane = s.lanes()[l];
+    if (lane.begin + head_[l] < lane.end && lane.kind == LaneKind::kRecvFrom) return lane.peer;
+  }
+  for (uint32_t l = 0; l < s.lanes().size(); ++l) {
+    const ScheduleLane& lane = s.lanes()[l];
+    if (lane.begin + head_[l] < lane.end && lane.kind == LaneKind::kSendTo) return lane.peer;
+  }
+  return -1;
+}
+
+void Executor::operationDone(uint32_t index, const ScheduleLane& lane) {
+  const int64_t end = static_cast<int64_t>(steadyNowNs());
+  const int64_t start = opStart_[index] != 0 ? opStart_[index] : end;
+  observer_->operation(schedule_->ops()[index], lane, start, end);
 }
 
 void Executor::run(const Schedule& schedule, std::span<char* const> buffers, const ExecEnv& env) {
@@ -59,8 +93,7 @@ void Executor::run(const Schedule& schedule, std::span<char* const> buffers, con
     if (lane.kind == LaneKind::kDevice && lane.end > lane.begin)
       hostWaits_[schedule.laneOps()[lane.end - 1]] = 1;
   try {
-    driveUntil(
-        *this, [this] { return remaining_ == 0; }, *env.pollSet, env.corePeers);
+    drive([this] { return remaining_ == 0; });
   } catch (...) {
     drainDevice();
     throw;
@@ -114,9 +147,7 @@ void Executor::runHostLanes(const Schedule& schedule, std::span<char* const> buf
     }
     head_[&lane - schedule.lanes().data()] = lane.end - lane.begin;
   }
-  driveUntil(
-      *this, [this] { return remaining_ == 0 && nextGate_ == gates_.size(); }, *env.pollSet,
-      env.corePeers);
+  drive([this] { return remaining_ == 0 && nextGate_ == gates_.size(); });
 }
 
 bool Executor::pass() {
@@ -133,13 +164,17 @@ bool Executor::pass() {
       const uint32_t index = laneOps[lane.begin + head];
       Limit limit = limitOf(s.ops()[index]);
       if (!limit.ready) break;
+      if (observer_ != nullptr && opStart_[index] == 0)
+        opStart_[index] = static_cast<int64_t>(steadyNowNs());
       if (lane.kind == LaneKind::kDevice) {
         moved |= issueDevice(index);
+        if (observer_ != nullptr && done_[index]) operationDone(index, lane);
         ++head;
         continue;
       }
       moved |= step(index, limit.bytes, l);
       if (!done_[index]) break;
+      if (observer_ != nullptr) operationDone(index, lane);
       ++head;
       --remaining_;
       moved = true;  // a finished operation may let others go on
@@ -302,6 +337,7 @@ bool Executor::pollDevice() {
       continue;
     }
     done_[inFlight_[i].first] = 1;
+    if (observer_ != nullptr) operationDone(inFlight_[i].first, deviceLane());
     --remaining_;
     inFlight_[i] = inFlight_.back();
     inFlight_.pop_back();
@@ -330,12 +366,19 @@ bool Executor::pollStreamOrder() {
       continue;
     }
     done_[index] = 1;
+    if (observer_ != nullptr) operationDone(index, deviceLane());
     --remaining_;
     inFlight_[i] = inFlight_.back();
     inFlight_.pop_back();
     moved = true;
   }
   return moved;
+}
+
+const ScheduleLane& Executor::deviceLane() const {
+  for (const ScheduleLane& lane : schedule_->lanes())
+    if (lane.kind == LaneKind::kDevice) return lane;
+  return schedule_->lanes().front();
 }
 
 void Executor::releaseGates() {

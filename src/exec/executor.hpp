@@ -71,6 +71,22 @@ class HostCalls {
   ~HostCalls() = default;
 };
 
+// What a run reports to a tracer (LOOM_TRACE, comm/trace.hpp), when one is given: each operation
+// of a lane from its first step to its end, and the waits of the progress loop longer than
+// waitThresholdNs(). Without one (ExecEnv::observer null) the executor reads no clock.
+class ExecObserver {
+ public:
+  virtual void operation(const ScheduleOp& op, const ScheduleLane& lane, int64_t startNs,
+                         int64_t endNs) = 0;
+  // Nothing could move from startNs to endNs; `peer`: a peer the run still waited for (-1: none
+  // in particular, local or device work).
+  virtual void waited(int64_t startNs, int64_t endNs, int peer) = 0;
+  virtual int64_t waitThresholdNs() const = 0;
+
+ protected:
+  ~ExecObserver() = default;
+};
+
 struct ExecEnv {
   Device* device = nullptr;            // copies and reductions of host-addressable memory
   std::span<Channel* const> channels;  // by rank: the channel each send or receive uses
@@ -78,11 +94,12 @@ struct ExecEnv {
   // `peer` (a rank; -1: none in particular) is gone.
   const std::function<void(int peer)>* check = nullptr;
   PollSet* pollSet = nullptr;
-  CoreSharing corePeers;           // whom a wait may yield its core to
-  size_t streamingMinBytes = 0;    // outputs at least this large are written past the cache
-  Device* streamDevice = nullptr;  // the device lane: copies and events of this device ...
-  loomStream_t stream = nullptr;   // ... in this stream's order
-  HostCalls* calls = nullptr;      // kCall operations
+  CoreSharing corePeers;             // whom a wait may yield its core to
+  size_t streamingMinBytes = 0;      // outputs at least this large are written past the cache
+  Device* streamDevice = nullptr;    // the device lane: copies and events of this device ...
+  loomStream_t stream = nullptr;     // ... in this stream's order
+  HostCalls* calls = nullptr;        // kCall operations
+  ExecObserver* observer = nullptr;  // spans of operations and long waits (tracing; null: none)
 };
 
 // A stream-ordered run's device lane as enqueued, shared by its two halves.
@@ -134,6 +151,12 @@ class Executor final : private Progress {
   void drainDevice() noexcept;
   void checkPending() const;
   void gatherPending(PollSet& set) const;
+  // driveUntil, timing each wait for the observer.
+  template <typename Done>
+  void drive(Done&& done);
+  int pendingPeer() const;  // a peer some unfinished lane still needs, or -1
+  void operationDone(uint32_t index, const ScheduleLane& lane);
+  const ScheduleLane& deviceLane() const;
   char* at(BufferRef ref) const { return buffers_[ref.buffer] + ref.offset; }
   Channel& channel(int peer) const { return *env_->channels[peer]; }
   bool toOutputStreams(const ScheduleOp& op) const;
@@ -162,6 +185,9 @@ class Executor final : private Progress {
   // Stream-ordered host half: the gated device operations in lane order, the next to release.
   std::vector<uint32_t> gates_;
   size_t nextGate_ = 0;
+  // Tracing only (env.observer): when each operation took its first step.
+  ExecObserver* observer_ = nullptr;
+  std::vector<int64_t> opStart_;
 };
 
 // Device operations that some host operation waits for (gets an event) and device operations

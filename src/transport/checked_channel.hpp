@@ -27,6 +27,9 @@ class CheckedChannel final : public Channel {
   CheckedChannel(Channel& inner, const CallCheck& check, OnMismatch onMismatch)
       : inner_(&inner), check_(check), onMismatch_(std::move(onMismatch)) {}
   Channel& inner() { return *inner_; }
+  // The number of the last call whose signature came in from the peer (0: none yet): how far
+  // this rank knows the peer got (timeout messages).
+  uint64_t receivedSeq() const { return receivedSeq_; }
 
   int peer() const override { return inner_->peer(); }
   size_t trySend(const void* data, size_t bytes) override;

@@ -27,6 +27,12 @@
 //   algo                   one allreduce of 1 MiB, then prints "algorithm NAME".
 //   late MS                after init, every rank but 0 sleeps MS ms; then as loop 3 (rank 0
 //                          waits inside the first allreduce meanwhile, so its liveness checks run).
+//   stuck HOW VICTIM       allreduces of 256 floats in a loop; before its 11th, rank VICTIM stops
+//                          calling, alive: HOW stop: SIGSTOPs itself (the test kills it); HOW
+//                          compute: spins for 2 x LOOM_TIMEOUT, then exits 0 without a result.
+//                          The others' result is their failed call's. E: that call.
+//   dump                   3 allreduces of 256 floats; then rank 0 calls loomCommDumpFlight
+//                          (LOOM_FLIGHT_DIR), the others raise SIGUSR2; then one more allreduce.
 #include <signal.h>
 #include <unistd.h>
 
@@ -203,6 +209,41 @@ int modeAbortThread(loomComm_t comm) {
   return finish(nullptr, r);  // the aborter released it
 }
 
+int modeStuck(loomComm_t comm, const std::string& how, int victim) {
+  std::vector<float> data(256, 1.0f);
+  for (long i = 0;; ++i) {
+    if (gRank == victim && i == 10) {
+      if (how == "stop") raise(SIGSTOP);
+      const char* timeout = std::getenv("LOOM_TIMEOUT");
+      const double seconds = 2 * (timeout != nullptr ? std::atof(timeout) : 1.0);
+      const Clock::time_point begin = Clock::now();
+      volatile uint64_t spins = 0;
+      while (msSince(begin) < static_cast<long long>(seconds * 1000)) spins = spins + 1;
+      std::_Exit(0);  // as a rank that moved on would: no release, no result
+    }
+    Clock::time_point start = Clock::now();
+    loomResult_t r =
+        loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
+    if (r != loomSuccess) {
+      report(r, msSince(start), i);
+      return finish(comm, r);
+    }
+  }
+}
+
+int modeDump(loomComm_t comm) {
+  std::vector<float> data(256, 1.0f);
+  loomResult_t r = loomSuccess;
+  for (int i = 0; i < 3 && r == loomSuccess; ++i)
+    r = loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
+  if (r == loomSuccess && gRank == 0) r = loomCommDumpFlight(comm, nullptr);
+  if (r == loomSuccess && gRank != 0) raise(SIGUSR2);  // the handler runs before raise returns
+  if (r == loomSuccess)
+    r = loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
+  report(r, 0, 4);
+  return finish(comm, r);
+}
+
 int modeAlgo(loomComm_t comm) {
   std::vector<float> data(1 << 18, 1.0f);
   loomResult_t r =
@@ -256,6 +297,8 @@ int main(int argc, char** argv) {
   if (mode == "loop") return modeLoop(comm, nranks, std::atol(arg(2).c_str()));
   if (mode == "abort-thread") return modeAbortThread(comm);
   if (mode == "algo") return modeAlgo(comm);
+  if (mode == "dump") return modeDump(comm);
+  if (mode == "stuck") return modeStuck(comm, arg(2), std::atoi(arg(3).c_str()));
   if (mode == "late") {
     if (gRank != 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(arg(2).c_str())));

@@ -1,4 +1,5 @@
 """The Python bindings, one process per rank (started here, no launcher needed)."""
+import json
 import os
 
 import pytest
@@ -39,3 +40,22 @@ def test_module_basics():
     loom.Comm.init_rank(1, uid, 0).destroy()
     with pytest.raises(ValueError):
         loom.Comm.init_rank(1, b"short", 0)
+
+
+def test_dump_flight_writes_every_communicators_record(tmp_path):
+    uid = loom.get_unique_id()
+    comm = loom.Comm.init_rank(1, uid, 0)
+    try:
+        loom.dump_flight(str(tmp_path))
+        records = list(tmp_path.glob("loom-flight-*-r0.json"))
+        assert len(records) == 1, list(tmp_path.iterdir())
+        (tmp_path / "one").mkdir()
+        comm.dump_flight(str(tmp_path / "one"))
+        assert [p.name for p in (tmp_path / "one").iterdir()] == [records[0].name]
+        record = json.loads(records[0].read_text())
+        assert record["reason"] == "loomCommDumpFlight"
+        assert (record["rank"], record["nranks"]) == (0, 1)
+        with pytest.raises(loom.LoomError, match="is not a directory"):
+            loom.dump_flight(str(tmp_path / "missing"))
+    finally:
+        comm.destroy()

@@ -28,6 +28,15 @@ PYBIND11_MODULE(_loom_torch, m) {
     loom::torchbackend::call(loomDevicePluginLoad(path.c_str()), "loading a device plug-in",
                              nullptr, "");
   });
+  // Every communicator of this module's Loom (the "loom" process groups') writes its flight
+  // record into `dir` (None: LOOM_FLIGHT_DIR); loom.dump_flight() calls it.
+  m.def(
+      "dump_flight",
+      [](const std::optional<std::string>& dir) {
+        loom::torchbackend::call(loomCommDumpFlight(nullptr, dir ? dir->c_str() : nullptr),
+                                 "dump_flight", nullptr, "");
+      },
+      py::arg("dir") = py::none());
   using loom::torchbackend::LoomOptions;
   py::class_<LoomOptions, c10d::Backend::Options, c10::intrusive_ptr<LoomOptions>>(m, "Options")
       .def("__copy__",

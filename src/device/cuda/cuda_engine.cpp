@@ -210,6 +210,7 @@ CudaEngine::~CudaEngine() {
     // host memory and threads go.
     LOOM_INFO(kSubsysInit, setup_.rank, "CUDA context of device ", device_.ordinal(),
               " is gone (cudaDeviceReset?): its resources are not freed through CUDA");
+    timer_.abandon();
     exports_->abandon();
     imports_->abandon();
     registrations_->abandonContext();
@@ -307,6 +308,11 @@ std::string CudaEngine::describe() const {
          " MiB, slot " + std::to_string(layout_.slotBytes) + " B";
 }
 
+void CudaEngine::setTimeline(DeviceTimeline* timeline) {
+  DeviceScope scope(device_.ordinal());
+  timer_.setTimeline(timeline);
+}
+
 void CudaEngine::stop() {
   volatile cuda::DevStatus* status = status_;
   status->abort = 1;
@@ -339,6 +345,10 @@ void CudaEngine::watch() {
     if (setup_.aborted != nullptr && setup_.aborted->load()) status->abort = 1;
     watchCopyEngine();
     watchRegistrations();
+    try {
+      timer_.poll();
+    } catch (const Error&) {  // a CUDA error here shows on the calls themselves
+    }
     if (!reported && status->error != cuda::kDevOk) {
       reported = true;
       int peer = status->errorPeer;
@@ -465,7 +475,12 @@ void CudaEngine::checkContext() const {
 void CudaEngine::run(int algorithm, const CollArgs& call) {
   checkContext();
   DeviceScope scope(device_.ordinal());
-  inCallOrder(call.stream, [&](cudaStream_t stream) { enqueue(algorithm, call, stream); });
+  static const char* const names[] = {"allreduce",     "broadcast", "reduce",    "allgather",
+                                      "reducescatter", "alltoall",  "alltoallv", "gather",
+                                      "scatter",       "sendrecv",  "barrier"};
+  const int f = static_cast<int>(call.func);
+  const char* name = f >= 0 && f < static_cast<int>(std::size(names)) ? names[f] : "collective";
+  inCallOrder(call.stream, name, [&](cudaStream_t stream) { enqueue(algorithm, call, stream); });
 }
 
 void CudaEngine::enqueue(int algorithm, const CollArgs& call, cudaStream_t stream) {
@@ -502,7 +517,8 @@ void CudaEngine::enqueue(int algorithm, const CollArgs& call, cudaStream_t strea
 void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t streamHandle) {
   checkContext();
   DeviceScope scope(device_.ordinal());
-  inCallOrder(streamHandle, [&](cudaStream_t stream) { enqueuePointToPoint(ops, stream); });
+  inCallOrder(streamHandle, "sendrecv",
+              [&](cudaStream_t stream) { enqueuePointToPoint(ops, stream); });
 }
 
 void CudaEngine::enqueuePointToPoint(const std::vector<DeviceP2POp>& ops, cudaStream_t stream) {

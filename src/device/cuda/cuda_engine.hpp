@@ -22,6 +22,7 @@
 #include "device/cuda/cuda_device.hpp"
 #include "device/cuda/cuda_driver.hpp"
 #include "device/cuda/ipc_imports.hpp"
+#include "device/cuda/kernel_timer.hpp"
 #include "device/cuda/local_registrations.hpp"
 #include "device/cuda/mapped_host_memory.hpp"
 #include "device/cuda/memory_exports.hpp"
@@ -55,6 +56,8 @@ class CudaEngine final : public NativeCollectives {
   bool registerBuffer(uint64_t id, void* ptr, size_t bytes, std::string& why) override;
   void deregisterBuffer(uint64_t id) override;
   std::string describeCall(int algorithm, const CollArgs& args) const override;
+  void setTimeline(DeviceTimeline* timeline) override;
+  void setCallNumber(uint64_t call) override { callNumber_.store(call); }
 
  private:
   struct Placement;
@@ -104,15 +107,19 @@ class CudaEngine final : public NativeCollectives {
   void endCall(const CallStream& call);
   // body(stream) between beginCall and endCall; a body that fails after launching keeps what it
   // launched in the order.
+  // `name` (static): the call's device span when traced (LOOM_TRACE, kernel_timer.hpp).
   template <typename Body>
-  void inCallOrder(loomStream_t stream, Body&& body) {
+  void inCallOrder(loomStream_t stream, const char* name, Body&& body) {
     const CallStream call = beginCall(stream);
+    const int timed = !call.captured && timer_.active() ? timer_.begin(call.stream) : -1;
     try {
       body(call.stream);
     } catch (...) {
+      timer_.end(timed, name, callNumber_.load(), call.stream);
       endCall(call);
       throw;
     }
+    timer_.end(timed, name, callNumber_.load(), call.stream);
     endCall(call);
   }
   // run()'s and pointToPoint()'s work, between beginCall and endCall.
@@ -180,6 +187,8 @@ class CudaEngine final : public NativeCollectives {
   cudaEvent_t lastEnd_ = nullptr;  // recorded at the end of the last eager call
   bool lastEndRecorded_ = false;   // false: no eager call yet
 
+  KernelTimer timer_;                    // LOOM_TRACE: the calls' device spans
+  std::atomic<uint64_t> callNumber_{0};  // the communicator's number of the next call
   std::atomic<bool> contextLost_{false};
   std::mutex watchMutex_;
   std::condition_variable watchWake_;

@@ -26,6 +26,8 @@ ArenaLayout ArenaLayout::compute(int nranks, size_t slotBytes, size_t channelByt
   offset = roundUp(offset + sizeof(RankFlags) * nranks, 4096);
   layout.presenceOffset = offset;  // rewritten rarely, read by waiters: away from the step flags
   offset = roundUp(offset + sizeof(WaitPresence) * nranks, 4096);
+  layout.progressOffset = offset;  // each rank's own line, written twice per call
+  offset = roundUp(offset + sizeof(CallProgress) * nranks, 4096);
   layout.signaturesOffset = offset;  // pages of their own (shm_arena.hpp)
   offset = roundUp(offset + sizeof(SignatureSlots) * nranks, 4096);
   layout.reasonsOffset = offset;
@@ -54,6 +56,7 @@ ShmArena ShmArena::create(const std::string& name, const ArenaLayout& layout) {
   h->abortWord.store(0);
   // No rank has waited yet: none is on a core (0 would name core 0).
   for (int r = 0; r < layout.nranks; ++r) new (arena.presence() + r) WaitPresence();
+  for (int r = 0; r < layout.nranks; ++r) new (&arena.progress(r)) CallProgress();
   return arena;
 }
 

@@ -59,6 +59,17 @@ struct alignas(2 * kCacheLine) SignatureSlots {
   std::atomic<uint64_t> step[4];      // the step whose signature the slot holds (release)
 };
 
+// What a rank's peers on its host see of its calls, whatever the algorithm: the last collective it
+// entered and the last it finished (call numbers), the collective's kind and when it entered it.
+// Written by its flight recorder (comm/flight_recorder.hpp); read when a wait for it times out, to
+// say whether it is late, stuck in an earlier call or never came (comm/hang_report.cpp).
+struct alignas(kCacheLine) CallProgress {
+  std::atomic<uint64_t> entered{0};
+  std::atomic<uint64_t> finished{0};
+  std::atomic<int64_t> enteredNs{0};  // steady clock
+  std::atomic<uint32_t> func{0};
+};
+
 struct RankFlags {
   StepWords in;       // arrivalWord of the step whose input this rank has staged (or, without
                       // input, at which it arrived)
@@ -97,8 +108,8 @@ struct ArenaLayout {
   // Rounds the requested sizes up to what every algorithm needs (pages; a slot fits one 8-byte
   // element per rank twice; a channel at least 4 KiB).
   size_t channelBytes = 0;  // ring capacity of each pair channel (multiple of 64)
-  size_t flagsOffset = 0, presenceOffset = 0, signaturesOffset = 0, reasonsOffset = 0,
-         slotsOffset = 0, channelsOffset = 0, totalBytes = 0;
+  size_t flagsOffset = 0, presenceOffset = 0, progressOffset = 0, signaturesOffset = 0,
+         reasonsOffset = 0, slotsOffset = 0, channelsOffset = 0, totalBytes = 0;
   static ArenaLayout compute(int nranks, size_t slotBytes, size_t channelBytes);
 };
 
@@ -123,6 +134,9 @@ class ShmArena {
   // Every rank's WaitPresence line, rank 0 first (base/wait.hpp: whom a waiter may yield to).
   WaitPresence* presence() const {
     return reinterpret_cast<WaitPresence*>(segment_.data() + layout_.presenceOffset);
+  }
+  CallProgress& progress(int rank) const {
+    return reinterpret_cast<CallProgress*>(segment_.data() + layout_.progressOffset)[rank];
   }
   SignatureSlots& signatures(int rank) const {
     return reinterpret_cast<SignatureSlots*>(segment_.data() + layout_.signaturesOffset)[rank];

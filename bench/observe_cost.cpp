@@ -1,0 +1,93 @@
+// What the flight recorder and LOOM_TRACE add to one call, measured in-process where the busy
+// machine's scheduling noise cannot reach it (the job-level A/B, bench/ab_builds.sh, is too
+// noisy on a shared 2-core host to see a few percent). Per call: the recorder's begin and finish
+// (always on), the same with a trace attached (a span per call), and the trace's spans of the
+// executor's operations (a ring allreduce on 8 ranks runs 2 x 7 of them). Prints the best of
+// several trials, in ns per call; compare with a call's time from loom-bench.
+//
+//   observe_cost [iterations]   (docs/observability.md quotes its output)
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "base/wait.hpp"
+#include "comm/flight_recorder.hpp"
+#include "comm/trace.hpp"
+
+namespace {
+
+using loom::FlightRecorder;
+
+template <typename Body>
+double bestNsPerIteration(long iterations, Body&& body) {
+  double best = 1e300;
+  for (int trial = 0; trial < 7; ++trial) {
+    const auto start = std::chrono::steady_clock::now();
+    for (long i = 0; i < iterations; ++i) body(i);
+    const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
+    best = std::min(best, took.count() / static_cast<double>(iterations));
+  }
+  return best;
+}
+
+loom::FlightIdentity identity() {
+  loom::FlightIdentity id;
+  id.name = "cost";
+  id.job = "00000000000000c0";
+  id.host = "here";
+  id.nranks = 8;
+  id.pid = static_cast<int>(getpid());
+  return id;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const long iterations = argc > 1 ? std::atol(argv[1]) : 200000;
+  const loom::FlightCall call =
+      loom::collectiveCall(loomFuncAllReduce, 256, loomFloat32, loomSum, -1, 1024, 0, "ring");
+  FlightRecorder bare(1024, identity());
+  const double recorder = bestNsPerIteration(iterations, [&](long i) {
+    loom::FlightCall c = call;
+    c.seq = static_cast<uint64_t>(i) + 1;
+    bare.finish(bare.begin(c), loomSuccess);
+  });
+
+  char dir[] = "/tmp/loom-observe-cost-XXXXXX";
+  if (mkdtemp(dir) == nullptr) return 1;
+  auto trace = loom::Trace::open(dir, identity(), 100000);
+  if (!trace) return 1;
+  FlightRecorder traced(1024, identity());
+  traced.traceTo(trace.get());
+  const double tracedCall = bestNsPerIteration(iterations, [&](long i) {
+    loom::FlightCall c = call;
+    c.seq = static_cast<uint64_t>(i) + 1;
+    traced.finish(traced.begin(c), loomSuccess);
+  });
+  loom::ScheduleOp op;
+  op.kind = loom::OpKind::kSend;
+  op.peer = 1;
+  op.bytes = 128;
+  loom::ScheduleLane lane;
+  lane.kind = loom::LaneKind::kSendTo;
+  lane.peer = 1;
+  const double span = bestNsPerIteration(iterations, [&](long i) {
+    const int64_t now = static_cast<int64_t>(loom::steadyNowNs());  // as the executor reads it
+    trace->operation(op, lane, now - 100 - i % 7, now);
+  });
+  trace.reset();
+  std::string clean = std::string("rm -rf '") + dir + "'";
+  if (std::system(clean.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir);
+
+  std::printf("flight recorder, per call (begin + finish):        %7.1f ns\n", recorder);
+  std::printf("flight recorder + LOOM_TRACE span, per call:       %7.1f ns\n", tracedCall);
+  std::printf("LOOM_TRACE span of one executor operation:         %7.1f ns\n", span);
+  std::printf("LOOM_TRACE, 8-rank ring allreduce (call + 14 ops): %7.1f ns\n",
+              tracedCall - recorder + 14 * span);
+  return 0;
+}

@@ -1,0 +1,40 @@
+// A process's status socket (comm/status_socket.hpp has the path and the protocol): a thread that
+// answers `loom-info --status` and loomrun with every communicator's calls in flight while a job
+// runs, as NCCL's RAS answers "which ranks launched how many collectives". It runs while the
+// process has communicators (comm/flight_registry.hpp starts and stops it; LOOM_STATUS=0: never).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "base/fd_writer.hpp"
+
+namespace loom {
+
+class StatusServer {
+ public:
+  struct Handlers {
+    std::function<void(FdWriter&)> status;     // one JSON line per communicator
+    std::function<int(const char* dir)> dump;  // flight records into dir; how many
+  };
+  // Listens in `dir`; null (with a warning) when the directory or the socket cannot be used.
+  static std::unique_ptr<StatusServer> start(const std::string& dir, Handlers handlers);
+  ~StatusServer();
+  StatusServer(const StatusServer&) = delete;
+  StatusServer& operator=(const StatusServer&) = delete;
+
+ private:
+  StatusServer(int listenFd, int wakeFd, std::string path, Handlers handlers);
+  void loop();
+  void answer(int fd);
+
+  int listen_;
+  int wake_;  // an eventfd: the destructor stops the thread through it
+  std::string path_;
+  Handlers handlers_;
+  std::thread thread_;
+};
+
+}  // namespace loom
