@@ -107,10 +107,10 @@ void CallChecker::throwMismatch(const std::vector<std::optional<CallSignature>>&
     msg << " called " << describe(*seen[i]) << ";";
     if (!(*seen[i] == mine) && other == nullptr) other = &*seen[i];
   }
-  std::string unseen;
+  std::ostringstream unseen;  // (a stream: GCC 12 warns falsely on the string + form here)
   for (size_t r = 0; r < seen.size(); ++r)
-    if (!seen[r]) unseen += (unseen.empty() ? "" : ",") + std::to_string(r);
-  if (!unseen.empty()) msg << " (ranks " << unseen << " not seen by rank " << rank_ << ")";
+    if (!seen[r]) unseen << (unseen.tellp() > 0 ? "," : "") << r;
+  if (unseen.tellp() > 0) msg << " (ranks " << unseen.str() << " not seen by rank " << rank_ << ")";
   if (other != nullptr) msg << " they differ in " << differences(mine, *other);
   LOOM_THROW(loomInvalidUsage, msg.str());
 }
