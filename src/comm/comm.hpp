@@ -365,7 +365,8 @@ class Comm {
   // The flight recorder, the trace and the hang report (comm/comm_observe.cpp).
   void setUpFlight();
   void recordStart(FlightScope& scope, const CollArgs& args, const Algorithm& algo);
-  uint64_t recordQueued(const CollArgs& args, const Algorithm* algo);  // a stream-ordered call
+  // A stream-ordered call of `group`.
+  uint64_t recordQueued(const Group& group, const CollArgs& args, const Algorithm* algo);
   void recordFailure(const Error& error);
   std::string describeWait(int peer) const;  // a timeout's message: the call and whom it awaited
   std::string describePeer(int peer, uint64_t mySeq) const;

@@ -75,8 +75,10 @@ void Comm::recordStart(FlightScope& scope, const CollArgs& args, const Algorithm
   if (native() && trace_) native()->setCallNumber(main_->checker().calls());
 }
 
-uint64_t Comm::recordQueued(const CollArgs& args, const Algorithm* algo) {
-  const CallExtents extents = callExtents(args, rank_, nranks_);
+uint64_t Comm::recordQueued(const Group& group, const CollArgs& args, const Algorithm* algo) {
+  // The call's sizes as the group that runs it sees them (an exchange's alltoallv has a count
+  // per member of the group, not per rank of the communicator).
+  const CallExtents extents = callExtents(args, group.rank(), group.size());
   FlightCall call = collectiveCall(args.func, args.count, args.dtype, args.op, args.root,
                                    std::max(extents.sendBytes, extents.recvBytes), 0,
                                    algo != nullptr ? algo->name : "pipelined");

@@ -116,7 +116,7 @@ void Comm::enqueueDeviceCall(Group& group, DeviceShape shape, const CollArgs& ar
   const CollArgs a = withOwnCounts(job, args, group.size());
   job.group = &group;
   job.args = a;
-  job.flight = recordQueued(a, algo);
+  job.flight = recordQueued(group, a, algo);
   DeviceCall call{&job.schedule, &job.bound, &job.calls};
   try {
     buildDeviceCall(group, call, shape, a, algo, chunkBytes);
