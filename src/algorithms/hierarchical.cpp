@@ -62,36 +62,11 @@ std::span<const uint32_t> justOne(const uint32_t& op) {
 RingOps appendColumnAllReduce(Schedule& s, const HierView& v, const AlgoContext& ctx,
                               BufferRef region, uint64_t count, size_t esize, const CollArgs& a,
                               const uint32_t& ready) {
-  const int k = v.nodes(), r = v.node();
-  auto seg = [&](int i) { return sliceOf(count, k, wrap(i, k)); };
+  // The sum over every rank of every node is complete at the reduce-scatter's end: average
+  // divides once, by all.
   std::vector<RingStep>& steps = *ctx.ringSteps;
-  steps.clear();
-  for (int t = 0; t < k - 1; ++t) {  // reduce-scatter
-    Range out = seg(r - t), in = seg(r - t - 1);
-    RingStep st;
-    st.send = region.at(out.offset * esize);
-    st.sendBytes = out.count * esize;
-    st.sendAfterPrevRecv = t > 0;
-    st.recvDst = region.at(in.offset * esize);
-    st.recvBytes = in.count * esize;
-    st.reduce = true;
-    st.reduceWith = st.recvDst;
-    // The sum over every rank of every node is complete here: average divides once, by all.
-    st.divisor = t == k - 2 ? averageDivisor(a.op, ctx.nranks) : 1;
-    st.toOutput = true;
-    steps.push_back(st);
-  }
-  for (int t = 0; t < k - 1; ++t) {  // all-gather
-    Range out = seg(r + 1 - t), in = seg(r - t);
-    RingStep st;
-    st.send = region.at(out.offset * esize);
-    st.sendBytes = out.count * esize;
-    st.sendAfterPrevRecv = true;
-    st.recvDst = region.at(in.offset * esize);
-    st.recvBytes = in.count * esize;
-    st.toOutput = true;
-    steps.push_back(st);
-  }
+  allReduceSteps(steps, v.node(), v.nodes(), count, esize, region, region,
+                 averageDivisor(a.op, ctx.nranks));
   return appendRing(s, v.columnLeft(), v.columnRight(), steps, sumOf(a), justOne(ready));
 }
 

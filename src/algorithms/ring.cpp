@@ -38,33 +38,8 @@ void buildAllReduceRing(const AlgoContext& ctx, const CollArgs& a, Schedule& s) 
   const size_t esize = dtypeSize(a.dtype);
   const int n = ctx.nranks, r = ctx.rank;
   if (n == 1) return reduceAlone(s, a.count * esize, a);
-  auto seg = [&](int i) { return sliceOf(a.count, n, wrap(i, n)); };
-  std::vector<RingStep>& steps = stepList(ctx);
-  for (int k = 0; k < n - 1; ++k) {  // reduce-scatter
-    Range out = seg(r - k), in = seg(r - k - 1);
-    RingStep st;
-    st.send = (k == 0 ? s.input() : s.output()).at(out.offset * esize);
-    st.sendBytes = out.count * esize;
-    st.sendAfterPrevRecv = k > 0;
-    st.recvDst = s.output(in.offset * esize);
-    st.recvBytes = in.count * esize;
-    st.reduce = true;
-    st.reduceWith = s.input(in.offset * esize);
-    st.divisor = k == n - 2 ? averageDivisor(a.op, n) : 1;
-    st.toOutput = true;
-    steps.push_back(st);
-  }
-  for (int k = 0; k < n - 1; ++k) {  // all-gather
-    Range out = seg(r + 1 - k), in = seg(r - k);
-    RingStep st;
-    st.send = s.output(out.offset * esize);
-    st.sendBytes = out.count * esize;
-    st.sendAfterPrevRecv = true;
-    st.recvDst = s.output(in.offset * esize);
-    st.recvBytes = in.count * esize;
-    st.toOutput = true;
-    steps.push_back(st);
-  }
+  std::vector<RingStep>& steps = *ctx.ringSteps;
+  allReduceSteps(steps, r, n, a.count, esize, s.input(), s.output(), averageDivisor(a.op, n));
   appendRing(s, leftOf(ctx), rightOf(ctx), steps, reductionOf(a));
 }
 

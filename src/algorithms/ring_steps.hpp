@@ -40,4 +40,12 @@ struct RingOps {
 RingOps appendRing(Schedule& s, int left, int right, std::span<const RingStep> steps,
                    const Reduction& reduction, std::span<const uint32_t> inputReady = {});
 
+// The steps of a ring allreduce of `count` elements of `elementBytes` on ring position `r` of `n`
+// (slices by sliceOf): a reduce-scatter, then an all-gather, into `steps` (cleared). The rank's
+// own data is read from `input` (the first send, every reduction's other operand) and received
+// into `region`; they are the same buffer where the ring runs in place. The reduce-scatter's last
+// step divides by `lastDivisor` (average).
+void allReduceSteps(std::vector<RingStep>& steps, int r, int n, uint64_t count, size_t elementBytes,
+                    BufferRef input, BufferRef region, int lastDivisor);
+
 }  // namespace loom
