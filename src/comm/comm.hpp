@@ -281,8 +281,10 @@ class Comm {
   bool passesHostBuffers(const CollArgs& args) const;
   void collectiveThroughDevice(const CollArgs& args);
   bool hostBufferOfHetero(const DeviceP2POp& op) const;  // ... and their sends and receives
-  // An elementwise call of `group` in chunks of `chunk` bytes (device ranks pipelined).
-  void runInChunks(Group& group, const CollArgs& args, size_t chunk);
+  // An elementwise call of `group` in chunks of heteroChunk's bytes (device ranks pipelined);
+  // every rank cuts the same chunks (LOOM_HETERO_CHUNK_BYTES, agreed at init).
+  void runInChunks(Group& group, const CollArgs& args);
+  size_t heteroChunk(const CollArgs& args) const;
   // Runs body; an error it throws aborts the communicator (peers learn it) and is rethrown.
   template <typename Body>
   void failOnError(Body&& body) {

@@ -157,9 +157,7 @@ void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
             composition_.hetero && elementwise(args.func) ? " (heterogeneous: in chunks)" : "",
             " (in stream order)");
   if (composition_.hetero && elementwise(a.func)) {
-    const size_t esize = dtypeSize(a.dtype);
-    const size_t chunk = heteroChunkBytes(a.count * esize, esize, composition_.chunkBytes);
-    return enqueueDeviceCall(*main_, DeviceShape::kPipelined, a, nullptr, chunk);
+    return enqueueDeviceCall(*main_, DeviceShape::kPipelined, a, nullptr, heteroChunk(a));
   }
   const bool mapped = transports_->singleNode() && runsMapped(algo, device_->caps());
   enqueueDeviceCall(*main_, mapped ? DeviceShape::kMapped : DeviceShape::kStaged, a, &algo, 0);

@@ -93,13 +93,15 @@ std::string Comm::describeHeterogeneous() const {
   return out.str();
 }
 
-void Comm::executeChunked(const CollArgs& args) {
+void Comm::executeChunked(const CollArgs& args) { runInChunks(*main_, args); }
+
+size_t Comm::heteroChunk(const CollArgs& args) const {
   const size_t elementBytes = dtypeSize(args.dtype);
-  runInChunks(*main_, args,
-              heteroChunkBytes(args.count * elementBytes, elementBytes, composition_.chunkBytes));
+  return heteroChunkBytes(args.count * elementBytes, elementBytes, composition_.chunkBytes);
 }
 
-void Comm::runInChunks(Group& group, const CollArgs& args, size_t chunk) {
+void Comm::runInChunks(Group& group, const CollArgs& args) {
+  const size_t chunk = heteroChunk(args);
   if (onDevice()) return runDeviceCall(group, DeviceShape::kPipelined, args, nullptr, chunk);
   auto select = [&](size_t chunkBytes) -> const Algorithm& {
     return group.select(args.func, chunkBytes);

@@ -112,13 +112,10 @@ void Comm::exchangeInChunks(const CollArgs& args) {
   // In chunks on every member (the same boundaries), pipelined on device members: in stream
   // order, a job whose host part runs the exchange's host algorithms.
   Group& exchange = *composition_.exchange;
-  const size_t elementBytes = dtypeSize(args.dtype);
-  const size_t chunk =
-      heteroChunkBytes(args.count * elementBytes, elementBytes, composition_.chunkBytes);
   if (deviceCalls_.jobs)
-    return enqueueDeviceCall(exchange, DeviceShape::kPipelined, args, nullptr, chunk);
+    return enqueueDeviceCall(exchange, DeviceShape::kPipelined, args, nullptr, heteroChunk(args));
   beginCall(exchange, args);
-  runInChunks(exchange, args, chunk);
+  runInChunks(exchange, args);
 }
 
 void Comm::exchangeInOnePiece(const CollArgs& args) {
