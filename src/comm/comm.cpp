@@ -166,6 +166,7 @@ void Comm::setUpMainGroup() {
   // Several nodes: the node and column groups of the hierarchical algorithms (host algorithms
   // only; a backend's native collectives serve one node).
   if (!transports_->singleNode()) setup.hierarchy = &setUpHierarchy();
+  setup.awaitsNative = !composition_.hetero;  // setUpNative follows
   main_ = std::make_unique<Group>(std::move(setup));
 }
 

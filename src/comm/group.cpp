@@ -25,7 +25,7 @@ Group::Group(GroupSetup setup)
   inputs_.nodesShared = setup.nodesShared;
   inputs_.directMaxBytes = setup.directMaxBytes;
   inputs_.device = setup.deviceName;
-  selector_ = std::make_unique<Selector>(inputs_, algo_);
+  if (!setup.awaitsNative) selector_ = std::make_unique<Selector>(inputs_, algo_);
 
   ctx_.rank = rank_;
   ctx_.nranks = n;
@@ -51,7 +51,10 @@ Group::Group(GroupSetup setup)
 
 void Group::attachNative(std::unique_ptr<NativeCollectives> native) {
   native_ = std::move(native);
-  if (!native_) return;
+  if (!native_) {
+    selector_ = std::make_unique<Selector>(inputs_, algo_);
+    return;
+  }
   nativeAlgorithms_ = nativeAlgorithms(*native_);
   inputs_.native = &nativeAlgorithms_;
   inputs_.nativeRows = native_->selectorRows();

@@ -45,6 +45,9 @@ struct GroupSetup {
   const ShmArena* arena = nullptr;
   const Hierarchy* hierarchy = nullptr;  // the whole communicator on several nodes
   ExecObserver* observer = nullptr;      // LOOM_TRACE: its runs' operations and waits (or none)
+  // The device's native collectives come next (attachNative, null where it has none): LOOM_ALGO
+  // may name theirs, so the table is made then, not against the host algorithms now.
+  bool awaitsNative = false;
 };
 
 class Group {

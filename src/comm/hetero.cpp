@@ -154,6 +154,7 @@ std::unique_ptr<Group> Comm::makeGroup(std::vector<int> members, bool onHost) {
   // LOOM_ALGO names the host algorithms: the exchange's, not a cluster's native ones.
   if (onHost) setup.algo = config_.algo;
   setup.deviceName = onHost ? "cpu" : device_->identity().kind;
+  setup.awaitsNative = !onHost;  // a cluster's group: setUpNative follows
   return std::make_unique<Group>(std::move(setup));
 }
 

@@ -119,5 +119,45 @@ TEST(Group, TwoGroupsShareTheChannelsOneCallAfterAnother) {
   });
 }
 
+// A device's own collectives stand in for the host algorithms in a group's table.
+class FakeNative final : public NativeCollectives {
+ public:
+  const std::vector<NativeAlgorithm>& algorithms() const override { return algorithms_; }
+  std::vector<NativeSelectorRow> selectorRows() const override {
+    std::vector<NativeSelectorRow> rows;
+    for (int f = 0; f < loomNumFuncs; ++f)
+      if (f != loomFuncSendRecv) rows.push_back({static_cast<loomFunc_t>(f), SIZE_MAX, 0});
+    return rows;
+  }
+  void run(int, const CollArgs&) override {}
+  void pointToPoint(const std::vector<DeviceP2POp>&, loomStream_t) override {}
+  void stop() override {}
+  std::string describe() const override { return "fake"; }
+
+ private:
+  std::vector<NativeAlgorithm> algorithms_ = {{loomFuncAllReduce, "fake-ll"},
+                                              {loomFuncAllReduce, "fake-simple"}};
+};
+
+TEST(Group, LoomAlgoNamesTheNativeCollectivesThatFollow) {
+  // Before the fix the table was made against the host algorithms at construction, so
+  // LOOM_ALGO=allreduce:ll failed every CUDA communicator's creation.
+  World world;
+  GroupSetup setup = world.setup({0}, 0);
+  setup.algo = "allreduce:fake-simple";
+  setup.deviceName = "fake";
+  setup.awaitsNative = true;
+  Group group(std::move(setup));
+  group.attachNative(std::make_unique<FakeNative>());
+  EXPECT_STREQ(group.select(loomFuncAllReduce, 8).name, "fake-simple");
+
+  // Without native collectives the host table follows, and a name it lacks is still an error.
+  setup = world.setup({0}, 0);
+  setup.algo = "allreduce:fake-simple";
+  setup.awaitsNative = true;
+  Group host(std::move(setup));
+  EXPECT_THROW(host.attachNative(nullptr), Error);
+}
+
 }  // namespace
 }  // namespace loom
