@@ -93,6 +93,8 @@ struct Hierarchy {
   std::vector<int> nodeOf, localIndex;    // of each global rank
   int nodeIndex = 0;                      // this rank's node
   int columns = 1;                        // the smallest node's size
+  // This rank's node as a group with its own arena (host memory): the allreduce's node phases.
+  const AlgoContext* node = nullptr;
 };
 
 // What the algorithms of one communicator reuse from call to call, so that no call allocates

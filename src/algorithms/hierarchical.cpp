@@ -1,20 +1,22 @@
-// "hierarchical": collectives of ranks on several nodes as intra-node phases over the node's
-// shared-memory channels around an inter-node phase over the channels of a column, the ranks with
-// one local index, one per node (algorithms/hierarchical_view.hpp). Only this rank's column crosses
-// the network, so each byte crosses it once per node, not once per rank.
+// "hierarchical": collectives of ranks on several nodes as intra-node phases around an
+// inter-node phase over the channels of a column, the ranks with one local index, one per node
+// (algorithms/hierarchical_view.hpp). Only this rank's column crosses the network, so each byte
+// crosses it once per node, not once per rank.
 //
-// Slices: allreduce, reduce and broadcast cut each pipeline chunk into G slices, G = the smallest
-// node's size; local index l < G owns slice l on every node, so every column has one rank per
-// node even on uneven nodes (3 + 2: the third rank of the larger node only joins the node phases).
-//   allreduce  = node reduce of slice l → column ring allreduce of slice l → node share
+// Slices: allreduce, reduce and broadcast cut the buffer (reduce: each pipeline chunk) into G
+// slices, G = the smallest node's size; local index l < G owns slice l on every node, so every
+// column has one rank per node even on uneven nodes (3 + 2: the third rank of the larger node only
+// joins the node phases).
+//   allreduce  = node reduce of slice l → column ring allreduce of slice l → node share; the node
+//                phases on the node's arena (node_phases.hpp), the three one after another
 //   reduce     = node reduce of slice l → column ring reduce to the root's node → the owners
-//                send their slices to the root
+//                send their slices to the root; one schedule over the node's shared-memory
+//                channels, chunks pipelined (the column carries chunk c while the node reduces c+1)
 //   broadcast  = the root sends its buffer, slice by slice, to its node mates → column ring
-//                broadcast of slice l from the root's node → node share on the other nodes
-// The phases of different chunks overlap: while the column ring carries chunk c, the node reduces
-// chunk c+1 and shares chunk c-1 (allreduce, reduce); broadcast streams at every hop. Allgather
-// and reduce-scatter: hierarchical_blocks.cpp; alltoall: hierarchical_alltoall.cpp. One node: the
-// communicator's own arena algorithm (the selector normally resolves that first).
+//                broadcast of slice l from the root's node → node share on the other nodes; one
+//                schedule that streams at every hop
+// Allgather and reduce-scatter: hierarchical_blocks.cpp; alltoall: hierarchical_alltoall.cpp.
+// One node: the communicator's own arena algorithm (the selector normally resolves that first).
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "algorithms/context.hpp"
 #include "algorithms/families.hpp"
 #include "algorithms/hierarchical_view.hpp"
+#include "algorithms/node_phases.hpp"
 #include "algorithms/ring_steps.hpp"
 #include "base/dtype.hpp"
 #include "base/error.hpp"
@@ -100,20 +103,18 @@ RingOps appendColumnReduce(Schedule& s, const HierView& v, const AlgoContext& ct
   return appendRing(s, v.columnLeft(), v.columnRight(), steps, sumOf(a), justOne(ready));
 }
 
-// Node reduce, column phase and node share of allreduce (toRoot < 0) or reduce, chunk by chunk,
-// emitted in pipeline order (each channel's lane holds the chunks in the order they flow: the
-// node reduce of chunk t, then the column phase and the share of chunk t-1).
-void buildSliced(const AlgoContext& ctx, const CollArgs& a, Schedule& s, int toRoot) {
+// Node reduce, column chain and hand-over to the root of reduce, chunk by chunk, emitted in
+// pipeline order (each channel's lane holds the chunks in the order they flow: the node reduce of
+// chunk t, then the column phase of chunk t-1).
+void buildReduceHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
   const HierView v{*ctx.hierarchy, ctx.rank};
   const size_t esize = dtypeSize(a.dtype);
   const size_t chunk = hierarchicalChunkElements(a.count, esize);
   const size_t chunks = chunkCount(a.count, chunk);
   const int n = v.mateCount(), l = v.local(), G = v.columns();
-  const bool reduce = toRoot >= 0;
-  const int rootNode = reduce ? v.h.nodeOf[toRoot] : -1;
-  // Reduce: partial sums in scratch (the output exists on the root only).
-  const BufferRef partial =
-      reduce ? s.scratch(s.addScratch("partial", a.count * esize)) : s.output();
+  const int toRoot = a.root, rootNode = v.h.nodeOf[toRoot];
+  // Partial sums in scratch (the output exists on the root only).
+  const BufferRef partial = s.scratch(s.addScratch("partial", a.count * esize));
   // The pieces of two chunks alternate: a chunk's receives wait for the reduction two back.
   const uint64_t pieceBytes = sliceOf(std::min(chunk, a.count), G, 0).count * esize;
   const BufferRef pieces = s.scratch(s.addScratch("pieces", 2 * n * pieceBytes));
@@ -123,29 +124,16 @@ void buildSliced(const AlgoContext& ctx, const CollArgs& a, Schedule& s, int toR
       Range c = chunkOf(a.count, chunk, t);
       reduces[t % 2] = appendNodeReduce(s, v, ctx, ChunkSlices{c.offset, c.count, esize, G},
                                         s.input(), partial, pieces.at((t % 2) * n * pieceBytes),
-                                        pieceBytes, reduces[t % 2], sumOf(a), !reduce);
+                                        pieceBytes, reduces[t % 2], sumOf(a));
     }
     if (t == 0) continue;
     const Range c = chunkOf(a.count, chunk, t - 1);
     const ChunkSlices slices{c.offset, c.count, esize, G};
-    const uint32_t reduced = reduces[(t - 1) % 2];
-    if (!reduce) {
-      if (v.inColumn()) {
-        const auto [offset, bytes] = slices(l);
-        RingOps ring =
-            appendColumnAllReduce(s, v, ctx, s.output(offset), bytes / esize, esize, a, reduced);
-        for (int i = 0; i < n; ++i)
-          if (i != l) s.after(s.send(v.mates()[i], s.output(offset), bytes), ring.lastRecv);
-      }
-      for (int j = 0; j < G; ++j)
-        if (j != l) s.recv(v.mates()[j], s.output(slices(j).first), slices(j).second, true);
-      continue;
-    }
-    // Reduce: the column chain to the root's node, whose owners hand their slices to the root.
-    uint32_t final = reduced;
+    // The column chain to the root's node, whose owners hand their slices to the root.
+    uint32_t final = reduces[(t - 1) % 2];
     if (v.inColumn()) {
       const auto [offset, bytes] = slices(l);
-      RingOps ring = appendColumnReduce(s, v, ctx, partial.at(offset), bytes, rootNode, a, reduced);
+      RingOps ring = appendColumnReduce(s, v, ctx, partial.at(offset), bytes, rootNode, a, final);
       if (v.node() == rootNode) final = ring.lastRecv;
     }
     if (v.node() != rootNode) continue;
@@ -163,12 +151,49 @@ void buildSliced(const AlgoContext& ctx, const CollArgs& a, Schedule& s, int toR
   }
 }
 
-void buildAllReduceHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
-  buildSliced(ctx, a, s, -1);
+// Slice l of the buffer for local index l < G; the rest own nothing (node_phases.hpp's pieces).
+struct NodeSlices {
+  size_t count, esize;
+  int columns;
+  template <typename Visit>
+  void operator()(int local, Visit&& visit) const {
+    if (local >= columns) return;
+    Range r = sliceOf(count, columns, local);
+    if (r.count > 0) visit(r.offset * esize, r.count * esize);
+  }
+};
+
+// The column ring allreduce of this rank's slice, in place in the call's output.
+void buildColumnAllReduce(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+  const HierView v{*ctx.hierarchy, ctx.rank};
+  appendColumnAllReduce(s, v, ctx, s.output(), a.count, dtypeSize(a.dtype), a, kNoOp);
 }
 
-void buildReduceHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
-  buildSliced(ctx, a, s, a.root);
+// Allreduce in three phases, one after another: the node reduce of every slice on its owner
+// (the node's arena), the column ring of slice l, the node share (the arena). Pipelining these
+// phases as channel operations (one schedule) was 1.5-1.8x slower at 2 x 4 ranks and could stall
+// for seconds when chunks were small: a lane's head waiting for the column ring held back the
+// node-reduce pieces behind it (node_phases.hpp).
+void allReduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
+  if (hierarchicalOnOneNode(ctx, a) || a.count == 0) return;
+  const HierView v{*ctx.hierarchy, ctx.rank};
+  LOOM_CHECK_INTERNAL(v.h.node != nullptr, "hierarchical allreduce without its node group");
+  const AlgoContext& node = *v.h.node;
+  const size_t esize = dtypeSize(a.dtype);
+  char* recv = static_cast<char*>(a.recv);
+  const NodeSlices slices{a.count, esize, v.columns()};
+  nodeReduce(node, static_cast<const char*>(a.send), recv, slices,
+             NodeReduction{a.dtype, esize, kernelOp(a.op), a.accum});
+  const Range mine = sliceOf(a.count, v.columns(), v.local());
+  if (v.inColumn() && mine.count > 0) {
+    CollArgs column = a;
+    column.send = column.recv = recv + mine.offset * esize;
+    column.count = mine.count;
+    runSchedule(ctx, column, buildColumnAllReduce);
+  }
+  nodeShare(node, recv, slices, [&](int, size_t offset, size_t bytes, const char* data) {
+    ctx.copyOut(recv + offset, data, bytes, a.count * esize);
+  });
 }
 
 void buildBroadcastHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
@@ -223,7 +248,7 @@ void buildBroadcastHierarchical(const AlgoContext& ctx, const CollArgs& a, Sched
 }  // namespace
 
 void registerHierarchicalAlgorithms(std::vector<Algorithm>& out) {
-  out.push_back(hierarchicalAlgorithm<buildAllReduceHierarchical>(loomFuncAllReduce));
+  out.push_back({loomFuncAllReduce, "hierarchical", allReduceHierarchical, false});
   out.push_back(hierarchicalAlgorithm<buildBroadcastHierarchical>(loomFuncBroadcast));
   out.push_back(hierarchicalAlgorithm<buildReduceHierarchical>(loomFuncReduce));
 }

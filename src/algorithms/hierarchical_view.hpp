@@ -75,7 +75,7 @@ Algorithm hierarchicalAlgorithm(loomFunc_t func) {
 template <typename Range>
 uint32_t appendNodeReduce(Schedule& s, const HierView& v, const AlgoContext& ctx, Range range,
                           BufferRef input, BufferRef dst, BufferRef pieces, uint64_t pieceBytes,
-                          uint32_t piecesFree, const Reduction& reduction, bool toOutput) {
+                          uint32_t piecesFree, const Reduction& reduction) {
   const int l = v.local(), n = v.mateCount();
   for (int j = 0; j < v.columns(); ++j) {
     if (j == l) continue;
@@ -89,7 +89,7 @@ uint32_t appendNodeReduce(Schedule& s, const HierView& v, const AlgoContext& ctx
   for (int i = 0; i < n; ++i)
     sources.push_back(i == l ? input.at(offset) : pieces.at(i * pieceBytes));
   const uint32_t reduce = s.reduce(dst.at(offset), sources.data(), static_cast<int>(sources.size()),
-                                   bytes, reduction, toOutput);
+                                   bytes, reduction, false);
   for (int i = 0; i < n; ++i) {
     if (i == l) continue;
     const uint32_t recv = s.recv(v.mates()[i], pieces.at(i * pieceBytes), bytes);

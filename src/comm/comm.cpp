@@ -231,6 +231,15 @@ const Hierarchy& Comm::setUpHierarchy() {
   }
   hierarchy_.nodeIndex = nodes_.nodeOf(rank_);
   hierarchy_.columns = columns;
+  // This rank's node as a group with an arena of its own (host memory, in local-rank order): the
+  // hierarchical allreduce's node phases. Its call check follows the whole communicator's
+  // (beginCall), so node mates that disagree on a call fail with the mismatch error.
+  GroupSetup node = groupSetup(nodes_.members(hierarchy_.nodeIndex));
+  node.device = hostDevice_.get();
+  node.deviceName = "cpu";
+  nodeGroup_ = std::make_unique<Group>(std::move(node));
+  attachGroupArena(nodeGroup_.get());
+  hierarchy_.node = &nodeGroup_->hostCtx();
   return hierarchy_;
 }
 

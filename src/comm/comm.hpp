@@ -389,7 +389,9 @@ class Comm {
   // The call's number and signature (the mismatch check).
   void beginCall(const CollArgs& args) { beginCall(*main_, args); }
   void beginCall(Group& group, const CollArgs& args) {
-    group.checker().begin(args, args.accum >= 0 ? args.accum : config_.accum);
+    const int accum = args.accum >= 0 ? args.accum : config_.accum;
+    group.checker().begin(args, accum);
+    if (&group == main_.get() && nodeGroup_) nodeGroup_->checker().begin(args, accum);
   }
   // A remote error whose cause a peer may still be reporting on the control plane: the mismatch
   // that cause names, as this rank's own error, or the error itself.
@@ -417,7 +419,9 @@ class Comm {
   NodeMap nodes_;
   ClusterMap clusters_;
   std::unique_ptr<Transports> transports_;
-  Hierarchy hierarchy_;  // several nodes: the node and column groups of the hierarchical algorithms
+  // Several nodes: the node and column picture of the hierarchical algorithms.
+  Hierarchy hierarchy_;
+  std::unique_ptr<Group> nodeGroup_;  // several nodes: this rank's node (hierarchy_.node)
   // The whole communicator as a group: its channels with the mismatch check, its algorithm
   // table, the algorithms' contexts and workspaces, its device's native collectives if any.
   std::unique_ptr<Group> main_;
