@@ -73,8 +73,7 @@ std::string Comm::describeHeterogeneous() const {
       << (composition_.algo == "flat" ? "never"
           : composition_.algo == "composed"
               ? "every call, every cluster of several ranks collapses"
-              : "from 1 MiB, clusters with native collectives and several "
-                "ranks collapse")
+              : "never (auto: flat, which measured faster at every size)")
       << "): allreduce, reduce, broadcast, allgather, reduce-scatter (not avg) run the cluster's "
          "own collective to its leader, an exchange of the leaders and the other ranks (chunked; "
          "allgather: alltoallv then reorder; reduce-scatter: a reduce per run of ranks), the "
@@ -118,13 +117,11 @@ bool Comm::composes(const CollArgs& args) {
   // Average divides once by the whole communicator's size: its phases would each divide (by
   // their own size), so it runs flat.
   if ((reduces && args.op == loomAvg) || composition_.algo == "flat") return false;
-  // Three phases cost three latencies: under 1 MiB (measured on one H100 with two CUDA ranks
-  // sharing it beside two CPU ranks: 48 us composed against 18 us flat at 8 B) flat is faster.
-  // Allgather and reduce-scatter: the whole gathered (scattered) array.
-  constexpr size_t kComposedMinBytes = 1 << 20;
-  size_t bytes = args.count * dtypeSize(args.dtype);
-  if (f == loomFuncAllGather || f == loomFuncReduceScatter) bytes *= nranks_;
-  if (composition_.algo == "auto" && bytes < kComposedMinBytes) return false;
+  // auto runs flat. Composed lost at every size where it was measured with each GPU rank on its
+  // own GPU (4xH200, 2026-11-28, GGCC allreduce: 6.4-7.3 ms per call up to 4 MiB, a floor not
+  // yet explained, and 1.7-2.0x flat's time from 16 MiB); under 1 MiB it lost on one H100 shared
+  // by two CUDA ranks too (48 us against 18 us at 8 B). It runs when asked for.
+  if (composition_.algo != "composed") return false;
   if (!composition_.ready) setUpComposition();
   return composition_.composed;
 }
@@ -133,7 +130,7 @@ void Comm::prepareComposition() {
   // No cluster of several ranks: nothing collapses, the allreduce is flat, nothing to set up.
   bool several = false;
   for (int c = 0; c < clusters_.count(); ++c) several |= clusters_.size(c) > 1;
-  if (!several || composition_.algo == "flat") {
+  if (!several || composition_.algo != "composed") {
     composition_.ready = true;
     composition_.composed = false;
     return;
@@ -190,18 +187,11 @@ void Comm::setUpComposition() {
     clusterGroup = makeGroup(clusters_.members(cluster), false);
     setUpNative(*clusterGroup);
   }
-  // A cluster collapses to its leader where its own collectives beat taking part rank by rank:
-  // it has native ones (CUDA) and several ranks (forced: every cluster of several ranks). The
-  // others' ranks join the exchange themselves: a CPU cluster reducing to its leader and
-  // broadcasting again would move its bytes through memory three times instead of once.
-  const bool native = clusterGroup && clusterGroup->native();
-  std::vector<std::string> all =
-      withBootstrap([&](Bootstrap& b) { return b.allGather(native ? "1" : "0"); });
+  // Composed (asked for: Comm::composes): every cluster of several ranks collapses to its leader.
   composition_.collapses.assign(clusters_.count(), 0);
   bool composed = false;
   for (int c = 0; c < clusters_.count(); ++c) {
-    composition_.collapses[c] = clusters_.size(c) > 1 && (composition_.algo == "composed" ||
-                                                          all[clusters_.leader(c)] == "1");
+    composition_.collapses[c] = clusters_.size(c) > 1;
     composed |= composition_.collapses[c] != 0;
   }
   if (!composed) composition_.collapses.assign(clusters_.count(), 0);
