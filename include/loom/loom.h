@@ -255,7 +255,9 @@ loomResult_t loomCommRegistrationIsDirect(loomComm_t comm, loomRegistration_t ha
 loomResult_t loomGroupStart(void);
 loomResult_t loomGroupEnd(void);
 
-/* Collectives. count is in elements of datatype. */
+/* Collectives. count is in elements of datatype. A call of count 0 (not barrier, not alltoallv)
+ * checks its arguments and returns at once, as NCCL's do: nothing runs and it is not matched
+ * with the peers' calls. */
 loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                            loomStream_t stream);

@@ -138,6 +138,11 @@ loomResult_t submit(const char* function, loomComm_t handle, const CollArgs& arg
     HandleUse use(handle);
     checkStream(use, stream);
     validate(Ranks{use->rank, use->nranks}, args);
+    // Nothing to move: returns at once, as NCCL's collectives of zero elements do (nothing is
+    // enqueued, nothing is matched with the peers' calls). Barrier and alltoallv (its counts are
+    // per peer) always run.
+    if (args.count == 0 && args.func != loomFuncBarrier && args.func != loomFuncAllToAllv)
+      return loomSuccess;
     CollArgs withStream = args;
     withStream.stream = stream;
     if (groupDepth() > 0) {

@@ -427,6 +427,27 @@ TEST(Collectives, AccumulationTypeIsMoreAccurate) {
   EXPECT_LOOM(loomCommDestroy(accum));
 }
 
+// A collective of zero elements returns at once, as NCCL's do: it is not matched with the
+// peers' calls, so one rank may make some the others do not (before, rank 0's empty allreduce met
+// the others' next allreduce and failed it as a mismatch).
+TEST(Collectives, ZeroCountCallsAreNoOps) {
+  if (gRank == 0) {
+    EXPECT_LOOM(loomAllReduce(nullptr, nullptr, 0, loomFloat32, loomSum, gWorld, nullptr));
+    EXPECT_LOOM(loomAllGather(nullptr, nullptr, 0, loomInt32, gWorld, nullptr));
+    EXPECT_LOOM(loomBroadcast(nullptr, nullptr, 0, loomFloat64, 0, gWorld, nullptr));
+    EXPECT_LOOM(loomReduceScatter(nullptr, nullptr, 0, loomFloat32, loomMax, gWorld, nullptr));
+    EXPECT_LOOM(loomAllToAll(nullptr, nullptr, 0, loomInt8, gWorld, nullptr));
+  }
+  // Arguments are still checked first.
+  EXPECT_EQ(loomAllReduce(nullptr, nullptr, 0, loomFloat32, static_cast<loomRedOp_t>(99), gWorld,
+                          nullptr),
+            loomInvalidArgument);
+  std::vector<float> data(4, 1.0f);
+  EXPECT_LOOM(
+      loomAllReduce(data.data(), data.data(), data.size(), loomFloat32, loomSum, gWorld, nullptr));
+  EXPECT_EQ(data[3], static_cast<float>(gRanks));
+}
+
 TEST(Communicators, SplitByParityAndNoColor) {
   loomComm_t half = nullptr;
   int color = gRank == gRanks - 1 && gRanks > 2 ? LOOM_SPLIT_NOCOLOR : gRank % 2;
