@@ -1,5 +1,6 @@
 #include "comm/flight_registry.hpp"
 
+#include <execinfo.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -62,7 +63,17 @@ void onSignal(int sig, siginfo_t* info, void* context) {
     return;
   }
   // Once, however many threads fault together; then what would have happened without Loom.
-  if (!gFatalDumped.exchange(true)) registry.dumpAll(registry.dumpDir(), signalText(sig));
+  if (!gFatalDumped.exchange(true)) {
+    registry.dumpAll(registry.dumpDir(), signalText(sig));
+    // The faulting thread's native stack: a Python or torch job otherwise shows only the Python
+    // line that called into Loom. backtrace() was warmed up when the handlers were installed,
+    // so it does not load libgcc (or allocate) here.
+    say("loom: ");
+    say(signalText(sig));
+    say("; native stack of the faulting thread:\n");
+    void* frames[64];
+    backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
+  }
   ::sigaction(sig, &gPrevious[sig], nullptr);
   errno = savedErrno;
   if (sig == SIGABRT || sig == SIGFPE) ::raise(sig);
@@ -129,6 +140,8 @@ void FlightRegistry::startLocked() {
 }
 
 void FlightRegistry::installSignals() {
+  void* warm[1];
+  backtrace(warm, 1);  // loads what backtrace() needs now, not inside a signal handler
   struct sigaction action {};
   action.sa_sigaction = onSignal;
   sigemptyset(&action.sa_mask);

@@ -244,6 +244,23 @@ int modeDump(loomComm_t comm) {
   return finish(comm, r);
 }
 
+// Rank 1 faults (a write through a null pointer) after three allreduces; rank 0 waits for it in
+// a fourth, which fails when rank 1 dies.
+int modeSegv(loomComm_t comm) {
+  std::vector<float> data(256, 1.0f);
+  loomResult_t r = loomSuccess;
+  for (int i = 0; i < 3 && r == loomSuccess; ++i)
+    r = loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
+  if (r == loomSuccess && gRank == 1) {
+    volatile int* nowhere = nullptr;
+    *nowhere = 1;
+  }
+  if (r == loomSuccess)
+    r = loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
+  report(r, 0, 4);
+  return finish(comm, r);
+}
+
 int modeAlgo(loomComm_t comm) {
   std::vector<float> data(1 << 18, 1.0f);
   loomResult_t r =
@@ -298,6 +315,7 @@ int main(int argc, char** argv) {
   if (mode == "abort-thread") return modeAbortThread(comm);
   if (mode == "algo") return modeAlgo(comm);
   if (mode == "dump") return modeDump(comm);
+  if (mode == "segv") return modeSegv(comm);
   if (mode == "stuck") return modeStuck(comm, arg(2), std::atoi(arg(3).c_str()));
   if (mode == "late") {
     if (gRank != 0)

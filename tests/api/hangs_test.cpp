@@ -141,6 +141,25 @@ TEST(Hangs, FlightRecordsOnRequestThroughTheCallAndSigusr2) {
   removeDir(flight);
 }
 
+TEST(Hangs, AFatalSignalWritesTheRecordAndTheNativeStack) {
+  const std::string flight = tempDir("flight");
+  ASSERT_FALSE(flight.empty());
+  Job job(2, "30");
+  job.setEnv("LOOM_FLIGHT_DIR", flight);
+  job.startAll({"segv"});
+  ASSERT_TRUE(job.wait(60)) << job.describe();
+  EXPECT_TRUE(job[1].killedBy(SIGSEGV)) << job.describe();  // the old disposition still ends it
+  EXPECT_NE(job[0].result().code, loomSuccess) << job.describe();
+  const std::string record = recordOf(flight, 1);
+  EXPECT_NE(record.find("\"reason\":\"fatal signal SIGSEGV\""), std::string::npos) << record;
+  EXPECT_NE(record.find("\"last_finished\":3"), std::string::npos) << record;
+  // The faulting thread's frames, the test program's own among them.
+  const std::string& err = job[1].err;
+  EXPECT_NE(err.find("native stack of the faulting thread"), std::string::npos) << err;
+  EXPECT_NE(err.find("fault_rank"), std::string::npos) << err;
+  removeDir(flight);
+}
+
 TEST(Hangs, AnAbortWritesTheFlightRecord) {
   const std::string flight = tempDir("flight");
   ASSERT_FALSE(flight.empty());
