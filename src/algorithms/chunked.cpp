@@ -72,7 +72,10 @@ void runChunked(const ChunkAlgorithm& select, const AlgoContext& ctx, const Coll
 
 void buildPipelined(Schedule& s, const CollArgs& args, int rank, size_t chunkBytes) {
   const size_t total = args.count * dtypeSize(args.dtype);
-  const auto [hasInput, takesOutput] = rolesOf(args, rank);
+  // Named members, not a structured binding: the lambdas below capture it, which clang before 16
+  // refuses (make fuzz builds with the system's clang).
+  const Roles roles = rolesOf(args, rank);
+  const bool hasInput = roles.hasInput, takesOutput = roles.takesOutput;
   s.setExtents(hasInput ? total : 0, takesOutput ? total : 0);
   const uint16_t stage = s.addStaging("stage", total);
   const size_t n = chunkCount(total, chunkBytes);
