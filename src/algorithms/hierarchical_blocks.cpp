@@ -65,27 +65,41 @@ struct ColumnBlocks {
   }
 };
 
-// The column ring of the blocks, from and into the output (every block it sends is there).
-void buildColumnAllGather(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+// The column ring of the blocks, round by round. Allgather: from and into the output (every
+// block it sends is there), step st sending node x-st's block. Reduce-scatter: over the node's
+// partial sums (the call's input here: every rank's block at its offset), accumulating in place,
+// step st sending node x-st-1's; this rank's own block lands in the output.
+template <bool kReduces>
+void buildColumnBlocks(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
   const HierView v{*ctx.hierarchy, ctx.rank};
   const uint64_t block = a.count * dtypeSize(a.dtype);
-  const int l = v.local(), k = v.nodes(), x = v.node();
+  const int l = v.local(), k = v.nodes(), x = v.node(), shift = kReduces ? 1 : 0;
+  const BufferRef blocks = kReduces ? s.input() : s.output();
   std::vector<RingStep>& steps = *ctx.ringSteps;
   for (int t = 0, rounds = roundsOf(v); t < rounds; ++t) {
     steps.clear();
     for (int st = 0; st < k - 1; ++st) {
-      const int out = itemRank(v, wrap(x - st, k), l, t);
-      const int in = itemRank(v, wrap(x - st - 1, k), l, t);
+      const int out = itemRank(v, wrap(x - st - shift, k), l, t);
+      const int in = itemRank(v, wrap(x - st - shift - 1, k), l, t);
       RingStep step;
-      step.send = s.output(out < 0 ? 0 : out * block);
+      step.send = blocks.at(out < 0 ? 0 : out * block);
       step.sendBytes = out < 0 ? 0 : block;
       step.sendAfterPrevRecv = st > 0;
-      step.recvDst = s.output(in < 0 ? 0 : in * block);
+      step.recvDst = blocks.at(in < 0 ? 0 : in * block);
       step.recvBytes = in < 0 ? 0 : block;
-      step.toOutput = true;
+      step.toOutput = !kReduces;
+      if (kReduces) {
+        step.reduce = true;
+        step.reduceWith = step.recvDst;
+        if (st == k - 2) {
+          step.divisor = averageDivisor(a.op, ctx.nranks);
+          if (t == 0) step.recvDst = s.output(), step.toOutput = true;  // this rank's own block
+        }
+      }
       steps.push_back(step);
     }
-    appendRing(s, v.columnLeft(), v.columnRight(), steps, {a.dtype, loomSum, a.accum, 1});
+    appendRing(s, v.columnLeft(), v.columnRight(), steps,
+               {a.dtype, kReduces ? kernelOp(a.op) : loomSum, a.accum, 1});
   }
 }
 
@@ -108,39 +122,9 @@ void allGatherHierarchical(const AlgoContext& ctx, const CollArgs& a) {
     auto own = [&](int local, auto&& visit) { visit(v.mates()[local] * block, block); };
     nodeShare(node, recv, own, land);
   }
-  if (v.inColumn()) runSchedule(ctx, a, buildColumnAllGather);
+  if (v.inColumn()) runSchedule(ctx, a, buildColumnBlocks<false>);
   nodeShare(node, recv, ColumnBlocks{v, block, even ? ColumnBlocks::kAll : ColumnBlocks::kOthers},
             land);
-}
-
-// The column reduce-scatter ring over the node's partial sums (the call's input here: every
-// rank's block at its offset), accumulating in place; this rank's own block lands in the output.
-void buildColumnReduceScatter(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
-  const HierView v{*ctx.hierarchy, ctx.rank};
-  const uint64_t block = a.count * dtypeSize(a.dtype);
-  const int l = v.local(), k = v.nodes(), x = v.node();
-  std::vector<RingStep>& steps = *ctx.ringSteps;
-  for (int t = 0, rounds = roundsOf(v); t < rounds; ++t) {
-    steps.clear();
-    for (int st = 0; st < k - 1; ++st) {
-      const int out = itemRank(v, wrap(x - st - 1, k), l, t);
-      const int in = itemRank(v, wrap(x - st - 2, k), l, t);
-      RingStep step;
-      step.send = s.input(out < 0 ? 0 : out * block);
-      step.sendBytes = out < 0 ? 0 : block;
-      step.sendAfterPrevRecv = st > 0;
-      step.recvDst = s.input(in < 0 ? 0 : in * block);
-      step.recvBytes = in < 0 ? 0 : block;
-      step.reduce = true;
-      step.reduceWith = step.recvDst;
-      if (st == k - 2) {
-        step.divisor = averageDivisor(a.op, ctx.nranks);
-        if (t == 0) step.recvDst = s.output(), step.toOutput = true;  // this rank's own block
-      }
-      steps.push_back(step);
-    }
-    appendRing(s, v.columnLeft(), v.columnRight(), steps, {a.dtype, kernelOp(a.op), a.accum, 1});
-  }
 }
 
 void reduceScatterHierarchical(const AlgoContext& ctx, const CollArgs& a) {
@@ -158,7 +142,7 @@ void reduceScatterHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   if (v.inColumn()) {
     CollArgs column = a;
     column.send = partial;
-    runSchedule(ctx, column, buildColumnReduceScatter);
+    runSchedule(ctx, column, buildColumnBlocks<true>);
   }
   // Blocks of local index >= G ended on their column's rank of this node: hand them over.
   const size_t mine = ctx.rank * block;

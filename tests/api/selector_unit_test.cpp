@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "../device/fake_native.hpp"
 #include "base/error.hpp"
 #include "plan/selector.hpp"
 
@@ -71,33 +72,9 @@ TEST(Selector, HierarchicalRefusedWhereItDoesNotExist) {
   EXPECT_NE(why.find("valid here: ring, hierarchical"), std::string::npos) << why;
 }
 
-// A backend's native collectives bring their own algorithms and rows; the host table is not used.
-class FakeNative final : public NativeCollectives {
- public:
-  FakeNative() {
-    for (int f = 0; f < loomNumFuncs; ++f) {
-      if (f == loomFuncSendRecv) continue;
-      algorithms_.push_back({static_cast<loomFunc_t>(f), "fast"});
-      algorithms_.push_back({static_cast<loomFunc_t>(f), "bulk"});
-    }
-  }
-  const std::vector<NativeAlgorithm>& algorithms() const override { return algorithms_; }
-  std::vector<NativeSelectorRow> selectorRows() const override {
-    std::vector<NativeSelectorRow> rows;
-    for (size_t i = 0; i < algorithms_.size(); i += 2) {
-      rows.push_back({algorithms_[i].func, 4096, static_cast<int>(i)});
-      rows.push_back({algorithms_[i].func, 1000, static_cast<int>(i + 1)});  // the last: any size
-    }
-    return rows;
-  }
-  void run(int, const CollArgs&) override {}
-  void pointToPoint(const std::vector<DeviceP2POp>&, loomStream_t) override {}
-  void stop() override {}
-  std::string describe() const override { return "fake"; }
-
- private:
-  std::vector<NativeAlgorithm> algorithms_;
-};
+// A backend's native collectives bring their own algorithms and rows; the host table is not used
+// (test::FakeNative: "fast" up to 4 KiB, "bulk" above, for every collective).
+using test::FakeNative;
 
 SelectorInputs nativeInputs(const FakeNative& native, std::vector<Algorithm>& table) {
   table = nativeAlgorithms(native);

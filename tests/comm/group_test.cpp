@@ -9,6 +9,7 @@
 #include <numeric>
 #include <thread>
 
+#include "../device/fake_native.hpp"
 #include "../exec/memory_channel.hpp"
 #include "base/error.hpp"
 #include "device/cpu/cpu_device.hpp"
@@ -119,41 +120,21 @@ TEST(Group, TwoGroupsShareTheChannelsOneCallAfterAnother) {
   });
 }
 
-// A device's own collectives stand in for the host algorithms in a group's table.
-class FakeNative final : public NativeCollectives {
- public:
-  const std::vector<NativeAlgorithm>& algorithms() const override { return algorithms_; }
-  std::vector<NativeSelectorRow> selectorRows() const override {
-    std::vector<NativeSelectorRow> rows;
-    for (int f = 0; f < loomNumFuncs; ++f)
-      if (f != loomFuncSendRecv) rows.push_back({static_cast<loomFunc_t>(f), SIZE_MAX, 0});
-    return rows;
-  }
-  void run(int, const CollArgs&) override {}
-  void pointToPoint(const std::vector<DeviceP2POp>&, loomStream_t) override {}
-  void stop() override {}
-  std::string describe() const override { return "fake"; }
-
- private:
-  std::vector<NativeAlgorithm> algorithms_ = {{loomFuncAllReduce, "fake-ll"},
-                                              {loomFuncAllReduce, "fake-simple"}};
-};
-
 TEST(Group, LoomAlgoNamesTheNativeCollectivesThatFollow) {
   // Before the fix the table was made against the host algorithms at construction, so
   // LOOM_ALGO=allreduce:ll failed every CUDA communicator's creation.
   World world;
   GroupSetup setup = world.setup({0}, 0);
-  setup.algo = "allreduce:fake-simple";
+  setup.algo = "allreduce:bulk";  // a kernel's name (8 bytes would run "fast")
   setup.deviceName = "fake";
   setup.awaitsNative = true;
   Group group(std::move(setup));
-  group.attachNative(std::make_unique<FakeNative>());
-  EXPECT_STREQ(group.select(loomFuncAllReduce, 8).name, "fake-simple");
+  group.attachNative(std::make_unique<test::FakeNative>());
+  EXPECT_STREQ(group.select(loomFuncAllReduce, 8).name, "bulk");
 
   // Without native collectives the host table follows, and a name it lacks is still an error.
   setup = world.setup({0}, 0);
-  setup.algo = "allreduce:fake-simple";
+  setup.algo = "allreduce:bulk";
   setup.awaitsNative = true;
   Group host(std::move(setup));
   EXPECT_THROW(host.attachNative(nullptr), Error);
