@@ -1,6 +1,8 @@
 // The LOOM_* values a user or a launcher sets: each parser must take any text and answer with a
 // value or a loomInvalidArgument naming the variable, never crash or accept garbage silently. The
 // input is up to eight lines, one value each for the variables below in turn.
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -28,6 +30,16 @@ void expectArgumentError(Parse&& parse) {
   }
 }
 
+// setenv copies every new value and glibc never frees the old copies (a pointer to one may still
+// be held): 10 M runs grew the process past libFuzzer's 2 GB limit. putenv keeps the caller's
+// string instead, so each variable lives in one buffer rewritten in place (values cut to fit).
+void putValue(size_t index, const char* name, const std::string& value) {
+  static std::array<std::array<char, 8192>, 8> buffers;
+  std::array<char, 8192>& buffer = buffers[index];
+  std::snprintf(buffer.data(), buffer.size(), "%s=%s", name, value.c_str());
+  putenv(buffer.data());
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -44,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const char* const names[] = {
       "LOOM_TIMEOUT",        "LOOM_CHECK", "LOOM_FLIGHT_ENTRIES", "LOOM_TRACE_WAIT_US",
       "LOOM_SOCKET_STREAMS", "LOOM_DEBUG", "LOOM_ALGO",           "LOOM_CLUSTER_SPLIT"};
-  for (size_t i = 0; i < values.size(); ++i) setenv(names[i], values[i].c_str(), 1);
+  for (size_t i = 0; i < values.size(); ++i) putValue(i, names[i], values[i]);
   expectArgumentError([] { env::timeoutMs(); });
   expectArgumentError([] { env::checkMode(); });
   expectArgumentError([] { env::flightEntries(); });
