@@ -116,11 +116,11 @@ bool Comm::composes(const CollArgs& args) {
   if (!reduces && f != loomFuncBroadcast && f != loomFuncAllGather) return false;
   // Average divides once by the whole communicator's size: its phases would each divide (by
   // their own size), so it runs flat.
-  if ((reduces && args.op == loomAvg) || composition_.algo == "flat") return false;
-  // auto runs flat. Composed lost at every size where it was measured with each GPU rank on its
-  // own GPU (4xH200, 2026-11-28, GGCC allreduce: 6.4-7.3 ms per call up to 4 MiB, a floor not
-  // yet explained, and 1.7-2.0x flat's time from 16 MiB); under 1 MiB it lost on one H100 shared
-  // by two CUDA ranks too (48 us against 18 us at 8 B). It runs when asked for.
+  if (reduces && args.op == loomAvg) return false;
+  // flat and auto run flat. Composed lost at every size where it was measured with each GPU rank
+  // on its own GPU (4xH200, 2026-11-28, GGCC allreduce: 6.4-7.3 ms per call up to 4 MiB, a floor
+  // not yet explained, and 1.7-2.0x flat's time from 16 MiB); under 1 MiB it lost on one H100
+  // shared by two CUDA ranks too (48 us against 18 us at 8 B). It runs when asked for.
   if (composition_.algo != "composed") return false;
   if (!composition_.ready) setUpComposition();
   return composition_.composed;
@@ -194,8 +194,6 @@ void Comm::setUpComposition() {
     composition_.collapses[c] = clusters_.size(c) > 1;
     composed |= composition_.collapses[c] != 0;
   }
-  if (!composed) composition_.collapses.assign(clusters_.count(), 0);
-  if (!composition_.collapses[cluster]) clusterGroup.reset();
   numberExchange();
   // The exchange: the collapsed clusters' leaders and every rank of the other clusters, in
   // global rank order, on the host CPU (device ranks staged).
