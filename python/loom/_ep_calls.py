@@ -185,6 +185,14 @@ def _low_latency_outputs(self, local, slots, hidden, use_fp8, use_ue8m0):
     return sets[self._low_latency_turn]
 
 
+def _receive(self, ep, hook_id, stream):
+    """A low-latency call's hook: its receive runs on the communication stream, and the stream
+    current at the hook waits for it, since what the caller does next reads what arrived."""
+    ep.hook_wait(hook_id, stream)
+    if self._comm_stream is not None:
+        torch.cuda.current_stream().wait_stream(self._comm_stream)
+
+
 def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
                          cumulative_local_expert_recv_stats=None,
                          dispatch_wait_recv_cost_stats=None, use_fp8=True, round_scale=False,
@@ -214,7 +222,7 @@ def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank, nu
             _ptr(src_info), _ptr(layout_range), _ptr(cumulative_local_expert_recv_stats),
             return_recv_hook, stream)
     handle = (src_info, layout_range, m, hidden, num_experts)
-    hook = (lambda: ep.hook_wait(hook_id, stream)) if return_recv_hook else None
+    hook = (lambda: _receive(self, ep, hook_id, stream)) if return_recv_hook else None
     return (recv_x, scales) if use_fp8 else recv_x, count, handle, out[-1], hook
 
 
@@ -238,7 +246,7 @@ def low_latency_combine(self, x, topk_idx, topk_weights, handle, use_logfmt=Fals
             0 if zero_copy else _ptr(x), hidden, tokens, _ptr(topk_idx),
             _ptr(topk_weights), topk_idx.shape[1], _ptr(src_info),
             _ptr(layout_range), _ptr(combined), return_recv_hook, stream)
-    hook = (lambda: ep.hook_wait(hook_id, stream)) if return_recv_hook else None
+    hook = (lambda: _receive(self, ep, hook_id, stream)) if return_recv_hook else None
     return combined, tensors[-1], hook
 
 
