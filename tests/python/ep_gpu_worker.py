@@ -129,20 +129,26 @@ def errors(gpu_buf, dev):
     bad = idx.clone()
     if w.RANK == w.WORLD - 1:
         bad[2, 1] = experts
-    for call in (lambda: gpu_buf.dispatch(x, topk_idx=bad.to(dev), topk_weights=weights.to(dev),
-                                          is_token_in_rank=in_rank,
-                                          num_tokens_per_expert=per_expert),
-                 lambda: gpu_buf.low_latency_dispatch(x, bad.to(dev), 8, experts, use_fp8=False)):
+    ids, ws = idx.to(dev), weights.to(dev)
+
+    def normal_dispatch(topk_idx):
+        gpu_buf.get_dispatch_layout(ids, experts)
+        gpu_buf.dispatch(x, topk_idx=topk_idx, topk_weights=ws, is_token_in_rank=in_rank,
+                         num_tokens_per_expert=per_expert)
+
+    def low_latency_dispatch(topk_idx):
+        gpu_buf.low_latency_dispatch(x, topk_idx, 8, experts, use_fp8=False)
+
+    # A normal dispatch reports at once (its counting waits for its stream); a low-latency one,
+    # which never waits, at the rank's next low-latency call (docs/ep.md).
+    for call in (normal_dispatch, low_latency_dispatch):
         try:
-            call()
+            call(bad.to(dev))
             torch.cuda.synchronize()
-            # The kernels report a peer's bad id at this rank's next call on the object.
-            gpu_buf.get_dispatch_layout(idx.to(dev), experts)
-            gpu_buf.dispatch(x, topk_idx=idx.to(dev), topk_weights=weights.to(dev),
-                             is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+            call(ids)
         except LoomError:
             continue
-        w.fail("a bad expert id on one rank raised nothing on this rank")
+        w.fail(f"{call.__name__}: a bad expert id on one rank raised nothing on this rank")
 
 
 def main():
