@@ -97,6 +97,9 @@ void Comm::recordFailure(const Error& error) {
   if (registry.dumpAll(registry.dumpDir(), reason.c_str()) > 0)
     LOOM_WARN(kSubsysColl, rank_, "flight records written to ", registry.dumpDir(),
               " (loom-info --flight ", registry.dumpDir(), " reads them)");
+  else
+    LOOM_WARN(kSubsysColl, rank_, "LOOM_FLIGHT_DIR=", registry.dumpDir(),
+              ": no flight record could be written there (", std::strerror(errno), ")");
 }
 
 std::string Comm::describePeer(int peer, uint64_t mySeq) const {

@@ -1,6 +1,7 @@
 #include "comm/flight_recorder.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -342,6 +343,7 @@ bool FlightRecorder::dump(const char* dir, const char* reason) const noexcept {
   size_t t = append(temp, sizeof(temp), 0, path);
   t = append(temp, sizeof(temp), t, ".tmp.");
   appendInt(temp, sizeof(temp), t, getpid());
+  ::mkdir(dir, 0755);  // one level, as LOOM_TRACE's; an existing directory is fine
   const int fd = ::open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return false;
   bool ok = false;

@@ -197,6 +197,19 @@ TEST(FlightRecorder, DumpIsJsonThatLoomInfoReads) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// LOOM_FLIGHT_DIR need not exist (as LOOM_TRACE's): a job pointed at a new directory lost every
+// record before.
+TEST(FlightRecorder, DumpMakesItsDirectory) {
+  const std::string parent = tempDir();
+  const std::string dir = parent + "/flight";
+  FlightRecorder r(4, identity(0, 1));
+  r.finish(r.begin(allreduce(1)), loomSuccess);
+  ASSERT_TRUE(r.dump(dir.c_str(), "x"));
+  EXPECT_EQ(Json::parse(readFile(dir + "/loom-flight-00000000000000ab-r0.json"))["rank"].integer(),
+            0);
+  std::system(("rm -rf " + parent).c_str());
+}
+
 TEST(FlightRecorder, ReportNamesCallsThatDiffer) {
   const std::string dir = tempDir();
   FlightRecorder a(8, identity(0, 2)), b(8, identity(1, 2));
