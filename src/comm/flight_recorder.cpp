@@ -331,6 +331,10 @@ void FlightRecorder::writeStatus(FdWriter& out) const {
   out.raw("]}\n");
 }
 
+void FlightRecorder::flushTrace() const {
+  if (trace_ != nullptr) trace_->flush();
+}
+
 bool FlightRecorder::dump(const char* dir, const char* reason) const noexcept {
   if (dir == nullptr || dir[0] == '\0') return false;
   char path[768], temp[800];

@@ -85,6 +85,7 @@ class FlightRecorder {
   void publishTo(CallProgress* progress) { published_ = progress; }
   // Every finished call also goes to `trace` as a span (LOOM_TRACE; null: none).
   void traceTo(Trace* trace) { trace_ = trace; }
+  void flushTrace() const;  // the trace's buffered events to its file (LOOM_TRACE; else nothing)
 
   // The collective in flight on the caller's thread, if any (for timeout messages).
   bool current(FlightCall& out) const;

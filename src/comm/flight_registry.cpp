@@ -136,6 +136,11 @@ void FlightRegistry::startLocked() {
   handlers.dump = [this](const char* dir) {
     return dumpAll(dir, "requested through the status socket");
   };
+  // A rank that stops calling (a compute loop, a hang elsewhere) or exits without destroying its
+  // communicator still leaves its trace up to its last second on disk.
+  handlers.tick = [this] {
+    forEach([](const FlightRecorder& recorder) { recorder.flushTrace(); });
+  };
   status_ = StatusServer::start(statusDirectory(configured.c_str()), std::move(handlers));
 }
 

@@ -90,7 +90,9 @@ void StatusServer::loop() {
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
   for (;;) {
     pollfd fds[2] = {{listen_, POLLIN, 0}, {wake_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    const int ready = ::poll(fds, 2, handlers_.tick ? kTickMs : -1);
+    if (ready < 0 && errno != EINTR) return;
+    if (ready == 0) handlers_.tick();
     if (fds[1].revents != 0) return;
     if (fds[0].revents == 0) continue;
     const int fd = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);

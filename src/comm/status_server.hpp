@@ -15,9 +15,11 @@ namespace loom {
 
 class StatusServer {
  public:
+  static constexpr int kTickMs = 1000;
   struct Handlers {
     std::function<void(FdWriter&)> status;     // one JSON line per communicator
     std::function<int(const char* dir)> dump;  // flight records into dir; how many
+    std::function<void()> tick;                // about every kTickMs while the server runs
   };
   // Listens in `dir`; null (with a warning) when the directory or the socket cannot be used.
   static std::unique_ptr<StatusServer> start(const std::string& dir, Handlers handlers);

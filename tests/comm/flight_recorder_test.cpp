@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -269,6 +271,42 @@ TEST(Trace, WritesAChromeTraceOfCallsLanesAndWaits) {
   EXPECT_EQ(device, 1);
   EXPECT_EQ(named, 4);  // collectives, send to 1, waits, device
   std::system(("rm -rf " + dir).c_str());
+}
+
+// The status thread flushes every communicator's trace about once a second: a rank that stops
+// calling, or exits without destroying its communicator, leaves its last calls in its file.
+TEST(StatusSocket, TicksFlushTheTraces) {
+  const std::string dir = tempDir();
+  FlightRecorder r(8, identity(0, 2));
+  std::unique_ptr<Trace> trace = Trace::open(dir, identity(0, 2), 0);
+  ASSERT_NE(trace, nullptr);
+  r.traceTo(trace.get());
+  r.finish(r.begin(allreduce(1)), loomSuccess);
+  auto traced = [&] {
+    std::string text;
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+      text += readFile(entry.path().string());
+    return text.find("\"seq\":1") != std::string::npos;
+  };
+  ASSERT_FALSE(traced());  // buffered until a batch fills, a flush or the end
+  std::atomic<int> ticks{0};
+  StatusServer::Handlers handlers;
+  handlers.status = [](FdWriter&) {};
+  handlers.dump = [](const char*) { return 0; };
+  handlers.tick = [&] {
+    r.flushTrace();
+    ticks.fetch_add(1);
+  };
+  const std::string statusDir = tempDir();
+  std::unique_ptr<StatusServer> server = StatusServer::start(statusDir, handlers);
+  ASSERT_NE(server, nullptr);
+  // However slowly this machine schedules the thread: a minute is a bound, not a measurement.
+  for (int i = 0; i < 600 && ticks.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GT(ticks.load(), 0);
+  EXPECT_TRUE(traced());
+  server.reset();
+  std::system(("rm -rf " + dir + " " + statusDir).c_str());
 }
 
 TEST(StatusSocket, RefusesDirectoriesOthersCanEnter) {
