@@ -3,13 +3,16 @@
 one per communicator and rank) into one Chrome/Perfetto trace with one process track per rank,
 to open in ui.perfetto.dev or chrome://tracing.
 
-    scripts/loom_trace_merge.py DIR [-o merged.json] [--job ID]
+    scripts/loom_trace_merge.py DIR [-o merged.json] [--job ID] [--summary]
 
 Each rank is the process of its largest communicator (the world's, usually): its number there
 orders the tracks; the communicator's own tracks (collectives, point-to-point, lanes, waits,
 device) keep their names, prefixed with the communicator's name or id when a process has several.
 Ranks on several hosts are aligned by wall-clock time (each file records its clock's offset);
 ranks of one host share its steady clock and need no alignment.
+
+--summary also prints, for a job that hung or failed, each rank's last collective call and what
+it waited for: the ranks that never entered the last call number are the ones to look at.
 """
 import argparse
 import glob
@@ -35,12 +38,47 @@ def describe(events):
     return {}
 
 
+def summarize(events, ranks):
+    """Each rank's last collective call (the world's communicator: the most common job id) and
+    the peers it waited for in it, and the ranks that never entered the last call number."""
+    calls = [e for e in events if e.get("cat") == "call" and "seq" in e.get("args", {})
+             and e.get("name") not in ("send", "recv")]
+    if not calls:
+        return "summary: no collective call in the traces"
+    jobs = [e["args"].get("job") for e in calls]
+    job = max(set(jobs), key=jobs.count)
+    last = {}
+    for e in calls:
+        if e["args"].get("job") == job and e["args"]["seq"] >= last.get(e["pid"], {}).get(
+                "args", {}).get("seq", -1):
+            last[e["pid"]] = e
+    final = max(e["args"]["seq"] for e in last.values())
+    lines = [f"summary: communicator {job[:16]}, last call number #{final}"]
+    for rank in ranks:
+        e = last.get(rank)
+        if e is None:
+            lines.append(f"  rank {rank}: no collective call traced")
+            continue
+        a = e["args"]
+        waits = sorted({w["args"]["peer"] for w in events
+                        if w.get("pid") == rank and w.get("cat") == "wait" and
+                        e["ts"] <= w["ts"] <= e["ts"] + e["dur"] and "peer" in w.get("args", {})})
+        entered = "entered" if a["seq"] == final else f"NEVER ENTERED #{final}; its last is"
+        waited = f", waited for rank(s) {', '.join(map(str, waits))}" if waits else ""
+        lines.append(f"  rank {rank}: {entered} #{a['seq']} {e['name']} ({a.get('bytes', 0)} "
+                     f"bytes, {a.get('algorithm', '?')}): {a.get('result')} after "
+                     f"{e['dur'] / 1000:.1f} ms{waited}")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", help="the LOOM_TRACE directory (or a file pattern)")
     parser.add_argument("-o", "--output", default=None,
                         help="merged file (default: DIR/loom-trace-merged.json)")
     parser.add_argument("--job", default=None, help="only the communicators of this job id")
+    parser.add_argument("--summary", action="store_true",
+                        help="print each rank's last collective call and its waits")
     args = parser.parse_args()
 
     pattern = args.dir if any(c in args.dir for c in "*?") else os.path.join(
@@ -121,6 +159,8 @@ def main():
         json.dump({"traceEvents": merged, "displayTimeUnit": "ns"}, f)
     print(f"{out}: {len(by_process)} rank(s), {len(traces)} file(s), {len(merged)} events; "
           f"open it in ui.perfetto.dev")
+    if args.summary:
+        print(summarize(merged, sorted(info.get("loom_rank", 0) for info in by_process.values())))
 
 
 if __name__ == "__main__":
