@@ -111,8 +111,17 @@ void nhAdd(NhSums& s, const uint32_t* k, const char* p, size_t bytes) {
 
 std::array<uint64_t, 2> nhFinish(const NhSums& s) {
 #if defined(LOOM_NH_AVX512)
-  return {s.sa + static_cast<uint64_t>(_mm512_reduce_add_epi64(s.a)),
-          s.sb + static_cast<uint64_t>(_mm512_reduce_add_epi64(s.b))};
+  // Summed as uint64 (the hash is modulo 2^64): GCC's _mm512_reduce_add_epi64 adds signed
+  // 64-bit lanes, an overflow UBSan reports.
+  alignas(64) uint64_t la[8], lb[8];
+  _mm512_store_si512(la, s.a);
+  _mm512_store_si512(lb, s.b);
+  uint64_t a = s.sa, b = s.sb;
+  for (int lane = 0; lane < 8; ++lane) {
+    a += la[lane];
+    b += lb[lane];
+  }
+  return {a, b};
 #elif defined(__AVX2__)
   alignas(32) uint64_t la[4], lb[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(la), s.a);
