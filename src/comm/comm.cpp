@@ -206,7 +206,7 @@ void Comm::crossCheckLauncher() const {
 }
 
 Comm::~Comm() {
-  if (flight_) FlightRegistry::process().remove(*flight_);
+  flightRegistration_.reset();
   // First: its jobs run host algorithms of this communicator's groups of ranks on the
   // staging memory. If the device's stream did not get past them, the memory stays allocated.
   if (deviceCalls_.jobs && !deviceCalls_.jobs->stop()) (void)deviceCalls_.staging.release();

@@ -78,6 +78,7 @@ struct CommConfig {
 CommConfig resolveConfig(const loomConfig_t* config);
 
 class Comm;
+class FlightRegistration;
 
 // Device calls (comm/device_calls.cpp): devices the host cannot address, without native
 // collectives. Host staging of their data, the stream jobs of stream-ordered ranks, the blocking
@@ -402,6 +403,7 @@ class Comm {
   // Early: every part below may record into them until it is destroyed.
   std::unique_ptr<Trace> trace_;            // LOOM_TRACE (null: off)
   std::unique_ptr<FlightRecorder> flight_;  // always, once the ranks are known
+  std::unique_ptr<FlightRegistration> flightRegistration_;  // after flight_: leaves first
   CommConfig config_;
   ProgressQueue* progress_ = nullptr;  // the tree's (ownProgress_ or the config's)
   int rank_;

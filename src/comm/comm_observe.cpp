@@ -64,7 +64,7 @@ void Comm::setUpFlight() {
   const std::string traceDir = env::traceDir();
   if (!traceDir.empty()) trace_ = Trace::open(traceDir, identity, env::traceWaitUs() * 1000);
   flight_->traceTo(trace_.get());
-  FlightRegistry::process().add(*flight_);
+  flightRegistration_ = std::make_unique<FlightRegistration>(*flight_);
 }
 
 void Comm::recordStart(FlightScope& scope, const CollArgs& args, const Algorithm& algo) {

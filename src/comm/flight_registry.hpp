@@ -62,4 +62,20 @@ class FlightRegistry {
   std::unique_ptr<StatusServer> status_;
 };
 
+// A recorder's place in the process's registry for as long as this object lives. A member
+// declared after the recorder leaves the registry first, also when the communicator's
+// constructor throws (a recorder freed while registered was read by the status thread).
+class FlightRegistration {
+ public:
+  explicit FlightRegistration(FlightRecorder& recorder) : recorder_(recorder) {
+    FlightRegistry::process().add(recorder);
+  }
+  ~FlightRegistration() { FlightRegistry::process().remove(recorder_); }
+  FlightRegistration(const FlightRegistration&) = delete;
+  FlightRegistration& operator=(const FlightRegistration&) = delete;
+
+ private:
+  FlightRecorder& recorder_;
+};
+
 }  // namespace loom

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/flight_registry.hpp"
 #include "comm/status_server.hpp"
 #include "comm/status_socket.hpp"
 #include "comm/trace.hpp"
@@ -271,6 +272,22 @@ TEST(Trace, WritesAChromeTraceOfCallsLanesAndWaits) {
   EXPECT_EQ(device, 1);
   EXPECT_EQ(named, 4);  // collectives, send to 1, waits, device
   std::system(("rm -rf " + dir).c_str());
+}
+
+// A communicator whose constructor threw freed its recorder while the registry still held it
+// (ASan: the status thread read it). The registration now leaves with its owner.
+TEST(FlightRegistry, ARegistrationLeavesTheRegistryWithItsOwner) {
+  auto registered = [](const FlightRecorder& mine) {
+    bool found = false;
+    FlightRegistry::process().forEach([&](const FlightRecorder& r) { found = found || &r == &mine; });
+    return found;
+  };
+  FlightRecorder r(4, identity(0, 1));
+  {
+    FlightRegistration registration(r);
+    EXPECT_TRUE(registered(r));
+  }
+  EXPECT_FALSE(registered(r));
 }
 
 // The status thread flushes every communicator's trace about once a second: a rank that stops
