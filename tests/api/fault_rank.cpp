@@ -252,7 +252,10 @@ int modeSegv(loomComm_t comm) {
   for (int i = 0; i < 3 && r == loomSuccess; ++i)
     r = loomAllReduce(data.data(), data.data(), data.size(), loomFloat, loomSum, comm, nullptr);
   if (r == loomSuccess && gRank == 1) {
-    volatile int* nowhere = nullptr;
+    // A real fault in the never-mapped first page, but not through a null pointer: UBSan
+    // stops at a null store itself, before any signal (scripts/sanitize.sh).
+    volatile uintptr_t firstPage = 64;  // volatile: no compiler sees a constant address
+    volatile int* nowhere = reinterpret_cast<volatile int*>(firstPage);
     *nowhere = 1;
   }
   if (r == loomSuccess)
