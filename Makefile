@@ -16,7 +16,7 @@ NO_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q 'GPU ' || echo 1)
 CUDA_ARCHS ?= $(if $(NO_GPU),90-virtual)
 CUDA_CHECK_ONLY ?= $(if $(NO_GPU),ON,OFF)
 
-.PHONY: all deps build run test test-torch-full bench bench-multinode test-asan soak fuzz format clean
+.PHONY: all deps build run test test-torch-full bench bench-multinode test-asan test-tsan soak cycles fuzz format clean
 
 all: build
 
@@ -35,10 +35,13 @@ build: deps
 run:
 	@BUILD=$(BUILD) RANKS=$(RANKS) JOBS=$(JOBS) scripts/run.sh
 
+# The sanitizer slot of this commit (scripts/sanitize.sh: the slots rotate, so that CI's runs
+# cover every C++ test under ASan+UBSan and the threaded ones under TSan); SANITIZE=0 skips it.
 test: build
 	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --timeout 1800
 	scripts/python_test.sh
 	BUILD=$(BUILD) scripts/newcomer_check.sh
+	$(if $(filter 0,$(SANITIZE)),,JOBS=$(JOBS) scripts/sanitize.sh ci)
 
 # Opt-in, not in `make test` (an hour or more on 2 cores): PyTorch's whole _DistTestBase on Gloo
 # and on Loom at 2, 3 and 4 ranks (WORLDS=...), ranks spawned as PyTorch does, the torch
@@ -67,6 +70,10 @@ test-asan: deps
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure --timeout 3600
 
+# The tests that use threads under ThreadSanitizer (every TSan slot of scripts/sanitize.sh).
+test-tsan: deps
+	JOBS=$(JOBS) scripts/sanitize.sh all tsan
+
 # Opt-in, not in `make test`: the chaos soak (tests/soak/soak.py: random jobs, each with a random
 # fault; what must hold is checked per job). SOAK_JOBS jobs, one at a time, at most SOAK_MINUTES;
 # netns transports and packet loss only as root (else left out, said so). SOAK_ARGS: more flags.
@@ -74,6 +81,14 @@ SOAK_JOBS ?= 200
 SOAK_MINUTES ?= 30
 soak: build
 	tests/soak/soak.py --build $(BUILD) --jobs $(SOAK_JOBS) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+
+# Opt-in, not in `make test`: CYCLES (10,000) communicators made and destroyed one after another
+# on 2 ranks through the C API, Python and torch (tests/soak/cycles.py): memory, descriptors and
+# threads after the warm-up and at the end.
+CYCLES ?= 10000
+cycles: build
+	LOOM_INSTALL_ONLY=1 scripts/python_test.sh
+	.venv/bin/python tests/soak/cycles.py --build $(BUILD) --cycles $(CYCLES)
 
 # Opt-in: the fuzz targets as libFuzzer binaries (clang, coverage, ASan+UBSan) in $(BUILD_FUZZ);
 # each runs FUZZ_SECONDS. `make test` runs them with the bounded random driver instead.
@@ -92,4 +107,4 @@ format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h' '*.c' '*.cu')
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) build-sanitize-asan build-sanitize-tsan

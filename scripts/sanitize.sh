@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The C++ tests under sanitizers, a slot at a time (each slot: a sanitizer, the test binaries it
+# builds, the ctest tests it runs), in Debug build trees of their own (build-sanitize-<flavor>).
+#
+#   scripts/sanitize.sh ci         one slot, rotating with the commit (`make test` runs it; CI's
+#                                  time allows about one slot: over the slots every C++ test runs
+#                                  under ASan+UBSan, and every test that uses threads under TSan)
+#   scripts/sanitize.sh slot N     slot N
+#   scripts/sanitize.sh all FLAVOR every slot of one flavor (asan: ASan+UBSan, tsan: TSan);
+#                                  `make test-asan` / `make test-tsan`
+#   scripts/sanitize.sh list       the slots
+# SANITIZE_SLOT=N overrides the rotation of `ci`. JOBS: build parallelism (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# flavor | targets | ctest regex. Multi-rank tests run under loomrun, built in the same tree.
+SLOTS=(
+  "asan|base_test exec_test algorithms_test plan_test|^(base_test|exec_test|algorithms_test|plan_test)$"
+  "asan|transport_test bootstrap_test loomrun_test topology_test comm_test loomrun|^(transport_test|bootstrap_test|loomrun_test|topology_test|comm_test)$"
+  "asan|api_unit_test faults_test no_alloc_test fault_rank loomrun|^(api_unit_test|faults_test|no_alloc_test)$"
+  "asan|collectives_test p2p_test loomrun|^(collectives_|p2p_|plan_collectives_)"
+  "asan|ep_test emu_collectives_test plugin_load_test loom-device-emu loom-test-plugin loom-test-plugin-nosymbol loom-test-plugin-version loom-test-plugin-missing loom-test-plugin-init loom-test-plugin-emukind loom-test-plugin-oldsize loom-test-plugin-small loom-test-plugin-badtorch loomrun|^(ep_|emu_collectives_|plugin_load_test)"
+  "asan|emu_collectives_test emu_fault_test loom-hetero-bench loom-device-emu loomrun|^(emu_hetero_|emu_fault_)"
+  "asan|fuzz_bootstrap fuzz_rudp fuzz_loomrun_wire fuzz_env fuzz_channel_header fuzz_json plan_ranks_test loom-bench loom-info loom-check-cost allreduce_example loomrun|^(fuzz_|plan_ranks_|trace|loom_bench|tools_cli|loom_info|check_cost_bench|c_example)$"
+  "tsan|exec_test comm_test|^(exec_test|comm_test)$"
+  "tsan|api_unit_test faults_test fault_rank loomrun|^(api_unit_test|faults_test)$"
+  "tsan|transport_test p2p_test loomrun|^(transport_test|p2p_n2|p2p_n3)$"
+)
+
+build_dir() { echo "build-sanitize-$1"; }
+
+run_slot() {
+  local index=$1 flavor targets regex sanitize
+  SECONDS=0
+  IFS='|' read -r flavor targets regex <<<"${SLOTS[$index]}"
+  sanitize=$([[ $flavor == asan ]] && echo address,undefined || echo thread)
+  local dir
+  dir=$(build_dir "$flavor")
+  echo "sanitize: slot $index of ${#SLOTS[@]} ($flavor: $regex)"
+  mkdir -p "$dir"
+  cmake -S . -B "$dir" $(command -v ninja >/dev/null && echo -G Ninja) -DCMAKE_BUILD_TYPE=Debug \
+    -DLOOM_CUDA=OFF -DLOOM_BUILD_PYTHON=OFF -DLOOM_SANITIZE="$sanitize" >"$dir/configure.log" 2>&1 ||
+    { cat "$dir/configure.log"; return 1; }
+  # shellcheck disable=SC2086  # targets is a list
+  cmake --build "$dir" -j "${JOBS:-$(nproc)}" --target $targets
+  # Every report fails its test: ASan and TSan exit non-zero, UBSan halts at the first. Both
+  # leave SIGSEGV alone: a test kills a rank with it on purpose and checks how it died.
+  (cd "$dir" && ASAN_OPTIONS=detect_leaks=1:handle_segv=0 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_segv=0 \
+    ctest -R "$regex" --output-on-failure --timeout 1200)
+  echo "sanitize: slot $index done in ${SECONDS}s"
+}
+
+case "${1:-ci}" in
+  ci)
+    count=$(git rev-list --count HEAD 2>/dev/null || date +%j)
+    run_slot "${SANITIZE_SLOT:-$((10#$count % ${#SLOTS[@]}))}"
+    ;;
+  slot) run_slot "$2" ;;
+  all)
+    for i in "${!SLOTS[@]}"; do
+      [[ ${SLOTS[$i]%%|*} == "$2" ]] && run_slot "$i"
+    done
+    ;;
+  list) for i in "${!SLOTS[@]}"; do echo "$i ${SLOTS[$i]}"; done ;;
+  *) sed -n '2,13p' "$0"; exit 2 ;;
+esac
