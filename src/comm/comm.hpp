@@ -371,6 +371,8 @@ class Comm {
   // A stream-ordered call of `group`.
   uint64_t recordQueued(const Group& group, const CollArgs& args, const Algorithm* algo);
   void recordFailure(const Error& error);
+  uint64_t enteredCall(int peer) const;        // the last call a rank of this host entered
+  std::string ranksBehind(uint64_t seq) const;  // this host's ranks that have not entered seq
   std::string describeWait(int peer) const;  // a timeout's message: the call and whom it awaited
   std::string describePeer(int peer, uint64_t mySeq) const;
   // checkUsable() (throws if aborted or a peer failed) and a new deadline for this call.

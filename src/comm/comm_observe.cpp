@@ -150,6 +150,19 @@ std::string Comm::describePeer(int peer, uint64_t mySeq) const {
   return out.str();
 }
 
+uint64_t Comm::enteredCall(int peer) const {
+  return transports_->arena().progress(nodes_.localIndex(peer)).entered.load(
+      std::memory_order_acquire);
+}
+
+std::string Comm::ranksBehind(uint64_t seq) const {
+  std::string behind;
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_ && nodes_.sameNode(r, rank_) && enteredCall(r) < seq)
+      behind += (behind.empty() ? "" : "; ") + describePeer(r, seq);
+  return behind;
+}
+
 std::string Comm::describeWait(int peer) const {
   std::ostringstream out;
   FlightCall call;
@@ -167,16 +180,15 @@ std::string Comm::describeWait(int peer) const {
       << rank_ << ") waiting for ";
   if (peer >= 0 && peer < nranks_) {
     out << describePeer(peer, seq);
+    // In a ring the peer waited for may have entered the call and wait itself, for a rank
+    // further along: name the ranks of this host that have not come as far.
+    if (nodes_.sameNode(peer, rank_) && enteredCall(peer) >= seq) {
+      const std::string behind = ranksBehind(seq);
+      if (!behind.empty()) out << "; the call is held up by " << behind;
+    }
   } else {
     // No peer in particular: the ranks of this host that have not come as far as this call.
-    std::string behind;
-    for (int r = 0; r < nranks_; ++r) {
-      if (r == rank_ || !nodes_.sameNode(r, rank_)) continue;
-      const uint64_t entered = transports_->arena()
-                                   .progress(nodes_.localIndex(r))
-                                   .entered.load(std::memory_order_acquire);
-      if (entered < seq) behind += (behind.empty() ? "" : "; ") + describePeer(r, seq);
-    }
+    const std::string behind = ranksBehind(seq);
     out << (behind.empty() ? std::string("peers") : behind);
   }
   out << " (LOOM_TIMEOUT / config timeoutMs)";

@@ -86,6 +86,28 @@ TEST(Hangs, ComputingPeerIsLate) {
   EXPECT_TRUE(named) << job.describe();
 }
 
+// In a ring the rank that times out may wait for a neighbour that waits itself: the message names
+// the rank of this host that never entered the call too (the soak's errors "not naming the
+// cause"). Of the survivors rank 0 alone has a short timeout; it waits for rank 3 or 1 (the ring's
+// neighbours), which entered #11 and wait for rank 2.
+TEST(Hangs, ARingTimeoutNamesTheRankThatNeverEnteredTheCall) {
+  Job job(4, "20");
+  job.setEnv("LOOM_ALGO", "allreduce:ring");
+  for (int r : {1, 3}) job.start(r, {"stuck", "compute", "2"});
+  job.setEnv("LOOM_TIMEOUT", "3");  // rank 2 spins 2 x its timeout, then exits
+  for (int r : {0, 2}) job.start(r, {"stuck", "compute", "2"});
+  EXPECT_TRUE(job.wait(60)) << job.describe();
+  const Result res = job[0].result();
+  ASSERT_TRUE(res.present) << job.describe();
+  ASSERT_EQ(res.code, loomTimeout) << res.msg;
+  EXPECT_NE(res.msg.find("allreduce #11 (256 x float, ring)"), std::string::npos) << res.msg;
+  EXPECT_EQ(res.msg.find("waiting for rank 2"), std::string::npos) << res.msg;  // a neighbour
+  EXPECT_NE(res.msg.find("the call is held up by rank 2 (pid " + std::to_string(job[2].pid)),
+            std::string::npos)
+      << res.msg;
+  EXPECT_NE(res.msg.find("has not entered #11"), std::string::npos) << res.msg;
+}
+
 TEST(Hangs, StatusShowsCallsInFlightAndTheStoppedRank) {
   const std::string status = tempDir("status");
   ASSERT_FALSE(status.empty());
