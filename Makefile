@@ -88,7 +88,7 @@ soak: build
 CYCLES ?= 10000
 cycles: build
 	LOOM_INSTALL_ONLY=1 scripts/python_test.sh
-	.venv/bin/python tests/soak/cycles.py --build $(BUILD) --cycles $(CYCLES)
+	$${LOOM_VENV:-.venv}/bin/python tests/soak/cycles.py --build $(BUILD) --cycles $(CYCLES)
 
 # Opt-in: the fuzz targets as libFuzzer binaries (clang, coverage, ASan+UBSan) in $(BUILD_FUZZ);
 # each runs FUZZ_SECONDS. `make test` runs them with the bounded random driver instead.

@@ -10,7 +10,6 @@
 //   usage cycle=K rss_kb=R fds=F threads=T
 // and at the end "done cycles=N" (or "failed cycle=K: reason" and exit 1). Growth between the
 // two usage lines is what the cycles leak.
-#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,18 +19,11 @@
 #include <vector>
 
 #include "loom/loom.h"
+#include "process_counts.hpp"
 
 namespace {
 
-int countEntries(const char* dir) {
-  DIR* d = opendir(dir);
-  if (d == nullptr) return -1;
-  int n = 0;
-  while (const dirent* e = readdir(d))
-    if (e->d_name[0] != '.') ++n;
-  closedir(d);
-  return n - (std::strcmp(dir, "/proc/self/fd") == 0 ? 1 : 0);  // opendir's own
-}
+using loom::soak::countEntries;
 
 long residentKb() {
   FILE* f = std::fopen("/proc/self/statm", "r");
@@ -61,8 +53,8 @@ void checkedAllReduce(loomComm_t comm, int cycle) {
   loomCommUserRank(comm, &rank);
   loomCommCount(comm, &size);
   std::vector<int32_t> data(257, rank + cycle);
-  loomResult_t r = loomAllReduce(data.data(), data.data(), data.size(), loomInt32, loomSum, comm,
-                                 nullptr);
+  loomResult_t r =
+      loomAllReduce(data.data(), data.data(), data.size(), loomInt32, loomSum, comm, nullptr);
   if (r != loomSuccess) fail(cycle, "allreduce", r, comm);
   const int32_t want = size * (size - 1) / 2 + size * cycle;
   for (int32_t v : data)

@@ -43,23 +43,16 @@
 
 #include "loom/loom.h"
 #include "loom/loom_device_plugin.h"
+#include "process_counts.hpp"
 
 namespace {
+
+using loom::soak::countEntries;
 
 int64_t wallMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-int countEntries(const char* dir) {
-  DIR* d = opendir(dir);
-  if (d == nullptr) return -1;
-  int n = 0;
-  while (dirent* e = readdir(d))
-    if (e->d_name[0] != '.') ++n;
-  closedir(d);
-  return n - (std::strcmp(dir, "/proc/self/fd") == 0 ? 1 : 0);  // opendir's own
 }
 
 struct Call {
