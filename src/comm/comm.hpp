@@ -371,9 +371,9 @@ class Comm {
   // A stream-ordered call of `group`.
   uint64_t recordQueued(const Group& group, const CollArgs& args, const Algorithm* algo);
   void recordFailure(const Error& error);
-  uint64_t enteredCall(int peer) const;        // the last call a rank of this host entered
+  uint64_t enteredCall(int peer) const;         // the last call a rank of this host entered
   std::string ranksBehind(uint64_t seq) const;  // this host's ranks that have not entered seq
-  std::string describeWait(int peer) const;  // a timeout's message: the call and whom it awaited
+  std::string describeWait(int peer) const;     // a timeout's message: the call and whom it awaited
   std::string describePeer(int peer, uint64_t mySeq) const;
   // checkUsable() (throws if aborted or a peer failed) and a new deadline for this call.
   void beginOperation();
@@ -403,8 +403,8 @@ class Comm {
   // First: destroyed last, after everything that queues work on it.
   std::unique_ptr<ProgressQueue> ownProgress_;
   // Early: every part below may record into them until it is destroyed.
-  std::unique_ptr<Trace> trace_;            // LOOM_TRACE (null: off)
-  std::unique_ptr<FlightRecorder> flight_;  // always, once the ranks are known
+  std::unique_ptr<Trace> trace_;                            // LOOM_TRACE (null: off)
+  std::unique_ptr<FlightRecorder> flight_;                  // always, once the ranks are known
   std::unique_ptr<FlightRegistration> flightRegistration_;  // after flight_: leaves first
   CommConfig config_;
   ProgressQueue* progress_ = nullptr;  // the tree's (ownProgress_ or the config's)

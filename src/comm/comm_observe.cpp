@@ -151,8 +151,9 @@ std::string Comm::describePeer(int peer, uint64_t mySeq) const {
 }
 
 uint64_t Comm::enteredCall(int peer) const {
-  return transports_->arena().progress(nodes_.localIndex(peer)).entered.load(
-      std::memory_order_acquire);
+  return transports_->arena()
+      .progress(nodes_.localIndex(peer))
+      .entered.load(std::memory_order_acquire);
 }
 
 std::string Comm::ranksBehind(uint64_t seq) const {

@@ -279,7 +279,8 @@ TEST(Trace, WritesAChromeTraceOfCallsLanesAndWaits) {
 TEST(FlightRegistry, ARegistrationLeavesTheRegistryWithItsOwner) {
   auto registered = [](const FlightRecorder& mine) {
     bool found = false;
-    FlightRegistry::process().forEach([&](const FlightRecorder& r) { found = found || &r == &mine; });
+    FlightRegistry::process().forEach(
+        [&](const FlightRecorder& r) { found = found || &r == &mine; });
     return found;
   };
   FlightRecorder r(4, identity(0, 1));
