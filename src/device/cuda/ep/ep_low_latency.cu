@@ -218,6 +218,40 @@ __global__ void combineSendKernel(EpRegions d, CallShape shape, int status, int 
   postSend(d, chunk, slot, step, shape, status, copy ? a.numTokens : 0, 0);
 }
 
+// Token t's rows to combine, one per top-k pick in top-k order (null where it picked no expert),
+// a warp per pick: the row of (token, expert) comes after this origin's earlier tokens that
+// picked the expert, which the warp's lanes count together.
+__device__ void findTerms(const EpRegions& d, const LowLatencyCombineFormat& f, int slot,
+                          const loomEpLowLatencyCombineArgs_t& a, int t, const uint16_t** rows,
+                          float* weights) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t* mine = a.topkIdx + static_cast<size_t>(t) * a.topk;
+  for (int k = warp; k < a.topk; k += warps) {
+    const int64_t e = mine[k];
+    int earlier = 0;
+    for (int u = lane; e >= 0 && u < t; u += 32) {
+      const int64_t* theirs = a.topkIdx + static_cast<size_t>(u) * a.topk;
+      bool picked = false;
+      for (int q = 0; q < a.topk; ++q) picked = picked || theirs[q] == e;
+      earlier += picked;
+    }
+    earlier = warpSum(earlier);
+    if (lane != 0) continue;
+    weights[k] = a.topkWeights[static_cast<size_t>(t) * a.topk + k];
+    if (e < 0) {
+      rows[k] = nullptr;
+      continue;
+    }
+    const int r = static_cast<int>(e / d.localExperts), el = static_cast<int>(e % d.localExperts);
+    const char* chunk = llCombineChunk(d, r, slot);
+    const int64_t range =
+        reinterpret_cast<const int64_t*>(chunk + f.rangesOffset())[el * d.nranks + d.rank];
+    rows[k] = reinterpret_cast<const uint16_t*>(
+        chunk + f.rowsOffset() +
+        (el * f.expertRows() + loom::ep::rangeBegin(range) + earlier) * f.rowBytes());
+  }
+}
+
 __global__ void combineReceiveKernel(EpRegions d, CallShape shape, int slot,
                                      loomEpLowLatencyCombineArgs_t a) {
   const int n = d.nranks, local = d.localExperts, me = d.rank;
@@ -226,7 +260,6 @@ __global__ void combineReceiveKernel(EpRegions d, CallShape shape, int slot,
   __shared__ int agree;
   __shared__ const uint16_t* rows[kMaxTopk];
   __shared__ float weights[kMaxTopk];
-  __shared__ int terms;
   if (threadIdx.x == 0) {
     agree = ok;
     for (int r = 0; r < n && agree; ++r)
@@ -236,39 +269,28 @@ __global__ void combineReceiveKernel(EpRegions d, CallShape shape, int slot,
   __syncthreads();
   const LowLatencyCombineFormat f{n, local, d.maxTokens, a.hidden};
   for (int t = blockIdx.x; agree && t < a.numTokens; t += gridDim.x) {
-    if (threadIdx.x == 0) {
-      terms = 0;
-      const int64_t* mine = a.topkIdx + static_cast<size_t>(t) * a.topk;
-      for (int k = 0; k < a.topk; ++k) {
-        const int64_t e = mine[k];
-        if (e < 0) continue;
-        // The row of (token, expert): this origin's earlier tokens that picked e come first.
-        int i = 0;
-        for (int u = 0; u < t; ++u) {
-          const int64_t* theirs = a.topkIdx + static_cast<size_t>(u) * a.topk;
-          for (int q = 0; q < a.topk; ++q)
-            if (theirs[q] == e) {
-              ++i;
-              break;
-            }
-        }
-        const int r = static_cast<int>(e / local), el = static_cast<int>(e % local);
-        const char* chunk = llCombineChunk(d, r, slot);
-        const int64_t range =
-            reinterpret_cast<const int64_t*>(chunk + f.rangesOffset())[el * n + me];
-        rows[terms] = reinterpret_cast<const uint16_t*>(
-            chunk + f.rowsOffset() +
-            (el * f.expertRows() + loom::ep::rangeBegin(range) + i) * f.rowBytes());
-        weights[terms++] = a.topkWeights[static_cast<size_t>(t) * a.topk + k];
-      }
-    }
+    findTerms(d, f, slot, a, t, rows, weights);
     __syncthreads();
-    uint16_t* out = static_cast<uint16_t*>(a.combinedX) + static_cast<size_t>(t) * a.hidden;
-    for (int v = threadIdx.x; v < a.hidden; v += blockDim.x) {
+    char* out = static_cast<char*>(a.combinedX) + static_cast<size_t>(t) * a.hidden * 2;
+    bool wide = a.hidden % 8 == 0 && sixteenAligned(out);
+    for (int k = 0; k < a.topk; ++k) wide = wide && sixteenAligned(rows[k]);
+    for (int g = threadIdx.x; wide && g < a.hidden / 8; g += blockDim.x) {
+      float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      for (int k = 0; k < a.topk; ++k) {
+        if (rows[k] == nullptr) continue;
+        const uint4 raw = reinterpret_cast<const uint4*>(rows[k])[g];
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          acc[i] = __fadd_rn(acc[i], __fmul_rn(weights[k], bf16ToFloat(h[i])));
+      }
+      storeEight(out, g, loomBfloat16, acc);
+    }
+    for (int v = threadIdx.x; !wide && v < a.hidden; v += blockDim.x) {
       float acc = 0.0f;
-      for (int j = 0; j < terms; ++j)
-        acc = __fadd_rn(acc, __fmul_rn(weights[j], bf16ToFloat(rows[j][v])));
-      out[v] = floatToBf16(acc);
+      for (int k = 0; k < a.topk; ++k)
+        if (rows[k] != nullptr) acc = __fadd_rn(acc, __fmul_rn(weights[k], bf16ToFloat(rows[k][v])));
+      reinterpret_cast<uint16_t*>(out)[v] = floatToBf16(acc);
     }
     __syncthreads();
   }

@@ -23,7 +23,10 @@ using loom::ep::CombineFormat;
 using loom::ep::DispatchFormat;
 
 constexpr int kLane = 0;            // normal
-constexpr int kSegment = kThreads;  // tokens of one source per pulling block
+// Tokens of one source per pulling block: small, so that a call's rows spread over many blocks
+// (512 left 8 busy blocks per source at 4096 tokens, 54 GB/s on NVLink).
+constexpr int kSegment = 64;
+static_assert(kSegment <= kThreads && kSegment % 32 == 0);
 
 __global__ void layoutKernel(EpRegions d, const int64_t* topkIdx, int numTokens, int topk,
                              int32_t* perRank, int32_t* perExpert, uint8_t* inRank) {
@@ -189,9 +192,10 @@ __global__ void pullDispatchKernel(EpRegions d, uint64_t step, CallShape shape, 
   if (threadIdx.x == 0)
     ok = waitAtLeast(d, word(d, source, postedOffset(kLane, step & 1)), step, source) &&
          headerAgrees(d, reinterpret_cast<const CallHeader*>(normalChunk(d, source, step)), shape,
-                      source);
+                      source) &&
+         segment * kSegment < reinterpret_cast<const CallHeader*>(normalChunk(d, source, step))->count;
   __syncthreads();
-  if (ok) {
+  if (ok) {  // a segment with tokens
     const char* chunk = normalChunk(d, source, step);
     const int count = reinterpret_cast<const CallHeader*>(chunk)->count;
     const uint8_t* ranks = reinterpret_cast<const uint8_t*>(chunk + f.inRankOffset(count));
@@ -203,7 +207,7 @@ __global__ void pullDispatchKernel(EpRegions d, uint64_t step, CallShape shape, 
       mine += ranks[j * f.rankBytes() + me] != 0;
     before += blockSum(mine);
     const int j = first + threadIdx.x;
-    const bool take = j < count && ranks[j * f.rankBytes() + me] != 0;
+    const bool take = threadIdx.x < kSegment && j < count && ranks[j * f.rankBytes() + me] != 0;
     int total = 0;
     const int pos = before + blockScan(take ? 1 : 0, &total);
     if (take && pos < a.capacity) {
@@ -226,7 +230,7 @@ __global__ void pullDispatchKernel(EpRegions d, uint64_t step, CallShape shape, 
     if (take && pos >= a.capacity) record(d, kEpOverflow, me);
     // Rows: a warp per taken token, in turn.
     __shared__ int where[kSegment];
-    where[threadIdx.x] = take && pos < a.capacity ? pos : -1;
+    if (threadIdx.x < kSegment) where[threadIdx.x] = take && pos < a.capacity ? pos : -1;
     __syncthreads();
     const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const char* rows = chunk + f.rowsOffset(count);
@@ -274,6 +278,33 @@ __global__ void stageCombineKernel(EpRegions d, uint64_t step, CallShape shape, 
   storeRelease(word(d, me, postedOffset(kLane, step & 1)), step);
 }
 
+// Token t's combined row 8 values per thread (bf16/fp16 rows whose addresses are 16-byte
+// aligned); false, having done nothing, where the scalar loop must do it.
+__device__ bool sumRowWide(const EpRegions& d, uint64_t step, const CombineArgs& a,
+                           const CombineFormat& f, int t, const int32_t* head) {
+  if (a.dtype != loomBfloat16 && a.dtype != loomFloat16) return false;
+  if (a.hidden % 8 != 0 || !sixteenAligned(a.combined) || !sixteenAligned(a.bias0) ||
+      !sixteenAligned(a.bias1))
+    return false;
+  const char* rows[kMaxRanks];
+  for (int r = 0; r < d.nranks; ++r) {
+    const char* chunk = normalChunk(d, r, step);
+    const int count = reinterpret_cast<const CallHeader*>(chunk)->count;
+    rows[r] = head[r] < 0 ? nullptr : chunk + f.rowsOffset(count) + head[r] * f.rowStride();
+    if (!sixteenAligned(rows[r])) return false;
+  }
+  const size_t at = static_cast<size_t>(t) * a.rowBytes;
+  for (int g = threadIdx.x; g < a.hidden / 8; g += blockDim.x) {
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (a.bias0 != nullptr) addEight(acc, a.bias0 + at, g, a.dtype);
+    if (a.bias1 != nullptr) addEight(acc, a.bias1 + at, g, a.dtype);
+    for (int r = 0; r < d.nranks; ++r)
+      if (rows[r] != nullptr) addEight(acc, rows[r], g, a.dtype);
+    storeEight(a.combined + at, g, a.dtype, acc);
+  }
+  return true;
+}
+
 // Blocks over this rank's tokens: each token's rows from the ranks it went to, in rank order.
 __global__ void reduceCombineKernel(EpRegions d, uint64_t step, CallShape shape, CombineArgs a,
                                     CombineFormat f) {
@@ -290,7 +321,8 @@ __global__ void reduceCombineKernel(EpRegions d, uint64_t step, CallShape shape,
   __syncthreads();
   for (int t = blockIdx.x; ok && t < a.numTokens; t += gridDim.x) {
     const int32_t* head = a.sendHead + static_cast<size_t>(t) * n;
-    for (int v = threadIdx.x; v < a.hidden; v += blockDim.x) {
+    const bool wide = sumRowWide(d, step, a, f, t, head);
+    for (int v = threadIdx.x; !wide && v < a.hidden; v += blockDim.x) {
       float acc = 0.0f;
       if (a.bias0 != nullptr) acc = __fadd_rn(acc, loadValue(a.bias0 + t * a.rowBytes, v, a.dtype));
       if (a.bias1 != nullptr) acc = __fadd_rn(acc, loadValue(a.bias1 + t * a.rowBytes, v, a.dtype));
