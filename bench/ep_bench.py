@@ -19,7 +19,11 @@ dispatch + combine: the median of --reps repetitions of -n calls, and their min-
                               [--ll-tokens 128] [-n 5 -w 2 --reps 5] [--device cuda]
 
 --device cuda puts rank r on GPU r (loom.ep on CUDA tensors) and runs the pipelines on NCCL
-("a2a nccl") and on Loom's CUDA backend ("a2a loom").
+("a2a nccl") and on Loom's CUDA backend ("a2a loom"). It also prints loom.ep's phases as DeepEP's
+tests report them: the mean GPU time per call of each phase (CUDA events on the caller's stream,
+the slowest rank's; normal dispatch includes get_dispatch_layout) and, for normal mode, the
+bandwidth of the rows this rank received (recv_x bytes / time, DeepEP's "NVL" figure):
+  phase,<mode>,<tokens>,<phase>,<us>,<GB/s>
 """
 import argparse
 import os
@@ -122,6 +126,61 @@ def timed(torch, dist, fn, a, host_group):
     return statistics.median(times), min(times), max(times)
 
 
+def phase_times(torch, dist, phases, a, host_group):
+    """CUDA: each phase's mean GPU time per call in us (events around it on the current stream),
+    the slowest rank's. phases: functions taking the previous phase's result."""
+    def once(events):
+        state = None
+        if events:
+            events[0].record()
+        for i, phase in enumerate(phases):
+            state = phase(state)
+            if events:
+                events[i + 1].record()
+    for _ in range(a.warmup):
+        once(None)
+    runs = [[torch.cuda.Event(enable_timing=True) for _ in range(len(phases) + 1)]
+            for _ in range(a.iters * a.reps)]
+    torch.cuda.synchronize()
+    dist.barrier(group=host_group)
+    for events in runs:
+        once(events)
+    torch.cuda.synchronize()
+    means = torch.tensor([statistics.mean(e[i].elapsed_time(e[i + 1]) * 1e3 for e in runs)
+                          for i in range(len(phases))])
+    dist.all_reduce(means, op=dist.ReduceOp.MAX, group=host_group)
+    return means.tolist()
+
+
+def ep_phases(torch, dist, buffer, mode, x, topk_idx, topk_weights, experts, a, host_group):
+    """(phase, us, GB/s or None) rows of loom.ep's dispatch and combine on CUDA."""
+    tokens = x.shape[0]
+    if mode == "normal":
+        def dispatch(_):
+            per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, experts)
+            recv_x, _, _, _, handle, _ = buffer.dispatch(
+                x, topk_idx=topk_idx, topk_weights=topk_weights, num_tokens_per_rank=per_rank,
+                is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+            return recv_x, handle
+        dispatch_us, combine_us = phase_times(
+            torch, dist, [dispatch, lambda s: buffer.combine(s[0], s[1])], a, host_group)
+        received = dispatch(None)[0].numel() * x.element_size()
+        return [("dispatch", dispatch_us, received / dispatch_us / 1e3),
+                ("combine", combine_us, received / combine_us / 1e3)]
+    rows = []
+    expert_rows = buffer.low_latency_dispatch(x, topk_idx, tokens, experts, use_fp8=False)[0]
+    for fp8 in (False, True):
+        def dispatch(_, fp8=fp8):
+            return buffer.low_latency_dispatch(x, topk_idx, tokens, experts, use_fp8=fp8)
+        def combine(s):  # after FP8, the bf16 rows of an earlier dispatch
+            return buffer.low_latency_combine(expert_rows, topk_idx, topk_weights, s[2])
+        d_us, c_us = phase_times(torch, dist, [dispatch, combine], a, host_group)
+        rows.append((f"dispatch {'fp8' if fp8 else 'bf16'}", d_us, None))
+        if not fp8:
+            rows.append(("combine", c_us, None))
+    return rows
+
+
 def rank_main(a, rank, world, port):
     import torch
     import torch.distributed as dist
@@ -142,7 +201,7 @@ def rank_main(a, rank, world, port):
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     experts = a.experts // world * world
     g = torch.Generator().manual_seed(rank)
-    rows = []
+    rows, phases = [], []
     for mode, tokens in (("normal", a.tokens), ("low latency", a.ll_tokens)):
         if tokens == 0:
             continue
@@ -169,6 +228,9 @@ def rank_main(a, rank, world, port):
             if name in runs:
                 rows.append((mode, tokens, name,
                              *timed(torch, dist, runs[name], a, host_group)))
+        if cuda and "loom.ep" in methods:
+            phases += [(mode, tokens, *row) for row in ep_phases(
+                torch, dist, buffer, mode, x, topk_idx, topk_weights, experts, a, host_group)]
         buffer._release()
     if rank == 0:
         print(f"{a.device} ranks {world}, hidden {a.hidden}, top-{a.topk}, {experts} experts, "
@@ -176,6 +238,9 @@ def rank_main(a, rank, world, port):
               f"{a.reps} x {a.iters} calls", flush=True)
         for mode, tokens, name, median, low, high in rows:
             print(f"{mode},{tokens},{name},{median:.2f},{low:.2f},{high:.2f}", flush=True)
+        for mode, tokens, phase, us, gbps in phases:
+            print(f"phase,{mode},{tokens},{phase},{us:.1f},{'' if gbps is None else f'{gbps:.1f}'}",
+                  flush=True)
     dist.destroy_process_group()
 
 

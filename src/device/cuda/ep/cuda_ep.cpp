@@ -59,10 +59,13 @@ const char* errorText(int error) {
 
 CudaEp::CudaEp(CudaDevice& device, const NativeEpSetup& setup) : device_(device), setup_(setup) {
   // Beyond the kernels' limits every rank (the sizes are the same on all) uses the host paths.
-  if (setup.nranks > cuda::ep::kMaxRanks || setup.maxTopk > cuda::ep::kMaxTopk)
+  if (setup.nranks > cuda::ep::kMaxRanks || setup.maxTopk > cuda::ep::kMaxTopk ||
+      cuda::ep::dispatchTableBytes(setup.nranks, setup.localExperts) >
+          cuda::ep::kMaxDispatchTableBytes)
     LOOM_THROW(loomUnhandledCudaError, "the CUDA kernels serve at most ", cuda::ep::kMaxRanks,
-               " GPUs and topk ", cuda::ep::kMaxTopk, " (here ", setup.nranks, " and ",
-               setup.maxTopk, ")");
+               " GPUs, topk ", cuda::ep::kMaxTopk, " and localExperts x (GPUs + 2) below ",
+               cuda::ep::kMaxDispatchTableBytes / sizeof(int32_t), " (here ", setup.nranks,
+               " GPUs, topk ", setup.maxTopk, ", ", setup.localExperts, " local experts)");
   DeviceScope scope(device.ordinal());
   EpRegions& d = regions_;
   d.rank = setup.rank;
@@ -78,7 +81,9 @@ CudaEp::CudaEp(CudaDevice& device, const NativeEpSetup& setup) : device_(device)
       loom::ep::LowLatencyDispatchFormat f{setup.maxTopk, setup.hidden, fp8};
       dispatch = std::max(dispatch, f.chunkBytes(setup.maxTokens));
     }
-    d.llDispatchBytes = pageRound(dispatch);
+    d.llListsOffset = pageRound(dispatch);
+    d.llDispatchBytes =
+        d.llListsOffset + pageRound(cuda::ep::expertListsBytes(setup.numExperts, setup.maxTokens));
     loom::ep::LowLatencyCombineFormat c{setup.nranks, setup.localExperts, setup.maxTokens,
                                         setup.hidden};
     d.llCombineBytes = pageRound(c.bytes());

@@ -4,6 +4,7 @@
 // block of it is done.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "base/dtype.hpp"
@@ -26,6 +27,16 @@ __device__ __forceinline__ char* llDispatchChunk(const EpRegions& d, int rank, i
 }
 __device__ __forceinline__ char* llCombineChunk(const EpRegions& d, int rank, int buffer) {
   return llDispatchChunk(d, rank, buffer) + d.llDispatchBytes;
+}
+// A low-latency dispatch's expert lists (after its chunk): per global expert the number of the
+// sender's tokens that pick it, then per expert those tokens in order.
+__device__ __forceinline__ int32_t* llExpertCounts(const EpRegions& d, int rank, int buffer) {
+  return reinterpret_cast<int32_t*>(llDispatchChunk(d, rank, buffer) + d.llListsOffset);
+}
+__device__ __forceinline__ int32_t* llExpertTokens(const EpRegions& d, int rank, int buffer,
+                                                   int expert) {
+  return llExpertCounts(d, rank, buffer) + expertListsStart(d.numExperts) +
+         static_cast<size_t>(expert) * d.maxTokens;
 }
 
 // The first error wins; every later wait of this object gives up at once.
@@ -87,6 +98,37 @@ __device__ __forceinline__ bool headerAgrees(const EpRegions& d, const CallHeade
   return true;
 }
 
+// Every rank's header is read in parallel (thread r: rank r's first kHeaderVectors * 16 bytes:
+// step, shape, status, counts) into shared `headers`, then compared with this rank's call in
+// rank order, so the first disagreement is the one recorded. Over NVLink a field-by-field check
+// of one rank after another costs a round trip per field. The result is the same in every thread.
+constexpr int kHeaderVectors = 3;
+static_assert(offsetof(CallHeader, first) + sizeof(int32_t) <= 16 * kHeaderVectors);
+using HeaderCopies = uint4[kMaxRanks][kHeaderVectors];
+
+__device__ __forceinline__ const CallHeader* headerCopy(const HeaderCopies& headers, int r) {
+  return reinterpret_cast<const CallHeader*>(headers[r]);
+}
+
+template <typename ChunkOf>
+__device__ __forceinline__ bool headersAgree(const EpRegions& d, const CallShape& mine, bool ok,
+                                             HeaderCopies& headers, ChunkOf chunkOf) {
+  __shared__ int agree;
+  if (ok && threadIdx.x < d.nranks) {
+    const uint4* h = reinterpret_cast<const uint4*>(chunkOf(threadIdx.x));
+#pragma unroll
+    for (int j = 0; j < kHeaderVectors; ++j) headers[threadIdx.x][j] = __ldcg(h + j);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    agree = ok;
+    for (int r = 0; r < d.nranks && agree; ++r)
+      agree = headerAgrees(d, headerCopy(headers, r), mine, r);
+  }
+  __syncthreads();
+  return agree != 0;
+}
+
 // Called by every block at its end: true in the one block that ends last (its writes and every
 // other block's are then visible to it). The ticket is reset for the next launch.
 __device__ __forceinline__ bool lastBlock(unsigned int* ticket) {
@@ -135,17 +177,29 @@ __device__ __forceinline__ int blockSum(int value) {
   return total;
 }
 
-// `bytes` from src to dst by the threads [first, first + count) of the block (16-byte steps where
-// both are aligned to 16, bytes otherwise).
+// `bytes` from src to dst by the threads [first, first + count) of the block: 16-byte steps where
+// both are aligned to 16 (bytes otherwise), kInFlight loads issued before their stores. Rows are
+// read over NVLink, where one load at a time (the compiler cannot reorder a load past a store
+// that may alias it) leaves the link idle for a round trip per 16 bytes.
+constexpr int kInFlight = 8;
 __device__ __forceinline__ void copyBytes(char* dst, const char* src, size_t bytes, int first,
                                           int count) {
   const int t = threadIdx.x - first;
   if (t < 0 || t >= count) return;
   if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
     const size_t vectors = bytes / 16;
-    for (size_t i = t; i < vectors; i += count)
-      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
-    for (size_t i = vectors * 16 + t; i < bytes; i += count) dst[i] = src[i];
+    const uint4* in = reinterpret_cast<const uint4*>(src);
+    uint4* out = reinterpret_cast<uint4*>(dst);
+    size_t i = t;
+    for (; i + (kInFlight - 1) * static_cast<size_t>(count) < vectors; i += kInFlight * count) {
+      uint4 v[kInFlight];
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) v[j] = __ldcg(in + i + j * count);
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) out[i + j * count] = v[j];
+    }
+    for (; i < vectors; i += count) out[i] = __ldcg(in + i);
+    for (size_t b = vectors * 16 + t; b < bytes; b += count) dst[b] = src[b];
     return;
   }
   for (size_t i = t; i < bytes; i += count) dst[i] = src[i];
@@ -189,6 +243,34 @@ __device__ __forceinline__ void storeEight(char* row, int group, loomDataType_t 
   for (int i = 0; i < 8; ++i)
     h[i] = dtype == loomBfloat16 ? floatToBf16(values[i]) : floatToHalf(values[i]);
   reinterpret_cast<uint4*>(row)[group] = raw;
+}
+
+// acc[i] += (weights[k] *) value i of group `group` of rows[k], for k in [0, count) in order
+// (null rows skipped): the loads of up to eight rows are in flight together, the adds keep the
+// scalar path's order and rounding (no fused multiply-add), so the sums are bit for bit the same.
+template <bool kWeighted>
+__device__ __forceinline__ void addEightRows(float* acc, const char* const* rows,
+                                             const float* weights, int count, int group,
+                                             loomDataType_t dtype) {
+  for (int k0 = 0; k0 < count; k0 += 8) {
+    uint4 raw[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      raw[j] = make_uint4(0, 0, 0, 0);
+      if (k0 + j < count && rows[k0 + j] != nullptr)
+        raw[j] = __ldcg(reinterpret_cast<const uint4*>(rows[k0 + j]) + group);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (k0 + j >= count || rows[k0 + j] == nullptr) continue;
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(&raw[j]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float v = dtype == loomBfloat16 ? bf16ToFloat(h[i]) : halfToFloat(h[i]);
+        acc[i] = __fadd_rn(acc[i], kWeighted ? __fmul_rn(weights[k0 + j], v) : v);
+      }
+    }
+  }
 }
 
 // The sum of one value per lane over the warp.

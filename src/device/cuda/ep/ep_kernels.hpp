@@ -27,9 +27,9 @@ constexpr int kMaxRanks = 16;
 constexpr int kMaxTopk = 64;
 constexpr size_t kControlBytes = 4096;
 constexpr int kThreads = 512;
-// Low-latency kernels use at most this many blocks, whatever the sizes: they leave the rest of
-// the GPU to the computation they overlap.
-constexpr int kLowLatencyBlocks = 32;
+// Low-latency kernels use at most this many blocks (of an H100's or H200's 132 SMs), whatever the
+// sizes: they leave the rest of the GPU to the computation they overlap.
+constexpr int kLowLatencyBlocks = 64;
 
 enum EpError : int {
   kEpOk = 0,
@@ -55,10 +55,27 @@ struct EpStatus {
 struct EpRegions {
   int rank, nranks, localExperts, numExperts, maxTokens;
   size_t normalOffset, normalBytes, llOffset, llDispatchBytes, llCombineBytes;
+  size_t llListsOffset;     // within a low-latency dispatch part: the expert lists
   char* region[kMaxRanks];  // every rank's region as mapped here
   EpStatus* status;         // device address of the host-mapped status
   uint64_t timeoutNs;
 };
+
+// The low-latency dispatch's expert lists: counts [numExperts], then tokens
+// [numExperts][maxTokens] (int32), from expertListsStart(numExperts) on.
+constexpr size_t expertListsStart(int numExperts) {
+  return (static_cast<size_t>(numExperts) + 15) & ~size_t{15};
+}
+constexpr size_t expertListsBytes(int numExperts, int maxTokens) {
+  return sizeof(int32_t) *
+         (expertListsStart(numExperts) + static_cast<size_t>(numExperts) * maxTokens);
+}
+// The low-latency dispatch receive keeps, per local expert, where each source's rows start and
+// where the expert's rows start among all received rows, in shared memory.
+constexpr size_t dispatchTableBytes(int nranks, int localExperts) {
+  return sizeof(int32_t) * (static_cast<size_t>(localExperts) * (nranks + 1) + localExperts + 1);
+}
+constexpr size_t kMaxDispatchTableBytes = 40 * 1024;
 
 // Offsets of the control words.
 constexpr size_t postedOffset(int lane, int buffer) { return 64 * (lane * 2 + buffer); }

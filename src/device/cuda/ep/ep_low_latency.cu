@@ -64,6 +64,29 @@ __device__ void quantizeRow(const uint16_t* in, int hidden, bool round, uint8_t*
   }
 }
 
+// This rank's tokens that pick each expert, in token order, and their number (a warp per
+// expert, 32 tokens per ballot): the receivers read where their rows are instead of rescanning
+// every source's top-k over NVLink.
+__device__ void listTokensPerExpert(const EpRegions& d, int slot, const int64_t* topkIdx, int topk,
+                                    int count) {
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  int32_t* counts = llExpertCounts(d, d.rank, slot);
+  for (int e = blockIdx.x * warps + (threadIdx.x >> 5); e < d.numExperts; e += gridDim.x * warps) {
+    int32_t* tokens = llExpertTokens(d, d.rank, slot, e);
+    int taken = 0;
+    for (int base = 0; base < count; base += 32) {
+      const int t = base + lane;
+      bool picks = false;
+      for (int k = 0; t < count && k < topk; ++k)
+        picks |= topkIdx[static_cast<size_t>(t) * topk + k] == e;
+      const unsigned mask = __ballot_sync(0xffffffffu, picks);
+      if (picks) tokens[taken + __popc(mask & ((1u << lane) - 1))] = t;
+      taken += __popc(mask);
+    }
+    if (lane == 0) counts[e] = taken;
+  }
+}
+
 __global__ void dispatchSendKernel(EpRegions d, CallShape shape, int status, int slot,
                                    loomEpLowLatencyDispatchArgs_t a) {
   const uint64_t step = beginSend(d);
@@ -92,6 +115,7 @@ __global__ void dispatchSendKernel(EpRegions d, CallShape shape, int status, int
       copyBytes(row, reinterpret_cast<const char*>(in), 2 * static_cast<size_t>(a.hidden), 0,
                 blockDim.x);
   }
+  listTokensPerExpert(d, slot, a.topkIdx, a.topk, count);
   if (!lastBlock(reinterpret_cast<unsigned int*>(word(d, d.rank, ticketOffset(4)))) ||
       threadIdx.x != 0)
     return;
@@ -99,11 +123,85 @@ __global__ void dispatchSendKernel(EpRegions d, CallShape shape, int status, int
   postSend(d, chunk, slot, step, shape, verdict, count, count);
 }
 
-// Does token j of a source's chunk pick expert e (first column naming it)?
-__device__ __forceinline__ bool picks(const int32_t* topk, int k, int j, int e) {
-  for (int i = 0; i < k; ++i)
-    if (topk[j * k + i] == e) return true;
-  return false;
+// Where this rank's received rows go: per local expert, where each source's rows start
+// (start[el][s], s in [0, n], the sources in rank order) and where the expert's rows start among
+// all received rows (rowStart[el], el in [0, local]), from every source's expert counts.
+__device__ void buildDispatchTable(const EpRegions& d, int slot, int32_t* start,
+                                   int32_t* rowStart) {
+  const int n = d.nranks, local = d.localExperts, me = d.rank;
+  for (int i = threadIdx.x; i < local * n; i += blockDim.x) {
+    const int el = i / n, s = i % n;
+    start[el * (n + 1) + s + 1] = __ldcg(llExpertCounts(d, s, slot) + me * local + el);
+  }
+  __syncthreads();
+  for (int el = threadIdx.x; el < local; el += blockDim.x) {
+    int32_t* row = start + el * (n + 1);
+    row[0] = 0;
+    for (int s = 0; s < n; ++s) row[s + 1] += row[s];
+  }
+  __syncthreads();
+  int carry = 0;
+  for (int base = 0; base < local; base += blockDim.x) {
+    const int el = base + threadIdx.x;
+    int total = 0;
+    const int before = blockScan(el < local ? start[el * (n + 1) + n] : 0, &total);
+    if (el < local) rowStart[el] = carry + before;
+    carry += total;
+  }
+  if (threadIdx.x == 0) rowStart[local] = carry;
+  __syncthreads();
+}
+
+// Received row r (of all this rank's): its local expert (the last whose rows start at or before
+// r), its source and its position among the expert's rows.
+struct RowPlace {
+  int el, src, pos;
+};
+__device__ __forceinline__ RowPlace placeRow(const int32_t* start, const int32_t* rowStart, int n,
+                                             int local, int r) {
+  int lo = 0, hi = local - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (rowStart[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int pos = r - rowStart[lo];
+  const int32_t* row = start + lo * (n + 1);
+  int src = 0;
+  while (row[src + 1] <= pos) ++src;
+  return {lo, src, pos};
+}
+
+// A warp per received row: the row (and its FP8 scales) from its source's chunk into
+// recvX[el][pos], read over NVLink.
+__device__ void pullRow(const EpRegions& d, const loomEpLowLatencyDispatchArgs_t& a,
+                        const loom::ep::LowLatencyDispatchFormat& f, int slot,
+                        const HeaderCopies& headers, const int32_t* start, RowPlace p) {
+  const int lane = threadIdx.x & 31, n = d.nranks;
+  const size_t slots = static_cast<size_t>(d.maxTokens) * n;
+  const int e = d.rank * d.localExperts + p.el;
+  const int token =
+      __ldcg(llExpertTokens(d, p.src, slot, e) + p.pos - start[p.el * (n + 1) + p.src]);
+  const int count = headerCopy(headers, p.src)->count;
+  const char* row = llDispatchChunk(d, p.src, slot) + f.rowsOffset(count) + token * f.rowStride();
+  const size_t at = p.el * slots + p.pos;
+  const size_t outRow = f.fp8 ? static_cast<size_t>(a.hidden) : 2 * static_cast<size_t>(a.hidden);
+  copyBytes(static_cast<char*>(a.recvX) + at * outRow, row, outRow, threadIdx.x - lane, 32);
+  if (lane == 0) a.recvSrcInfo[at] = token;  // the chunk's index of token t is t
+  if (!f.fp8) return;
+  const int groups = f.scaleGroups();
+  const float* scales = reinterpret_cast<const float*>(row + loom::ep::align64(a.hidden));
+  for (int g = lane; g < groups; g += 32) {
+    if (a.useUe8m0) {
+      const size_t words = (groups + 3) / 4;
+      static_cast<uint8_t*>(a.recvScales)[((p.el * words + g / 4) * slots + p.pos) * 4 + g % 4] =
+          static_cast<uint8_t>(__float_as_uint(scales[g]) >> 23);
+    } else {
+      static_cast<float*>(a.recvScales)[(p.el * groups + g) * slots + p.pos] = scales[g];
+    }
+  }
 }
 
 __global__ void dispatchReceiveKernel(EpRegions d, CallShape shape, int slot,
@@ -111,76 +209,28 @@ __global__ void dispatchReceiveKernel(EpRegions d, CallShape shape, int slot,
   const int n = d.nranks, local = d.localExperts, me = d.rank;
   const uint64_t step = *word(d, me, pendingOffset(slot));
   const bool ok = waitAllRanks(d, postedOffset(kLane, slot), step);
-  __shared__ int agree;
-  if (threadIdx.x == 0) {
-    agree = ok;
-    for (int r = 0; r < n && agree; ++r)
-      agree = headerAgrees(d, reinterpret_cast<const CallHeader*>(llDispatchChunk(d, r, slot)),
-                           shape, r);
+  __shared__ __align__(64) HeaderCopies headers;
+  const bool agree =
+      headersAgree(d, shape, ok, headers, [&](int r) { return llDispatchChunk(d, r, slot); });
+  extern __shared__ int32_t table[];
+  int32_t* start = table;
+  int32_t* rowStart = table + local * (n + 1);
+  if (agree) buildDispatchTable(d, slot, start, rowStart);
+  if (agree && blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < local * n; i += blockDim.x) {
+      const int el = i / n, s = i % n;
+      const int32_t* row = start + el * (n + 1);
+      a.recvLayoutRange[i] = loom::ep::packRange(row[s], row[s + 1] - row[s]);
+    }
+    for (int el = threadIdx.x; el < local; el += blockDim.x) {
+      a.recvCount[el] = start[el * (n + 1) + n];
+      if (a.cumulativeRecvStats != nullptr) a.cumulativeRecvStats[el] += start[el * (n + 1) + n];
+    }
   }
-  __syncthreads();
   const LowLatencyDispatchFormat f{a.topk, a.hidden, a.useFp8 != 0};
-  const size_t slots = static_cast<size_t>(d.maxTokens) * n;
-  const int groups = f.scaleGroups();
-  const size_t outRow = f.fp8 ? static_cast<size_t>(a.hidden) : 2 * static_cast<size_t>(a.hidden);
-  for (int item = blockIdx.x; agree && item < local * n; item += gridDim.x) {
-    const int el = item / n, src = item % n, e = me * local + el;
-    // Rows of earlier sources first.
-    int earlier = 0;
-    for (int s = 0; s < src; ++s) {
-      const char* chunk = llDispatchChunk(d, s, slot);
-      const int count = reinterpret_cast<const CallHeader*>(chunk)->count;
-      const int32_t* topk = reinterpret_cast<const int32_t*>(chunk + f.topkOffset(count));
-      for (int j = threadIdx.x; j < count; j += blockDim.x) earlier += picks(topk, a.topk, j, e);
-    }
-    const int begin = blockSum(earlier);
-    const char* chunk = llDispatchChunk(d, src, slot);
-    const int count = reinterpret_cast<const CallHeader*>(chunk)->count;
-    const int32_t* index = reinterpret_cast<const int32_t*>(chunk + f.indexOffset());
-    const int32_t* topk = reinterpret_cast<const int32_t*>(chunk + f.topkOffset(count));
-    const char* rows = chunk + f.rowsOffset(count);
-    int taken = 0;
-    __shared__ int where[kThreads];
-    for (int first = 0; first < count; first += blockDim.x) {
-      const int j = first + threadIdx.x;
-      const bool take = j < count && picks(topk, a.topk, j, e);
-      int total = 0;
-      const int pos = begin + taken + blockScan(take ? 1 : 0, &total);
-      taken += total;
-      where[threadIdx.x] = take ? pos : -1;
-      if (take) {
-        const size_t at = el * slots + pos;
-        a.recvSrcInfo[at] = index[j];
-        const float* scales =
-            reinterpret_cast<const float*>(rows + j * f.rowStride() + loom::ep::align64(a.hidden));
-        for (int g = 0; f.fp8 && g < groups; ++g) {
-          if (a.useUe8m0) {
-            const size_t words = (groups + 3) / 4;
-            static_cast<uint8_t*>(a.recvScales)[((el * words + g / 4) * slots + pos) * 4 + g % 4] =
-                static_cast<uint8_t>(__float_as_uint(scales[g]) >> 23);
-          } else {
-            static_cast<float*>(a.recvScales)[(el * groups + g) * slots + pos] = scales[g];
-          }
-        }
-      }
-      __syncthreads();
-      // The rows: a warp per taken token.
-      const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-      for (int i = warp; i < static_cast<int>(blockDim.x); i += warps)
-        if (where[i] >= 0)
-          copyBytes(static_cast<char*>(a.recvX) + (el * slots + where[i]) * outRow,
-                    rows + (first + i) * f.rowStride(), outRow, warp * 32, 32);
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-      a.recvLayoutRange[el * n + src] = loom::ep::packRange(begin, taken);
-      if (src == n - 1) {
-        a.recvCount[el] = begin + taken;
-        if (a.cumulativeRecvStats != nullptr) a.cumulativeRecvStats[el] += begin + taken;
-      }
-    }
-    __syncthreads();
-  }
+  const int warps = blockDim.x >> 5, rows = agree ? rowStart[local] : 0;
+  for (int r = blockIdx.x * warps + (threadIdx.x >> 5); r < rows; r += gridDim.x * warps)
+    pullRow(d, a, f, slot, headers, start, placeRow(start, rowStart, n, local, r));
   if (lastBlock(reinterpret_cast<unsigned int*>(word(d, me, ticketOffset(5)))) &&
       threadIdx.x == 0) {
     __threadfence_system();
@@ -199,17 +249,19 @@ __global__ void combineSendKernel(EpRegions d, CallShape shape, int status, int 
   if (copy && blockIdx.x == 0)
     for (int i = threadIdx.x; i < local * n; i += blockDim.x)
       reinterpret_cast<int64_t*>(chunk + f.rangesOffset())[i] = a.layoutRange[i];
-  // The rows each expert received (zero copy: they are in place already).
-  for (int el = 0; copy && a.x != nullptr && el < local; ++el) {
+  // The rows each expert received (zero copy: they are in place already), an expert per block
+  // and a row per warp: with an expert's rows over all blocks, most blocks would idle.
+  const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int el = blockIdx.x; copy && a.x != nullptr && el < local; el += gridDim.x) {
     int rows = 0;
     for (int s = 0; s < n; ++s) {
       const int64_t range = a.layoutRange[el * n + s];
       rows = max(rows, loom::ep::rangeBegin(range) + loom::ep::rangeCount(range));
     }
-    for (int i = blockIdx.x; i < rows; i += gridDim.x) {
+    for (int i = warp; i < rows; i += warps) {
       const size_t at = (el * f.expertRows() + i) * f.rowBytes();
-      copyBytes(chunk + f.rowsOffset() + at, static_cast<const char*>(a.x) + at, f.rowBytes(), 0,
-                blockDim.x);
+      copyBytes(chunk + f.rowsOffset() + at, static_cast<const char*>(a.x) + at, f.rowBytes(),
+                warp * 32, 32);
     }
   }
   if (!lastBlock(reinterpret_cast<unsigned int*>(word(d, d.rank, ticketOffset(6)))) ||
@@ -222,7 +274,7 @@ __global__ void combineSendKernel(EpRegions d, CallShape shape, int status, int 
 // a warp per pick: the row of (token, expert) comes after this origin's earlier tokens that
 // picked the expert, which the warp's lanes count together.
 __device__ void findTerms(const EpRegions& d, const LowLatencyCombineFormat& f, int slot,
-                          const loomEpLowLatencyCombineArgs_t& a, int t, const uint16_t** rows,
+                          const loomEpLowLatencyCombineArgs_t& a, int t, const char** rows,
                           float* weights) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int64_t* mine = a.topkIdx + static_cast<size_t>(t) * a.topk;
@@ -246,9 +298,8 @@ __device__ void findTerms(const EpRegions& d, const LowLatencyCombineFormat& f, 
     const char* chunk = llCombineChunk(d, r, slot);
     const int64_t range =
         reinterpret_cast<const int64_t*>(chunk + f.rangesOffset())[el * d.nranks + d.rank];
-    rows[k] = reinterpret_cast<const uint16_t*>(
-        chunk + f.rowsOffset() +
-        (el * f.expertRows() + loom::ep::rangeBegin(range) + earlier) * f.rowBytes());
+    rows[k] = chunk + f.rowsOffset() +
+              (el * f.expertRows() + loom::ep::rangeBegin(range) + earlier) * f.rowBytes();
   }
 }
 
@@ -257,16 +308,11 @@ __global__ void combineReceiveKernel(EpRegions d, CallShape shape, int slot,
   const int n = d.nranks, local = d.localExperts, me = d.rank;
   const uint64_t step = *word(d, me, pendingOffset(slot));
   const bool ok = waitAllRanks(d, postedOffset(kLane, slot), step);
-  __shared__ int agree;
-  __shared__ const uint16_t* rows[kMaxTopk];
+  __shared__ __align__(64) HeaderCopies headers;
+  __shared__ const char* rows[kMaxTopk];
   __shared__ float weights[kMaxTopk];
-  if (threadIdx.x == 0) {
-    agree = ok;
-    for (int r = 0; r < n && agree; ++r)
-      agree = headerAgrees(d, reinterpret_cast<const CallHeader*>(llCombineChunk(d, r, slot)),
-                           shape, r);
-  }
-  __syncthreads();
+  const bool agree =
+      headersAgree(d, shape, ok, headers, [&](int r) { return llCombineChunk(d, r, slot); });
   const LowLatencyCombineFormat f{n, local, d.maxTokens, a.hidden};
   for (int t = blockIdx.x; agree && t < a.numTokens; t += gridDim.x) {
     findTerms(d, f, slot, a, t, rows, weights);
@@ -276,20 +322,16 @@ __global__ void combineReceiveKernel(EpRegions d, CallShape shape, int slot,
     for (int k = 0; k < a.topk; ++k) wide = wide && sixteenAligned(rows[k]);
     for (int g = threadIdx.x; wide && g < a.hidden / 8; g += blockDim.x) {
       float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-      for (int k = 0; k < a.topk; ++k) {
-        if (rows[k] == nullptr) continue;
-        const uint4 raw = reinterpret_cast<const uint4*>(rows[k])[g];
-        const uint16_t* h = reinterpret_cast<const uint16_t*>(&raw);
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-          acc[i] = __fadd_rn(acc[i], __fmul_rn(weights[k], bf16ToFloat(h[i])));
-      }
+      addEightRows<true>(acc, rows, weights, a.topk, g, loomBfloat16);
       storeEight(out, g, loomBfloat16, acc);
     }
     for (int v = threadIdx.x; !wide && v < a.hidden; v += blockDim.x) {
       float acc = 0.0f;
       for (int k = 0; k < a.topk; ++k)
-        if (rows[k] != nullptr) acc = __fadd_rn(acc, __fmul_rn(weights[k], bf16ToFloat(rows[k][v])));
+        if (rows[k] != nullptr)
+          acc = __fadd_rn(
+              acc,
+              __fmul_rn(weights[k], bf16ToFloat(reinterpret_cast<const uint16_t*>(rows[k])[v])));
       reinterpret_cast<uint16_t*>(out)[v] = floatToBf16(acc);
     }
     __syncthreads();
@@ -318,10 +360,12 @@ void launchLowLatencyDispatch(const EpRegions& d, const CallShape& shape, int st
                               bool send, bool receive, const loomEpLowLatencyDispatchArgs_t& a,
                               cudaStream_t stream) {
   if (send)
-    dispatchSendKernel<<<blocksFor(a.numTokens), kThreads, 0, stream>>>(d, shape, status, slot, a);
+    dispatchSendKernel<<<blocksFor(max(a.numTokens, d.numExperts / (kThreads / 32))), kThreads, 0,
+                         stream>>>(d, shape, status, slot, a);
   if (receive)
-    dispatchReceiveKernel<<<blocksFor(d.localExperts * d.nranks), kThreads, 0, stream>>>(d, shape,
-                                                                                         slot, a);
+    dispatchReceiveKernel<<<kLowLatencyBlocks, kThreads,
+                            dispatchTableBytes(d.nranks, d.localExperts), stream>>>(d, shape, slot,
+                                                                                    a);
   checkLaunch("low-latency dispatch");
 }
 
@@ -329,8 +373,8 @@ void launchLowLatencyCombine(const EpRegions& d, const CallShape& shape, int sta
                              bool send, bool receive, const loomEpLowLatencyCombineArgs_t& a,
                              cudaStream_t stream) {
   if (send)
-    combineSendKernel<<<blocksFor(d.localExperts * d.maxTokens), kThreads, 0, stream>>>(
-        d, shape, status, slot, a);
+    combineSendKernel<<<blocksFor(d.localExperts), kThreads, 0, stream>>>(d, shape, status, slot,
+                                                                          a);
   if (receive)
     combineReceiveKernel<<<blocksFor(a.numTokens), kThreads, 0, stream>>>(d, shape, slot, a);
   checkLaunch("low-latency combine");

@@ -22,7 +22,7 @@ namespace {
 using loom::ep::CombineFormat;
 using loom::ep::DispatchFormat;
 
-constexpr int kLane = 0;            // normal
+constexpr int kLane = 0;  // normal
 // Tokens of one source per pulling block: small, so that a call's rows spread over many blocks
 // (512 left 8 busy blocks per source at 4096 tokens, 54 GB/s on NVLink).
 constexpr int kSegment = 64;
@@ -193,7 +193,8 @@ __global__ void pullDispatchKernel(EpRegions d, uint64_t step, CallShape shape, 
     ok = waitAtLeast(d, word(d, source, postedOffset(kLane, step & 1)), step, source) &&
          headerAgrees(d, reinterpret_cast<const CallHeader*>(normalChunk(d, source, step)), shape,
                       source) &&
-         segment * kSegment < reinterpret_cast<const CallHeader*>(normalChunk(d, source, step))->count;
+         segment * kSegment <
+             reinterpret_cast<const CallHeader*>(normalChunk(d, source, step))->count;
   __syncthreads();
   if (ok) {  // a segment with tokens
     const char* chunk = normalChunk(d, source, step);
@@ -298,8 +299,7 @@ __device__ bool sumRowWide(const EpRegions& d, uint64_t step, const CombineArgs&
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (a.bias0 != nullptr) addEight(acc, a.bias0 + at, g, a.dtype);
     if (a.bias1 != nullptr) addEight(acc, a.bias1 + at, g, a.dtype);
-    for (int r = 0; r < d.nranks; ++r)
-      if (rows[r] != nullptr) addEight(acc, rows[r], g, a.dtype);
+    addEightRows<false>(acc, rows, nullptr, d.nranks, g, a.dtype);
     storeEight(a.combined + at, g, a.dtype, acc);
   }
   return true;
