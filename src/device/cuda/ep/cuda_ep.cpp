@@ -59,13 +59,15 @@ const char* errorText(int error) {
 
 CudaEp::CudaEp(CudaDevice& device, const NativeEpSetup& setup) : device_(device), setup_(setup) {
   // Beyond the kernels' limits every rank (the sizes are the same on all) uses the host paths.
+  const size_t tables = std::max(cuda::ep::dispatchTableBytes(setup.nranks, setup.localExperts),
+                                 cuda::ep::layoutTallyBytes(setup.nranks, setup.numExperts));
   if (setup.nranks > cuda::ep::kMaxRanks || setup.maxTopk > cuda::ep::kMaxTopk ||
-      cuda::ep::dispatchTableBytes(setup.nranks, setup.localExperts) >
-          cuda::ep::kMaxDispatchTableBytes)
+      tables > cuda::ep::kMaxSharedTableBytes)
     LOOM_THROW(loomUnhandledCudaError, "the CUDA kernels serve at most ", cuda::ep::kMaxRanks,
-               " GPUs, topk ", cuda::ep::kMaxTopk, " and localExperts x (GPUs + 2) below ",
-               cuda::ep::kMaxDispatchTableBytes / sizeof(int32_t), " (here ", setup.nranks,
-               " GPUs, topk ", setup.maxTopk, ", ", setup.localExperts, " local experts)");
+               " GPUs, topk ", cuda::ep::kMaxTopk, " and experts whose tables fit ",
+               cuda::ep::kMaxSharedTableBytes, " bytes of shared memory (here ", setup.nranks,
+               " GPUs, topk ", setup.maxTopk, ", ", setup.numExperts, " experts: ", tables,
+               " bytes)");
   DeviceScope scope(device.ordinal());
   EpRegions& d = regions_;
   d.rank = setup.rank;

@@ -190,15 +190,15 @@ __device__ __forceinline__ void copyBytes(char* dst, const char* src, size_t byt
     const size_t vectors = bytes / 16;
     const uint4* in = reinterpret_cast<const uint4*>(src);
     uint4* out = reinterpret_cast<uint4*>(dst);
-    size_t i = t;
-    for (; i + (kInFlight - 1) * static_cast<size_t>(count) < vectors; i += kInFlight * count) {
+    for (size_t i = t; i < vectors; i += kInFlight * count) {
       uint4 v[kInFlight];
 #pragma unroll
-      for (int j = 0; j < kInFlight; ++j) v[j] = __ldcg(in + i + j * count);
+      for (int j = 0; j < kInFlight; ++j)
+        if (i + j * count < vectors) v[j] = __ldcg(in + i + j * count);
 #pragma unroll
-      for (int j = 0; j < kInFlight; ++j) out[i + j * count] = v[j];
+      for (int j = 0; j < kInFlight; ++j)
+        if (i + j * count < vectors) out[i + j * count] = v[j];
     }
-    for (; i < vectors; i += count) out[i] = __ldcg(in + i);
     for (size_t b = vectors * 16 + t; b < bytes; b += count) dst[b] = src[b];
     return;
   }

@@ -75,7 +75,11 @@ constexpr size_t expertListsBytes(int numExperts, int maxTokens) {
 constexpr size_t dispatchTableBytes(int nranks, int localExperts) {
   return sizeof(int32_t) * (static_cast<size_t>(localExperts) * (nranks + 1) + localExperts + 1);
 }
-constexpr size_t kMaxDispatchTableBytes = 40 * 1024;
+// The layout kernel's tallies in shared memory: tokens per rank, picks per expert.
+constexpr size_t layoutTallyBytes(int nranks, int numExperts) {
+  return sizeof(int32_t) * (static_cast<size_t>(nranks) + numExperts);
+}
+constexpr size_t kMaxSharedTableBytes = 40 * 1024;
 
 // Offsets of the control words.
 constexpr size_t postedOffset(int lane, int buffer) { return 64 * (lane * 2 + buffer); }

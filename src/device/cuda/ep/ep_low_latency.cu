@@ -77,8 +77,10 @@ __device__ void listTokensPerExpert(const EpRegions& d, int slot, const int64_t*
     for (int base = 0; base < count; base += 32) {
       const int t = base + lane;
       bool picks = false;
-      for (int k = 0; t < count && k < topk; ++k)
-        picks |= topkIdx[static_cast<size_t>(t) * topk + k] == e;
+      if (t < count) {
+#pragma unroll 8
+        for (int k = 0; k < topk; ++k) picks |= topkIdx[static_cast<size_t>(t) * topk + k] == e;
+      }
       const unsigned mask = __ballot_sync(0xffffffffu, picks);
       if (picks) tokens[taken + __popc(mask & ((1u << lane) - 1))] = t;
       taken += __popc(mask);

@@ -28,29 +28,35 @@ constexpr int kLane = 0;  // normal
 constexpr int kSegment = 64;
 static_assert(kSegment <= kThreads && kSegment % 32 == 0);
 
+// Tallies in shared memory ([n] tokens per rank, then [numExperts] picks per expert), added to
+// memory once: thousands of tokens adding to the same few words of global memory serialize.
 __global__ void layoutKernel(EpRegions d, const int64_t* topkIdx, int numTokens, int topk,
                              int32_t* perRank, int32_t* perExpert, uint8_t* inRank) {
   const int n = d.nranks, local = d.localExperts;
-  for (int i = threadIdx.x; i < n && perRank != nullptr; i += blockDim.x) perRank[i] = 0;
-  for (int i = threadIdx.x; i < d.numExperts && perExpert != nullptr; i += blockDim.x)
-    perExpert[i] = 0;
+  extern __shared__ int32_t tally[];
+  for (int i = threadIdx.x; i < n + d.numExperts; i += blockDim.x) tally[i] = 0;
   __syncthreads();
   for (int t = threadIdx.x; t < numTokens; t += blockDim.x) {
-    for (int r = 0; r < n; ++r) {
-      bool goes = false;
-      for (int k = 0; k < topk; ++k) {
-        const int64_t e = topkIdx[static_cast<size_t>(t) * topk + k];
-        if (e < -1 || e >= d.numExperts) record(d, kEpBadExpert, d.rank);
-        goes = goes || (e >= 0 && e < d.numExperts && e / local == r);
-      }
-      if (inRank != nullptr) inRank[static_cast<size_t>(t) * n + r] = goes;
-      if (goes && perRank != nullptr) atomicAdd(&perRank[r], 1);
-    }
-    for (int k = 0; k < topk && perExpert != nullptr; ++k) {
+    uint32_t ranks = 0;  // bit r: the token goes to rank r (kMaxRanks <= 32)
+    for (int k = 0; k < topk; ++k) {
       const int64_t e = topkIdx[static_cast<size_t>(t) * topk + k];
-      if (e >= 0 && e < d.numExperts) atomicAdd(&perExpert[e], 1);
+      if (e < -1 || e >= d.numExperts) {
+        record(d, kEpBadExpert, d.rank);
+      } else if (e >= 0) {
+        ranks |= 1u << (e / local);
+        atomicAdd(&tally[n + e], 1);
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      const bool goes = (ranks >> r & 1) != 0;
+      if (inRank != nullptr) inRank[static_cast<size_t>(t) * n + r] = goes;
+      if (goes) atomicAdd(&tally[r], 1);
     }
   }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n && perRank != nullptr; i += blockDim.x) perRank[i] = tally[i];
+  for (int i = threadIdx.x; i < d.numExperts && perExpert != nullptr; i += blockDim.x)
+    perExpert[i] = tally[n + i];
 }
 
 // This rank's counts into its chunk (tokens to each rank, to each expert), then the post.
@@ -157,19 +163,21 @@ __global__ void stageDispatchKernel(EpRegions d, uint64_t step, CallShape shape,
   float* scales = reinterpret_cast<float*>(chunk + f.scalesOffset(count));
   char* rows = chunk + f.rowsOffset(count);
   unsigned long long* bad = reinterpret_cast<unsigned long long*>(word(d, me, kBadIdsOffset));
-  for (int t = blockIdx.x; t < count; t += gridDim.x) {
-    const int i = threadIdx.x;
-    if (i == 0) index[t] = t;
-    if (i < n) ranks[t * f.rankBytes() + i] = a.inRank[static_cast<size_t>(t) * n + i];
-    if (i < f.topk) {
+  // A warp per token: a row copied by a whole block leaves most of its threads one load each.
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  for (int t = blockIdx.x * warps + (threadIdx.x >> 5); t < count; t += gridDim.x * warps) {
+    if (lane == 0) index[t] = t;
+    for (int i = lane; i < n; i += 32)
+      ranks[t * f.rankBytes() + i] = a.inRank[static_cast<size_t>(t) * n + i];
+    for (int i = lane; i < f.topk; i += 32) {
       const int64_t e = a.topkIdx[static_cast<size_t>(t) * f.topk + i];
       if (e < -1 || e >= d.numExperts) atomicExch(bad, 1ull);
       topk[t * f.topk + i] = static_cast<int32_t>(e);
       if (f.weights) weights[t * f.topk + i] = a.weights[static_cast<size_t>(t) * f.topk + i];
     }
-    for (int s = i; s < f.numScales; s += blockDim.x)
-      scales[t * f.numScales + s] = a.scales[static_cast<size_t>(t) * f.numScales + s];
-    copyBytes(rows + t * f.rowStride(), a.x + t * a.rowBytes, a.rowBytes, 0, blockDim.x);
+    for (int i = lane; i < f.numScales; i += 32)
+      scales[t * f.numScales + i] = a.scales[static_cast<size_t>(t) * f.numScales + i];
+    copyBytes(rows + t * f.rowStride(), a.x + t * a.rowBytes, a.rowBytes, threadIdx.x - lane, 32);
   }
   if (!lastBlock(reinterpret_cast<unsigned int*>(word(d, me, ticketOffset(0))))) return;
   if (threadIdx.x != 0) return;
@@ -262,10 +270,11 @@ __global__ void stageCombineKernel(EpRegions d, uint64_t step, CallShape shape, 
   const int count = ready && status == loomSuccess ? a.numRecv : 0;
   char* rows = chunk + f.rowsOffset(count);
   float* weights = reinterpret_cast<float*>(chunk + f.weightsOffset());
-  for (int i = blockIdx.x; i < count; i += gridDim.x) {
-    copyBytes(rows + i * f.rowStride(), a.x + i * a.rowBytes, a.rowBytes, 0, blockDim.x);
-    if (f.weights && threadIdx.x < f.topk)
-      weights[i * f.topk + threadIdx.x] = a.weights[static_cast<size_t>(i) * f.topk + threadIdx.x];
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;  // a warp per row
+  for (int i = blockIdx.x * warps + (threadIdx.x >> 5); i < count; i += gridDim.x * warps) {
+    copyBytes(rows + i * f.rowStride(), a.x + i * a.rowBytes, a.rowBytes, threadIdx.x - lane, 32);
+    for (int k = lane; f.weights && k < f.topk; k += 32)
+      weights[i * f.topk + k] = a.weights[static_cast<size_t>(i) * f.topk + k];
   }
   if (!lastBlock(reinterpret_cast<unsigned int*>(word(d, me, ticketOffset(2)))) || threadIdx.x != 0)
     return;
@@ -368,7 +377,8 @@ void checkLaunch(const char* kernel) {
 
 void launchLayout(const EpRegions& d, const int64_t* topkIdx, int numTokens, int topk,
                   int32_t* perRank, int32_t* perExpert, uint8_t* inRank, cudaStream_t stream) {
-  layoutKernel<<<1, kThreads, 0, stream>>>(d, topkIdx, numTokens, topk, perRank, perExpert, inRank);
+  layoutKernel<<<1, kThreads, layoutTallyBytes(d.nranks, d.numExperts), stream>>>(
+      d, topkIdx, numTokens, topk, perRank, perExpert, inRank);
   checkLaunch("layout");
 }
 
