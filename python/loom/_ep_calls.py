@@ -211,7 +211,7 @@ def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank, nu
         self._check(cumulative_local_expert_recv_stats, "cumulative_local_expert_recv_stats", 1,
                     torch.int32)
     out = []
-    with self._call(None, async_finish, False, out) as stream:
+    with self._call(None, async_finish, False, out, return_recv_hook) as stream:
         recv_x, scales, count, src_info, layout_range = _low_latency_outputs(
             self, local, slots, hidden, use_fp8, use_ue8m0)
         out += [t for t in (x, topk_idx, recv_x, scales, count, src_info, layout_range,
@@ -239,7 +239,7 @@ def low_latency_combine(self, x, topk_idx, topk_weights, handle, use_logfmt=Fals
     ep = self._low_latency_ep(m, hidden, num_experts)
     tokens = topk_idx.shape[0]
     tensors = []
-    with self._call(None, async_finish, False, tensors) as stream:
+    with self._call(None, async_finish, False, tensors, return_recv_hook) as stream:
         combined = out if out is not None else self._empty((tokens, hidden), torch.bfloat16)
         tensors += [x, topk_idx, topk_weights, src_info, layout_range, combined]
         hook_id = ep.low_latency_combine(
