@@ -37,11 +37,12 @@ run:
 
 # The sanitizer slot of this commit (scripts/sanitize.sh: the slots rotate, so that CI's runs
 # cover every C++ test under ASan+UBSan and the threaded ones under TSan); SANITIZE=0 skips it.
+# The sanitizer slot (SANITIZE=0: none) builds and runs beside the Python tests (scripts/beside.sh).
 test: build
 	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --timeout 1800
-	scripts/python_test.sh
+	$(if $(filter 0,$(SANITIZE)),,scripts/beside.sh "JOBS=$(JOBS) scripts/sanitize.sh ci") \
+	  scripts/python_test.sh
 	BUILD=$(BUILD) scripts/newcomer_check.sh
-	$(if $(filter 0,$(SANITIZE)),,JOBS=$(JOBS) scripts/sanitize.sh ci)
 
 # Opt-in, not in `make test` (an hour or more on 2 cores): PyTorch's whole _DistTestBase on Gloo
 # and on Loom at 2, 3 and 4 ranks (WORLDS=...), ranks spawned as PyTorch does, the torch
