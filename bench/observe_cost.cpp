@@ -5,8 +5,9 @@
 // executor's operations (a ring allreduce on 8 ranks runs 2 x 7 of them). Prints the best of
 // several trials, in ns per call; compare with a call's time from loom-bench. Without a status
 // thread here, the trace's lines include its formatting (the recording thread writes when the
-// pool is full); the last two lines split a span into its recording, on the caller, and its
-// writing, by the status thread when it keeps up.
+// pool is full). The last two lines split a call's span into what its caller does (the flight
+// recorder hands its calls to the trace once per ring's turn) and the writing, which the status
+// thread does when it keeps up.
 //
 //   observe_cost [iterations]   (docs/observability.md quotes its output)
 #include <sys/stat.h>
@@ -38,10 +39,11 @@ double bestNsPerIteration(long iterations, Body&& body) {
   return best;
 }
 
-// Recording alone: batches that fit the trace's pool, each written (not timed) before the next.
+// Recording alone: batches that fit the trace's pool, each written (not timed) before the next,
+// as the status thread would.
 template <typename Body>
-void recordAndWrite(long iterations, loom::Trace& trace, Body&& body, double& recordNs,
-                    double& writeNs) {
+void recordAndWrite(long iterations, const loom::FlightRecorder& recorder, Body&& body,
+                    double& recordNs, double& writeNs) {
   const long batch = static_cast<long>((loom::Trace::kMaxChunks - 2) * loom::Trace::kChunkEvents);
   recordNs = writeNs = 1e300;
   for (int trial = 0; trial < 7; ++trial) {
@@ -51,7 +53,7 @@ void recordAndWrite(long iterations, loom::Trace& trace, Body&& body, double& re
       const auto start = std::chrono::steady_clock::now();
       for (long i = 0; i < n; ++i) body(done + i);
       const auto recorded = std::chrono::steady_clock::now();
-      trace.flush();
+      recorder.flushTrace();
       recording += recorded - start;
       writing += std::chrono::steady_clock::now() - recorded;
     }
@@ -107,7 +109,7 @@ int main(int argc, char** argv) {
   });
   double recordNs = 0, writeNs = 0;
   recordAndWrite(
-      iterations, *trace,
+      iterations, traced,
       [&](long i) {
         loom::FlightCall c = call;
         c.seq = static_cast<uint64_t>(i) + 1;

@@ -219,7 +219,7 @@ Comm::~Comm() {
   if (config_.progressRoot) progress_->setFailHook(nullptr);  // the handle's queue outlives it
   // The trace's spans name algorithms by pointer, "plan:NAME" into plans_, which goes before
   // trace_: they are written while the names still exist.
-  if (trace_) trace_->flush();
+  if (flight_) flight_->flushTrace();
 }
 
 const Hierarchy& Comm::setUpHierarchy() {

@@ -10,13 +10,15 @@
 //   device             device-side spans of a backend's kernels (events around them; CUDA)
 // scripts/loom_trace_merge.py merges every rank's files into one, a process per rank.
 //
-// Recording a span stores one fixed-size TraceEvent in a chunk of a small pool under a lock held
-// for a few stores; no text, no allocation once the pool is warm. The JSON text (trace_text.hpp)
-// is made later, in batches: by the status thread about once a second (every recorded span), when
-// a call fails, at destroy, and by a recording thread only when the pool is at its cap (it then
-// writes the oldest chunk itself, so nothing is dropped and nothing waits on another thread that
-// may never come). The file is valid without its closing bracket (the JSON array format allows
-// it), so a crash loses at most what was recorded since the last write.
+// Call spans are not recorded here: the flight recorder, which keeps every call anyway, hands its
+// finished calls over in batches (flight_recorder.hpp: traceTo). The executor's and the device's
+// spans are recorded as one fixed-size TraceEvent each, stored into a chunk of a small pool under
+// a lock held for a few stores; no text, no allocation once the pool is warm. The JSON text
+// (trace_text.hpp) is made later, in batches: by the status thread about once a second (every
+// span held), when a call fails, at destroy, and by a recording thread only when the pool is at
+// its cap (it then writes the oldest chunk itself, so nothing is dropped and nothing waits on a
+// thread that may never come). The file is valid without its closing bracket (the JSON array
+// format allows it), so a crash loses at most what was held since the last write.
 #pragma once
 
 #include <cstddef>
@@ -36,8 +38,7 @@ namespace loom {
 class Trace final : public ExecObserver, public DeviceTimeline {
  public:
   static constexpr size_t kChunkEvents = 4096;  // 320 KiB of TraceEvent
-  static constexpr size_t kMaxChunks = 8;       // the pool's cap: ~28,000 spans a second and more
-                                                // between the status thread's writes
+  static constexpr size_t kMaxChunks = 8;       // the cap: 32,768 spans between two writes
   // Opens the trace file in `dir` (created if missing); null with a warning when it cannot.
   static std::unique_ptr<Trace> open(const std::string& dir, const FlightIdentity& identity,
                                      int64_t waitThresholdNs);
