@@ -3,7 +3,11 @@
 // noisy on a shared 2-core host to see a few percent). Per call: the recorder's begin and finish
 // (always on), the same with a trace attached (a span per call), and the trace's spans of the
 // executor's operations (a ring allreduce on 8 ranks runs 2 x 7 of them). Prints the best of
-// several trials, in ns per call; compare with a call's time from loom-bench.
+// several trials, in ns per call; compare with a call's time from loom-bench. Without a status
+// thread here, the trace's lines include its formatting (the recording thread writes when the
+// pool is full). The last two lines split a call's span into what its caller does (the flight
+// recorder hands its calls to the trace once per ring's turn) and the writing, which the status
+// thread does when it keeps up.
 //
 //   observe_cost [iterations]   (docs/observability.md quotes its output)
 #include <sys/stat.h>
@@ -33,6 +37,29 @@ double bestNsPerIteration(long iterations, Body&& body) {
     best = std::min(best, took.count() / static_cast<double>(iterations));
   }
   return best;
+}
+
+// Recording alone: batches that fit the trace's pool, each written (not timed) before the next,
+// as the status thread would.
+template <typename Body>
+void recordAndWrite(long iterations, const loom::FlightRecorder& recorder, Body&& body,
+                    double& recordNs, double& writeNs) {
+  const long batch = static_cast<long>((loom::Trace::kMaxChunks - 2) * loom::Trace::kChunkEvents);
+  recordNs = writeNs = 1e300;
+  for (int trial = 0; trial < 7; ++trial) {
+    std::chrono::duration<double, std::nano> recording{0}, writing{0};
+    for (long done = 0; done < iterations; done += batch) {
+      const long n = std::min(batch, iterations - done);
+      const auto start = std::chrono::steady_clock::now();
+      for (long i = 0; i < n; ++i) body(done + i);
+      const auto recorded = std::chrono::steady_clock::now();
+      recorder.flushTrace();
+      recording += recorded - start;
+      writing += std::chrono::steady_clock::now() - recorded;
+    }
+    recordNs = std::min(recordNs, recording.count() / static_cast<double>(iterations));
+    writeNs = std::min(writeNs, writing.count() / static_cast<double>(iterations));
+  }
 }
 
 loom::FlightIdentity identity() {
@@ -80,6 +107,16 @@ int main(int argc, char** argv) {
     const int64_t now = static_cast<int64_t>(loom::steadyNowNs());  // as the executor reads it
     trace->operation(op, lane, now - 100 - i % 7, now);
   });
+  double recordNs = 0, writeNs = 0;
+  recordAndWrite(
+      iterations, traced,
+      [&](long i) {
+        loom::FlightCall c = call;
+        c.seq = static_cast<uint64_t>(i) + 1;
+        traced.finish(traced.begin(c), loomSuccess);
+      },
+      recordNs, writeNs);
+  traced.traceTo(nullptr);
   trace.reset();
   std::string clean = std::string("rm -rf '") + dir + "'";
   if (std::system(clean.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir);
@@ -89,5 +126,7 @@ int main(int argc, char** argv) {
   std::printf("LOOM_TRACE span of one executor operation:         %7.1f ns\n", span);
   std::printf("LOOM_TRACE, 8-rank ring allreduce (call + 14 ops): %7.1f ns\n",
               tracedCall - recorder + 14 * span);
+  std::printf("LOOM_TRACE call span, recording only (caller):     %7.1f ns\n", recordNs - recorder);
+  std::printf("LOOM_TRACE call span, formatting and write(2):     %7.1f ns\n", writeNs);
   return 0;
 }

@@ -217,6 +217,9 @@ Comm::~Comm() {
   deviceCalls_.staging.reset();
   deviceCalls_.p2pStaging.reset();
   if (config_.progressRoot) progress_->setFailHook(nullptr);  // the handle's queue outlives it
+  // The trace's spans name algorithms by pointer, "plan:NAME" into plans_, which goes before
+  // trace_: they are written while the names still exist.
+  if (flight_) flight_->flushTrace();
 }
 
 const Hierarchy& Comm::setUpHierarchy() {

@@ -89,7 +89,7 @@ uint64_t Comm::recordQueued(const Group& group, const CollArgs& args, const Algo
 void Comm::recordFailure(const Error& error) {
   if (!flight_) return;  // failed before the recorder existed (init)
   flight_->failInFlight(error.code());
-  if (trace_) trace_->flush();
+  flight_->flushTrace();
   FlightRegistry& registry = FlightRegistry::process();
   if (registry.dumpDir()[0] == '\0') return;
   // Every communicator of the process: a hang in one may come from another.

@@ -108,7 +108,9 @@ FlightRecorder::FlightRecorder(size_t capacity, const FlightIdentity& identity)
       capacity_(std::max<size_t>(capacity, 1)),
       entries_(new Entry[capacity_]) {}
 
-FlightRecorder::~FlightRecorder() = default;
+FlightRecorder::~FlightRecorder() {
+  if (trace_ != nullptr) traceFinished();
+}
 
 FlightRecorder::Entry& FlightRecorder::entryOf(uint64_t id) const {
   return entries_[(id - 1) % capacity_];
@@ -117,6 +119,7 @@ FlightRecorder::Entry& FlightRecorder::entryOf(uint64_t id) const {
 uint64_t FlightRecorder::begin(const FlightCall& call) {
   const uint64_t id = next_.fetch_add(1, std::memory_order_relaxed) + 1;
   Entry& e = entryOf(id);
+  if (trace_ != nullptr && id > capacity_) traceBeforeReuse(e, id - capacity_);
   constexpr auto relaxed = std::memory_order_relaxed;
   e.id.store(0, relaxed);  // readers skip it while it is rewritten
   std::atomic_thread_fence(std::memory_order_release);
@@ -192,9 +195,40 @@ void FlightRecorder::finish(uint64_t id, loomResult_t result) {
     lastFinished_.store(number, relaxed);
     if (published_ != nullptr) published_->finished.store(number, std::memory_order_release);
   }
-  if (trace_ != nullptr) {
-    FlightCall call;
-    if (read((id - 1) % capacity_, call) && call.id == id) trace_->call(call);
+}
+
+// The entry about to be rewritten: a finished call whose span the trace has not taken yet makes
+// every finished call go to the trace now (about once per capacity_ calls).
+void FlightRecorder::traceBeforeReuse(const Entry& e, uint64_t held) const {
+  if (e.id.load(std::memory_order_acquire) != held ||
+      e.traced.load(std::memory_order_relaxed) == held)
+    return;
+  const auto state = static_cast<FlightState>(e.state.load(std::memory_order_relaxed));
+  if (state == FlightState::kDone || state == FlightState::kFailed) traceFinished();
+}
+
+// Hands the trace every finished call it has not had, oldest first. traceFrom_ moves past the
+// calls handed over or gone; one still in flight stops it there, so later passes look again.
+void FlightRecorder::traceFinished() const {
+  std::lock_guard<std::mutex> lock(traceMutex_);
+  const uint64_t last = next_.load(std::memory_order_acquire);
+  // One id further back than forEach: the entry begin() is about to rewrite.
+  uint64_t id = std::max(traceFrom_, last > capacity_ ? last - capacity_ : uint64_t{1});
+  bool passed = true;  // every id before this one is handed over or gone
+  FlightCall call;
+  for (; id <= last; ++id) {
+    Entry& e = entryOf(id);
+    const uint64_t held = e.id.load(std::memory_order_acquire);
+    bool done = held > id || e.traced.load(std::memory_order_relaxed) == id;  // gone or handed
+    if (!done && held == id && read((id - 1) % capacity_, call) && call.id == id &&
+        (call.state == FlightState::kDone || call.state == FlightState::kFailed)) {
+      trace_->call(call);
+      e.traced.store(id, std::memory_order_relaxed);
+      done = true;
+    }
+    // Not done: in flight, or its entry is being written.
+    passed = passed && done;
+    if (passed) traceFrom_ = id + 1;
   }
 }
 
@@ -332,7 +366,9 @@ void FlightRecorder::writeStatus(FdWriter& out) const {
 }
 
 void FlightRecorder::flushTrace() const {
-  if (trace_ != nullptr) trace_->flush();
+  if (trace_ == nullptr) return;
+  traceFinished();
+  trace_->flush();
 }
 
 bool FlightRecorder::dump(const char* dir, const char* reason) const noexcept {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "base/fd_writer.hpp"
@@ -83,9 +84,15 @@ class FlightRecorder {
   void failInFlight(loomResult_t result);
   // Where the last collective entered and finished are published for the peers on this host.
   void publishTo(CallProgress* progress) { published_ = progress; }
-  // Every finished call also goes to `trace` as a span (LOOM_TRACE; null: none).
+  // Every finished call also goes to `trace` as a span (LOOM_TRACE; null: none), read from this
+  // ring, not recorded twice: at flushTrace(), when begin() is about to rewrite an entry whose
+  // span was not taken yet, and at the recorder's end (so `trace` must outlive the recorder, or
+  // be detached with traceTo(nullptr) first). A call whose entry is rewritten while it is still
+  // in flight (LOOM_FLIGHT_ENTRIES later calls) has no span, as it has no entry.
   void traceTo(Trace* trace) { trace_ = trace; }
-  void flushTrace() const;  // the trace's buffered events to its file (LOOM_TRACE; else nothing)
+  // The calls finished since the last time, and the trace's other spans, to its file (LOOM_TRACE;
+  // else nothing). Not signal-safe.
+  void flushTrace() const;
 
   // The collective in flight on the caller's thread, if any (for timeout messages).
   bool current(FlightCall& out) const;
@@ -113,6 +120,8 @@ class FlightRecorder {
   struct Entry;
   bool read(size_t slot, FlightCall& out) const;
   Entry& entryOf(uint64_t id) const;
+  void traceBeforeReuse(const Entry& e, uint64_t held) const;
+  void traceFinished() const;
 
   FlightIdentity identity_;  // never changes: signal handlers read its strings
   size_t capacity_;
@@ -123,6 +132,8 @@ class FlightRecorder {
   std::atomic<int32_t> waitingFor_{-1};
   CallProgress* published_ = nullptr;
   Trace* trace_ = nullptr;
+  mutable std::mutex traceMutex_;   // one thread at a time hands spans over; traceFrom_
+  mutable uint64_t traceFrom_ = 1;  // every call before it was handed over or is gone
 };
 
 struct FlightRecorder::Entry {
@@ -132,6 +143,7 @@ struct FlightRecorder::Entry {
   std::atomic<const char*> algorithm{nullptr};
   std::atomic<int32_t> root{-1}, peer{-1}, result{0}, waitingFor{-1};
   std::atomic<uint8_t> kind{0}, state{0}, func{0}, dtype{0}, op{0};
+  std::atomic<uint64_t> traced{0};  // LOOM_TRACE: the id whose span was handed to the trace
 };
 
 template <typename Visit>

@@ -295,9 +295,9 @@ TEST(FlightRegistry, ARegistrationLeavesTheRegistryWithItsOwner) {
 // calling, or exits without destroying its communicator, leaves its last calls in its file.
 TEST(StatusSocket, TicksFlushTheTraces) {
   const std::string dir = tempDir();
-  FlightRecorder r(8, identity(0, 2));
   std::unique_ptr<Trace> trace = Trace::open(dir, identity(0, 2), 0);
   ASSERT_NE(trace, nullptr);
+  FlightRecorder r(8, identity(0, 2));  // after the trace: hands it its last calls at its end
   r.traceTo(trace.get());
   r.finish(r.begin(allreduce(1)), loomSuccess);
   auto traced = [&] {

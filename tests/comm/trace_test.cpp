@@ -1,0 +1,119 @@
+// LOOM_TRACE's bookkeeping: the flight recorder hands every finished call to the trace through its
+// ring's wraps, and a full pool of spans is written, not dropped (comm/trace.hpp).
+#include "comm/trace.hpp"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "comm/flight_recorder.hpp"
+#include "json_reader.hpp"
+
+namespace loom {
+namespace {
+
+using tool::Json;
+
+FlightIdentity traceIdentity() {
+  FlightIdentity id;
+  id.name = "grp";
+  id.job = "00000000000000cd";
+  id.host = "hostA";
+  id.rank = 0;
+  id.nranks = 2;
+  id.pid = 2000;
+  return id;
+}
+
+std::string traceDir() {
+  char pattern[] = "/tmp/loom-trace-test-XXXXXX";
+  return mkdtemp(pattern);
+}
+
+// The events of a closed trace file.
+std::vector<Json> eventsOf(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const Json events = Json::parse(text.str());
+  return events.items();
+}
+
+// A call whose entry is rewritten after it finished reaches the trace all the same, and one that
+// finished after later calls (a receive posted early) too, once each.
+TEST(TraceFromTheRecorder, EveryFinishedCallThroughTheRingsWraps) {
+  const std::string dir = traceDir();
+  std::string path;
+  {
+    std::unique_ptr<Trace> trace = Trace::open(dir, traceIdentity(), 0);
+    ASSERT_NE(trace, nullptr);
+    path = trace->path();
+    FlightRecorder r(4, traceIdentity());  // after the trace: hands it its last calls at its end
+    r.traceTo(trace.get());
+    auto call = [](uint64_t seq) {
+      return collectiveCall(loomFuncAllReduce, 8, loomFloat32, loomSum, -1, 32, seq, "direct");
+    };
+    for (uint64_t seq = 1; seq <= 10; ++seq) r.finish(r.begin(call(seq)), loomSuccess);
+    const uint64_t late = r.begin(call(11));
+    r.finish(r.begin(call(12)), loomSuccess);
+    r.flushTrace();  // 11 in flight: the status thread's pass goes past it, and comes back
+    r.finish(r.begin(call(13)), loomSuccess);
+    r.finish(late, loomSuccess);
+    for (uint64_t seq = 14; seq <= 17; ++seq) r.finish(r.begin(call(seq)), loomSuccess);
+    const uint64_t failed = r.begin(call(18));
+    r.failInFlight(loomTimeout);
+    (void)failed;
+  }
+  std::map<int64_t, int> seen;
+  std::string lastResult;
+  for (const Json& e : eventsOf(path)) {
+    if (e["ph"].str() != "X" || e["cat"].str() != "call") continue;
+    ++seen[e["args"]["seq"].integer()];
+    if (e["args"]["seq"].integer() == 18) lastResult = e["args"]["result"].str();
+  }
+  ASSERT_EQ(seen.size(), 18u);
+  for (const auto& [seq, times] : seen) EXPECT_EQ(times, 1) << "call " << seq;
+  EXPECT_EQ(seen.begin()->first, 1);
+  EXPECT_EQ(lastResult, loomGetErrorString(loomTimeout));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// More spans than the pool holds, with no status thread to write them: the recording thread
+// writes the oldest chunks itself and every span is in the file.
+TEST(Trace, WritesEverySpanWhenItsPoolIsFull) {
+  const std::string dir = traceDir();
+  const size_t spans = Trace::kMaxChunks * Trace::kChunkEvents + Trace::kChunkEvents / 2 + 3;
+  std::string path;
+  {
+    std::unique_ptr<Trace> trace = Trace::open(dir, traceIdentity(), 0);
+    ASSERT_NE(trace, nullptr);
+    path = trace->path();
+    ScheduleOp op;
+    op.kind = OpKind::kRecv;
+    op.peer = 1;
+    ScheduleLane lane;
+    lane.kind = LaneKind::kRecvFrom;
+    lane.peer = 1;
+    for (size_t i = 0; i < spans; ++i) {
+      op.bytes = i;
+      trace->operation(op, lane, static_cast<int64_t>(10 * i), static_cast<int64_t>(10 * i + 5));
+    }
+  }
+  size_t lanes = 0;
+  int64_t bytesSum = 0;
+  for (const Json& e : eventsOf(path)) {
+    if (e["ph"].str() != "X" || e["cat"].str() != "lane") continue;
+    ++lanes;
+    bytesSum += e["args"]["bytes"].integer();
+  }
+  EXPECT_EQ(lanes, spans);
+  EXPECT_EQ(bytesSum, static_cast<int64_t>(spans * (spans - 1) / 2));  // each once, none torn
+  std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace loom
