@@ -21,14 +21,26 @@ import os
 import sys
 
 
+def closed(text):
+    """The JSON array format allows an unfinished array (a rank that crashed before its end)."""
+    text = text.rstrip().rstrip(",")
+    return text if text.endswith("]") else text + "]"
+
+
 def load(path):
+    """A rank's events. A file cut off in the middle of an event (a rank killed while it wrote)
+    keeps every complete line before the cut (one event per line): a crashed rank's trace is the
+    one most worth reading."""
     with open(path) as f:
-        text = f.read().rstrip()
-    # The JSON array format allows an unfinished array (a rank that crashed mid-write).
-    text = text.rstrip(",")
-    if not text.endswith("]"):
-        text += "]"
-    return json.loads(text)
+        text = f.read()
+    try:
+        return json.loads(closed(text))
+    except ValueError:
+        whole = text[:text.rstrip().rfind("\n") + 1]
+        events = json.loads(closed(whole))
+        print(f"loom_trace_merge: {path} ends in the middle of an event (cut off while written): "
+              f"its last {len(text) - len(whole)} bytes dropped", file=sys.stderr)
+        return events
 
 
 def describe(events):

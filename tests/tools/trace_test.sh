@@ -58,6 +58,26 @@ check(any(e.get("cat") == "lane" for e in merged), "no lane spans")
 sys.exit(0 if ok else 1)
 PY
 
+# A rank killed while it wrote leaves its file cut in the middle of an event: the merge keeps
+# the file's complete lines (that rank's trace is the one to read) and says what it dropped.
+mkdir -p "$TMP/cut"
+cp "$TMP"/trace/loom-trace-*-r*-p*.json "$TMP/cut/"
+python3 - "$(ls "$TMP"/cut/loom-trace-*-r1-p*.json | head -1)" <<'PY' || fail "cutting a trace"
+import sys
+path = sys.argv[1]
+text = open(path).read()
+at = text.rindex("\n", 0, len(text) * 7 // 10) + 10  # inside the line after that newline
+open(path, "w").write(text[:at])
+PY
+python3 "$SRC/scripts/loom_trace_merge.py" "$TMP/cut" -o "$TMP/cut.json" >"$TMP/cut.out" 2>&1 ||
+  fail "merging a cut trace: $(cat "$TMP/cut.out")"
+grep -q "ends in the middle of an event" "$TMP/cut.out" || fail "cut trace: $(cat "$TMP/cut.out")"
+python3 - "$TMP/cut.json" <<'PY' || fail "the cut rank's events are not in the merged trace"
+import json, sys
+merged = json.load(open(sys.argv[1]))["traceEvents"]
+sys.exit(0 if any(e.get("pid") == 1 and e.get("ph") == "X" for e in merged) else 1)
+PY
+
 # loomrun -n 2, but the job asks for a world of 3: it fails at once, not at the timeout.
 start=$(date +%s)
 LOOM_WORLD_SIZE=3 LOOM_TIMEOUT=60 "$LOOMRUN" -n 2 --timeout 100 -- "$BENCH" allreduce -b 8 -e 8 \
