@@ -12,6 +12,23 @@
 
 namespace loom {
 
+// All of data[0, size) to fd, through short writes and EINTR; false at the first other failure.
+// Signal-safe (write(2) only).
+inline bool writeAll(int fd, const char* data, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::write(fd, data + done, size - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
 class FdWriter {
  public:
   explicit FdWriter(int fd) : fd_(fd) {}
@@ -86,17 +103,7 @@ class FdWriter {
     return *this;
   }
   bool flush() {
-    size_t done = 0;
-    while (done < used_ && !failed_) {
-      const ssize_t n = ::write(fd_, buffer_ + done, used_ - done);
-      if (n > 0) {
-        done += static_cast<size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else {
-        failed_ = true;
-      }
-    }
+    if (!failed_ && !writeAll(fd_, buffer_, used_)) failed_ = true;
     used_ = 0;
     return !failed_;
   }

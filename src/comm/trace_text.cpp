@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/dtype.hpp"
+#include "base/fd_writer.hpp"
 
 namespace loom {
 
@@ -304,17 +305,7 @@ void TraceText::end(int64_t nowNs) {
 }
 
 bool TraceText::flush() {
-  size_t done = 0;
-  while (done < used_ && !failed_) {
-    const ssize_t n = ::write(fd_, buffer_.get() + done, used_ - done);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      failed_ = true;
-    }
-  }
+  if (!failed_ && !writeAll(fd_, buffer_.get(), used_)) failed_ = true;
   used_ = 0;
   return !failed_;
 }
