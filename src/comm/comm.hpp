@@ -371,9 +371,13 @@ class Comm {
   // A stream-ordered call of `group`.
   uint64_t recordQueued(const Group& group, const CollArgs& args, const Algorithm* algo);
   void recordFailure(const Error& error);
-  uint64_t enteredCall(int peer) const;         // the last call a rank of this host entered
-  std::string ranksBehind(uint64_t seq) const;  // this host's ranks that have not entered seq
-  std::string describeWait(int peer) const;     // a timeout's message: the call and whom it awaited
+  uint64_t enteredCall(int peer) const;  // the last call a rank of this host entered
+  // This host's ranks but `except` that have not entered seq, or are dead or stopped.
+  std::string ranksBehind(uint64_t seq, int except = -1) const;
+  // A rank of this host's process state letter (/proc: 'R', 'S', 'T', ...; 'X' when it exited),
+  // or 0 where its process cannot be seen from here.
+  char processLetter(int peer) const;
+  std::string describeWait(int peer) const;  // a timeout's message: the call and whom it awaited
   std::string describePeer(int peer, uint64_t mySeq) const;
   // checkUsable() (throws if aborted or a peer failed) and a new deadline for this call.
   void beginOperation();

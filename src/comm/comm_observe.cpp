@@ -102,6 +102,17 @@ void Comm::recordFailure(const Error& error) {
               ": no flight record could be written there (", std::strerror(errno), ")");
 }
 
+char Comm::processLetter(int peer) const {
+  const RankInfo& info = ranks_[peer];
+  if (!nodes_.sameNode(peer, rank_) || info.pidNamespace != ranks_[rank_].pidNamespace ||
+      info.pid <= 0)
+    return 0;
+  const int fd = health_.pidfd(peer);
+  pollfd p{fd, POLLIN, 0};
+  const bool gone = fd >= 0 ? ::poll(&p, 1, 0) > 0 : ::kill(info.pid, 0) != 0 && errno == ESRCH;
+  return gone ? 'X' : processState(info.pid);
+}
+
 std::string Comm::describePeer(int peer, uint64_t mySeq) const {
   const RankInfo& info = ranks_[peer];
   std::ostringstream out;
@@ -115,11 +126,7 @@ std::string Comm::describePeer(int peer, uint64_t mySeq) const {
   }
   std::string state = "alive";
   bool stopped = false;
-  if (info.pidNamespace == ranks_[rank_].pidNamespace && info.pid > 0) {
-    const int fd = health_.pidfd(peer);
-    pollfd p{fd, POLLIN, 0};
-    const bool gone = fd >= 0 ? ::poll(&p, 1, 0) > 0 : ::kill(info.pid, 0) != 0 && errno == ESRCH;
-    const char letter = gone ? 'X' : processState(info.pid);
+  if (const char letter = processLetter(peer); letter != 0) {
     if (letter == 'X' || letter == 'Z') return out.str() + ": dead (the process exited)";
     if (letter == 'T') state = "stopped (process state T: SIGSTOP or a debugger holds it)";
     if (letter == 't') state = "stopped by a debugger (process state t)";
@@ -156,11 +163,16 @@ uint64_t Comm::enteredCall(int peer) const {
       .entered.load(std::memory_order_acquire);
 }
 
-std::string Comm::ranksBehind(uint64_t seq) const {
+std::string Comm::ranksBehind(uint64_t seq, int except) const {
+  // A rank that entered the call and then died or was stopped in it holds the ring up as much as
+  // one that never came.
   std::string behind;
-  for (int r = 0; r < nranks_; ++r)
-    if (r != rank_ && nodes_.sameNode(r, rank_) && enteredCall(r) < seq)
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_ || r == except || !nodes_.sameNode(r, rank_)) continue;
+    const char letter = enteredCall(r) < seq ? 'B' : processLetter(r);
+    if (letter == 'B' || letter == 'X' || letter == 'Z' || letter == 'T' || letter == 't')
       behind += (behind.empty() ? "" : "; ") + describePeer(r, seq);
+  }
   return behind;
 }
 
@@ -184,7 +196,7 @@ std::string Comm::describeWait(int peer) const {
     // In a ring the peer waited for may have entered the call and wait itself, for a rank
     // further along: name the ranks of this host that have not come as far.
     if (nodes_.sameNode(peer, rank_) && enteredCall(peer) >= seq) {
-      const std::string behind = ranksBehind(seq);
+      const std::string behind = ranksBehind(seq, peer);
       if (!behind.empty()) out << "; the call is held up by " << behind;
     }
   } else {

@@ -29,8 +29,11 @@
 //                          waits inside the first allreduce meanwhile, so its liveness checks run).
 //   stuck HOW VICTIM       allreduces of 256 floats in a loop; before its 11th, rank VICTIM stops
 //                          calling, alive: HOW stop: SIGSTOPs itself (the test kills it); HOW
-//                          compute: spins for 2 x LOOM_TIMEOUT, then exits 0 without a result.
-//                          The others' result is their failed call's. E: that call.
+//                          compute: spins for 2 x LOOM_TIMEOUT, then exits 0 without a result;
+//                          HOW stop-inside: at its 11th call a second thread waits 200 ms and
+//                          SIGSTOPs the process, most likely inside a call (a ring call waits
+//                          for its neighbours). The others' result is their failed call's.
+//                          E: that call.
 //   dump                   3 allreduces of 256 floats; then rank 0 calls loomCommDumpFlight
 //                          (LOOM_FLIGHT_DIR), the others raise SIGUSR2; then one more allreduce.
 #include <signal.h>
@@ -211,8 +214,15 @@ int modeAbortThread(loomComm_t comm) {
 
 int modeStuck(loomComm_t comm, const std::string& how, int victim) {
   std::vector<float> data(256, 1.0f);
+  std::thread stopper;
   for (long i = 0;; ++i) {
-    if (gRank == victim && i == 10) {
+    if (gRank == victim && i == 10 && how == "stop-inside") {
+      stopper = std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        kill(getpid(), SIGSTOP);
+      });
+      stopper.detach();  // the test kills the process
+    } else if (gRank == victim && i == 10) {
       if (how == "stop") raise(SIGSTOP);
       const char* timeout = std::getenv("LOOM_TIMEOUT");
       const double seconds = 2 * (timeout != nullptr ? std::atof(timeout) : 1.0);

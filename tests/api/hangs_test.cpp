@@ -108,6 +108,24 @@ TEST(Hangs, ARingTimeoutNamesTheRankThatNeverEnteredTheCall) {
   EXPECT_NE(res.msg.find("has not entered #11"), std::string::npos) << res.msg;
 }
 
+// A rank stopped inside the call (it entered it) holds a ring up as much as one that never came:
+// the timeout of a rank it is not next to names it too. Rank 0 alone has a short timeout; its
+// neighbours 1 and 3 wait for rank 2, which stops itself while the ranks loop over calls.
+TEST(Hangs, ARingTimeoutNamesARankStoppedInsideTheCall) {
+  Job job(4, "20");
+  job.setEnv("LOOM_ALGO", "allreduce:ring");
+  for (int r : {1, 2, 3}) job.start(r, {"stuck", "stop-inside", "2"});
+  job.setEnv("LOOM_TIMEOUT", "3");
+  job.start(0, {"stuck", "stop-inside", "2"});
+  EXPECT_TRUE(job.wait(60, 2)) << job.describe();
+  const Result res = job[0].result();
+  ASSERT_TRUE(res.present) << job.describe();
+  ASSERT_EQ(res.code, loomTimeout) << res.msg;
+  EXPECT_NE(res.msg.find("rank 2 (pid " + std::to_string(job[2].pid)), std::string::npos)
+      << res.msg;
+  EXPECT_NE(res.msg.find("stopped (process state T"), std::string::npos) << res.msg;
+}
+
 TEST(Hangs, StatusShowsCallsInFlightAndTheStoppedRank) {
   const std::string status = tempDir("status");
   ASSERT_FALSE(status.empty());
