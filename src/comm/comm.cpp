@@ -206,6 +206,11 @@ void Comm::crossCheckLauncher() const {
 }
 
 Comm::~Comm() {
+  // Said first, for the peers of this host that may still wait for this rank in a call.
+  if (transports_)
+    transports_->arena()
+        .progress(nodes_.localIndex(rank_))
+        .destroyed.store(1, std::memory_order_release);
   flightRegistration_.reset();
   // First: its jobs run host algorithms of this communicator's groups of ranks on the
   // staging memory. If the device's stream did not get past them, the memory stays allocated.

@@ -142,7 +142,12 @@ std::string Comm::describePeer(int peer, uint64_t mySeq) const {
       static_cast<int64_t>(steadyNowNs()) - progress.enteredNs.load(std::memory_order_relaxed);
   const char* func =
       funcName(static_cast<loomFunc_t>(progress.func.load(std::memory_order_relaxed)));
-  if (entered == 0) {
+  if (progress.destroyed.load(std::memory_order_acquire) != 0) {
+    out << "; it destroyed its communicator";
+    if (entered != 0)
+      out << " after entering " << func << " #" << entered
+          << (finished >= entered ? " (finished)" : " (not finished)");
+  } else if (entered == 0) {
     out << "; it has not entered any collective of this communicator";
   } else if (entered < mySeq) {
     out << (stopped ? "" : ", late") << "; the last collective it entered is " << func << " #"
@@ -169,7 +174,10 @@ std::string Comm::ranksBehind(uint64_t seq, int except) const {
   std::string behind;
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_ || r == except || !nodes_.sameNode(r, rank_)) continue;
-    const char letter = enteredCall(r) < seq ? 'B' : processLetter(r);
+    const bool destroyed = transports_->arena()
+                               .progress(nodes_.localIndex(r))
+                               .destroyed.load(std::memory_order_acquire) != 0;
+    const char letter = enteredCall(r) < seq || destroyed ? 'B' : processLetter(r);
     if (letter == 'B' || letter == 'X' || letter == 'Z' || letter == 'T' || letter == 't')
       behind += (behind.empty() ? "" : "; ") + describePeer(r, seq);
   }

@@ -32,7 +32,8 @@
 //                          compute: spins for 2 x LOOM_TIMEOUT, then exits 0 without a result;
 //                          HOW stop-inside: at its 11th call a second thread waits 200 ms and
 //                          SIGSTOPs the process, most likely inside a call (a ring call waits
-//                          for its neighbours). The others' result is their failed call's.
+//                          for its neighbours); HOW destroy: destroys its communicator, then as
+//                          compute. The others' result is their failed call's.
 //                          E: that call.
 //   dump                   3 allreduces of 256 floats; then rank 0 calls loomCommDumpFlight
 //                          (LOOM_FLIGHT_DIR), the others raise SIGUSR2; then one more allreduce.
@@ -224,6 +225,7 @@ int modeStuck(loomComm_t comm, const std::string& how, int victim) {
       stopper.detach();  // the test kills the process
     } else if (gRank == victim && i == 10) {
       if (how == "stop") raise(SIGSTOP);
+      if (how == "destroy") loomCommDestroy(comm);
       const char* timeout = std::getenv("LOOM_TIMEOUT");
       const double seconds = 2 * (timeout != nullptr ? std::atof(timeout) : 1.0);
       const Clock::time_point begin = Clock::now();

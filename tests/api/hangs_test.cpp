@@ -126,6 +126,25 @@ TEST(Hangs, ARingTimeoutNamesARankStoppedInsideTheCall) {
   EXPECT_NE(res.msg.find("stopped (process state T"), std::string::npos) << res.msg;
 }
 
+// A rank that destroyed its communicator while its peers still call it is alive and outside any
+// call: the timeout says so (the soak's "destroy" fault on one host).
+TEST(Hangs, ATimeoutNamesARankThatDestroyedItsCommunicator) {
+  Job job(3, "20");
+  job.setEnv("LOOM_ALGO", "allreduce:ring");
+  for (int r : {1, 2}) job.start(r, {"stuck", "destroy", "2"});
+  job.setEnv("LOOM_TIMEOUT", "3");
+  job.start(0, {"stuck", "destroy", "2"});
+  EXPECT_TRUE(job.wait(60, 2)) << job.describe();  // rank 2 spins on
+  const Result res = job[0].result();
+  ASSERT_TRUE(res.present) << job.describe();
+  ASSERT_EQ(res.code, loomTimeout) << res.msg;
+  EXPECT_NE(res.msg.find("rank 2 (pid " + std::to_string(job[2].pid)), std::string::npos)
+      << res.msg;
+  EXPECT_NE(res.msg.find("it destroyed its communicator after entering allreduce #10 (finished)"),
+            std::string::npos)
+      << res.msg;
+}
+
 TEST(Hangs, StatusShowsCallsInFlightAndTheStoppedRank) {
   const std::string status = tempDir("status");
   ASSERT_FALSE(status.empty());

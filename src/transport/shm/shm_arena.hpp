@@ -68,6 +68,8 @@ struct alignas(kCacheLine) CallProgress {
   std::atomic<uint64_t> finished{0};
   std::atomic<int64_t> enteredNs{0};  // steady clock
   std::atomic<uint32_t> func{0};
+  // 1 once the rank destroyed its communicator: a peer still waiting for it will wait in vain.
+  std::atomic<uint32_t> destroyed{0};
 };
 
 struct RankFlags {
