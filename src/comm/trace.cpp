@@ -73,7 +73,7 @@ Trace::~Trace() {
 
 void Trace::add(const TraceEvent& event) {
   std::unique_lock<std::mutex> lock(mutex_);
-  while (filling_->used == kChunkEvents && !rotateLocked()) {
+  while (filling_->used == kChunkEvents && !handOnFillingLocked(full_)) {
     // The pool is at its cap (spans come faster than the status thread writes them): this
     // thread writes the oldest chunk. Never drops a span; waits at most for another writer.
     lock.unlock();
@@ -83,14 +83,15 @@ void Trace::add(const TraceEvent& event) {
   filling_->events[filling_->used++] = event;
 }
 
-// The full chunk joins full_, a spare one (or a new one, below the cap) takes its place.
-bool Trace::rotateLocked() {
+// The chunk filling moves to `into` and a spare one (or a new one, below the cap) takes its
+// place; false, moving nothing, when the pool is at its cap without a spare.
+bool Trace::handOnFillingLocked(std::vector<ChunkPtr>& into) {
   if (spare_.empty()) {
     if (chunks_ == kMaxChunks) return false;
     spare_.push_back(std::make_unique<Chunk>());
     ++chunks_;
   }
-  full_.push_back(std::move(filling_));
+  into.push_back(std::move(filling_));
   filling_ = std::move(spare_.back());
   spare_.pop_back();
   return true;
@@ -130,16 +131,7 @@ bool Trace::takeChunks(bool everything) {
   }
   for (ChunkPtr& chunk : full_) writing_.push_back(std::move(chunk));
   full_.clear();
-  if (filling_->used == 0) return true;
-  if (spare_.empty() && chunks_ < kMaxChunks) {
-    spare_.push_back(std::make_unique<Chunk>());
-    ++chunks_;
-  }
-  if (spare_.empty()) return false;
-  writing_.push_back(std::move(filling_));
-  filling_ = std::move(spare_.back());
-  spare_.pop_back();
-  return true;
+  return filling_->used == 0 || handOnFillingLocked(writing_);
 }
 
 void Trace::call(const FlightCall& c) {

@@ -69,7 +69,7 @@ class Trace final : public ExecObserver, public DeviceTimeline {
 
   Trace(int fd, std::string path, const FlightIdentity& identity, int64_t waitThresholdNs);
   void add(const TraceEvent& event);
-  bool rotateLocked();
+  bool handOnFillingLocked(std::vector<ChunkPtr>& into);
   // Formats and writes the oldest full chunk, or (everything) every recorded span.
   void write(bool everything);
   bool takeChunks(bool everything);
