@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "algorithms/context.hpp"
 #include "base/dtype.hpp"
 #include "base/wait.hpp"
 #include "comm/trace.hpp"
@@ -281,14 +282,6 @@ bool FlightRecorder::read(size_t slot, FlightCall& out) const {
 
 namespace {
 
-const char* funcText(loomFunc_t func) {
-  static const char* const names[] = {"allreduce",     "broadcast", "reduce",    "allgather",
-                                      "reducescatter", "alltoall",  "alltoallv", "gather",
-                                      "scatter",       "sendrecv",  "barrier"};
-  const int f = static_cast<int>(func);
-  return f >= 0 && f < static_cast<int>(sizeof(names) / sizeof(names[0])) ? names[f] : "unknown";
-}
-
 void writeCall(FdWriter& out, const FlightCall& c) {
   bool first = true;
   out.raw("{");
@@ -296,7 +289,7 @@ void writeCall(FdWriter& out, const FlightCall& c) {
   out.key("seq", first).uint(c.seq);
   out.key("kind", first).string(flightKindName(c.kind));
   out.key("op", first)
-      .string(c.kind == FlightKind::kCollective ? funcText(c.func) : flightKindName(c.kind));
+      .string(c.kind == FlightKind::kCollective ? funcName(c.func) : flightKindName(c.kind));
   out.key("count", first).uint(c.count);
   out.key("dtype", first).string(dtypeName(c.dtype));
   if (c.func == loomFuncAllReduce || c.func == loomFuncReduce || c.func == loomFuncReduceScatter)

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "algorithms/context.hpp"
 #include "base/dtype.hpp"
 #include "base/fd_writer.hpp"
 
@@ -16,13 +17,6 @@ namespace {
 
 constexpr size_t kBufferBytes = 256 * 1024;  // written when nearly full: ~1000 events a write
 constexpr size_t kEventBytes = 512;          // an event's text without its variable strings
-
-const char* funcText(uint8_t func) {
-  static const char* const names[] = {"allreduce",     "broadcast", "reduce",    "allgather",
-                                      "reducescatter", "alltoall",  "alltoallv", "gather",
-                                      "scatter",       "sendrecv",  "barrier"};
-  return func < sizeof(names) / sizeof(names[0]) ? names[func] : "unknown";
-}
 
 const char* categoryText(TraceEvent::Kind kind) {
   switch (kind) {
@@ -250,7 +244,7 @@ void TraceText::event(const TraceEvent& e) {
   const char* name = e.text;
   if (call) {
     name = e.flightKind == static_cast<uint8_t>(FlightKind::kCollective)
-               ? funcText(e.func)
+               ? funcName(static_cast<loomFunc_t>(e.func))
                : flightKindName(static_cast<FlightKind>(e.flightKind));
   }
   // Every string of the event bounded; the static ones (names of dtypes, ops, results, tracks)
