@@ -33,6 +33,8 @@ bool rootFits(const BenchOptions& opts, int rank, int nranks) {
   return false;
 }
 
+int refusedStatus(int rank) { return rank == 0 ? 2 : 0; }
+
 // Opens the table and the --csv file; every rank learns whether rank 0 could write the file
 // before any rank starts measuring.
 bool openReport(const BenchOptions& opts, Reporter& reporter, Backend& backend, int rank) {

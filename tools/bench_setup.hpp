@@ -15,6 +15,10 @@ namespace loom::bench {
 loomComm_t initWorld(const loomConfig_t* config, bool launched, const char* argv0);
 // Whether -r names a rank of the job (rank 0 says why not).
 bool rootFits(const BenchOptions& opts, int rank, int nranks);
+// The exit status of a run refused once every rank knows why (a -r or --placement that does not
+// fit the job): 2 on rank 0, which said why; 0 on the others, since a launcher that saw them fail
+// first could stop rank 0 before it said why.
+int refusedStatus(int rank);
 // Opens the table and the --csv file; every rank learns whether rank 0 could write the file
 // before any rank starts measuring.
 bool openReport(const BenchOptions& opts, Reporter& reporter, Backend& backend, int rank);

@@ -354,11 +354,11 @@ int runPlaced(const BenchOptions& opts, bool launched, const char* argv0) {
       std::fprintf(stderr, "loom-bench: --placement names %zu devices for %d ranks\n",
                    placement.size(), nranks);
     loomCommDestroy(world);
-    return 2;
+    return refusedStatus(rank);
   }
   if (!rootFits(opts, rank, nranks)) {
     loomCommDestroy(world);
-    return 2;
+    return refusedStatus(rank);
   }
   std::unique_ptr<tool::Memory> memory =
       tool::memoryForDevice("loom-bench", placement.empty() ? opts.deviceSpec : placement[rank]);
@@ -493,7 +493,7 @@ int benchMain(int argc, char** argv) {
   checkCall(loomCommCount(comm, &nranks), "loomCommCount", comm);
   if (!rootFits(opts, rank, nranks)) {
     loomCommDestroy(comm);
-    return 2;
+    return refusedStatus(rank);
   }
 
   // Who runs where: a host communicator gathers it (a CUDA one's buffers must be on the GPU).

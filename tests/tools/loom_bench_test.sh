@@ -177,6 +177,13 @@ grep -q "running on placement cpu,loom-emu,loom-emu:0" "$TMP/mixed" || fail "pla
 "$LOOMRUN" -n 2 -- "$BENCH" allreduce "${TINY[@]}" --placement CEC >"$TMP/out" 2>"$TMP/err"
 [[ $? -eq 2 ]] || fail "--placement of 3 for 2 ranks does not exit 2"
 grep -q "^\[0\] loom-bench: --placement names 3 devices for 2 ranks" "$TMP/err" || fail "placement length: $(cat "$TMP/err")"
+# Only rank 0 fails such a job: had rank 1 failed too, loomrun could stop rank 0 before it said why
+# (it did, on a busy CI machine: "rank 1 exited with status 2", the message never printed).
+grep -q "rank 1 exited" "$TMP/err" && fail "placement length: rank 1 failed too: $(cat "$TMP/err")"
+"$LOOMRUN" -n 2 -- "$BENCH" allreduce "${TINY[@]}" --root 5 >"$TMP/out" 2>"$TMP/err"
+[[ $? -eq 2 ]] || fail "--root 5 for 2 ranks does not exit 2"
+grep -q "^\[0\] loom-bench: root 5 >= nranks 2" "$TMP/err" || fail "root 5: $(cat "$TMP/err")"
+grep -q "rank 1 exited" "$TMP/err" && fail "root 5: rank 1 failed too: $(cat "$TMP/err")"
 "$LOOMRUN" -n 2 -- "$BENCH" allreduce "${TINY[@]}" --device no-such-kind >"$TMP/out" 2>"$TMP/err"
 [[ $? -eq 2 ]] || fail "--device no-such-kind does not exit 2"
 [[ $(grep -c "^\[[0-9]\] loom-bench: no device plug-in of kind 'no-such-kind'" "$TMP/err") -eq 1 ]] ||
