@@ -8,6 +8,7 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "base/sha256.hpp"
+#include "bootstrap/bootstrap_state.hpp"
 #include "bootstrap/protocol.hpp"
 #include "bootstrap/socket.hpp"
 
@@ -25,7 +26,6 @@ constexpr int64_t kDefaultTimeoutMs = 600000;
 // The control plane carries setup exchanges, not bulk data.
 constexpr uint64_t kMaxAllGatherBytes = uint64_t{64} << 20;
 constexpr size_t kMaxAbortReason = 4096;
-constexpr int64_t kAbortBudgetMs = 100;
 constexpr uint64_t kMaxErrorReply = 64 << 10;
 constexpr size_t kTokenBytes = 8;
 
@@ -42,16 +42,6 @@ std::string tokenBytes(uint64_t token) {
   return std::move(w.str());
 }
 
-// Polls try_lock rather than using a timed mutex: the wait is short and rare, and timed locks are
-// invisible to ThreadSanitizer (it reports false unlock errors).
-bool tryLockBefore(std::unique_lock<std::mutex>& lock, Deadline deadline) {
-  while (!lock.try_lock()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
 std::string abortMessage(int origin, uint64_t kind, const std::string& reason) {
   if (kind == static_cast<uint64_t>(wire::AbortKind::kConnectionLost))
     return "rank " + std::to_string(origin) + " is gone: " + reason;
@@ -59,6 +49,14 @@ std::string abortMessage(int origin, uint64_t kind, const std::string& reason) {
 }
 
 }  // namespace
+
+bool tryLockBefore(std::unique_lock<std::mutex>& lock, Deadline deadline) {
+  while (!lock.try_lock()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
 
 JobSecret JobSecret::random() {
   JobSecret secret;
@@ -140,52 +138,6 @@ JobSecret deriveSecret(const JobSecret& parent, uint64_t jobNonce, const std::st
   return child;
 }
 
-// One control connection: rank 0 holds one per other rank; every other rank holds one, to rank 0.
-struct ControlPeer {
-  int rank = -1;
-  Socket sock;
-  wire::FrameReader reader;
-  uint64_t maxBody = 0;
-  // Serializes writers: a collective's sends against broadcastAbort from another thread.
-  std::mutex sendMutex;
-  // A collective's contribution (rank 0) or result (others) that has arrived but is not yet used.
-  bool hasData = false;
-  uint64_t dataSeq = 0;
-  std::string data;
-};
-
-struct Bootstrap::State {
-  int rank = 0;
-  int nranks = 1;
-  int64_t timeoutMs = kDefaultTimeoutMs;
-  const std::atomic<bool>* abortFlag = nullptr;
-  std::vector<std::string> infos;
-  std::vector<std::unique_ptr<ControlPeer>> peers;
-  uint64_t seq = 0;
-  // Held by collectives and health probes: only one thread reads the connections at a time.
-  std::mutex callMutex;
-  std::mutex failMutex;
-  std::atomic<bool> failed{false};
-  loomResult_t failCode = loomSuccess;
-  std::string failMessage;
-
-  bool aborted() const { return abortFlag != nullptr && abortFlag->load(); }
-  void throwIfFailed();
-  void recordFailure(const Error& e);
-  void drain(ControlPeer& peer);
-  [[noreturn]] void onPeerLost(ControlPeer& peer, const Error& cause);
-  [[noreturn]] void onAbortFrame(ControlPeer& peer, const wire::Frame& frame);
-  void forwardAbort(int origin, wire::AbortKind kind, const std::string& reason,
-                    int exceptRank) noexcept;
-  void sendBestEffort(ControlPeer& peer, const std::string& frame, Deadline deadline) noexcept;
-  void sendLocked(ControlPeer& peer, const std::string& frame, Deadline deadline);
-  std::vector<std::string> gatherAtRank0(const std::string& mine, Deadline deadline);
-  std::vector<std::string> gatherAtLeaf(const std::string& mine, Deadline deadline);
-  void acceptControl(Listener& listener, uint64_t token, const JobSecret& secret,
-                     Deadline deadline);
-  void connectControl(const wire::RankBlob& rank0, const JobSecret& secret, Deadline deadline);
-};
-
 void Bootstrap::State::throwIfFailed() {
   if (!failed.load()) return;
   std::lock_guard<std::mutex> lock(failMutex);
@@ -216,10 +168,7 @@ void Bootstrap::State::drain(ControlPeer& peer) {
     }
     if (!whole) return;
     wire::Frame frame = peer.reader.take();
-    if (frame.type == wire::FrameType::kAbort) onAbortFrame(peer, frame);
-    if (frame.type != wire::FrameType::kData)
-      LOOM_THROW(loomRemoteError, "unexpected message (type ", static_cast<int>(frame.type),
-                 ") from ", peer.sock.peer());
+    if (takeNotice(peer, frame)) continue;
     // A peer is at most one collective ahead: it waits for each result before the next call.
     if (peer.hasData)
       LOOM_THROW(loomRemoteError, peer.sock.peer(),
@@ -234,19 +183,34 @@ void Bootstrap::State::drain(ControlPeer& peer) {
 }
 
 void Bootstrap::State::onPeerLost(ControlPeer& peer, const Error& cause) {
+  peer.closed = true;
+  // A goodbye: nobody else needs telling (they ask rank 0 if a call of theirs fails).
+  if (peer.left)
+    LOOM_THROW(loomRemoteError, "rank ", peer.rank, " ", peer.leftHow,
+               peer.rank == 0 ? " (the control plane went with it)" : "");
   if (rank == 0) {
-    forwardAbort(peer.rank, wire::AbortKind::kConnectionLost,
-                 std::string("its control connection to rank 0 closed (") + cause.what() + ")",
-                 peer.rank);
+    noteNews(peer.rank, std::string("rank ") + std::to_string(peer.rank) +
+                            " is gone: its control connection closed without a goodbye (" +
+                            cause.what() + ")");
+    // The first failure is the cause, relayed; the deaths after it are noted, not relayed: ranks
+    // that exit all at once without destroying their communicators would cost a frame per pair.
+    if (!failed.load())
+      forwardAbort(peer.rank, wire::AbortKind::kConnectionLost,
+                   std::string("its control connection to rank 0 closed (") + cause.what() + ")",
+                   peer.rank);
   }
   LOOM_THROW(loomRemoteError, "rank ", peer.rank, " is gone: ", cause.what(),
-             " (the process died or destroyed its communicator)");
+             " (the process died, or exited without destroying its communicator)");
 }
 
 void Bootstrap::State::onAbortFrame(ControlPeer& peer, const wire::Frame& frame) {
   // Only rank 0 relays: everyone else's one connection leads to rank 0.
-  if (rank == 0)
-    forwardAbort(frame.rank, static_cast<wire::AbortKind>(frame.arg), frame.body, peer.rank);
+  if (rank == 0) {
+    // As for deaths: the first failure is relayed, its echoes (every rank aborting) are not.
+    if (!failed.load())
+      forwardAbort(frame.rank, static_cast<wire::AbortKind>(frame.arg), frame.body, peer.rank);
+    noteNews(frame.rank, abortMessage(frame.rank, frame.arg, frame.body));
+  }
   LOOM_THROW(loomRemoteError, abortMessage(frame.rank, frame.arg, frame.body));
 }
 
@@ -328,6 +292,7 @@ std::vector<std::string> Bootstrap::State::gatherAtRank0(const std::string& mine
     all[peer->rank] = std::move(peer->data);
     peer->hasData = false;
   }
+  pokeService();
   std::string reply = wire::encodeFrame(wire::FrameType::kData, 0, seq, wire::encodeTable(all));
   for (auto& peer : peers) sendLocked(*peer, reply, deadline);
   return all;
@@ -479,11 +444,12 @@ Bootstrap::Bootstrap(const UniqueId& id, int rank, int nranks, const std::string
       s.connectControl(rank0, id.secret, deadline);
     }
   }
+  if (rank == 0 && nranks > 1) s.startService();
   LOOM_INFO(kSubsysBootstrap, rank, "bootstrap of ", nranks, " ranks via ",
             joinHostPort(id.host, id.port), " ready");
 }
 
-Bootstrap::~Bootstrap() = default;
+Bootstrap::~Bootstrap() { state_->stopService(); }
 
 int Bootstrap::rank() const { return state_->rank; }
 int Bootstrap::nranks() const { return state_->nranks; }

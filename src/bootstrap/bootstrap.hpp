@@ -81,12 +81,23 @@ class Bootstrap {
 
   // Reports a fault to everyone, best effort, within ~100 ms. Survivors' next control call fails
   // with loomRemoteError naming this rank and the reason. (From rank > 0 the report reaches the
-  // others when rank 0 next reads its control connections: in a collective or checkHealth.)
+  // others through rank 0's news service, which relays the first failure it hears.)
   void broadcastAbort(const std::string& reason) noexcept;
 
   // Non-blocking: throws loomRemoteError if a control connection of this rank was closed (peer
   // died) or an abort arrived. A no-op while another thread is inside a collective of this object.
   void checkHealth();
+
+  // Said at destroy, best effort: this rank leaves, and how ("destroyed its communicator after
+  // entering allreduce #10 (finished)"). Rank 0 notes it for anyone who asks, and its EOF then
+  // reads as a goodbye, not a death; rank 0's own goes to every rank. Costs one frame per rank.
+  void leave(const std::string& how) noexcept;
+
+  // After a call of this rank failed: what the control plane knows of why, within budgetMs. An
+  // abort that reaches this rank in that time (a peer's failure, relayed by rank 0), else rank
+  // 0's news (ranks that left, failed or vanished), else "" (nothing known), or that rank 0 did
+  // not answer (stopped or overloaded: it relays the control plane, so that says something too).
+  std::string news(int64_t budgetMs);
 
  private:
   struct State;

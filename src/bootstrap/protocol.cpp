@@ -168,7 +168,7 @@ bool FrameReader::pump(Socket& sock, uint64_t maxBody) {
       if (headerHave_ < kFrameHeaderBytes) continue;
       auto type = static_cast<uint32_t>(loadLittleEndian(header_.data(), 4));
       if (type < static_cast<uint32_t>(FrameType::kHello) ||
-          type > static_cast<uint32_t>(FrameType::kAbort))
+          type > static_cast<uint32_t>(FrameType::kNews))
         LOOM_THROW(loomRemoteError, "malformed message (type ", type, ") from ", sock.peer());
       frame_.type = static_cast<FrameType>(type);
       frame_.rank = static_cast<int32_t>(loadLittleEndian(header_.data() + 4, 4));

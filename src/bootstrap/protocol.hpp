@@ -78,6 +78,9 @@ enum class FrameType : uint32_t {
   kReply = 2,  // arg = loomResult_t status, body = result or error message
   kData = 3,   // rank = sender, arg = sequence number, body = data
   kAbort = 4,  // rank = the rank that failed, arg = AbortKind, body = reason
+  kLeave = 5,  // rank = the rank destroying its communicator, body = how ("destroyed ... after")
+  kQuery = 6,  // a rank asks rank 0 for the news (who left, failed or vanished)
+  kNews = 7,   // rank 0's answer: body = the news, "" when there is none
 };
 enum class AbortKind : uint64_t { kExplicit = 0, kConnectionLost = 1 };
 

@@ -17,6 +17,10 @@ namespace loom {
 
 namespace {
 
+// How long a failed call may wait for the control plane's word on its cause: an abort sent a
+// moment after its sender's EOF reached this rank, or rank 0's answer.
+constexpr int64_t kRemoteCauseBudgetMs = 300;
+
 size_t defaultDirectMax(int nranks) {
   // One-shot makes every rank pull every other rank's buffer across cores; pipelined pulls each
   // byte about twice whatever the rank count. Crossovers measured on a 64-core host
@@ -206,11 +210,16 @@ void Comm::crossCheckLauncher() const {
 }
 
 Comm::~Comm() {
-  // Said first, for the peers of this host that may still wait for this rank in a call.
+  // Said first, for the peers that may still wait for this rank in a call: those of this host
+  // read it in the arena, the others may ask rank 0.
   if (transports_)
     transports_->arena()
         .progress(nodes_.localIndex(rank_))
         .destroyed.store(1, std::memory_order_release);
+  if (bootstrap_ && transports_) {
+    const std::string note = leavingNote();
+    withBootstrap([&](Bootstrap& b) { b.leave(note); });
+  }
   flightRegistration_.reset();
   // First: its jobs run host algorithms of this communicator's groups of ranks on the
   // staging memory. If the device's stream did not get past them, the memory stays allocated.
@@ -330,26 +339,17 @@ void Comm::verifyFingerprint(const CollArgs& a) {
 
 Error Comm::withRemoteCause(const Error& error) {
   // A peer on another node that failed shuts its connections (this rank sees EOF or a reset,
-  // which names only that peer) and reports why on the control plane a moment later: wait for it
-  // briefly. A mismatch it found becomes this rank's own error; another cause (the rank that
-  // hung or died first, down a chain of relays) is added to the message.
+  // which names only that peer) and reports why on the control plane a moment later; a rank that
+  // timed out waiting for a peer of another host cannot see that peer's process at all. Rank 0
+  // hears every rank's abort, goodbye or death: ask it, briefly.
   if (transports_->singleNode()) return error;
-  Clock::time_point until = Clock::now() + std::chrono::milliseconds(300);
-  while (Clock::now() < until) {
-    try {
-      withBootstrap([](Bootstrap& b) { b.checkHealth(); });
-    } catch (const Error& cause) {
-      std::string text = cause.what();
-      size_t at = text.find(kMismatchMessage);
-      if (at != std::string::npos && main_->checker().enabled())
-        return Error(loomInvalidUsage, text.substr(at), cause.file(), cause.line());
-      if (text == error.what()) return error;
-      return Error(error.code(), std::string(error.what()) + "; the control plane says: " + text,
-                   error.file(), error.line());
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return error;
+  const std::string text = withBootstrap([](Bootstrap& b) { return b.news(kRemoteCauseBudgetMs); });
+  if (text.empty() || text == error.what()) return error;
+  const size_t at = text.find(kMismatchMessage);
+  if (at != std::string::npos && main_->checker().enabled())
+    return Error(loomInvalidUsage, text.substr(at), error.file(), error.line());
+  return Error(error.code(), std::string(error.what()) + "; the control plane says: " + text,
+               error.file(), error.line());
 }
 
 void Comm::checkBuffers(const CollArgs& args) const {

@@ -292,7 +292,7 @@ class Comm {
     try {
       body();
     } catch (const Error& e) {
-      Error error = e.code() == loomRemoteError ? withRemoteCause(e) : e;
+      Error error = e.code() == loomRemoteError || e.code() == loomTimeout ? withRemoteCause(e) : e;
       fail(error);
       throw error;
     } catch (const std::exception& e) {
@@ -400,9 +400,12 @@ class Comm {
     group.checker().begin(args, accum);
     if (&group == main_.get() && nodeGroup_) nodeGroup_->checker().begin(args, accum);
   }
-  // A remote error whose cause a peer may still be reporting on the control plane: the mismatch
-  // that cause names, as this rank's own error, or the error itself.
+  // A remote error or a timeout on a communicator of several hosts, with what the control plane
+  // knows of its cause: a mismatch a peer found becomes this rank's own error; another cause (a
+  // peer's abort, a rank that left or vanished, a hub that does not answer) is added to it.
   Error withRemoteCause(const Error& error);
+  // What this rank says to the others as it destroys its communicator: after which call.
+  std::string leavingNote() const;
 
   // First: destroyed last, after everything that queues work on it.
   std::unique_ptr<ProgressQueue> ownProgress_;

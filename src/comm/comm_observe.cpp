@@ -162,6 +162,16 @@ std::string Comm::describePeer(int peer, uint64_t mySeq) const {
   return out.str();
 }
 
+std::string Comm::leavingNote() const {
+  const CallProgress& mine = transports_->arena().progress(nodes_.localIndex(rank_));
+  const uint64_t entered = mine.entered.load(std::memory_order_acquire);
+  if (entered == 0) return "destroyed its communicator before entering any collective";
+  const uint64_t finished = mine.finished.load(std::memory_order_relaxed);
+  return std::string("destroyed its communicator after entering ") +
+         funcName(static_cast<loomFunc_t>(mine.func.load(std::memory_order_relaxed))) + " #" +
+         std::to_string(entered) + (finished >= entered ? " (finished)" : " (not finished)");
+}
+
 uint64_t Comm::enteredCall(int peer) const {
   return transports_->arena()
       .progress(nodes_.localIndex(peer))

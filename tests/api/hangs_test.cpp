@@ -145,6 +145,42 @@ TEST(Hangs, ATimeoutNamesARankThatDestroyedItsCommunicator) {
       << res.msg;
 }
 
+// Across hosts a rank cannot see its peers' processes: the control plane's hub heard the
+// victim's goodbye and says after which call it left (the soak's "destroy" between nodes).
+TEST(Hangs, AcrossHostsTheControlPlaneNamesARankThatDestroyedItsCommunicator) {
+  Job job(3, "3");
+  job.setEnv("LOOM_ALGO", "allreduce:ring");
+  job.setEnv("FAULT_RANK_NODES", "a b c");
+  job.startAll({"stuck", "destroy", "2"});
+  EXPECT_TRUE(job.wait(60, 2)) << job.describe();  // rank 2 spins on
+  for (int r : {0, 1}) {
+    const Result res = job[r].result();
+    ASSERT_TRUE(res.present) << job.describe();
+    EXPECT_TRUE(isPeerFailure(res.code)) << res.msg;
+    EXPECT_NE(res.msg.find("rank 2 destroyed its communicator after entering allreduce #10 "
+                           "(finished)"),
+              std::string::npos)
+        << "rank " << r << ": " << res.msg;
+  }
+}
+
+// Rank 0, the control plane's hub, stopped: the others time out waiting for peers of other hosts
+// and name rank 0 as the hub that does not answer (the soak's "stop" of rank 0 between nodes).
+TEST(Hangs, AcrossHostsAStoppedHubIsNamed) {
+  Job job(3, "3");
+  job.setEnv("FAULT_RANK_NODES", "a b c");
+  job.startAll({"stuck", "stop", "0"});
+  EXPECT_TRUE(job.wait(60, 0)) << job.describe();
+  for (int r : {1, 2}) {
+    const Result res = job[r].result();
+    ASSERT_TRUE(res.present) << job.describe();
+    EXPECT_TRUE(isPeerFailure(res.code)) << res.msg;
+    EXPECT_NE(res.msg.find("rank 0, which relays the control plane, did not answer"),
+              std::string::npos)
+        << "rank " << r << ": " << res.msg;
+  }
+}
+
 TEST(Hangs, StatusShowsCallsInFlightAndTheStoppedRank) {
   const std::string status = tempDir("status");
   ASSERT_FALSE(status.empty());

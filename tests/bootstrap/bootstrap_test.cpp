@@ -18,69 +18,10 @@
 #include "base/error.hpp"
 #include "bootstrap/protocol.hpp"
 #include "bootstrap/socket.hpp"
+#include "group_helpers.hpp"
 
 namespace loom {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-struct Outcome {
-  loomResult_t code = loomSuccess;
-  std::string message;
-  double seconds = 0;  // when the call returned, from the start of the helper that ran it
-};
-
-Outcome capture(const std::function<void()>& body) {
-  Outcome out;
-  try {
-    body();
-  } catch (const Error& e) {
-    out.code = e.code();
-    out.message = e.what();
-  }
-  return out;
-}
-
-// Runs body(rank) on n threads at once and returns what each one threw.
-std::vector<Outcome> parallel(int n, const std::function<void(int)>& body) {
-  std::vector<Outcome> outcomes(n);
-  std::vector<std::thread> threads;
-  Clock::time_point start = Clock::now();
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      outcomes[r] = capture([&] { body(r); });
-      outcomes[r].seconds = secondsSince(start);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return outcomes;
-}
-
-Bootstrap::Options quickOptions(int64_t timeoutMs = 10000) {
-  Bootstrap::Options options;
-  options.timeoutMs = timeoutMs;
-  return options;
-}
-
-UniqueId localRoot(const JobSecret& secret, int64_t timeoutMs = 10000) {
-  return startRendezvousRoot("127.0.0.1", 0, secret, timeoutMs);
-}
-
-std::string infoFor(int rank) { return std::string(100 * rank + 1, static_cast<char>('a' + rank)); }
-
-// Builds a group of n bootstraps (one thread each) and checks that all succeeded.
-std::vector<std::unique_ptr<Bootstrap>> makeGroup(const UniqueId& id, int n,
-                                                  Bootstrap::Options options = quickOptions()) {
-  std::vector<std::unique_ptr<Bootstrap>> group(n);
-  auto outcomes = parallel(
-      n, [&](int r) { group[r] = std::make_unique<Bootstrap>(id, r, n, infoFor(r), options); });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(outcomes[r].code, loomSuccess) << outcomes[r].message;
-  return group;
-}
 
 // A raw TCP connection that speaks no protocol: what a port scanner or a confused program does.
 Fd rawConnect(const UniqueId& id) {
