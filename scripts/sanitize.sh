@@ -8,7 +8,8 @@
 #                                  under ASan+UBSan, and every test that uses threads under TSan)
 #   scripts/sanitize.sh slot N     slot N
 #   scripts/sanitize.sh all FLAVOR every slot of one flavor (asan: ASan+UBSan, tsan: TSan);
-#                                  `make test-asan` / `make test-tsan`
+#                                  `make test-asan` (every C++ test but the GPU ones and the
+#                                  shim's stand-in fallback) / `make test-tsan`
 #   scripts/sanitize.sh list       the slots
 # SANITIZE_SLOT=N overrides the rotation of `ci`. JOBS: build parallelism (default nproc).
 set -euo pipefail
@@ -27,7 +28,9 @@ SLOTS=(
   "asan|emu_collectives_test loom-device-emu loomrun|^emu_collectives_"
   "asan|emu_collectives_test emu_fault_test loom-hetero-bench loom-device-emu loomrun|^(emu_hetero_|emu_fault_)"
   "asan|fuzz_bootstrap fuzz_rudp fuzz_loomrun_wire fuzz_env fuzz_channel_header fuzz_json plan_ranks_test loom-bench loom-info loom-check-cost allreduce_example loomrun|^(fuzz_.*|plan_ranks_.*|trace|loom_bench|tools_cli|loom_info.*|check_cost_bench|c_example)$"
-  "tsan|exec_test comm_test|^(exec_test|comm_test)$"
+  "asan|nccl_api_test nccl_api_test_nccl228 nccl_multi_comm_test loom_init_all_test loom-nccl loomrun|^(nccl_shim_.*|loom_init_all)$"
+  "asan|collectives_test emu_collectives_test loom-device-emu loom-bench fault_rank loomrun|^(multinode_(collectives|rudp|hetero)|pid_namespaces)$"
+  "tsan|exec_test comm_test bootstrap_test|^(exec_test|comm_test|bootstrap_test)$"
   "tsan|api_unit_test faults_test fault_rank loomrun|^(api_unit_test|faults_test)$"
   "tsan|transport_test p2p_test loomrun|^(transport_test|p2p_n2|p2p_n3)$"
   "tsan|emu_collectives_test loom-device-emu loomrun|^(emu_collectives_n2|emu_hetero_composed_ECEE|emu_hetero_staged_CECE)$"
@@ -44,6 +47,8 @@ run_slot() {
   dir=$(build_dir "$flavor")
   echo "sanitize: slot $index of ${#SLOTS[@]} ($flavor: $regex)"
   mkdir -p "$dir"
+  # The NCCL shim's nccl.h (NCCL 2.32), as `make build` fetches it for the main tree.
+  scripts/nccl_header.sh "$dir/_deps/nccl" >/dev/null
   cmake -S . -B "$dir" $(command -v ninja >/dev/null && echo -G Ninja) -DCMAKE_BUILD_TYPE=Debug \
     -DCMAKE_CXX_FLAGS_DEBUG="-g1 -O1" -DCMAKE_C_FLAGS_DEBUG="-g1 -O1" \
     -DLOOM_CUDA=OFF -DLOOM_BUILD_PYTHON=OFF -DLOOM_SANITIZE="$sanitize" >"$dir/configure.log" 2>&1 ||
