@@ -56,9 +56,10 @@ run_slot() {
   # shellcheck disable=SC2086  # targets is a list
   cmake --build "$dir" -j "${JOBS:-$(nproc)}" --target $targets
   # Every report fails its test: ASan and TSan exit non-zero, UBSan halts at the first. Both
-  # leave SIGSEGV alone: a test kills a rank with it on purpose and checks how it died.
+  # leave SIGSEGV alone: a test kills a rank with it on purpose and checks how it died. TSan lets
+  # a forked child start threads (die_after_fork=0): bootstrap_test's children are ranks.
   (cd "$dir" && ASAN_OPTIONS=detect_leaks=1:handle_segv=0 \
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_segv=0 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_segv=0:die_after_fork=0 \
     ctest -R "$regex" --output-on-failure --timeout 1200)
   echo "sanitize: slot $index done in ${SECONDS}s"
 }
