@@ -69,9 +69,11 @@ bench-multinode: build
 test-asan: deps
 	JOBS=$(JOBS) scripts/sanitize.sh all asan
 
-# The tests that use threads under ThreadSanitizer (every TSan slot of scripts/sanitize.sh).
+# The tests that use threads under ThreadSanitizer (every TSan slot of scripts/sanitize.sh), and
+# the torch backend's worker and async work (scripts/tsan_torch.sh: skipped without torch).
 test-tsan: deps
 	JOBS=$(JOBS) scripts/sanitize.sh all tsan
+	JOBS=$(JOBS) scripts/tsan_torch.sh
 
 # Opt-in, not in `make test`: the chaos soak (tests/soak/soak.py: random jobs, each with a random
 # fault; what must hold is checked per job). SOAK_JOBS jobs, one at a time, at most SOAK_MINUTES;
@@ -106,4 +108,4 @@ format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h' '*.c' '*.cu')
 
 clean:
-	rm -rf $(BUILD) build-sanitize-asan build-sanitize-tsan
+	rm -rf $(BUILD) build-sanitize-asan build-sanitize-tsan build-sanitize-tsan-python
