@@ -450,6 +450,11 @@ void Executor::checkPending() const {
   if (localPending || (gate_ != nullptr && nextGate_ < gates_.size())) (*env_->check)(-1);
 }
 
+bool Executor::canTakeBytes(uint32_t index) const {
+  const Limit limit = limitOf(schedule_->ops()[index]);
+  return limit.ready && limit.bytes > position_[index];
+}
+
 void Executor::gatherPending(PollSet& set) const {
   if (networked_) set.markNetworked();
   // Device work has no descriptor: the wait polls it in short sleeps.
@@ -458,7 +463,11 @@ void Executor::gatherPending(PollSet& set) const {
   for (uint32_t l = 0; l < s.lanes().size(); ++l) {
     const ScheduleLane& lane = s.lanes()[l];
     if (lane.begin + head_[l] >= lane.end) continue;
-    if (lane.kind == LaneKind::kRecvFrom) channel(lane.peer).addPollFds(set, false);
+    // A receive waits on its socket only when arriving bytes would let it move: one held back
+    // by a dependency (a gate, a local operand) would find the socket readable at once, again
+    // and again, and spin on poll while whatever it waits for needs the CPU.
+    if (lane.kind == LaneKind::kRecvFrom && canTakeBytes(s.laneOps()[lane.begin + head_[l]]))
+      channel(lane.peer).addPollFds(set, false);
     // A send waits on its socket only when the channel was full; one held back by a dependency
     // waits for whatever that dependency waits for.
     if (lane.kind == LaneKind::kSendTo && blocked_[l]) channel(lane.peer).addPollFds(set, true);

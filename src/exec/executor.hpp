@@ -163,6 +163,7 @@ class Executor final : private Progress {
   void drainDevice() noexcept;
   void checkPending() const;
   void gatherPending(PollSet& set) const;
+  bool canTakeBytes(uint32_t index) const;  // its dependencies let more bytes in
   // driveUntil, timing each wait for the observer.
   template <typename Done>
   void drive(Done&& done);
