@@ -27,8 +27,8 @@ namespace loom {
 struct Hierarchy;  // below
 
 // Work that moves while a context's arena waits wait and between its arena steps: a hierarchical
-// call's column schedule (algorithms/hierarchical_overlap.hpp) while the node phases run, so the
-// network carries one chunk while the arena reduces or shares another. Set for one call only.
+// call's column schedule (ColumnRun, algorithms/hierarchical_view.hpp) while the node phases run,
+// so the network carries one chunk while the arena reduces or shares another. Set for one call.
 struct Alongside {
   Progress* work = nullptr;
 };

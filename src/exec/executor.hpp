@@ -130,11 +130,11 @@ class Executor final : private Progress {
                     StreamGate& gate, const StreamOrder& order);
 
   // The stepwise driver, for a caller that interleaves the run with host work of its own (a
-  // hierarchical call's node phases on the arena, algorithms/hierarchical_overlap.hpp): begin()
-  // starts a run of host lanes (no device lane); it moves whenever the caller passes progress()
-  // (between its steps and in its waits); kGate operations wait until the caller opens them;
-  // driveUntilDone(op) drives the run alone until `op` is done, finish() until all is. `buffers`
-  // and `env` must outlive the run.
+  // hierarchical call's node phases on the arena, ColumnRun in algorithms/hierarchical_view.hpp):
+  // begin() starts a run of host lanes (no device lane); it moves whenever the caller passes
+  // progress() (between its steps and in its waits); kGate operations wait until the caller opens
+  // them; driveUntilDone(op) drives the run alone until `op` is done, finish() until all is.
+  // `buffers` and `env` must outlive the run.
   void begin(const Schedule& schedule, std::span<char* const> buffers, const ExecEnv& env);
   Progress& progress() { return *this; }
   void open(uint32_t gate);
