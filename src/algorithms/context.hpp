@@ -26,6 +26,13 @@ namespace loom {
 
 struct Hierarchy;  // below
 
+// Work that moves while a context's arena waits wait and between its arena steps: a hierarchical
+// call's column schedule (ColumnRun, algorithms/hierarchical_view.hpp) while the node phases run,
+// so the network carries one chunk while the arena reduces or shares another. Set for one call.
+struct Alongside {
+  Progress* work = nullptr;
+};
+
 class AlgoContext {
  public:
   int rank = 0;
@@ -63,10 +70,18 @@ class AlgoContext {
   // (empty: that rank did not arrive in time).
   std::function<void(const std::vector<std::optional<CallSignature>>&)> mismatch;
 
+  Alongside* alongside = nullptr;  // the workspace's (null: never any)
+
   template <typename Ready>
   void wait(Ready&& ready, int peer) const {
+    if (alongside != nullptr && alongside->work != nullptr)
+      return waitAlongside(ready, peer, *alongside->work);
     waitUntil(
         ready, [&] { check(peer); }, peers);
+  }
+  // One pass of the work alongside, if any: an arena step's turn for it.
+  void moveAlongside() const {
+    if (alongside != nullptr && alongside->work != nullptr) alongside->work->pass();
   }
   // Writes part of a call's result; outputBytes is the whole result's size on this rank.
   void copyOut(void* dst, const void* src, size_t bytes, size_t outputBytes) const {
@@ -76,6 +91,22 @@ class AlgoContext {
       device->copy(dst, src, bytes);
   }
   Channel& channel(int peer) const { return *(*channels)[peer]; }
+  // An arena wait that keeps `work` moving: it passes the work while the flag is not there, waits
+  // on the work's sockets as well (the arena's flags have none: in short slices), and gives up on
+  // either's failure.
+  template <typename Ready>
+  void waitAlongside(Ready& ready, int peer, Progress& work) const {
+    waitUntil([&] { return ready() || (work.pass(), ready()); },
+              [&] {
+                check(peer);
+                work.check();
+              },
+              [&](PollSet& set) {
+                work.gather(set);
+                set.add(-1, POLLIN);
+              },
+              *pollSet, peers);
+  }
   char* scratchBytes(size_t bytes) const {
     // Grows once to the largest size seen; never allocates again for smaller calls.
     if (scratch->size() < bytes) scratch->resize(bytes);
@@ -110,6 +141,7 @@ struct AlgoWorkspace {
   Executor executor;
   std::vector<char*> bindings;
   PollSet pollSet;
+  Alongside alongside;
   uint64_t step = 0;
   // Points ctx's workspace fields here, sized for `nranks` ranks.
   void attach(AlgoContext& ctx, int nranks);
@@ -151,6 +183,9 @@ void runSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build)
 void runBuilt(const AlgoContext& ctx, const void* input, void* output);
 // The same for a schedule the caller keeps (built once for calls of one shape).
 void runBuiltSchedule(const AlgoContext& ctx, const Schedule& s, const void* input, void* output);
+// Binds the buffers of a built schedule into ctx's bindings (scratch in ctx's scratch) and
+// returns the environment of its run (the stepwise driver's; runBuiltSchedule runs it at once).
+ExecEnv bindSchedule(const AlgoContext& ctx, const Schedule& s, const void* input, void* output);
 
 inline void runAlgorithm(const Algorithm& algo, const AlgoContext& ctx, const CollArgs& args) {
   if (algo.native >= 0)

@@ -8,7 +8,8 @@
 // column has one rank per node even on uneven nodes (3 + 2: the third rank of the larger node only
 // joins the node phases).
 //   allreduce  = node reduce of slice l → column ring allreduce of slice l → node share; the node
-//                phases on the node's arena (node_phases.hpp), the three one after another
+//                phases on the node's arena (node_phases.hpp), chunks pipelined: the column
+//                carries chunk t while the arena reduces chunk t+1 and shares chunk t-1
 //   reduce     = node reduce of slice l → column ring reduce to the root's node → the owners
 //                send their slices to the root; one schedule over the node's shared-memory
 //                channels, chunks pipelined (the column carries chunk c while the node reduces c+1)
@@ -151,29 +152,48 @@ void buildReduceHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule
   }
 }
 
-// Slice l of the buffer for local index l < G; the rest own nothing (node_phases.hpp's pieces).
+// Slice l of a pipeline chunk for local index l < G; the rest own nothing (node_phases.hpp's
+// pieces).
 struct NodeSlices {
-  size_t count, esize;
+  size_t chunkOffset, chunkCount, esize;
   int columns;
   template <typename Visit>
   void operator()(int local, Visit&& visit) const {
     if (local >= columns) return;
-    Range r = sliceOf(count, columns, local);
-    if (r.count > 0) visit(r.offset * esize, r.count * esize);
+    Range r = sliceOf(chunkCount, columns, local);
+    if (r.count > 0) visit((chunkOffset + r.offset) * esize, r.count * esize);
   }
 };
 
-// The column ring allreduce of this rank's slice, in place in the call's output.
-void buildColumnAllReduce(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
+// The column's part of the allreduce, chunk by chunk, in place in the output: a gate per chunk
+// (opened once the node reduce of the chunk is done) and the ring allreduce of slice l of the
+// chunk behind it. `marks` gets, per chunk, its gate and the operation after which the slice is
+// final (the gate where this rank has no slice).
+void buildColumnAllReduce(const AlgoContext& ctx, const CollArgs& a, size_t chunk, Schedule& s,
+                          std::vector<uint32_t>& marks) {
   const HierView v{*ctx.hierarchy, ctx.rank};
-  appendColumnAllReduce(s, v, ctx, s.output(), a.count, dtypeSize(a.dtype), a, kNoOp);
+  const size_t esize = dtypeSize(a.dtype);
+  marks.clear();
+  for (size_t t = 0, chunks = chunkCount(a.count, chunk); t < chunks; ++t) {
+    const Range c = chunkOf(a.count, chunk, t);
+    const uint32_t gate = s.gate();
+    uint32_t final = gate;
+    const Range mine = sliceOf(c.count, v.columns(), v.local());
+    if (v.inColumn() && mine.count > 0) {
+      RingOps ring = appendColumnAllReduce(s, v, ctx, s.output((c.offset + mine.offset) * esize),
+                                           mine.count, esize, a, gate);
+      if (ring.lastRecv != RingOps::kNone) final = ring.lastRecv;
+    }
+    marks.push_back(gate);
+    marks.push_back(final);
+  }
 }
 
-// Allreduce in three phases, one after another: the node reduce of every slice on its owner
-// (the node's arena), the column ring of slice l, the node share (the arena). Pipelining these
-// phases as channel operations (one schedule) was 1.5-1.8x slower at 2 x 4 ranks and could stall
-// for seconds when chunks were small: a lane's head waiting for the column ring held back the
-// node-reduce pieces behind it (node_phases.hpp).
+// Allreduce as a pipeline of chunks: the node reduce of chunk t on the node's arena (every slice
+// on its owner) while the column ring carries chunk t-1, then the node share of chunk t-1 (the
+// arena) while the ring carries chunk t. The ring moves in the arena's waits and steps
+// (ColumnRun); node bytes never enter a channel, since the node's pair channels move each byte
+// twice and pipelining over them was 1.5-1.8x slower at 2 x 4 ranks (node_phases.hpp).
 void allReduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   if (hierarchicalOnOneNode(ctx, a) || a.count == 0) return;
   const HierView v{*ctx.hierarchy, ctx.rank};
@@ -181,19 +201,33 @@ void allReduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   const AlgoContext& node = *v.h.node;
   const size_t esize = dtypeSize(a.dtype);
   char* recv = static_cast<char*>(a.recv);
-  const NodeSlices slices{a.count, esize, v.columns()};
-  nodeReduce(node, static_cast<const char*>(a.send), recv, slices,
-             NodeReduction{a.dtype, esize, kernelOp(a.op), a.accum});
-  const Range mine = sliceOf(a.count, v.columns(), v.local());
-  if (v.inColumn() && mine.count > 0) {
-    CollArgs column = a;
-    column.send = column.recv = recv + mine.offset * esize;
-    column.count = mine.count;
-    runSchedule(ctx, column, buildColumnAllReduce);
-  }
-  nodeShare(node, recv, slices, [&](int, size_t offset, size_t bytes, const char* data) {
+  const size_t chunk = hierarchicalChunkElements(a.count, esize);
+  const size_t chunks = chunkCount(a.count, chunk);
+  Schedule& s = *ctx.schedule;
+  s.clear(ctx.nranks);
+  s.setExtents(a.count * esize, a.count * esize);
+  std::vector<uint32_t>& marks = *ctx.opList;
+  buildColumnAllReduce(ctx, a, chunk, s, marks);
+  s.finish();
+  auto slices = [&](size_t t) {
+    const Range c = chunkOf(a.count, chunk, t);
+    return NodeSlices{c.offset, c.count, esize, v.columns()};
+  };
+  auto land = [&](int, size_t offset, size_t bytes, const char* data) {
     ctx.copyOut(recv + offset, data, bytes, a.count * esize);
-  });
+  };
+  ColumnRun column(ctx, node, s, recv, recv);
+  for (size_t t = 0; t <= chunks; ++t) {
+    if (t < chunks) {
+      nodeReduce(node, static_cast<const char*>(a.send), recv, slices(t),
+                 NodeReduction{a.dtype, esize, kernelOp(a.op), a.accum});
+      column.open(marks[2 * t]);
+    }
+    if (t == 0) continue;
+    column.waitFor(marks[2 * (t - 1) + 1]);
+    nodeShare(node, recv, slices(t - 1), land);
+  }
+  column.finish();
 }
 
 void buildBroadcastHierarchical(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {

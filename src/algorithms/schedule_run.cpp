@@ -30,13 +30,14 @@ void AlgoWorkspace::attach(AlgoContext& ctx, int nranks) {
   ctx.bindings = &bindings;
   ctx.pollSet = &pollSet;
   ctx.step = &step;
+  ctx.alongside = &alongside;
 }
 
 void runBuilt(const AlgoContext& ctx, const void* input, void* output) {
   runBuiltSchedule(ctx, *ctx.schedule, input, output);
 }
 
-void runBuiltSchedule(const AlgoContext& ctx, const Schedule& s, const void* input, void* output) {
+ExecEnv bindSchedule(const AlgoContext& ctx, const Schedule& s, const void* input, void* output) {
   const std::vector<ScheduleBuffer>& buffers = s.buffers();
   uint64_t scratch = 0;
   for (size_t b = 2; b < buffers.size(); ++b) scratch += aligned(buffers[b].bytes);
@@ -60,7 +61,12 @@ void runBuiltSchedule(const AlgoContext& ctx, const Schedule& s, const void* inp
   // LOOM_DEBUG=TRACE with LOOM_DEBUG_SUBSYS=COLL: what the executor runs, op by op (the text is
   // built only then).
   LOOM_TRACE(kSubsysColl, ctx.rank, s.describe());
-  ctx.executor->run(s, std::span<char* const>(bind.data(), bind.size()), env);
+  return env;
+}
+
+void runBuiltSchedule(const AlgoContext& ctx, const Schedule& s, const void* input, void* output) {
+  const ExecEnv env = bindSchedule(ctx, s, input, output);
+  ctx.executor->run(s, std::span<char* const>(ctx.bindings->data(), ctx.bindings->size()), env);
 }
 
 void runSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build) {

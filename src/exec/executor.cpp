@@ -100,6 +100,30 @@ void Executor::run(const Schedule& schedule, std::span<char* const> buffers, con
   }
 }
 
+void Executor::begin(const Schedule& schedule, std::span<char* const> buffers, const ExecEnv& env) {
+  for (const ScheduleLane& lane : schedule.lanes())
+    LOOM_CHECK_INTERNAL(lane.kind != LaneKind::kDevice || lane.end == lane.begin,
+                        "a schedule with device work driven step by step");
+  start(schedule, buffers, env);
+  gate_ = nullptr;
+  order_ = nullptr;
+}
+
+void Executor::open(uint32_t gate) {
+  LOOM_CHECK_INTERNAL(schedule_->ops()[gate].kind == OpKind::kGate, "operation ", gate,
+                      " opened is not a gate");
+  // Done from now on: what waits for it may go; its lane passes it at the next pass.
+  done_[gate] = 1;
+}
+
+void Executor::driveUntilDone(uint32_t op) {
+  drive([this, op] { return done_[op] != 0; });
+}
+
+void Executor::finish() {
+  drive([this] { return remaining_ == 0; });
+}
+
 int Executor::enqueueDeviceLane(const Schedule& schedule, std::span<char* const> buffers,
                                 const ExecEnv& env, StreamGate& gate, StreamOrder& order) {
   int gates = 0;
@@ -191,7 +215,8 @@ Executor::Limit Executor::limitOf(const ScheduleOp& op) const {
     const ScheduleDep& dep = deps[d];
     if (done_[dep.on]) continue;
     // A zero-byte operation, a device or host call: nothing to stream, they wait for the whole.
-    if (!dep.streamed || op.bytes == 0 || onDevice(op) || op.kind == OpKind::kCall)
+    if (!dep.streamed || op.bytes == 0 || onDevice(op) || op.kind == OpKind::kCall ||
+        op.kind == OpKind::kGate)
       return {false, 0};
     limit = std::min(limit, position_[dep.on]);
   }
@@ -202,6 +227,7 @@ bool Executor::step(uint32_t index, uint64_t limit, uint32_t lane) {
   const ScheduleOp& op = schedule_->ops()[index];
   uint64_t& position = position_[index];
   bool moved = false;
+  if (op.kind == OpKind::kGate) return false;  // open() makes it done
   if (op.kind == OpKind::kCall) {
     LOOM_CHECK_INTERNAL(env_->calls != nullptr, "a schedule with host calls run without them");
     env_->calls->run(op.call);
@@ -424,6 +450,11 @@ void Executor::checkPending() const {
   if (localPending || (gate_ != nullptr && nextGate_ < gates_.size())) (*env_->check)(-1);
 }
 
+bool Executor::canTakeBytes(uint32_t index) const {
+  const Limit limit = limitOf(schedule_->ops()[index]);
+  return limit.ready && limit.bytes > position_[index];
+}
+
 void Executor::gatherPending(PollSet& set) const {
   if (networked_) set.markNetworked();
   // Device work has no descriptor: the wait polls it in short sleeps.
@@ -432,7 +463,11 @@ void Executor::gatherPending(PollSet& set) const {
   for (uint32_t l = 0; l < s.lanes().size(); ++l) {
     const ScheduleLane& lane = s.lanes()[l];
     if (lane.begin + head_[l] >= lane.end) continue;
-    if (lane.kind == LaneKind::kRecvFrom) channel(lane.peer).addPollFds(set, false);
+    // A receive waits on its socket only when arriving bytes would let it move: one held back
+    // by a dependency (a gate, a local operand) would find the socket readable at once, again
+    // and again, and spin on poll while whatever it waits for needs the CPU.
+    if (lane.kind == LaneKind::kRecvFrom && canTakeBytes(s.laneOps()[lane.begin + head_[l]]))
+      channel(lane.peer).addPollFds(set, false);
     // A send waits on its socket only when the channel was full; one held back by a dependency
     // waits for whatever that dependency waits for.
     if (lane.kind == LaneKind::kSendTo && blocked_[l]) channel(lane.peer).addPollFds(set, true);

@@ -129,6 +129,18 @@ class Executor final : private Progress {
   void runHostLanes(const Schedule& schedule, std::span<char* const> buffers, const ExecEnv& env,
                     StreamGate& gate, const StreamOrder& order);
 
+  // The stepwise driver, for a caller that interleaves the run with host work of its own (a
+  // hierarchical call's node phases on the arena, ColumnRun in algorithms/hierarchical_view.hpp):
+  // begin() starts a run of host lanes (no device lane); it moves whenever the caller passes
+  // progress() (between its steps and in its waits); kGate operations wait until the caller opens
+  // them; driveUntilDone(op) drives the run alone until `op` is done, finish() until all is.
+  // `buffers` and `env` must outlive the run.
+  void begin(const Schedule& schedule, std::span<char* const> buffers, const ExecEnv& env);
+  Progress& progress() { return *this; }
+  void open(uint32_t gate);
+  void driveUntilDone(uint32_t op);
+  void finish();
+
  private:
   struct Limit {
     bool ready;      // every dependency allows the operation to start
@@ -151,6 +163,7 @@ class Executor final : private Progress {
   void drainDevice() noexcept;
   void checkPending() const;
   void gatherPending(PollSet& set) const;
+  bool canTakeBytes(uint32_t index) const;  // its dependencies let more bytes in
   // driveUntil, timing each wait for the observer.
   template <typename Done>
   void drive(Done&& done);

@@ -23,6 +23,8 @@ const char* opKindName(OpKind kind) {
       return "deviceCopy";
     case OpKind::kCall:
       return "call";
+    case OpKind::kGate:
+      return "gate";
   }
   return "?";
 }
@@ -157,6 +159,13 @@ uint32_t Schedule::call(uint32_t index, int localLane) {
   return add(op);
 }
 
+uint32_t Schedule::gate(int localLane) {
+  ScheduleOp op;
+  op.kind = OpKind::kGate;
+  op.lane = laneFor(LaneKind::kLocal, localLane);
+  return add(op);
+}
+
 void Schedule::finish() {
   // Lanes: each lane's operations in the order they were added (a counting sort by lane).
   laneCounts_.assign(lanes_.size() + 1, 0);
@@ -240,7 +249,7 @@ std::string Schedule::describe() const {
       const ScheduleOp& op = ops_[index];
       out << "    #" << index << " " << opKindName(op.kind);
       if (op.kind == OpKind::kCall) out << " " << op.call;
-      if (op.kind != OpKind::kCall) out << " " << op.bytes << " B";
+      if (op.kind != OpKind::kCall && op.kind != OpKind::kGate) out << " " << op.bytes << " B";
       if (op.kind != OpKind::kSend && op.kind != OpKind::kCall && op.bytes > 0)
         out << " -> " << refText(*this, op.dst);
       if ((op.kind == OpKind::kSend || op.kind == OpKind::kCopy || op.kind == OpKind::kRecvReduce ||

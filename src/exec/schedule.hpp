@@ -38,6 +38,9 @@ enum class OpKind : uint8_t {
   // Host work the schedule does not spell out (an arena algorithm on staged memory, a backend's
   // own collective): `call` indexes the HostCalls the run is given; done when it returns.
   kCall,
+  // A point where host work outside the schedule hands over (a hierarchical call's node phase of
+  // a chunk is done): done when the driver opens it (Executor::open), never by itself.
+  kGate,
 };
 
 const char* opKindName(OpKind kind);
@@ -134,6 +137,8 @@ class Schedule {
   // stream waits for the host (its later work after a host operation).
   uint32_t deviceMarker() { return deviceCopy(output(), output(), 0, CopyKind::kDeviceToDevice); }
   uint32_t call(uint32_t index, int localLane = 0);
+  // What operations wait on until the run's driver opens it (see kGate).
+  uint32_t gate(int localLane = 0);
   // A zero-byte local operation that is done once everything it is made to wait for is: one
   // dependency for many waiters instead of each waiting for each.
   uint32_t join(int localLane = 0) { return copy(output(), output(), 0, false, localLane); }

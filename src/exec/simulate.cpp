@@ -158,8 +158,9 @@ bool Simulator::step(int r, uint32_t index) {
       }
     }
     ch.read += n;
-  } else if (op.kind == OpKind::kCall) {
-    // Host work the schedule does not spell out: done once its dependencies are.
+  } else if (op.kind == OpKind::kCall || op.kind == OpKind::kGate) {
+    // Host work the schedule does not spell out, a hand-over from it: done once its
+    // dependencies are.
     st.done[index] = 1;
     return true;
   } else {

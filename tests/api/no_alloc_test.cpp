@@ -122,5 +122,33 @@ TEST(NoAllocation, ComposedCallsOnGroups) {
   for (loomComm_t c : comms) loomCommDestroy(c);
 }
 
+TEST(NoAllocation, HierarchicalAcrossFakeNodes) {
+  // One rank of a job across fake nodes (ctest's no_alloc_hierarchical runs it under loomrun and
+  // api/fake_nodes.sh): the hierarchical allreduce, allgather and reduce-scatter, their column
+  // schedules run beside the node phases on the arena, at sizes of one and of several pipeline
+  // chunks. Alone (no RANK), there is no such job.
+  if (std::getenv("RANK") == nullptr) GTEST_SKIP() << "runs as one rank of a fake-node job";
+  ScopedEnv algo("LOOM_ALGO",
+                 "allreduce:hierarchical,allgather:hierarchical,reducescatter:hierarchical");
+  loomComm_t comm = nullptr;
+  ASSERT_EQ(loomCommInitFromEnv(&comm, nullptr), loomSuccess);
+  int nranks = 0;
+  ASSERT_EQ(loomCommCount(comm, &nranks), loomSuccess);
+  std::vector<float> a(size_t{1} << 20, 1.0f), b(static_cast<size_t>(nranks) << 20, 0.0f);
+  auto calls = [&] {
+    for (size_t count : {size_t{7}, a.size() / nranks, a.size()}) {
+      ASSERT_EQ(loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr), 0);
+      ASSERT_EQ(loomAllGather(a.data(), b.data(), count, loomFloat32, comm, nullptr), 0);
+      ASSERT_EQ(loomReduceScatter(b.data(), a.data(), count, loomFloat32, loomSum, comm, nullptr),
+                0);
+    }
+  };
+  calls();
+  const long before = tlsAllocations;
+  for (int i = 0; i < 5; ++i) calls();
+  EXPECT_EQ(tlsAllocations - before, 0) << "heap allocations in 5 rounds of hierarchical calls";
+  EXPECT_EQ(loomCommDestroy(comm), loomSuccess);
+}
+
 }  // namespace
 }  // namespace loom::test

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -152,6 +153,57 @@ TEST(Executor, AWaitGivesUpThroughTheHealthCheck) {
   EXPECT_EQ(errors[0], "waited for 1");
   EXPECT_EQ(errors[1], "");
   EXPECT_EQ(checkedPeer.load(), 1);
+}
+
+TEST(Executor, GatesHoldWhatWaitsForThemUntilTheDriverOpensThem) {
+  // Rank 0 drives step by step (as a hierarchical call does beside its node phases): its send
+  // and a local copy wait for a gate. Passes before the gate opens move nothing behind it; once
+  // opened, the copy and the exchange finish.
+  auto owned = test::memoryChannels(2, 64);
+  std::vector<Rank> ranks = makeRanks(2, owned);
+  std::unique_ptr<Device> cpu = createCpuDevice();
+  std::vector<std::vector<char>> in(2, std::vector<char>(256)), out(2, std::vector<char>(512, 0));
+  std::vector<std::vector<char*>> bufs(2);
+  uint32_t gate = 0, copied = 0;
+  for (int r = 0; r < 2; ++r) {
+    std::fill(in[r].begin(), in[r].end(), static_cast<char>('a' + r));
+    bufs[r] = {in[r].data(), out[r].data()};
+    Schedule& s = ranks[r].schedule;
+    s.clear(2);
+    s.setExtents(256, 512);
+    if (r == 0) {
+      gate = s.gate(1);
+      s.after(s.send(1, s.input(), 256), gate);
+      copied = s.copy(s.output(256), s.input(), 256);
+      s.after(copied, gate);
+    } else {
+      s.recv(0, s.output(), 256, true);
+    }
+    s.finish();
+  }
+  ExecEnv env;
+  env.device = cpu.get();
+  env.channels = ranks[0].channels;
+  env.check = &ranks[0].check;
+  env.pollSet = &ranks[0].pollSet;
+  Executor& driver = ranks[0].executor;
+  driver.begin(ranks[0].schedule, bufs[0], env);
+  for (int i = 0; i < 10; ++i) driver.progress().pass();
+  EXPECT_EQ(out[0][256], 0) << "the copy ran before its gate opened";
+  std::thread receiver([&] {
+    ExecEnv env1 = env;
+    env1.channels = ranks[1].channels;
+    env1.check = &ranks[1].check;
+    env1.pollSet = &ranks[1].pollSet;
+    ranks[1].executor.run(ranks[1].schedule, bufs[1], env1);
+  });
+  driver.open(gate);
+  driver.driveUntilDone(copied);
+  EXPECT_EQ(out[0][256], 'a');
+  driver.finish();
+  receiver.join();
+  EXPECT_EQ(std::string(out[1].data(), 256), std::string(256, 'a'));
+  EXPECT_THROW(driver.open(copied), Error) << "only a gate opens";
 }
 
 }  // namespace
