@@ -70,7 +70,10 @@ void Comm::buildDeviceCall(Group& group, DeviceCall& call, DeviceShape shape, co
   if (shape == DeviceShape::kStaged) call.calls->add(*algo, stagedHostArgs(s, *call.bound, a));
   if (shape == DeviceShape::kMapped) call.calls->add(*algo, a);
   if (shape == DeviceShape::kPipelined) {
-    auto select = [&](size_t bytes) -> const Algorithm& { return group.select(a.func, bytes); };
+    // `algo`, where given, runs every chunk (Comm::chunksRun).
+    auto select = [&](size_t bytes) -> const Algorithm& {
+      return algo != nullptr ? *algo : group.select(a.func, bytes);
+    };
     addPipelinedCalls(*call.calls, select, s, *call.bound, a, chunkBytes);
   }
 }
@@ -157,7 +160,7 @@ void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
             composition_.hetero && elementwise(args.func) ? " (heterogeneous: in chunks)" : "",
             " (in stream order)");
   if (composition_.hetero && elementwise(a.func)) {
-    return enqueueDeviceCall(*main_, DeviceShape::kPipelined, a, nullptr, heteroChunk(a));
+    return enqueueDeviceCall(*main_, DeviceShape::kPipelined, a, chunksRun(algo), heteroChunk(a));
   }
   const bool mapped = transports_->singleNode() && runsMapped(algo, device_->caps());
   enqueueDeviceCall(*main_, mapped ? DeviceShape::kMapped : DeviceShape::kStaged, a, &algo, 0);

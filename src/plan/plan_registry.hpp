@@ -57,6 +57,10 @@ class PlanRegistry {
 // most 8 parts), hash 0123456789abcdef": a plan in words.
 std::string describePlan(const Plan& plan);
 
+// True for a registered plan's algorithm ("plan:NAME"): the only algorithms that carry data of
+// their own (Algorithm::runWith).
+inline bool isPlan(const Algorithm& algo) { return static_cast<bool>(algo.runWith); }
+
 // Runs `entry`'s plan for one call (the Algorithm's runWith).
 void runPlan(PlanEntry& entry, const AlgoContext& ctx, const CollArgs& args);
 
