@@ -366,6 +366,7 @@ class Comm {
   std::string loadPlanDir();
   void selectPlans();
   bool runsPlans() const;
+  std::string whyNoPlans() const;  // the refusal's message where !runsPlans()
   std::string deviceKind() const;
   // The flight recorder, the trace and the hang report (comm/comm_observe.cpp).
   void setUpFlight();
