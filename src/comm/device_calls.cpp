@@ -70,11 +70,13 @@ void Comm::buildDeviceCall(Group& group, DeviceCall& call, DeviceShape shape, co
   if (shape == DeviceShape::kStaged) call.calls->add(*algo, stagedHostArgs(s, *call.bound, a));
   if (shape == DeviceShape::kMapped) call.calls->add(*algo, a);
   if (shape == DeviceShape::kPipelined) {
-    // `algo`, where given, runs every chunk (Comm::chunksRun).
-    auto select = [&](size_t bytes) -> const Algorithm& {
-      return algo != nullptr ? *algo : group.select(a.func, bytes);
-    };
-    addPipelinedCalls(*call.calls, select, s, *call.bound, a, chunkBytes);
+    // `algo`, where given, runs every chunk (Comm::chunksRun). Two lambdas of at most two
+    // pointers each: a std::function holds those without allocating.
+    auto chosen = [algo](size_t) -> const Algorithm& { return *algo; };
+    auto perChunk = [&](size_t bytes) -> const Algorithm& { return group.select(a.func, bytes); };
+    addPipelinedCalls(*call.calls,
+                      algo != nullptr ? ChunkAlgorithm(chosen) : ChunkAlgorithm(perChunk), s,
+                      *call.bound, a, chunkBytes);
   }
 }
 

@@ -110,10 +110,11 @@ size_t Comm::heteroChunk(const CollArgs& args) const {
 void Comm::runInChunks(Group& group, const CollArgs& args, const Algorithm* everyChunk) {
   const size_t chunk = heteroChunk(args);
   if (onDevice()) return runDeviceCall(group, DeviceShape::kPipelined, args, everyChunk, chunk);
-  auto select = [&](size_t chunkBytes) -> const Algorithm& {
-    return everyChunk != nullptr ? *everyChunk : group.select(args.func, chunkBytes);
-  };
-  runChunked(select, group.ctx(), args, chunk);
+  // Two lambdas of at most two pointers each: a std::function holds those without allocating.
+  auto chosen = [everyChunk](size_t) -> const Algorithm& { return *everyChunk; };
+  auto perChunk = [&](size_t bytes) -> const Algorithm& { return group.select(args.func, bytes); };
+  runChunked(everyChunk != nullptr ? ChunkAlgorithm(chosen) : ChunkAlgorithm(perChunk), group.ctx(),
+             args, chunk);
 }
 
 bool Comm::composes(const CollArgs& args) {
