@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The ring allreduce plan (loom.plan.examples, fused and unfused) against Loom's built-in ring on
-# CPU ranks of this host, interleaved: each repeat runs the three one after another, every size,
-# so that a busy machine's drift falls on all three alike. Prints per size the median time of
-# each (out of place) and the plan/ring ratios with their spread over repeats.
+# CPU ranks of this host, interleaved: each repeat runs the four one after another, every size,
+# in an order that rotates from repeat to repeat, so that a busy machine's drift falls on all
+# alike. The fourth is the built-in ring again: the null A/B, whose ratio to the first ring shows
+# how far two runs of the same code differ here (a plan/ring ratio inside that spread is noise).
+# Prints per size the median time of each (out of place) and the ratios with their spread.
 #
 # Usage: bench/plans_ab.sh NRANKS [REPEATS] [MAXBYTES]    (defaults 3 and 64M)
 # Expects build/tools/loomrun and build/tools/loom-bench; writes the plans with python3 (the DSL
@@ -32,10 +34,15 @@ run() {  # NAME PLAN_DIR ALGO
     "$BUILD_DIR/tools/loom-bench" allreduce -b 1K -e "$MAXBYTES" -f 4 -n "$ITERS" -w 3 -c 0 \
     --csv "$OUT/$1.$rep.csv" > /dev/null
 }
+one() {  # NAME
+  case $1 in
+    ring | null) run "$1" "" allreduce:ring ;;
+    fused | unfused) run "$1" "$OUT/$1" "allreduce:plan:ring_allreduce_$NRANKS" ;;
+  esac
+}
+order=(ring fused null unfused)
 for rep in $(seq 1 "$REPEATS"); do
-  run ring "" allreduce:ring
-  run fused "$OUT/fused" "allreduce:plan:ring_allreduce_$NRANKS"
-  run unfused "$OUT/unfused" "allreduce:plan:ring_allreduce_$NRANKS"
+  for i in 0 1 2 3; do one "${order[$(((i + rep - 1) % 4))]}"; done
 done
 python3 - "$OUT" "$REPEATS" <<'PY'
 import csv, statistics, sys
@@ -43,16 +50,20 @@ out, reps = sys.argv[1], int(sys.argv[2])
 def times(name, rep):
     with open(f"{out}/{name}.{rep}.csv") as f:
         rows = list(csv.DictReader(f))
-    want = "ring" if name == "ring" else "plan:"
+    want = "ring" if name in ("ring", "null") else "plan:"
     assert all(r["algo"].startswith(want) for r in rows), (name, {r["algo"] for r in rows})
     return {int(r["bytes"]): float(r["oop_us"]) for r in rows}
-runs = {n: [times(n, r) for r in range(1, reps + 1)] for n in ("ring", "fused", "unfused")}
-print("| size | ring us | fused plan us | unfused plan us | fused/ring (min-max) | unfused/fused |")
-print("|---:|---:|---:|---:|---|---:|")
+runs = {n: [times(n, r) for r in range(1, reps + 1)]
+        for n in ("ring", "null", "fused", "unfused")}
+def ratios(a, b, size):  # a/b per repeat: median (min-max)
+    x = [runs[a][i][size] / runs[b][i][size] for i in range(reps)]
+    return f"{statistics.median(x):.2f} ({min(x):.2f}-{max(x):.2f})"
+print("| size | ring us | fused plan us | unfused plan us | fused/ring | null: ring/ring | "
+      "unfused/fused |")
+print("|---:|---:|---:|---:|---|---|---|")
 for size in sorted(runs["ring"][0]):
     med = {n: statistics.median(r[size] for r in runs[n]) for n in runs}
-    ratios = [runs["fused"][i][size] / runs["ring"][i][size] for i in range(reps)]
     print(f"| {size} | {med['ring']:.1f} | {med['fused']:.1f} | {med['unfused']:.1f} | "
-          f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | "
-          f"{med['unfused'] / med['fused']:.2f} |")
+          f"{ratios('fused', 'ring', size)} | {ratios('null', 'ring', size)} | "
+          f"{ratios('unfused', 'fused', size)} |")
 PY

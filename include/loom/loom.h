@@ -180,14 +180,16 @@ loomResult_t loomCommGetAlgorithm(const loomComm_t comm, loomFunc_t func, size_t
                                   loomDataType_t datatype, const char** algorithm);
 
 /* Execution plans (docs/plans.md): a collective written as a JSON plan (Python: loom.plan) and
- * run by Loom's executor on host communicators. loomCommRegisterPlan is collective: every rank
- * passes the same plan, as JSON text (starting with '{') or a file's path; it is checked on every
- * rank (schema, rank count, and a simulated run: every receive matched, no wait cycle, every
- * output chunk written once with the right result) and compared across ranks, and refused on
- * every rank if any rank refuses it or passes another plan. Then calls of its collective within
- * its size range use it (LOOM_ALGO=allreduce:plan:NAME forces it). *algorithm (may be NULL) gets
- * "plan:NAME", valid while the communicator lives. Plans in LOOM_PLAN_DIR (*.json) are loaded by
- * every communicator at init. */
+ * run by Loom's executor wherever the host algorithms run (host communicators; plug-in and
+ * heterogeneous communicators' device ranks staged through host memory), not yet on CUDA
+ * communicators (refused: their calls run native kernels). loomCommRegisterPlan is collective:
+ * every rank passes the same plan, as JSON text (starting with '{') or a file's path; it is
+ * checked on every rank (schema, rank count, and a simulated run: every receive matched, no wait
+ * cycle, every output chunk written once with the right result) and compared across ranks, and
+ * refused on every rank if any rank refuses it or passes another plan. Then calls of its
+ * collective within its size range use it (LOOM_ALGO=allreduce:plan:NAME forces it). *algorithm
+ * (may be NULL) gets "plan:NAME", valid while the communicator lives. Plans in LOOM_PLAN_DIR
+ * (*.json) are loaded by every communicator at init. */
 loomResult_t loomCommRegisterPlan(loomComm_t comm, const char* jsonOrPath, const char** algorithm);
 /* The user's choice of algorithm per call, as MSCCL++'s set_algorithm_selector: returns an
  * algorithm name of `func` ("plan:NAME", "ring", ...) or NULL for Loom's own choice. It must

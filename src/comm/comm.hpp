@@ -275,7 +275,9 @@ class Comm {
   NativeCollectives* native() const { return main_->native(); }
   void checkBuffers(const CollArgs& args) const;
   void execute(const Algorithm& algo, const CollArgs& args);
-  void executeChunked(const CollArgs& args);
+  void executeChunked(const Algorithm& algo, const CollArgs& args);
+  // The algorithm every chunk of a call chosen as `algo` runs (null: each chunk's own choice).
+  static const Algorithm* chunksRun(const Algorithm& algo);
   // A device rank of a heterogeneous communicator may pass host buffers (a torch rank's CPU
   // tensors beside its CUDA ones): the call runs on device scratch, so that every rank still runs
   // the same algorithm, and returns when the output is back in host memory.
@@ -284,7 +286,7 @@ class Comm {
   bool hostBufferOfHetero(const DeviceP2POp& op) const;  // ... and their sends and receives
   // An elementwise call of `group` in chunks of heteroChunk's bytes (device ranks pipelined);
   // every rank cuts the same chunks (LOOM_HETERO_CHUNK_BYTES, agreed at init).
-  void runInChunks(Group& group, const CollArgs& args);
+  void runInChunks(Group& group, const CollArgs& args, const Algorithm* everyChunk = nullptr);
   size_t heteroChunk(const CollArgs& args) const;
   // Runs body; an error it throws aborts the communicator (peers learn it) and is rethrown.
   template <typename Body>
@@ -364,6 +366,7 @@ class Comm {
   std::string loadPlanDir();
   void selectPlans();
   bool runsPlans() const;
+  std::string whyNoPlans() const;  // the refusal's message where !runsPlans()
   std::string deviceKind() const;
   // The flight recorder, the trace and the hang report (comm/comm_observe.cpp).
   void setUpFlight();

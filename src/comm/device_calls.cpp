@@ -70,8 +70,13 @@ void Comm::buildDeviceCall(Group& group, DeviceCall& call, DeviceShape shape, co
   if (shape == DeviceShape::kStaged) call.calls->add(*algo, stagedHostArgs(s, *call.bound, a));
   if (shape == DeviceShape::kMapped) call.calls->add(*algo, a);
   if (shape == DeviceShape::kPipelined) {
-    auto select = [&](size_t bytes) -> const Algorithm& { return group.select(a.func, bytes); };
-    addPipelinedCalls(*call.calls, select, s, *call.bound, a, chunkBytes);
+    // `algo`, where given, runs every chunk (Comm::chunksRun). Two lambdas of at most two
+    // pointers each: a std::function holds those without allocating.
+    auto chosen = [algo](size_t) -> const Algorithm& { return *algo; };
+    auto perChunk = [&](size_t bytes) -> const Algorithm& { return group.select(a.func, bytes); };
+    addPipelinedCalls(*call.calls,
+                      algo != nullptr ? ChunkAlgorithm(chosen) : ChunkAlgorithm(perChunk), s,
+                      *call.bound, a, chunkBytes);
   }
 }
 
@@ -157,7 +162,7 @@ void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
             composition_.hetero && elementwise(args.func) ? " (heterogeneous: in chunks)" : "",
             " (in stream order)");
   if (composition_.hetero && elementwise(a.func)) {
-    return enqueueDeviceCall(*main_, DeviceShape::kPipelined, a, nullptr, heteroChunk(a));
+    return enqueueDeviceCall(*main_, DeviceShape::kPipelined, a, chunksRun(algo), heteroChunk(a));
   }
   const bool mapped = transports_->singleNode() && runsMapped(algo, device_->caps());
   enqueueDeviceCall(*main_, mapped ? DeviceShape::kMapped : DeviceShape::kStaged, a, &algo, 0);

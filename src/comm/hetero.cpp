@@ -92,20 +92,29 @@ std::string Comm::describeHeterogeneous() const {
   return out.str();
 }
 
-void Comm::executeChunked(const CollArgs& args) { runInChunks(*main_, args); }
+void Comm::executeChunked(const Algorithm& algo, const CollArgs& args) {
+  runInChunks(*main_, args, chunksRun(algo));
+}
+
+const Algorithm* Comm::chunksRun(const Algorithm& algo) {
+  // A plan was chosen for the call's size (its size range, the selector callback and LOOM_ALGO
+  // speak of calls) and runs on every chunk; the built-in table chooses for each chunk's size.
+  return isPlan(algo) ? &algo : nullptr;
+}
 
 size_t Comm::heteroChunk(const CollArgs& args) const {
   const size_t elementBytes = dtypeSize(args.dtype);
   return heteroChunkBytes(args.count * elementBytes, elementBytes, composition_.chunkBytes);
 }
 
-void Comm::runInChunks(Group& group, const CollArgs& args) {
+void Comm::runInChunks(Group& group, const CollArgs& args, const Algorithm* everyChunk) {
   const size_t chunk = heteroChunk(args);
-  if (onDevice()) return runDeviceCall(group, DeviceShape::kPipelined, args, nullptr, chunk);
-  auto select = [&](size_t chunkBytes) -> const Algorithm& {
-    return group.select(args.func, chunkBytes);
-  };
-  runChunked(select, group.ctx(), args, chunk);
+  if (onDevice()) return runDeviceCall(group, DeviceShape::kPipelined, args, everyChunk, chunk);
+  // Two lambdas of at most two pointers each: a std::function holds those without allocating.
+  auto chosen = [everyChunk](size_t) -> const Algorithm& { return *everyChunk; };
+  auto perChunk = [&](size_t bytes) -> const Algorithm& { return group.select(args.func, bytes); };
+  runChunked(everyChunk != nullptr ? ChunkAlgorithm(chosen) : ChunkAlgorithm(perChunk), group.ctx(),
+             args, chunk);
 }
 
 bool Comm::composes(const CollArgs& args) {
@@ -122,6 +131,8 @@ bool Comm::composes(const CollArgs& args) {
   // not yet explained, and 1.7-2.0x flat's time from 16 MiB); under 1 MiB it lost on one H100
   // shared by two CUDA ranks too (48 us against 18 us at 8 B). It runs when asked for.
   if (composition_.algo != "composed") return false;
+  // An execution plan is for the whole communicator's ranks: the call runs flat.
+  if (isPlan(main_->select(f, args.count * dtypeSize(args.dtype)))) return false;
   if (!composition_.ready) setUpComposition();
   return composition_.composed;
 }

@@ -1,5 +1,9 @@
 // A communicator's execution plans (docs/plans.md): LOOM_PLAN_DIR's at init, loomCommRegisterPlan
-// later, the selector callback. Plans run on host communicators (the host executor); a
+// later, the selector callback. A plan is a host algorithm: it runs wherever the host algorithms
+// do, on host communicators as it is, on device ranks without native collectives (plug-ins, a
+// heterogeneous communicator's device ranks) staged through host memory like any host algorithm
+// (comm/device_calls.cpp), in chunks where a heterogeneous communicator cuts its calls. Not on
+// communicators with native collectives (CUDA): their calls never reach the host algorithms. A
 // registration is collective so that every rank runs the same plans.
 #include <cstring>
 #include <optional>
@@ -27,7 +31,15 @@ std::string Comm::deviceKind() const {
   return composition_.hetero ? std::string("heterogeneous") : device_->identity().kind;
 }
 
-bool Comm::runsPlans() const { return !native() && !onDevice() && !composition_.hetero; }
+bool Comm::runsPlans() const { return native() == nullptr; }
+
+std::string Comm::whyNoPlans() const {
+  return "execution plans do not run on this " + deviceKind() +
+         " communicator: its collectives are the device's native ones (a GPU kernel that "
+         "interprets plans is not built yet); plans run on host communicators and on device "
+         "ranks without native collectives (plug-ins, heterogeneous communicators), staged "
+         "through host memory";
+}
 
 std::string Comm::loadPlanDir() {
   plans_ = std::make_unique<PlanRegistry>(nranks_);
@@ -50,9 +62,8 @@ std::string Comm::loadPlanDir() {
 void Comm::selectPlans() {
   if (plans_->entries().empty()) return;
   if (!runsPlans()) {
-    LOOM_INFO(kSubsysInit, rank_,
-              "execution plans run on host communicators only: ", plans_->entries().size(),
-              " plan(s) of LOOM_PLAN_DIR not used on this ", deviceKind(), " communicator");
+    LOOM_INFO(kSubsysInit, rank_, whyNoPlans(), ": ", plans_->entries().size(),
+              " plan(s) of LOOM_PLAN_DIR not used");
     return;
   }
   for (const auto& e : plans_->entries()) {
@@ -63,11 +74,12 @@ void Comm::selectPlans() {
 }
 
 const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
-  LOOM_CHECK_ARG(runsPlans(), "execution plans run on host (cpu) communicators only; this one ",
-                 "runs on ", deviceKind());
+  // Every rank of a communicator has native collectives or none (a heterogeneous one has none:
+  // its device ranks run the host algorithms), so all refuse here alike, before any exchange.
+  LOOM_CHECK_ARG(runsPlans(), whyNoPlans());
   // Every rank loads and checks the plan, then all exchange its hash (or their refusal) in one
-  // allgather of the usual collective path, so that a rank that registers nothing, or another
-  // plan, fails the call check or the comparison below on every rank instead of hanging.
+  // allgather, counted and checked as any collective, so that a rank that registers nothing, or
+  // another plan, fails the call check or the comparison below on every rank instead of hanging.
   std::optional<PlanProgram> program;
   std::string refusal;
   try {
@@ -86,10 +98,10 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
   args.count = sizeof(PlanVote) / sizeof(uint64_t);
   args.dtype = loomUint64;
   try {
-    beginOperation();
-    failOnError([&] {
-      beginCall(args);
-      execute(main_->selector().builtIn(args.func, sizeof(PlanVote)), args);
+    // The votes are host memory: the host algorithm runs on them on the host CPU, on a device
+    // rank too (after its queued stream-ordered calls, which use the same channels).
+    runCall(&args, [&] {
+      runAlgorithm(main_->selector().builtIn(args.func, sizeof(PlanVote)), main_->hostCtx(), args);
     });
   } catch (const Error& e) {
     // A rank that registers nothing meets this allgather with another call: say which.
@@ -119,7 +131,7 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
 }
 
 void Comm::setPlanSelector(Selector::Callback callback) {
-  LOOM_CHECK_ARG(runsPlans(), "a plan selector needs a host (cpu) communicator");
+  LOOM_CHECK_ARG(runsPlans(), whyNoPlans());
   main_->selector().setCallback(std::move(callback));
 }
 

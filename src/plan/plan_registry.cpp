@@ -37,7 +37,7 @@ std::string sizeText(uint64_t bytes) {
 }
 
 // What a call's schedule depends on besides the plan.
-std::vector<uint64_t> shapeOf(const PlanCall& call) {
+PlanShape shapeOf(const PlanCall& call) {
   return {call.count,
           call.elementSize,
           static_cast<uint64_t>(call.reduction.dtype),
@@ -150,14 +150,14 @@ void runPlan(PlanEntry& entry, const AlgoContext& ctx, const CollArgs& args) {
   else if (overlap(args.send, extents.sendBytes, args.recv, extents.recvBytes))
     call.inPlace = PlanCall::InPlace::kCopy;
   std::lock_guard<std::mutex> lock(entry.mutex);
-  std::vector<uint64_t> shape = shapeOf(call);
+  const PlanShape shape = shapeOf(call);
   if (shape != entry.shape || entry.schedule.empty()) {
     Schedule& s = entry.schedule;
     s.clear(ctx.nranks);
     s.setExtents(extents.sendBytes, extents.recvBytes);
     buildPlanSchedule(entry.program, ctx.rank, call, s);
     s.finish();
-    entry.shape = std::move(shape);
+    entry.shape = shape;
   }
   runBuiltSchedule(ctx, entry.schedule, args.send, args.recv);
 }

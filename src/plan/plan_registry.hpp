@@ -4,6 +4,8 @@
 // nothing.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -24,6 +26,10 @@ PlanProgram loadPlan(std::string_view jsonOrPath);
 // The *.json files of a directory, sorted (LOOM_PLAN_DIR); throws when it cannot be read.
 std::vector<std::string> planFilesIn(const std::string& directory);
 
+// What a call's schedule depends on besides its plan (count, element size, reduction, parts, in
+// place): a fixed array, so comparing a call's with the last one's allocates nothing.
+using PlanShape = std::array<uint64_t, 8>;
+
 // What a communicator registered.
 struct PlanEntry {
   PlanProgram program;
@@ -33,7 +39,7 @@ struct PlanEntry {
   // The schedule of the last call, and the shape it was built for.
   std::mutex mutex;
   Schedule schedule;
-  std::vector<uint64_t> shape;
+  PlanShape shape{};
 };
 
 class PlanRegistry {
@@ -56,6 +62,10 @@ class PlanRegistry {
 // "allreduce on 4 ranks, 0 B - any, 4 chunks a block, 2 scratch chunks, pipelined by 1 MiB (at
 // most 8 parts), hash 0123456789abcdef": a plan in words.
 std::string describePlan(const Plan& plan);
+
+// True for a registered plan's algorithm ("plan:NAME"): the only algorithms that carry data of
+// their own (Algorithm::runWith).
+inline bool isPlan(const Algorithm& algo) { return static_cast<bool>(algo.runWith); }
 
 // Runs `entry`'s plan for one call (the Algorithm's runWith).
 void runPlan(PlanEntry& entry, const AlgoContext& ctx, const CollArgs& args);

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <new>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -61,6 +62,30 @@ TEST(NoAllocation, DefaultAlgorithms) {
   std::vector<loomComm_t> comms = initRanks(2);
   for (long count : allocationsOfSecondRound(comms, everyCollective))
     EXPECT_EQ(count, 0) << "heap allocations in 50 rounds of collectives";
+  for (loomComm_t c : comms) loomCommDestroy(c);
+}
+
+TEST(NoAllocation, ExecutionPlans) {
+  // The example plans of the plan_examples fixture forced: a plan keeps the schedule of its last
+  // call shape, so repeated calls of one shape build nothing and allocate nothing.
+  const char* dir = std::getenv("LOOM_TEST_PLAN_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "LOOM_TEST_PLAN_DIR names no example plans";
+  const std::string fused = std::string(dir) + "/fused";
+  ScopedEnv plans("LOOM_PLAN_DIR", fused.c_str());
+  ScopedEnv algo("LOOM_ALGO",
+                 "allreduce:plan:ring_allreduce_2,allgather:plan:ring_allgather_2,"
+                 "reducescatter:plan:ring_reducescatter_2,alltoall:plan:pairwise_alltoall_2");
+  std::vector<loomComm_t> comms = initRanks(2);
+  auto calls = [](int, loomComm_t comm) {
+    static thread_local std::vector<float> a(1 << 18, 1.0f), b(4 << 18, 0.0f);
+    const size_t count = (1 << 16) + 3;
+    ASSERT_EQ(loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr), 0);
+    ASSERT_EQ(loomAllGather(a.data(), b.data(), count, loomFloat32, comm, nullptr), 0);
+    ASSERT_EQ(loomReduceScatter(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr), 0);
+    ASSERT_EQ(loomAllToAll(a.data(), b.data(), count, loomFloat32, comm, nullptr), 0);
+  };
+  for (long count : allocationsOfSecondRound(comms, calls))
+    EXPECT_EQ(count, 0) << "heap allocations in 50 rounds of calls run by plans";
   for (loomComm_t c : comms) loomCommDestroy(c);
 }
 

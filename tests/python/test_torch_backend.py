@@ -143,3 +143,21 @@ def test_registered_allocator_segments(world, device, expandable, monkeypatch):
         assert any("cuMem memory shared as descriptors" in out for out in outputs), \
             "\n".join(outputs)
         assert any("mapped rank" in out for out in outputs), "\n".join(outputs)
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["by-size", "forced"])
+def test_plans_run_all_reduce_unchanged(tmp_path, monkeypatch, forced):
+    """A plan in LOOM_PLAN_DIR is what torch's all_reduce runs on the "loom" backend, without a
+    change to the program: chosen by size (the one-shot plan is the narrowest for small calls)
+    or forced with LOOM_ALGO=allreduce:plan:NAME (the ring)."""
+    from loom import plan
+    world = 3
+    plan.write_examples(str(tmp_path / "plans"), world)
+    name = "ring_allreduce_3" if forced else "one_shot_allreduce_3"
+    monkeypatch.setenv("LOOM_PLAN_DIR", str(tmp_path / "plans"))
+    monkeypatch.setenv("LOOM_TEST_PLAN", "plan:" + name)
+    monkeypatch.setenv("LOOM_TEST_FLIGHT_DIR", str(tmp_path / "flight"))
+    if forced:
+        monkeypatch.setenv("LOOM_ALGO", "allreduce:plan:" + name)
+    codes, outputs = run("plans", world)
+    assert codes == [0] * world, "\n".join(outputs)

@@ -405,6 +405,36 @@ def os_exit(code):
     os._exit(code)  # the process group cannot shut down cleanly with a dead peer
 
 
+def plans(rank, world, ref):
+    """Execution plans reach torch unchanged: with LOOM_PLAN_DIR (and perhaps LOOM_ALGO) set by
+    the test, all_reduce on the "loom" group equals Gloo's, and this rank's flight record shows
+    that LOOM_TEST_PLAN ("plan:NAME") ran every one of them."""
+    import json
+    import os
+    import pathlib
+    name = os.environ["LOOM_TEST_PLAN"]
+    calls = 0
+    for dtype in (torch.float32, torch.int32, torch.bfloat16):
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX):
+            results = []
+            for group in (None, ref):
+                t = value(rank, (1001,), dtype)  # odd: chunks of unequal sizes
+                dist.all_reduce(t, op=op, group=group)
+                results.append(t)
+            same(f"all_reduce {dtype} {op} by {name}", *results)
+            calls += 1
+    out = pathlib.Path(os.environ["LOOM_TEST_FLIGHT_DIR"]) / f"r{rank}"
+    out.mkdir(parents=True)
+    loom.dump_flight(str(out))
+    records = [json.loads(f.read_text()) for f in out.glob("*.json")]
+    ran = [c for r in records for c in r["calls"]
+           if c["op"] == "allreduce" and c["count"] == 1001]
+    if len(ran) != calls or any(c["algorithm"] != name for c in ran):
+        print(f"rank {rank}: the flight record's allreduces of 1001 elements: "
+              f"{[(c['algorithm'], c['state']) for c in ran]}, not {calls} by {name}", flush=True)
+        sys.exit(1)
+
+
 def main():
     global DEV, PORT
     case, world, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -427,7 +457,8 @@ def main():
         backend="nccl" if DEV.type == "cuda" else "gloo")
     cases = {"collectives": collectives, "unsupported": unsupported, "rank_exits": rank_exits,
              "ddp": ddp, "abort": abort, "dtensor": dtensor, "never_joins": never_joins,
-             "split": split, "fsdp": fsdp, "registered_segments": registered_segments}
+             "split": split, "fsdp": fsdp, "registered_segments": registered_segments,
+             "plans": plans}
     cases[case](rank, world, ref)
     dist.destroy_process_group()
 
