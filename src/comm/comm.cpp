@@ -106,6 +106,7 @@ Comm::Comm(const UniqueId& id, int nranks, int rank, const CommConfig& config)
   if (deviceCalls_.staging && device_->caps().hostTasks && !env::deviceBlocking()) {
     StreamJobs::Hooks hooks;
     hooks.run = [this](StreamJob& job) { runJob(job); };
+    hooks.fail = [this](const Error& e) { fail(e); };
     hooks.timeoutMs = config_.timeoutMs;
     deviceCalls_.jobs = std::make_unique<StreamJobs>(*device_, std::move(hooks), *progress_);
   }
@@ -320,7 +321,8 @@ void Comm::fail(const Error& error) {
   if (first) transports_->arena().raiseAbort(error.code(), nodes_.localIndex(rank_), reason);
   transports_->shutDown(reason);
   withBootstrap([&](Bootstrap& b) { b.broadcastAbort(reason); });
-  LOOM_WARN(kSubsysColl, rank_, "communicator aborted: ", error.what());
+  // Said once: a stream job's failure reaches here from the job and again from its queue.
+  if (first) LOOM_WARN(kSubsysColl, rank_, "communicator aborted: ", error.what());
 }
 
 void Comm::abort(const std::string& reason) { fail(Error(loomRemoteError, reason)); }

@@ -132,12 +132,27 @@ void StreamJobs::runNext(bool skip) {
   if (!skip) {
     try {
       hooks_.run(*job);
-    } catch (...) {
-      gate_->open();  // every stream runs to its end; the queue aborts the communicator
-      advance();
+    } catch (const Error& e) {
+      failed(e);
+      throw;
+    } catch (const std::exception& e) {
+      failed(Error(loomInternalError, e.what()));
       throw;
     }
   }
+  advance();
+}
+
+void StreamJobs::failed(const Error& error) {
+  // Recorded first: the gate lets the streams run to their end, and a caller that synced its
+  // stream must then find the failure (the soak saw a success with a wrong result in that gap).
+  if (hooks_.fail && error.code() != loomInvalidArgument) {
+    try {
+      hooks_.fail(error);
+    } catch (...) {  // reporting failed too: the queue still records the error
+    }
+  }
+  gate_->open();  // every stream runs to its end; the queue aborts the communicator
   advance();
 }
 

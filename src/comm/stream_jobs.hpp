@@ -58,6 +58,10 @@ class StreamJobs {
   static constexpr size_t kMaxJobs = 16;
   struct Hooks {
     std::function<void(StreamJob&)> run;  // the host part; throws on failure
+    // Records a failure of the host part before the gate opens (the communicator's fail): a
+    // caller that syncs its stream and then asks for the async error sees the failure, never a
+    // success with undefined output. Not for loomInvalidArgument (the queue does not abort for it).
+    std::function<void(const Error&)> fail;
     int64_t timeoutMs = 600000;
   };
   StreamJobs(Device& device, Hooks hooks, ProgressQueue& queue);
@@ -93,6 +97,7 @@ class StreamJobs {
 
  private:
   void runNext(bool skip);  // the queue's task of the oldest job
+  void failed(const Error& error);  // its host part threw: record, open the gate, move on
   void advance();
   bool streamsDone(int64_t timeoutMs);
 
