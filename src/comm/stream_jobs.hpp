@@ -96,7 +96,7 @@ class StreamJobs {
   bool stop();
 
  private:
-  void runNext(bool skip);  // the queue's task of the oldest job
+  void runNext(bool skip);          // the queue's task of the oldest job
   void failed(const Error& error);  // its host part threw: record, open the gate, move on
   void advance();
   bool streamsDone(int64_t timeoutMs);
