@@ -2,7 +2,8 @@
 # What LOOM_TRACE costs a job: loom-bench with the trace off (A) and on (B), and off again (A2,
 # the null pair), interleaved round after round (the order turns each round) in one session.
 #
-#   bench/trace_ab.sh [BUILD] [OUTDIR]     RANKS (8), ROUNDS (10), ITERS (100), SIZES ("1K 1M")
+#   bench/trace_ab.sh [BUILD] [OUTDIR]     RANKS (8), ROUNDS (10), ITERS (100), SIZES ("1K 1M"),
+#                                          DEVICE (cpu: the target is CPU ranks, also on a GPU host)
 # Prints per size the median over rounds of B/A and of A2/A (the noise); raw CSVs in OUTDIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ run() {  # variant round
   rm -rf "${trace_dir:?}"/*
   for size in ${SIZES:-1K 1M}; do
     env "${env[@]}" "$build/tools/loomrun" -n "$ranks" --timeout 300 -- "$build/tools/loom-bench" \
-      allreduce -b "$size" -e "$size" -n "$iters" -w 10 --csv "$out/$1-$2-$size.csv" >/dev/null
+      allreduce --device "${DEVICE:-cpu}" -b "$size" -e "$size" -n "$iters" -w 10 --csv "$out/$1-$2-$size.csv" >/dev/null
   done
 }
 
