@@ -47,7 +47,7 @@ std::string trackText(int track) {
 bool plain(unsigned char c) { return c != '"' && c != '\\' && c >= 0x20; }
 
 // s as a JSON string, as TraceText::string writes it (the pieces prepared once per file).
-std::string quoted(const std::string& s) {
+std::string jsonQuoted(const std::string& s) {
   std::string out = "\"";
   for (const char ch : s) {
     const unsigned char c = static_cast<unsigned char>(ch);
@@ -73,8 +73,8 @@ size_t escapedBound(const char* s) { return s == nullptr ? 2 : 6 * std::strlen(s
 TraceText::TraceText(int fd, const FlightIdentity& identity)
     : fd_(fd), identity_(identity), buffer_(new char[kBufferBytes]), capacity_(kBufferBytes) {
   pidTid_ = ",\"ph\":\"X\",\"pid\":" + std::to_string(identity_.pid) + ",\"tid\":";
-  callTail_ =
-      ",\"comm\":" + quoted(identity_.name) + ",\"job\":" + quoted(identity_.job) + ",\"result\":";
+  callTail_ = ",\"comm\":" + jsonQuoted(identity_.name) + ",\"job\":" + jsonQuoted(identity_.job) +
+              ",\"result\":";
 }
 
 void TraceText::reserve(size_t n) {
