@@ -62,10 +62,17 @@ Trace::Trace(int fd, std::string path, const FlightIdentity& identity, int64_t w
                          static_cast<int64_t>(steadyNowNs());
   text_.header(offset);
   text_.flush();
+  writer_ = std::thread([this] { writerLoop(); });
 }
 
 Trace::~Trace() {
-  write(true);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  writerWake_.notify_one();
+  writer_.join();
+  write(Write::kEverything);
   text_.end(static_cast<int64_t>(steadyNowNs()));
   text_.flush();
   ::close(fd_);
@@ -73,14 +80,34 @@ Trace::~Trace() {
 
 void Trace::add(const TraceEvent& event) {
   std::unique_lock<std::mutex> lock(mutex_);
-  while (filling_->used == kChunkEvents && !handOnFillingLocked(full_)) {
-    // The pool is at its cap (spans come faster than the status thread writes them): this
-    // thread writes the oldest chunk. Never drops a span; waits at most for another writer.
-    lock.unlock();
-    write(false);
-    lock.lock();
+  bool wake = false;
+  if (filling_->used == kChunkEvents) {
+    while (!handOnFillingLocked(full_)) {
+      // The pool is at its cap (spans come faster than the writer writes them): this thread
+      // writes the oldest chunk. Never drops a span; waits at most for another writer.
+      lock.unlock();
+      write(Write::kOldestChunk);
+      lock.lock();
+    }
+    wake = writerAsleep_ && full_.size() >= kWakeChunks;
+    if (wake) writerAsleep_ = false;
   }
   filling_->events[filling_->used++] = event;
+  lock.unlock();
+  if (wake) writerWake_.notify_one();
+}
+
+void Trace::writerLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    writerAsleep_ = true;
+    writerWake_.wait(lock,
+                     [this] { return stopping_ || !writerAsleep_ || full_.size() >= kWakeChunks; });
+    if (stopping_) return;
+    lock.unlock();
+    write(Write::kFullChunks);
+    lock.lock();
+  }
 }
 
 // The chunk filling moves to `into` and a spare one (or a new one, below the cap) takes its
@@ -97,10 +124,10 @@ bool Trace::handOnFillingLocked(std::vector<ChunkPtr>& into) {
   return true;
 }
 
-void Trace::write(bool everything) {
+void Trace::write(Write what) {
   std::lock_guard<std::mutex> writing(writeMutex_);
   for (;;) {
-    const bool taken = takeChunks(everything);
+    const bool taken = takeChunks(what);
     // Formatted without the chunks' lock: recording goes on meanwhile.
     for (const ChunkPtr& chunk : writing_)
       for (size_t i = 0; i < chunk->used; ++i) text_.event(chunk->events[i]);
@@ -113,16 +140,16 @@ void Trace::write(bool everything) {
       }
     }
     writing_.clear();
-    if (taken || !everything) return;
+    if (taken) return;
   }
 }
 
-// Moves the chunks to write into writing_: the oldest full one, or every full one and the one
-// filling. False when the one filling had to stay (no chunk to replace it: write the full ones
-// and come again).
-bool Trace::takeChunks(bool everything) {
+// Moves the chunks to write into writing_: the oldest full one, every full one, or every full one
+// and the one filling. False when the one filling had to stay (no chunk to replace it: write the
+// full ones and come again).
+bool Trace::takeChunks(Write what) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!everything) {
+  if (what == Write::kOldestChunk) {
     if (!full_.empty()) {
       writing_.push_back(std::move(full_.front()));
       full_.erase(full_.begin());
@@ -131,7 +158,7 @@ bool Trace::takeChunks(bool everything) {
   }
   for (ChunkPtr& chunk : full_) writing_.push_back(std::move(chunk));
   full_.clear();
-  return filling_->used == 0 || handOnFillingLocked(writing_);
+  return what == Write::kFullChunks || filling_->used == 0 || handOnFillingLocked(writing_);
 }
 
 void Trace::call(const FlightCall& c) {

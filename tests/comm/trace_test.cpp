@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "comm/flight_recorder.hpp"
 #include "json_reader.hpp"
@@ -112,6 +114,39 @@ TEST(Trace, WritesEverySpanWhenItsPoolIsFull) {
   }
   EXPECT_EQ(lanes, spans);
   EXPECT_EQ(bytesSum, static_cast<int64_t>(spans * (spans - 1) / 2));  // each once, none torn
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// Spans beyond kWakeChunks full chunks reach the file while the trace lives, with no status thread
+// and no flush: its writer thread writes them, not the threads that record (before, those spans
+// waited for the status thread's tick, and a busy rank formatted them itself at the pool's cap).
+TEST(Trace, ItsWriterWritesFullChunksWithoutAFlush) {
+  const std::string dir = traceDir();
+  const size_t spans = (Trace::kWakeChunks + 1) * Trace::kChunkEvents;
+  std::unique_ptr<Trace> trace = Trace::open(dir, traceIdentity(), 0);
+  ASSERT_NE(trace, nullptr);
+  ScheduleOp op;
+  op.kind = OpKind::kSend;
+  ScheduleLane lane;
+  lane.kind = LaneKind::kSendTo;
+  for (size_t i = 0; i < spans; ++i)
+    trace->operation(op, lane, static_cast<int64_t>(i), static_cast<int64_t>(i + 1));
+  auto written = [&] {
+    std::ifstream in(trace->path());
+    std::stringstream text;
+    text << in.rdbuf();
+    size_t n = 0;
+    for (size_t at = 0; (at = text.str().find("\"cat\":\"lane\"", at)) != std::string::npos; ++at)
+      ++n;
+    return n;
+  };
+  // Bounded, not timed: the writer may be scheduled late on a busy machine.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (written() < Trace::kWakeChunks * Trace::kChunkEvents &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GE(written(), Trace::kWakeChunks * Trace::kChunkEvents);
+  trace.reset();
   std::system(("rm -rf " + dir).c_str());
 }
 
