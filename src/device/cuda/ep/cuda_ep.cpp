@@ -83,9 +83,10 @@ CudaEp::CudaEp(CudaDevice& device, const NativeEpSetup& setup) : device_(device)
       loom::ep::LowLatencyDispatchFormat f{setup.maxTopk, setup.hidden, fp8};
       dispatch = std::max(dispatch, f.chunkBytes(setup.maxTokens));
     }
-    d.llListsOffset = pageRound(dispatch);
+    d.llInboxOffset = pageRound(dispatch);
     d.llDispatchBytes =
-        d.llListsOffset + pageRound(cuda::ep::expertListsBytes(setup.numExperts, setup.maxTokens));
+        d.llInboxOffset +
+        pageRound(setup.nranks * cuda::ep::inboxBytes(setup.localExperts, setup.maxTokens));
     loom::ep::LowLatencyCombineFormat c{setup.nranks, setup.localExperts, setup.maxTokens,
                                         setup.hidden};
     d.llCombineBytes = pageRound(c.bytes());
@@ -98,6 +99,8 @@ CudaEp::CudaEp(CudaDevice& device, const NativeEpSetup& setup) : device_(device)
   std::string failure;
   try {
     LOOM_CUDA_CHECK(cudaMemset(mine_, 0, cuda::ep::kControlBytes));
+    // The inboxes' posts start at step 0 (they live beside the low-latency buffers).
+    LOOM_CUDA_CHECK(cudaMemset(mine_ + d.llOffset, 0, total - d.llOffset));
     LOOM_CUDA_CHECK(cudaDeviceSynchronize());
     statusMemory_ = MappedHostMemory(sizeof(EpStatus) + sizeof(int) * setup.localExperts);
     d.status = static_cast<EpStatus*>(statusMemory_.device());

@@ -28,15 +28,23 @@ __device__ __forceinline__ char* llDispatchChunk(const EpRegions& d, int rank, i
 __device__ __forceinline__ char* llCombineChunk(const EpRegions& d, int rank, int buffer) {
   return llDispatchChunk(d, rank, buffer) + d.llDispatchBytes;
 }
-// A low-latency dispatch's expert lists (after its chunk): per global expert the number of the
-// sender's tokens that pick it, then per expert those tokens in order.
-__device__ __forceinline__ int32_t* llExpertCounts(const EpRegions& d, int rank, int buffer) {
-  return reinterpret_cast<int32_t*>(llDispatchChunk(d, rank, buffer) + d.llListsOffset);
+// Source `source`'s inbox on rank `owner` (ep_kernels.hpp: inboxBytes) and its parts.
+__device__ __forceinline__ char* llInbox(const EpRegions& d, int owner, int buffer, int source) {
+  return llDispatchChunk(d, owner, buffer) + d.llInboxOffset +
+         static_cast<size_t>(source) * inboxBytes(d.localExperts, d.maxTokens);
 }
-__device__ __forceinline__ int32_t* llExpertTokens(const EpRegions& d, int rank, int buffer,
-                                                   int expert) {
-  return llExpertCounts(d, rank, buffer) + expertListsStart(d.numExperts) +
-         static_cast<size_t>(expert) * d.maxTokens;
+__device__ __forceinline__ uint64_t* inboxPosted(char* inbox) {
+  return reinterpret_cast<uint64_t*>(inbox);
+}
+__device__ __forceinline__ uint4* inboxHeader(char* inbox) {
+  return reinterpret_cast<uint4*>(inbox + 64);
+}
+__device__ __forceinline__ int32_t* inboxCounts(char* inbox) {
+  return reinterpret_cast<int32_t*>(inbox + kInboxTokensStart);
+}
+__device__ __forceinline__ int32_t* inboxTokens(const EpRegions& d, char* inbox, int localExpert) {
+  return reinterpret_cast<int32_t*>(inbox + kInboxTokensStart + inboxCountsBytes(d.localExperts)) +
+         static_cast<size_t>(localExpert) * d.maxTokens;
 }
 
 // The first error wins; every later wait of this object gives up at once.
@@ -79,6 +87,17 @@ __device__ __forceinline__ bool waitAllRanks(const EpRegions& d, size_t offset, 
   __syncthreads();
   if (threadIdx.x < d.nranks && !waitAtLeast(d, word(d, threadIdx.x, offset), target, threadIdx.x))
     ok = 0;
+  __syncthreads();
+  return ok != 0;
+}
+
+// Thread r < nranks waits until *wordOf(r) >= target; every thread learns whether all did.
+template <typename WordOf>
+__device__ __forceinline__ bool waitAllWords(const EpRegions& d, uint64_t target, WordOf wordOf) {
+  __shared__ int ok;
+  if (threadIdx.x == 0) ok = 1;
+  __syncthreads();
+  if (threadIdx.x < d.nranks && !waitAtLeast(d, wordOf(threadIdx.x), target, threadIdx.x)) ok = 0;
   __syncthreads();
   return ok != 0;
 }

@@ -55,20 +55,24 @@ struct EpStatus {
 struct EpRegions {
   int rank, nranks, localExperts, numExperts, maxTokens;
   size_t normalOffset, normalBytes, llOffset, llDispatchBytes, llCombineBytes;
-  size_t llListsOffset;     // within a low-latency dispatch part: the expert lists
+  size_t llInboxOffset;     // within a low-latency dispatch part: the inboxes, one per source
   char* region[kMaxRanks];  // every rank's region as mapped here
   EpStatus* status;         // device address of the host-mapped status
   uint64_t timeoutNs;
 };
 
-// The low-latency dispatch's expert lists: counts [numExperts], then tokens
-// [numExperts][maxTokens] (int32), from expertListsStart(numExperts) on.
-constexpr size_t expertListsStart(int numExperts) {
-  return (static_cast<size_t>(numExperts) + 15) & ~size_t{15};
+// A low-latency dispatch's inbox on a receiver, one per source, written by the source over
+// NVLink so that the receiver reads them from its own memory: the source's post (its step), the
+// first 64 bytes of its header, its token counts for the receiver's local experts, then per local
+// expert the source's tokens that pick it, in order (int32).
+constexpr size_t kInboxTokensStart = 128;
+constexpr size_t inboxCountsBytes(int localExperts) {
+  return (sizeof(int32_t) * static_cast<size_t>(localExperts) + 63) & ~size_t{63};
 }
-constexpr size_t expertListsBytes(int numExperts, int maxTokens) {
-  return sizeof(int32_t) *
-         (expertListsStart(numExperts) + static_cast<size_t>(numExperts) * maxTokens);
+constexpr size_t inboxBytes(int localExperts, int maxTokens) {
+  return (kInboxTokensStart + inboxCountsBytes(localExperts) +
+          sizeof(int32_t) * static_cast<size_t>(localExperts) * maxTokens + 63) &
+         ~size_t{63};
 }
 // The low-latency dispatch receive keeps, per local expert, where each source's rows start and
 // where the expert's rows start among all received rows, in shared memory.

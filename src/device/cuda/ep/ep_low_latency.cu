@@ -65,14 +65,14 @@ __device__ void quantizeRow(const uint16_t* in, int hidden, bool round, uint8_t*
 }
 
 // This rank's tokens that pick each expert, in token order, and their number (a warp per
-// expert, 32 tokens per ballot): the receivers read where their rows are instead of rescanning
-// every source's top-k over NVLink.
+// expert, 32 tokens per ballot), written into this rank's inbox on the expert's rank: the
+// receivers read where their rows are from their own memory.
 __device__ void listTokensPerExpert(const EpRegions& d, int slot, const int64_t* topkIdx, int topk,
                                     int count) {
   const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  int32_t* counts = llExpertCounts(d, d.rank, slot);
   for (int e = blockIdx.x * warps + (threadIdx.x >> 5); e < d.numExperts; e += gridDim.x * warps) {
-    int32_t* tokens = llExpertTokens(d, d.rank, slot, e);
+    char* inbox = llInbox(d, e / d.localExperts, slot, d.rank);
+    int32_t* tokens = inboxTokens(d, inbox, e % d.localExperts);
     int taken = 0;
     for (int base = 0; base < count; base += 32) {
       const int t = base + lane;
@@ -85,8 +85,22 @@ __device__ void listTokensPerExpert(const EpRegions& d, int slot, const int64_t*
       if (picks) tokens[taken + __popc(mask & ((1u << lane) - 1))] = t;
       taken += __popc(mask);
     }
-    if (lane == 0) counts[e] = taken;
+    if (lane == 0) inboxCounts(inbox)[e % d.localExperts] = taken;
   }
+  // Each thread's writes to the peers are ordered before the post the last block makes.
+  __threadfence_system();
+}
+
+// After postSend: this rank's header and post into its inbox on every rank (thread 0 of the last
+// block; the lists are there already).
+__device__ void postToInboxes(const EpRegions& d, const char* chunk, int slot, uint64_t step) {
+  const uint4* header = reinterpret_cast<const uint4*>(chunk);
+  for (int r = 0; r < d.nranks; ++r) {
+    uint4* copy = inboxHeader(llInbox(d, r, slot, d.rank));
+    for (int j = 0; j < kHeaderVectors; ++j) copy[j] = header[j];
+  }
+  __threadfence_system();
+  for (int r = 0; r < d.nranks; ++r) storeRelease(inboxPosted(llInbox(d, r, slot, d.rank)), step);
 }
 
 __global__ void dispatchSendKernel(EpRegions d, CallShape shape, int status, int slot,
@@ -123,6 +137,7 @@ __global__ void dispatchSendKernel(EpRegions d, CallShape shape, int status, int
     return;
   const int verdict = atomicExch(bad, 0ull) != 0 ? loomInvalidArgument : status;
   postSend(d, chunk, slot, step, shape, verdict, count, count);
+  postToInboxes(d, chunk, slot, step);
 }
 
 // Where this rank's received rows go: per local expert, where each source's rows start
@@ -133,7 +148,7 @@ __device__ void buildDispatchTable(const EpRegions& d, int slot, int32_t* start,
   const int n = d.nranks, local = d.localExperts, me = d.rank;
   for (int i = threadIdx.x; i < local * n; i += blockDim.x) {
     const int el = i / n, s = i % n;
-    start[el * (n + 1) + s + 1] = __ldcg(llExpertCounts(d, s, slot) + me * local + el);
+    start[el * (n + 1) + s + 1] = __ldcg(inboxCounts(llInbox(d, me, slot, s)) + el);
   }
   __syncthreads();
   for (int el = threadIdx.x; el < local; el += blockDim.x) {
@@ -183,9 +198,8 @@ __device__ void pullRow(const EpRegions& d, const loomEpLowLatencyDispatchArgs_t
                         const HeaderCopies& headers, const int32_t* start, RowPlace p) {
   const int lane = threadIdx.x & 31, n = d.nranks;
   const size_t slots = static_cast<size_t>(d.maxTokens) * n;
-  const int e = d.rank * d.localExperts + p.el;
-  const int token =
-      __ldcg(llExpertTokens(d, p.src, slot, e) + p.pos - start[p.el * (n + 1) + p.src]);
+  const int token = __ldcg(inboxTokens(d, llInbox(d, d.rank, slot, p.src), p.el) + p.pos -
+                           start[p.el * (n + 1) + p.src]);
   const int count = headerCopy(headers, p.src)->count;
   const char* row = llDispatchChunk(d, p.src, slot) + f.rowsOffset(count) + token * f.rowStride();
   const size_t at = p.el * slots + p.pos;
@@ -210,10 +224,13 @@ __global__ void dispatchReceiveKernel(EpRegions d, CallShape shape, int slot,
                                       loomEpLowLatencyDispatchArgs_t a) {
   const int n = d.nranks, local = d.localExperts, me = d.rank;
   const uint64_t step = *word(d, me, pendingOffset(slot));
-  const bool ok = waitAllRanks(d, postedOffset(kLane, slot), step);
+  // Every source's post, header, counts and lists are in this rank's own memory (its inboxes).
+  const bool ok =
+      waitAllWords(d, step, [&](int r) { return inboxPosted(llInbox(d, me, slot, r)); });
   __shared__ __align__(64) HeaderCopies headers;
-  const bool agree =
-      headersAgree(d, shape, ok, headers, [&](int r) { return llDispatchChunk(d, r, slot); });
+  const bool agree = headersAgree(d, shape, ok, headers, [&](int r) {
+    return reinterpret_cast<const char*>(inboxHeader(llInbox(d, me, slot, r)));
+  });
   extern __shared__ int32_t table[];
   int32_t* start = table;
   int32_t* rowStart = table + local * (n + 1);
