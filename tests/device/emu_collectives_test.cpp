@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <numeric>
@@ -732,13 +733,24 @@ int main(int argc, char** argv) {
   }
   loom::test::gPlugin =
       static_cast<const loomDevicePlugin_v1*>(dlsym(library, LOOM_DEVICE_PLUGIN_SYMBOL));
+  const char* placement = std::getenv("LOOM_TEST_PLACEMENT");
+  if (placement != nullptr && std::strchr(placement, 'G') != nullptr) {
+    // CUDA ranks (the GPU hosts' entries): every rank of a host without a GPU skips, at once.
+    int gpus = 0;
+#ifdef LOOM_HAVE_CUDA
+    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+#endif
+    if (gpus == 0) {
+      std::printf("SKIPPED: LOOM_TEST_PLACEMENT has CUDA ranks and this host has no GPU\n");
+      return 77;
+    }
+  }
   if (loomCommInitFromEnv(&loom::test::gWorld, nullptr) != loomSuccess) {  // loads the plug-in
     fprintf(stderr, "init failed: %s\n", loomGetLastError(nullptr));
     return 2;
   }
   loomCommUserRank(loom::test::gWorld, &loom::test::gRank);
   loomCommCount(loom::test::gWorld, &loom::test::gRanks);
-  const char* placement = std::getenv("LOOM_TEST_PLACEMENT");
   loom::test::gPlacement = placement != nullptr ? placement : "";
   if (loom::test::gPlacement.empty()) loom::test::gPlacement.assign(loom::test::gRanks, 'E');
   if (static_cast<int>(loom::test::gPlacement.size()) != loom::test::gRanks ||

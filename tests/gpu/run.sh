@@ -9,7 +9,8 @@
 # SKIP), 1 when a test failed, 2 on a usage error.
 #
 # Environment: GPU_TESTS (default: gpu_collectives_n2/_n4, gpu_faults, and the one-process
-# gpu_one_process_n2/_n4/_reset/_reset-destroy/_exit-alive) picks the tests; GPUTEST_CONFIGS=auto,ll,... restricts the configs of gpu_collectives_*; GoogleTest itself
+# gpu_one_process_n2/_n4/_reset/_reset-destroy/_exit-alive, and execution plans on CUDA ranks of
+# heterogeneous communicators, emu_plans_gpu_*) picks the tests; GPUTEST_CONFIGS=auto,ll,... restricts the configs of gpu_collectives_*; GoogleTest itself
 # reads GTEST_FILTER (e.g. GTEST_FILTER='Configs/Sweep.Reductions/*').
 # LOOM_TEST_SHARE_GPU=1 lets ranks share GPUs (a one-GPU host runs the 2- and 4-rank tests);
 # GPU_MPS=1 starts a CUDA MPS daemon for the run (pipes and logs under OUTDIR/mps) and stops it
@@ -34,7 +35,7 @@ fi
 export NCCL_NVLS_ENABLE=0
 tests=${GPU_TESTS:-gpu_collectives_n2 gpu_collectives_n4 gpu_faults gpu_one_process_n2
   gpu_one_process_n4 gpu_one_process_reset gpu_one_process_reset-destroy
-  gpu_one_process_exit-alive}
+  gpu_one_process_exit-alive emu_plans_gpu_GCGC emu_plans_gpu_GGCC emu_plans_gpu_GCEC}
 
 if [[ ${GPU_MPS:-0} == 1 ]]; then
   export CUDA_MPS_PIPE_DIRECTORY=$out/mps/pipe CUDA_MPS_LOG_DIRECTORY=$out/mps/log
