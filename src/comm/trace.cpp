@@ -78,21 +78,25 @@ Trace::~Trace() {
   ::close(fd_);
 }
 
-void Trace::add(const TraceEvent& event) {
+void Trace::add(const TraceEvent* events, size_t n) {
   std::unique_lock<std::mutex> lock(mutex_);
   bool wake = false;
-  if (filling_->used == kChunkEvents) {
-    while (!handOnFillingLocked(full_)) {
-      // The pool is at its cap (spans come faster than the writer writes them): this thread
-      // writes the oldest chunk. Never drops a span; waits at most for another writer.
-      lock.unlock();
-      write(Write::kOldestChunk);
-      lock.lock();
+  for (size_t i = 0; i < n; ++i) {
+    if (filling_->used == kChunkEvents) {
+      while (!handOnFillingLocked(full_)) {
+        // The pool is at its cap (spans come faster than the writer writes them): this thread
+        // writes the oldest chunk. Never drops a span; waits at most for another writer.
+        lock.unlock();
+        write(Write::kOldestChunk);
+        lock.lock();
+      }
+      if (writerAsleep_ && full_.size() >= kWakeChunks) {
+        writerAsleep_ = false;
+        wake = true;
+      }
     }
-    wake = writerAsleep_ && full_.size() >= kWakeChunks;
-    if (wake) writerAsleep_ = false;
+    filling_->events[filling_->used++] = events[i];
   }
-  filling_->events[filling_->used++] = event;
   lock.unlock();
   if (wake) writerWake_.notify_one();
 }
@@ -161,7 +165,7 @@ bool Trace::takeChunks(Write what) {
   return what == Write::kFullChunks || filling_->used == 0 || handOnFillingLocked(writing_);
 }
 
-void Trace::call(const FlightCall& c) {
+TraceEvent Trace::callEvent(const FlightCall& c) {
   TraceEvent e;
   e.kind = TraceEvent::Kind::kCall;
   e.startNs = c.startedNs != 0 ? c.startedNs : c.queuedNs;
@@ -178,7 +182,7 @@ void Trace::call(const FlightCall& c) {
   e.op = static_cast<uint8_t>(c.op);
   e.flightKind = static_cast<uint8_t>(c.kind);
   e.track = c.kind == FlightKind::kCollective ? kTrackCalls : kTrackPointToPoint;
-  add(e);
+  return e;
 }
 
 void Trace::operation(const ScheduleOp& op, const ScheduleLane& lane, int64_t startNs,

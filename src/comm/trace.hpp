@@ -56,8 +56,9 @@ class Trace final : public ExecObserver, public DeviceTimeline {
   Trace(const Trace&) = delete;
   Trace& operator=(const Trace&) = delete;
 
-  // A finished call (the flight recorder reports each one).
-  void call(const FlightCall& call);
+  // Finished calls (the flight recorder hands them over a batch at a time, one lock a batch).
+  static TraceEvent callEvent(const FlightCall& call);
+  void add(const TraceEvent* events, size_t n);
   void operation(const ScheduleOp& op, const ScheduleLane& lane, int64_t startNs,
                  int64_t endNs) override;
   void waited(int64_t startNs, int64_t endNs, int peer) override;
@@ -75,7 +76,7 @@ class Trace final : public ExecObserver, public DeviceTimeline {
   using ChunkPtr = std::unique_ptr<Chunk>;
 
   Trace(int fd, std::string path, const FlightIdentity& identity, int64_t waitThresholdNs);
-  void add(const TraceEvent& event);
+  void add(const TraceEvent& event) { add(&event, 1); }
   bool handOnFillingLocked(std::vector<ChunkPtr>& into);
   enum class Write { kOldestChunk, kFullChunks, kEverything };
   // Formats and writes the chunks `what` names, oldest first.
