@@ -553,21 +553,11 @@ TEST(BootstrapFailure, CheckHealthNoticesADeadPeer) {
   UniqueId id = localRoot(JobSecret::random());
   auto group = makeGroup(id, 3);
   group[1].reset();
-  auto start = Clock::now();
-  Outcome o;
-  while (o.code == loomSuccess && secondsSince(start) < 2.0) {
-    o = capture([&] { group[0]->checkHealth(); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  Outcome o = firstHealthFailure(*group[0], 2.0);
   EXPECT_EQ(o.code, loomRemoteError) << o.message;
   EXPECT_NE(o.message.find("rank 1"), std::string::npos) << o.message;
   // Rank 0 relayed the death: rank 2 learns it too, without a collective.
-  start = Clock::now();
-  o = Outcome();
-  while (o.code == loomSuccess && secondsSince(start) < 2.0) {
-    o = capture([&] { group[2]->checkHealth(); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  o = firstHealthFailure(*group[2], 2.0);
   EXPECT_EQ(o.code, loomRemoteError) << o.message;
   EXPECT_NE(o.message.find("rank 1"), std::string::npos) << o.message;
 }
@@ -622,12 +612,7 @@ TEST(BootstrapFailure, CheckHealthSeesAnAbortWithoutACollective) {
   group[1]->checkHealth();
   group[0]->checkHealth();
   group[1]->broadcastAbort("oom");
-  auto start = Clock::now();
-  Outcome o;
-  while (o.code == loomSuccess && secondsSince(start) < 2.0) {
-    o = capture([&] { group[0]->checkHealth(); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  Outcome o = firstHealthFailure(*group[0], 2.0);
   EXPECT_EQ(o.code, loomRemoteError);
   EXPECT_NE(o.message.find("rank 1 aborted: oom"), std::string::npos) << o.message;
 }

@@ -51,12 +51,7 @@ TEST(ControlNews, AnAbortReachesTheOthersWhileRank0CallsNothing) {
   auto group = makeGroup(localRoot(JobSecret::random()), 3);
   group[2]->broadcastAbort("disk full");
   // Rank 0 makes no control call: its news service relays the abort.
-  const auto start = Clock::now();
-  Outcome seen;
-  while (seen.code == loomSuccess && secondsSince(start) < 5.0) {
-    seen = capture([&] { group[1]->checkHealth(); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const Outcome seen = firstHealthFailure(*group[1], 5.0, 5);
   EXPECT_EQ(seen.code, loomRemoteError) << seen.message;
   EXPECT_NE(seen.message.find("rank 2 aborted: disk full"), std::string::npos) << seen.message;
 }

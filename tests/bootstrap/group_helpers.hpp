@@ -54,6 +54,18 @@ inline std::vector<Outcome> parallel(int n, const std::function<void(int)>& body
   return outcomes;
 }
 
+// Probes b's health every `pollMs` until a probe fails or `seconds` pass: the first failure, or
+// success when none came in time (bounded: a relay may be late on a busy machine).
+inline Outcome firstHealthFailure(Bootstrap& b, double seconds, int pollMs = 2) {
+  const Clock::time_point start = Clock::now();
+  Outcome o;
+  while (o.code == loomSuccess && secondsSince(start) < seconds) {
+    o = capture([&] { b.checkHealth(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(pollMs));
+  }
+  return o;
+}
+
 inline Bootstrap::Options quickOptions(int64_t timeoutMs = 10000) {
   Bootstrap::Options options;
   options.timeoutMs = timeoutMs;
