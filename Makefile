@@ -35,8 +35,9 @@ run:
 	@BUILD=$(BUILD) RANKS=$(RANKS) JOBS=$(JOBS) scripts/run.sh
 
 # The sanitizer slot of this commit (scripts/sanitize.sh: the slots rotate, so that CI's runs
-# cover every C++ test under ASan+UBSan and the threaded ones under TSan); SANITIZE=0 skips it.
-# The sanitizer slot (SANITIZE=0: none) builds and runs beside the Python tests (scripts/beside.sh).
+# cover the C++ tests under ASan+UBSan, but for the long slots `make test-asan` runs, and the
+# threaded ones under TSan) builds and runs beside the Python tests (scripts/beside.sh);
+# SANITIZE=0 skips it.
 # ctest runs one test more than there are cores: the multi-rank tests wait on each other part of
 # the time (2-core VM, 141 tests: 450 s at -j 2, 405 s at -j 3, both cores busy throughout).
 test: build

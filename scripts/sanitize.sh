@@ -4,8 +4,9 @@
 # the multi-rank tests at -O0 under ASan took minutes each on 2 cores).
 #
 #   scripts/sanitize.sh ci         one slot, rotating with the commit (`make test` runs it; CI's
-#                                  time allows about one slot: over the slots every C++ test runs
-#                                  under ASan+UBSan, and every test that uses threads under TSan)
+#                                  time allows about one slot: over the rotation every C++ test
+#                                  but those of LONG_SLOTS runs under ASan+UBSan, and every test
+#                                  that uses threads under TSan)
 #   scripts/sanitize.sh slot N     slot N
 #   scripts/sanitize.sh all FLAVOR every slot of one flavor (asan: ASan+UBSan, tsan: TSan);
 #                                  `make test-asan` (every C++ test but the GPU ones and the
