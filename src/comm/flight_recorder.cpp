@@ -108,10 +108,18 @@ FlightCall collectiveCall(loomFunc_t func, size_t count, loomDataType_t dtype, l
 FlightRecorder::FlightRecorder(size_t capacity, const FlightIdentity& identity)
     : identity_(identity),
       capacity_(std::max<size_t>(capacity, 1)),
-      entries_(new Entry[capacity_]) {}
+      entries_(new Entry[capacity_]),
+      wakeTraceEvery_(std::max<uint64_t>(capacity_ / 2, 1)) {}
 
-FlightRecorder::~FlightRecorder() {
-  if (trace_ != nullptr) traceFinished();
+FlightRecorder::~FlightRecorder() { traceTo(nullptr); }
+
+void FlightRecorder::traceTo(Trace* trace) {
+  if (trace_ != nullptr) {
+    trace_->takeCallsFrom(nullptr);  // its writer no longer reads this ring
+    traceFinished();
+  }
+  trace_ = trace;
+  if (trace_ != nullptr) trace_->takeCallsFrom(this);
 }
 
 FlightRecorder::Entry& FlightRecorder::entryOf(uint64_t id) const {
@@ -121,7 +129,10 @@ FlightRecorder::Entry& FlightRecorder::entryOf(uint64_t id) const {
 uint64_t FlightRecorder::begin(const FlightCall& call) {
   const uint64_t id = next_.fetch_add(1, std::memory_order_relaxed) + 1;
   Entry& e = entryOf(id);
-  if (trace_ != nullptr && id > capacity_) traceBeforeReuse(e, id - capacity_);
+  if (trace_ != nullptr) {
+    if (id % wakeTraceEvery_ == 0) trace_->callsWaiting();
+    if (id > capacity_) traceBeforeReuse(e, id - capacity_);
+  }
   constexpr auto relaxed = std::memory_order_relaxed;
   e.id.store(0, relaxed);  // readers skip it while it is rewritten
   std::atomic_thread_fence(std::memory_order_release);

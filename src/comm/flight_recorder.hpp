@@ -85,11 +85,15 @@ class FlightRecorder {
   // Where the last collective entered and finished are published for the peers on this host.
   void publishTo(CallProgress* progress) { published_ = progress; }
   // Every finished call also goes to `trace` as a span (LOOM_TRACE; null: none), read from this
-  // ring, not recorded twice: at flushTrace(), when begin() is about to rewrite an entry whose
-  // span was not taken yet, and at the recorder's end (so `trace` must outlive the recorder, or
-  // be detached with traceTo(nullptr) first). A call whose entry is rewritten while it is still
-  // in flight (LOOM_FLIGHT_ENTRIES later calls) has no span, as it has no entry.
-  void traceTo(Trace* trace) { trace_ = trace; }
+  // ring, not recorded twice: by the trace's writer thread, which begin() wakes every half turn
+  // of the ring, so that the calling thread seldom pays for a span; by begin() itself when it is
+  // about to rewrite an entry whose span was not taken yet (the writer fell behind); at
+  // flushTrace(); and at the recorder's end (so `trace` must outlive the recorder, or be detached
+  // with traceTo(nullptr) first). A call whose entry is rewritten while it is still in flight
+  // (LOOM_FLIGHT_ENTRIES later calls) has no span, as it has no entry.
+  void traceTo(Trace* trace);
+  // Hands the trace every finished call it has not had yet (its writer thread calls this).
+  void traceFinished() const;
   // The calls finished since the last time, and the trace's other spans, to its file (LOOM_TRACE;
   // else nothing). Not signal-safe.
   void flushTrace() const;
@@ -121,7 +125,6 @@ class FlightRecorder {
   bool read(size_t slot, FlightCall& out) const;
   Entry& entryOf(uint64_t id) const;
   void traceBeforeReuse(const Entry& e, uint64_t held) const;
-  void traceFinished() const;
 
   FlightIdentity identity_;  // never changes: signal handlers read its strings
   size_t capacity_;
@@ -132,6 +135,7 @@ class FlightRecorder {
   std::atomic<int32_t> waitingFor_{-1};
   CallProgress* published_ = nullptr;
   Trace* trace_ = nullptr;
+  uint64_t wakeTraceEvery_;         // calls between two wakes of the trace's writer: half a turn
   mutable std::mutex traceMutex_;   // one thread at a time hands spans over; traceFrom_
   mutable uint64_t traceFrom_ = 1;  // every call before it was handed over or is gone
 };

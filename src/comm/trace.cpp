@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <utility>
 
 #include "base/log.hpp"
 #include "base/wait.hpp"
@@ -101,14 +102,36 @@ void Trace::add(const TraceEvent* events, size_t n) {
   if (wake) writerWake_.notify_one();
 }
 
+void Trace::takeCallsFrom(const FlightRecorder* calls) {
+  std::lock_guard<std::mutex> lock(callsMutex_);
+  calls_ = calls;
+}
+
+void Trace::callsWaiting() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    callsWaiting_ = true;
+    if (!writerAsleep_) return;  // it looks again before it sleeps
+    writerAsleep_ = false;
+  }
+  writerWake_.notify_one();
+}
+
 void Trace::writerLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     writerAsleep_ = true;
-    writerWake_.wait(lock,
-                     [this] { return stopping_ || !writerAsleep_ || full_.size() >= kWakeChunks; });
+    writerWake_.wait(lock, [this] {
+      return stopping_ || !writerAsleep_ || callsWaiting_ || full_.size() >= kWakeChunks;
+    });
     if (stopping_) return;
+    writerAsleep_ = false;
+    const bool takeCalls = std::exchange(callsWaiting_, false);
     lock.unlock();
+    if (takeCalls) {
+      std::lock_guard<std::mutex> reading(callsMutex_);
+      if (calls_ != nullptr) calls_->traceFinished();
+    }
     write(Write::kFullChunks);
     lock.lock();
   }

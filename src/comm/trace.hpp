@@ -10,8 +10,10 @@
 //   device             device-side spans of a backend's kernels (events around them; CUDA)
 // scripts/loom_trace_merge.py merges every rank's files into one, a process per rank.
 //
-// Call spans are not recorded here: the flight recorder, which keeps every call anyway, hands its
-// finished calls over in batches (flight_recorder.hpp: traceTo). The executor's and the device's
+// Call spans are not recorded here: the flight recorder keeps every call anyway, and the trace's
+// writer thread takes its finished calls from its ring, woken by the recorder every half turn of
+// the ring (flight_recorder.hpp: traceTo); the calling thread pays for a call's span only when
+// the writer falls a whole turn behind. The executor's and the device's
 // spans are recorded as one fixed-size TraceEvent each, stored into a chunk of a small pool under
 // a lock held for a few stores; no text, no allocation once the pool is warm. The JSON text
 // (trace_text.hpp) is made later, in batches: by the trace's own writer thread as soon as
@@ -59,6 +61,10 @@ class Trace final : public ExecObserver, public DeviceTimeline {
   // Finished calls (the flight recorder hands them over a batch at a time, one lock a batch).
   static TraceEvent callEvent(const FlightCall& call);
   void add(const TraceEvent* events, size_t n);
+  // The recorder whose finished calls the writer thread takes when callsWaiting() wakes it (null:
+  // none; returns once the writer no longer reads the previous one).
+  void takeCallsFrom(const FlightRecorder* calls);
+  void callsWaiting();
   void operation(const ScheduleOp& op, const ScheduleLane& lane, int64_t startNs,
                  int64_t endNs) override;
   void waited(int64_t startNs, int64_t endNs, int peer) override;
@@ -96,8 +102,11 @@ class Trace final : public ExecObserver, public DeviceTimeline {
                                  // writing_ and text_
   std::vector<ChunkPtr> writing_;
   TraceText text_;
-  std::condition_variable writerWake_;  // kWakeChunks full, or stopping_
+  std::condition_variable writerWake_;  // kWakeChunks full, callsWaiting_, or stopping_
   bool writerAsleep_ = false;           // notify only then: a recording thread seldom pays for it
+  bool callsWaiting_ = false;
+  std::mutex callsMutex_;  // calls_, held by the writer while it takes calls
+  const FlightRecorder* calls_ = nullptr;
   bool stopping_ = false;
   std::thread writer_;  // last: starts once everything above exists
 };

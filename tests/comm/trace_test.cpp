@@ -1,5 +1,6 @@
-// LOOM_TRACE's bookkeeping: the flight recorder hands every finished call to the trace through its
-// ring's wraps, and a full pool of spans is written, not dropped (comm/trace.hpp).
+// LOOM_TRACE's bookkeeping: every finished call of the flight recorder reaches the trace (its
+// writer takes them, the caller at the ring's wrap when the writer fell behind), and a full pool
+// of spans is written, not dropped (comm/trace.hpp).
 #include "comm/trace.hpp"
 
 #include <gtest/gtest.h>
@@ -120,6 +121,27 @@ TEST(Trace, WritesEverySpanWhenItsPoolIsFull) {
 // Spans beyond kWakeChunks full chunks reach the file while the trace lives, with no status thread
 // and no flush: its writer thread writes them, not the threads that record (before, those spans
 // waited for the status thread's tick, and a busy rank formatted them itself at the pool's cap).
+// How many times `needle` is in the file at `path` once it holds `expected` of them, or after two
+// minutes: bounded, not timed (the writer thread may be scheduled late on a busy machine).
+size_t writtenSoon(const std::string& path, const std::string& needle, size_t expected) {
+  auto count = [&] {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string all = text.str();
+    size_t n = 0;
+    for (size_t at = 0; (at = all.find(needle, at)) != std::string::npos; ++at) ++n;
+    return n;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  size_t n = count();
+  while (n < expected && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    n = count();
+  }
+  return n;
+}
+
 TEST(Trace, ItsWriterWritesFullChunksWithoutAFlush) {
   const std::string dir = traceDir();
   const size_t spans = (Trace::kWakeChunks + 1) * Trace::kChunkEvents;
@@ -131,21 +153,32 @@ TEST(Trace, ItsWriterWritesFullChunksWithoutAFlush) {
   lane.kind = LaneKind::kSendTo;
   for (size_t i = 0; i < spans; ++i)
     trace->operation(op, lane, static_cast<int64_t>(i), static_cast<int64_t>(i + 1));
-  auto written = [&] {
-    std::ifstream in(trace->path());
-    std::stringstream text;
-    text << in.rdbuf();
-    size_t n = 0;
-    for (size_t at = 0; (at = text.str().find("\"cat\":\"lane\"", at)) != std::string::npos; ++at)
-      ++n;
-    return n;
-  };
-  // Bounded, not timed: the writer may be scheduled late on a busy machine.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (written() < Trace::kWakeChunks * Trace::kChunkEvents &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_GE(written(), Trace::kWakeChunks * Trace::kChunkEvents);
+  EXPECT_GE(
+      writtenSoon(trace->path(), "\"cat\":\"lane\"", Trace::kWakeChunks * Trace::kChunkEvents),
+      Trace::kWakeChunks * Trace::kChunkEvents);
+  trace.reset();
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// The writer thread takes the finished calls from the recorder's ring every half turn, so the
+// calling thread does not (before, the caller handed them over at the ring's wrap: with a ring
+// that never wraps here, nothing reached the file before a flush).
+TEST(Trace, ItsWriterTakesFinishedCallsFromTheRecorder) {
+  const std::string dir = traceDir();
+  std::unique_ptr<Trace> trace = Trace::open(dir, traceIdentity(), 0);
+  ASSERT_NE(trace, nullptr);
+  const size_t capacity = size_t{1} << 15;
+  FlightRecorder recorder(capacity, traceIdentity());
+  recorder.traceTo(trace.get());
+  const size_t calls = capacity / 2 + 8;  // one wake, no wrap
+  for (size_t i = 1; i <= calls; ++i)
+    recorder.finish(recorder.begin(collectiveCall(loomFuncAllReduce, 1, loomFloat32, loomSum, -1, 4,
+                                                  i, "ring")),
+                    loomSuccess);
+  const size_t taken = capacity / 2 - 1;  // every call before the one that woke the writer
+  const size_t written = taken - taken % Trace::kChunkEvents;  // the writer writes full chunks
+  EXPECT_GE(writtenSoon(trace->path(), "\"name\":\"allreduce\"", written), written);
+  recorder.traceTo(nullptr);
   trace.reset();
   std::system(("rm -rf " + dir).c_str());
 }
