@@ -5,9 +5,9 @@
 // executor's operations (a ring allreduce on 8 ranks runs 2 x 7 of them). Prints the best of
 // several trials, in ns per call; compare with a call's time from loom-bench. Without a status
 // thread here, the trace's lines include its formatting (the recording thread writes when the
-// pool is full). The last two lines split a call's span into what its caller does (the flight
-// recorder hands its calls to the trace once per ring's turn) and the writing, which the status
-// thread does when it keeps up.
+// pool is full). The last two lines split a call's span into what its caller does (the trace's
+// writer thread takes the calls from the recorder's ring; the caller only when the writer falls a
+// turn behind) and the writing, which the writer thread does when it keeps up.
 //
 //   observe_cost [iterations]   (docs/observability.md quotes its output)
 #include <sys/stat.h>
