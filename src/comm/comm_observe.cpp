@@ -69,9 +69,11 @@ void Comm::setUpFlight() {
 
 void Comm::recordStart(FlightScope& scope, const CollArgs& args, const Algorithm& algo) {
   const CallExtents extents = callExtents(args, rank_, nranks_);
-  scope.start(collectiveCall(args.func, args.count, args.dtype, args.op, args.root,
-                             std::max(extents.sendBytes, extents.recvBytes),
-                             main_->checker().calls(), algo.name));
+  FlightCall call = collectiveCall(args.func, args.count, args.dtype, args.op, args.root,
+                                   std::max(extents.sendBytes, extents.recvBytes),
+                                   main_->checker().calls(), algo.name);
+  call.startedNs = health_.clockStartedNs();  // beginOperation() read the clock
+  scope.start(call);
   if (native() && trace_) native()->setCallNumber(main_->checker().calls());
 }
 

@@ -136,7 +136,7 @@ uint64_t FlightRecorder::begin(const FlightCall& call) {
   constexpr auto relaxed = std::memory_order_relaxed;
   e.id.store(0, relaxed);  // readers skip it while it is rewritten
   std::atomic_thread_fence(std::memory_order_release);
-  const int64_t now = nowNs();
+  const int64_t now = call.startedNs != 0 ? call.startedNs : nowNs();
   e.seq.store(call.seq, relaxed);
   e.count.store(call.count, relaxed);
   e.bytes.store(call.bytes, relaxed);

@@ -70,7 +70,8 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  // A call begins (state as given, usually queued or started); returns its id for the updates.
+  // A call begins (state as given, usually queued or started; at call.startedNs when the caller
+  // has read the clock already, else now); returns its id for the updates.
   uint64_t begin(const FlightCall& call);
   // It starts running: its number (collectives whose number is taken late; 0 keeps it) and
   // algorithm (null keeps it).

@@ -55,7 +55,11 @@ class Health {
   std::optional<Error> peerFailure();
 
   int64_t timeoutMs() const { return timeoutMs_; }
+  // A call starts: its deadline and peer timers from now.
   void startClock();
+  // When the last startClock() ran, in steadyNowNs() (the flight recorder's start of the call:
+  // one read of the clock less a call).
+  int64_t clockStartedNs() const { return clockStartedNs_; }
   // Throws when a wait must give up: the communicator was aborted, the deadline passed (naming
   // `peer`, the rank waited for, and call number `call`), or `peer` (-1: none) is gone.
   void check(int peer, uint64_t call);
@@ -80,6 +84,7 @@ class Health {
   mutable std::mutex mutex_;
   std::string message_;
   Deadline deadline_;
+  int64_t clockStartedNs_ = 0;
   std::vector<Clock::time_point> nextPeerCheck_;  // [0]: no peer in particular, [r+1]: rank r
   const std::vector<RankInfo>* ranks_ = nullptr;
   const NodeMap* nodes_ = nullptr;
