@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "json_reader.hpp"
+#include "status_client.hpp"
 
 namespace loom::tool {
 
@@ -138,12 +139,6 @@ std::string plural(const std::vector<int>& ranks) {
   return text.append(rankList(ranks));
 }
 
-std::string seconds(int64_t ns) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f s", static_cast<double>(ns) / 1e9);
-  return text;
-}
-
 // Follows "waits for" from rank `from` until a rank that waits for nobody known, or a cycle.
 int culpritFrom(int from, const std::map<int, int>& waitsFor) {
   std::set<int> seen;
@@ -216,7 +211,7 @@ void describeEntered(std::ostringstream& out, const Communicator& comm, const Ne
       first = false;
     }
     if (call.bySignature.size() > 1) out << " (they differ: these calls can never meet)";
-    if (call.longest > 0) out << ", and waited in it up to " << seconds(call.longest);
+    if (call.longest > 0) out << ", and waited in it up to " << secondsText(call.longest);
     out << ". ";
   }
   if (!call.notEntered.empty()) {

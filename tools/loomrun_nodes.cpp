@@ -38,7 +38,7 @@ constexpr double kPingEverySec = 1.0;
 // A peer silent for this long is gone (its host died or the network between us did); a closed
 // connection is noticed at once, this only bounds the case where nothing closes it.
 constexpr double kSilenceLimitSec = 15.0;
-constexpr size_t kMaxLineBytes = 1 << 20;  // a rank list of 4096 ranks is far below this
+constexpr size_t kMaxLinkLineBytes = 1 << 20;  // a rank list of 4096 ranks is far below this
 constexpr int kConnectRetryMs = 200;
 // Node 0 gives a connection this long to say HELLO (a stranger must not hold the join up).
 constexpr int kHelloWaitSec = 5;
@@ -96,7 +96,7 @@ bool takeLine(std::string& inbox, std::string& line) {
 bool readLine(int fd, std::string& inbox, Clock::time_point deadline, std::string& line,
               std::string& error) {
   while (!takeLine(inbox, line)) {
-    if (inbox.size() > kMaxLineBytes) {
+    if (inbox.size() > kMaxLinkLineBytes) {
       error = "line too long";
       return false;
     }
@@ -499,7 +499,7 @@ std::optional<NodeEvent> NodeLink::service() {
     if (peer.closed) continue;
     if (eof) {
       keep(onLost(peer, "its connection closed"));
-    } else if (peer.inbox.size() > kMaxLineBytes) {
+    } else if (peer.inbox.size() > kMaxLinkLineBytes) {
       keep(onLost(peer, "it sent garbage"));
     } else if (now - peer.lastHeard > seconds(kSilenceLimitSec)) {
       keep(onLost(peer, "no heartbeat for " + std::to_string(int(kSilenceLimitSec)) + " s"));

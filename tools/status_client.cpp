@@ -109,13 +109,13 @@ bool ask(const std::string& path, const std::string& request, int timeoutMs, std
   return ok;
 }
 
-std::string seconds(int64_t ns) {
+}  // namespace
+
+std::string secondsText(int64_t ns) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.1f s", static_cast<double>(ns) / 1e9);
   return text;
 }
-
-}  // namespace
 
 std::vector<StatusAnswer> queryStatus(const std::string& dir, const std::vector<int>& pids,
                                       const std::string& request, int timeoutMs) {
@@ -204,7 +204,7 @@ std::string statusReport(const std::vector<StatusAnswer>& answers) {
         out << " (" << call["bytes"].integer() << " bytes";
         if (!collective)
           out << ", peer " << call["peer"].integer() << ", tag " << call["tag"].integer();
-        out << ") for " << seconds(r.nowNs - since);
+        out << ") for " << secondsText(r.nowNs - since);
         if (call["waiting_for"].integer() >= 0)
           out << ", waiting for rank " << call["waiting_for"].integer();
         out << "\n";

@@ -5,6 +5,7 @@
 // gone).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct StatusAnswer {
 // that are gone are removed.
 std::vector<StatusAnswer> queryStatus(const std::string& dir, const std::vector<int>& pids,
                                       const std::string& request, int timeoutMs);
+
+// A duration as the reports print it: "1.5 s".
+std::string secondsText(int64_t ns);
 
 // The answers to "status" as text, by communicator.
 std::string statusReport(const std::vector<StatusAnswer>& answers);

@@ -26,6 +26,7 @@
 #include "algorithms/families.hpp"
 #include "algorithms/hierarchical_view.hpp"
 #include "algorithms/node_phases.hpp"
+#include "algorithms/partition.hpp"
 #include "algorithms/ring_steps.hpp"
 #include "base/dtype.hpp"
 #include "base/error.hpp"
@@ -43,8 +44,6 @@ bool hierarchicalOnOneNode(const AlgoContext& ctx, const CollArgs& a) {
 }
 
 namespace {
-
-int wrap(int index, int n) { return ((index % n) + n) % n; }
 
 Reduction sumOf(const CollArgs& a) { return {a.dtype, kernelOp(a.op), a.accum, 1}; }
 
@@ -78,7 +77,7 @@ RingOps appendColumnAllReduce(Schedule& s, const HierView& v, const AlgoContext&
 // reduce): the node right of the root's starts, each next one adds its own, the root's ends.
 RingOps appendColumnReduce(Schedule& s, const HierView& v, const AlgoContext& ctx, BufferRef region,
                            uint64_t bytes, int rootNode, const CollArgs& a, const uint32_t& ready) {
-  const int d = wrap(v.node() - rootNode, v.nodes());
+  const int d = wrapIndex(v.node() - rootNode, v.nodes());
   std::vector<RingStep>& steps = *ctx.ringSteps;
   steps.clear();
   RingStep first;
@@ -264,7 +263,7 @@ void buildBroadcastHierarchical(const AlgoContext& ctx, const CollArgs& a, Sched
     return;
   }
   const auto [offset, bytes] = slice(l);
-  const int k = v.nodes(), d = wrap(v.node() - rootNode, k);
+  const int k = v.nodes(), d = wrapIndex(v.node() - rootNode, k);
   if (d > 0) arrived = s.recv(v.columnLeft(), s.output(offset), bytes, true);
   if (d < k - 1) {
     const uint32_t forward = s.send(v.columnRight(), from, bytes);

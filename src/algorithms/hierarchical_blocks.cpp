@@ -18,6 +18,7 @@
 #include "algorithms/families.hpp"
 #include "algorithms/hierarchical_view.hpp"
 #include "algorithms/node_phases.hpp"
+#include "algorithms/partition.hpp"
 #include "algorithms/ring_steps.hpp"
 #include "base/dtype.hpp"
 #include "base/error.hpp"
@@ -25,8 +26,6 @@
 namespace loom {
 
 namespace {
-
-int wrap(int index, int n) { return ((index % n) + n) % n; }
 
 int roundsOf(const HierView& v) {
   size_t largest = 0;
@@ -94,8 +93,8 @@ uint32_t appendColumnBlocks(const AlgoContext& ctx, const CollArgs& a, Schedule&
   for (int t = 0, rounds = roundsOf(v); t < rounds; ++t) {
     steps.clear();
     for (int st = 0; st < k - 1; ++st) {
-      const int out = itemRank(v, wrap(x - st - shift, k), l, t);
-      const int in = itemRank(v, wrap(x - st - shift - 1, k), l, t);
+      const int out = itemRank(v, wrapIndex(x - st - shift, k), l, t);
+      const int in = itemRank(v, wrapIndex(x - st - shift - 1, k), l, t);
       RingStep step;
       step.send = blocks.at(out < 0 ? 0 : out * block + lo);
       step.sendBytes = out < 0 ? 0 : bytes;

@@ -19,6 +19,10 @@ inline Range sliceOf(size_t total, int parts, int index) {
   return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
 }
 
+// `index` taken modulo `n` into [0, n), also for a negative index (a rank's neighbour k steps
+// back on a ring).
+inline int wrapIndex(int index, int n) { return ((index % n) + n) % n; }
+
 // Number of pipeline chunks of at most `chunk` elements covering `total` (at least 1, so that a
 // zero-size call still takes part in the step sequence where an algorithm needs it).
 inline size_t chunkCount(size_t total, size_t chunk) {

@@ -15,12 +15,10 @@ namespace loom {
 
 namespace {
 
-int wrap(int index, int n) { return ((index % n) + n) % n; }
-
 Reduction reductionOf(const CollArgs& a) { return {a.dtype, kernelOp(a.op), a.accum, 1}; }
 
-int leftOf(const AlgoContext& ctx) { return wrap(ctx.rank - 1, ctx.nranks); }
-int rightOf(const AlgoContext& ctx) { return wrap(ctx.rank + 1, ctx.nranks); }
+int leftOf(const AlgoContext& ctx) { return wrapIndex(ctx.rank - 1, ctx.nranks); }
+int rightOf(const AlgoContext& ctx) { return wrapIndex(ctx.rank + 1, ctx.nranks); }
 
 // A one-rank reduction: the input, reduced alone (so that the output has the reduction's
 // rounding, as with more ranks).
@@ -51,10 +49,10 @@ void buildAllGatherRing(const AlgoContext& ctx, const CollArgs& a, Schedule& s) 
   for (int k = 0; k < n - 1; ++k) {
     RingStep st;
     // The first step sends this rank's own block from the input: no wait for the copy above.
-    st.send = k == 0 ? s.input() : s.output(wrap(r - k, n) * block);
+    st.send = k == 0 ? s.input() : s.output(wrapIndex(r - k, n) * block);
     st.sendBytes = block;
     st.sendAfterPrevRecv = k > 0;
-    st.recvDst = s.output(wrap(r - k - 1, n) * block);
+    st.recvDst = s.output(wrapIndex(r - k - 1, n) * block);
     st.recvBytes = block;
     st.toOutput = true;
     steps.push_back(st);
@@ -70,7 +68,7 @@ void buildReduceScatterRing(const AlgoContext& ctx, const CollArgs& a, Schedule&
   const uint16_t partial = s.addScratch("partial", block * n);
   std::vector<RingStep>& steps = stepList(ctx);
   for (int k = 0; k < n - 1; ++k) {
-    const int out = wrap(r - k - 1, n), in = wrap(r - k - 2, n);
+    const int out = wrapIndex(r - k - 1, n), in = wrapIndex(r - k - 2, n);
     const bool last = k == n - 2;
     RingStep st;
     st.send = (k == 0 ? s.input() : s.scratch(partial)).at(out * block);
@@ -88,7 +86,7 @@ void buildReduceScatterRing(const AlgoContext& ctx, const CollArgs& a, Schedule&
 }
 
 // Distance of this rank from `root` going right around the ring.
-int distanceFrom(int rank, int root, int n) { return wrap(rank - root, n); }
+int distanceFrom(int rank, int root, int n) { return wrapIndex(rank - root, n); }
 
 void buildBroadcastRing(const AlgoContext& ctx, const CollArgs& a, Schedule& s) {
   const uint64_t bytes = a.count * dtypeSize(a.dtype);
