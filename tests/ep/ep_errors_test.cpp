@@ -8,7 +8,7 @@
 namespace loom::test::ep {
 namespace {
 
-constexpr int kTokens = 6, kHidden = 24, kTopk = 2;
+constexpr int kBadCallTokens = 6, kBadCallHidden = 24, kBadCallTopk = 2;
 
 struct Fixture {
   loomComm_t comm = nullptr;
@@ -17,9 +17,9 @@ struct Fixture {
     comm = makeComm();
     loomEpConfig_t config = LOOM_EP_CONFIG_INITIALIZER;
     config.modes = modes;
-    config.maxTokensPerRank = kTokens;
-    config.hidden = kHidden;
-    config.maxTopk = kTopk;
+    config.maxTokensPerRank = kBadCallTokens;
+    config.hidden = kBadCallHidden;
+    config.maxTopk = kBadCallTopk;
     config.numExperts = 2 * gRanks;
     EXPECT_LOOM(loomEpCreate(&ep, comm, &config));
   }
@@ -31,17 +31,17 @@ struct Fixture {
 
 // A dispatch-counts call with this rank's tokens, ids and hidden size; returns its result.
 loomResult_t counts(Fixture& f, int tokens, int64_t badId, int hidden) {
-  std::vector<int64_t> picks(kTokens * kTopk);
-  for (int t = 0; t < kTokens; ++t)
-    for (int k = 0; k < kTopk; ++k) picks[t * kTopk + k] = (t + k * 3) % (2 * gRanks);
+  std::vector<int64_t> picks(kBadCallTokens * kBadCallTopk);
+  for (int t = 0; t < kBadCallTokens; ++t)
+    for (int k = 0; k < kBadCallTopk; ++k) picks[t * kBadCallTopk + k] = (t + k * 3) % (2 * gRanks);
   if (badId != 0) picks[1] = badId;
-  Mem topk(picks.size() * 8), inRank(kTokens * gRanks), prefix(gRanks * gRanks * 4),
-      head(kTokens * gRanks * 4);
+  Mem topk(picks.size() * 8), inRank(kBadCallTokens * gRanks), prefix(gRanks * gRanks * 4),
+      head(kBadCallTokens * gRanks * 4);
   topk.upload(picks);
-  std::vector<uint8_t> in(kTokens * gRanks, 0);
-  for (int t = 0; t < kTokens; ++t)
-    for (int k = 0; k < kTopk; ++k) {
-      const int64_t e = picks[t * kTopk + k];
+  std::vector<uint8_t> in(kBadCallTokens * gRanks, 0);
+  for (int t = 0; t < kBadCallTokens; ++t)
+    for (int k = 0; k < kBadCallTopk; ++k) {
+      const int64_t e = picks[t * kBadCallTopk + k];
       if (e >= 0 && e < 2 * gRanks) in[t * gRanks + e / 2] = 1;
     }
   inRank.upload(in);
@@ -53,7 +53,7 @@ loomResult_t counts(Fixture& f, int tokens, int64_t badId, int hidden) {
   a.hidden = hidden;
   a.numTokens = tokens;
   a.topkIdx = topk.as<int64_t>();
-  a.topk = kTopk;
+  a.topk = kBadCallTopk;
   a.handle = &h;
   return loomEpDispatchCounts(f.ep, &a, nullptr);
 }
@@ -68,36 +68,39 @@ TEST(EpErrors, NormalCalls) {
   Fixture f;
   ASSERT_NE(f.ep, nullptr);
   const int last = gRanks - 1;
-  expectEveryRankFails(counts(f, kTokens, gRank == last ? 2 * gRanks : 0, kHidden),
+  expectEveryRankFails(counts(f, kBadCallTokens, gRank == last ? 2 * gRanks : 0, kBadCallHidden),
                        "'s arguments: token 0 names expert");
-  expectEveryRankFails(counts(f, gRank == 0 ? kTokens + 1 : kTokens, 0, kHidden),
-                       "exceed the 6 per rank");
+  expectEveryRankFails(
+      counts(f, gRank == 0 ? kBadCallTokens + 1 : kBadCallTokens, 0, kBadCallHidden),
+      "exceed the 6 per rank");
   if (gRanks > 1)
-    expectEveryRankFails(counts(f, kTokens, 0, gRank == 1 ? kHidden - 1 : kHidden),
-                         "calls differ across ranks");
-  expectEveryRankFails(counts(f, kTokens, gRank == 0 ? -2 : 0, kHidden), "outside [0,");
+    expectEveryRankFails(
+        counts(f, kBadCallTokens, 0, gRank == 1 ? kBadCallHidden - 1 : kBadCallHidden),
+        "calls differ across ranks");
+  expectEveryRankFails(counts(f, kBadCallTokens, gRank == 0 ? -2 : 0, kBadCallHidden),
+                       "outside [0,");
   // Usable afterwards.
-  EXPECT_LOOM(counts(f, kTokens, 0, kHidden));
+  EXPECT_LOOM(counts(f, kBadCallTokens, 0, kBadCallHidden));
   EXPECT_LOOM(loomBarrier(f.comm, nullptr));
 }
 
 TEST(EpErrors, LowLatencyCalls) {
   Fixture f;
   ASSERT_NE(f.ep, nullptr);
-  const size_t slots = static_cast<size_t>(kTokens) * gRanks;
-  Mem x(kTokens * kHidden * 2), topk(kTokens * kTopk * 8), recv(2 * slots * kHidden * 2), count(8),
-      src(2 * slots * 4), range(2 * gRanks * 8);
+  const size_t slots = static_cast<size_t>(kBadCallTokens) * gRanks;
+  Mem x(kBadCallTokens * kBadCallHidden * 2), topk(kBadCallTokens * kBadCallTopk * 8),
+      recv(2 * slots * kBadCallHidden * 2), count(8), src(2 * slots * 4), range(2 * gRanks * 8);
   for (bool hook : {false, true}) {
-    std::vector<int64_t> picks(kTokens * kTopk, 0);
+    std::vector<int64_t> picks(kBadCallTokens * kBadCallTopk, 0);
     if (gRank == 0) picks[3] = 2 * gRanks + 5;
     topk.upload(picks);
     loomEpLowLatencyDispatchArgs_t d{};
     d.size = sizeof(d);
     d.x = x.as<char>();
-    d.hidden = kHidden;
-    d.numTokens = kTokens;
+    d.hidden = kBadCallHidden;
+    d.numTokens = kBadCallTokens;
     d.topkIdx = topk.as<int64_t>();
-    d.topk = kTopk;
+    d.topk = kBadCallTopk;
     d.recvX = recv.as<char>();
     d.recvCount = count.as<int32_t>();
     d.recvSrcInfo = src.as<int32_t>();
@@ -126,12 +129,15 @@ TEST(EpErrors, AboveCreationSizes) {
   Fixture f;
   ASSERT_NE(f.ep, nullptr);
   const int last = gRanks - 1;
-  expectEveryRankFails(counts(f, kTokens, 0, gRank == last ? 4 * kHidden + 1 : kHidden),
-                       "given at creation");
-  const size_t slots = static_cast<size_t>(kTokens) * gRanks;
-  Mem x((kTokens + 1) * (kHidden + 8) * 2), topk((kTokens + 1) * (kTopk + 1) * 8),
-      recv(2 * slots * (kHidden + 8) * 2), count(8), src(2 * slots * 4), range(2 * gRanks * 8);
-  topk.upload(std::vector<int64_t>((kTokens + 1) * (kTopk + 1), 0));
+  expectEveryRankFails(
+      counts(f, kBadCallTokens, 0, gRank == last ? 4 * kBadCallHidden + 1 : kBadCallHidden),
+      "given at creation");
+  const size_t slots = static_cast<size_t>(kBadCallTokens) * gRanks;
+  Mem x((kBadCallTokens + 1) * (kBadCallHidden + 8) * 2),
+      topk((kBadCallTokens + 1) * (kBadCallTopk + 1) * 8),
+      recv(2 * slots * (kBadCallHidden + 8) * 2), count(8), src(2 * slots * 4),
+      range(2 * gRanks * 8);
+  topk.upload(std::vector<int64_t>((kBadCallTokens + 1) * (kBadCallTopk + 1), 0));
   auto lowLatency = [&](int tokens, int hidden, int k) {
     loomEpLowLatencyDispatchArgs_t d{};
     d.size = sizeof(d);
@@ -147,23 +153,26 @@ TEST(EpErrors, AboveCreationSizes) {
     return loomEpLowLatencyDispatch(f.ep, &d, nullptr, nullptr);
   };
   const bool odd = gRank == last;
-  expectEveryRankFails(lowLatency(odd ? kTokens + 1 : kTokens, kHidden, kTopk),
-                       "per rank given at creation");
-  expectEveryRankFails(lowLatency(kTokens, odd ? kHidden + 8 : kHidden, kTopk),
-                       "(hidden at creation)");
-  expectEveryRankFails(lowLatency(kTokens, kHidden, odd ? kTopk + 1 : kTopk),
-                       "(maxTopk at creation)");
+  expectEveryRankFails(
+      lowLatency(odd ? kBadCallTokens + 1 : kBadCallTokens, kBadCallHidden, kBadCallTopk),
+      "per rank given at creation");
+  expectEveryRankFails(
+      lowLatency(kBadCallTokens, odd ? kBadCallHidden + 8 : kBadCallHidden, kBadCallTopk),
+      "(hidden at creation)");
+  expectEveryRankFails(
+      lowLatency(kBadCallTokens, kBadCallHidden, odd ? kBadCallTopk + 1 : kBadCallTopk),
+      "(maxTopk at creation)");
   // Usable afterwards.
-  EXPECT_LOOM(lowLatency(kTokens, kHidden, kTopk));
-  EXPECT_LOOM(counts(f, kTokens, 0, kHidden));
+  EXPECT_LOOM(lowLatency(kBadCallTokens, kBadCallHidden, kBadCallTopk));
+  EXPECT_LOOM(counts(f, kBadCallTokens, 0, kBadCallHidden));
 }
 
 TEST(EpErrors, CreationSizesDiffer) {
   loomComm_t comm = makeComm();
   loomEpConfig_t config = LOOM_EP_CONFIG_INITIALIZER;
-  config.maxTokensPerRank = kTokens;
-  config.hidden = gRank == 0 ? kHidden + 8 : kHidden;
-  config.maxTopk = kTopk;
+  config.maxTokensPerRank = kBadCallTokens;
+  config.hidden = gRank == 0 ? kBadCallHidden + 8 : kBadCallHidden;
+  config.maxTopk = kBadCallTopk;
   config.numExperts = 2 * gRanks;
   loomEp_t ep = nullptr;
   const loomResult_t r = loomEpCreate(&ep, comm, &config);
@@ -173,7 +182,7 @@ TEST(EpErrors, CreationSizesDiffer) {
   }
   loomEpDestroy(ep);  // one rank: nothing differs, it was made (LeakSanitizer saw it lost)
   ep = nullptr;
-  config.hidden = kHidden;
+  config.hidden = kBadCallHidden;
   config.numExperts = gRank == 0 ? 0 : 2 * gRanks;
   expectEveryRankFails(loomEpCreate(&ep, comm, &config), "config");
   loomEpDestroy(ep);

@@ -11,7 +11,8 @@
 namespace loom::test::ep {
 namespace {
 
-constexpr int kMaxTokens = 12, kHidden = 200, kTopk = 3, kLocal = 2;
+constexpr int kLowLatencyMaxTokens = 12, kLowLatencyHidden = 200, kLowLatencyTopk = 3,
+              kLowLatencyLocal = 2;
 
 struct LowLatencyEp {
   loomComm_t comm = nullptr;
@@ -20,10 +21,10 @@ struct LowLatencyEp {
     comm = makeComm();
     loomEpConfig_t config = LOOM_EP_CONFIG_INITIALIZER;
     config.modes = LOOM_EP_LOW_LATENCY;
-    config.maxTokensPerRank = kMaxTokens;
-    config.hidden = kHidden;
-    config.maxTopk = kTopk;
-    config.numExperts = kLocal * gRanks;
+    config.maxTokensPerRank = kLowLatencyMaxTokens;
+    config.hidden = kLowLatencyHidden;
+    config.maxTopk = kLowLatencyTopk;
+    config.numExperts = kLowLatencyLocal * gRanks;
     EXPECT_LOOM(loomEpCreate(&ep, comm, &config));
   }
   ~LowLatencyEp() {
@@ -34,14 +35,14 @@ struct LowLatencyEp {
 
 std::vector<int> counts() {
   std::vector<int> n(gRanks);
-  for (int r = 0; r < gRanks; ++r) n[r] = (r * 5 + 3) % (kMaxTokens + 1);
+  for (int r = 0; r < gRanks; ++r) n[r] = (r * 5 + 3) % (kLowLatencyMaxTokens + 1);
   return n;
 }
 
 // The rows expert (me, el) receives, in order: (source, token).
 std::vector<std::pair<int, int>> expertRows(const Routing& rt, int el) {
   std::vector<std::pair<int, int>> rows;
-  const int64_t e = gRank * kLocal + el;
+  const int64_t e = gRank * kLowLatencyLocal + el;
   for (int s = 0; s < rt.ranks; ++s)
     for (int t = 0; t < rt.tokens[s]; ++t)
       for (int k = 0; k < rt.topk; ++k)
@@ -55,25 +56,26 @@ float expertOutput(float v, int64_t e) {
 }
 
 struct Outputs {
-  size_t slots = static_cast<size_t>(kMaxTokens) * gRanks;
+  size_t slots = static_cast<size_t>(kLowLatencyMaxTokens) * gRanks;
   Mem x, recvX, scales, count, src, range;
   explicit Outputs(int tokens)
-      : x(tokens * kHidden * 2),
-        recvX(kLocal * slots * kHidden * 2),
-        scales(kLocal * ((kHidden + 127) / 128) * slots * 4),
-        count(kLocal * 4),
-        src(kLocal * slots * 4),
-        range(kLocal * gRanks * 8) {}
+      : x(tokens * kLowLatencyHidden * 2),
+        recvX(kLowLatencyLocal * slots * kLowLatencyHidden * 2),
+        scales(kLowLatencyLocal * ((kLowLatencyHidden + 127) / 128) * slots * 4),
+        count(kLowLatencyLocal * 4),
+        src(kLowLatencyLocal * slots * 4),
+        range(kLowLatencyLocal * gRanks * 8) {}
 };
 
 void checkDispatch(const Routing& rt, Outputs& o, bool fp8, bool round, bool ue8m0, uint64_t seed) {
-  const std::vector<int32_t> count = o.count.get<int32_t>(kLocal);
-  const std::vector<int32_t> src = o.src.get<int32_t>(kLocal * o.slots);
-  const std::vector<int64_t> range = o.range.get<int64_t>(kLocal * gRanks);
-  const int groups = (kHidden + 127) / 128;
-  const std::vector<char> x = o.recvX.download(kLocal * o.slots * kHidden * (fp8 ? 1 : 2));
-  const std::vector<char> scales = o.scales.download(kLocal * groups * o.slots * 4);
-  for (int el = 0; el < kLocal; ++el) {
+  const std::vector<int32_t> count = o.count.get<int32_t>(kLowLatencyLocal);
+  const std::vector<int32_t> src = o.src.get<int32_t>(kLowLatencyLocal * o.slots);
+  const std::vector<int64_t> range = o.range.get<int64_t>(kLowLatencyLocal * gRanks);
+  const int groups = (kLowLatencyHidden + 127) / 128;
+  const std::vector<char> x =
+      o.recvX.download(kLowLatencyLocal * o.slots * kLowLatencyHidden * (fp8 ? 1 : 2));
+  const std::vector<char> scales = o.scales.download(kLowLatencyLocal * groups * o.slots * 4);
+  for (int el = 0; el < kLowLatencyLocal; ++el) {
     const auto rows = expertRows(rt, el);
     ASSERT_EQ(count[el], static_cast<int>(rows.size())) << "expert " << el;
     int at = 0;
@@ -87,16 +89,16 @@ void checkDispatch(const Routing& rt, Outputs& o, bool fp8, bool round, bool ue8
       const auto [s, t] = rows[i];
       const size_t slot = el * o.slots + i;
       ASSERT_EQ(src[slot], t);
-      for (int h = 0; h < kHidden; ++h) {
+      for (int h = 0; h < kLowLatencyHidden; ++h) {
         const float want = tokenValue(s, t, h, seed);
         if (!fp8) {
-          ASSERT_EQ(readValue(x.data() + slot * kHidden * 2, h, loomBfloat16), want);
+          ASSERT_EQ(readValue(x.data() + slot * kLowLatencyHidden * 2, h, loomBfloat16), want);
           continue;
         }
         // The group's scale: amax / 448 (amax at least 1e-4), or its power-of-two ceiling.
         const int g = h / 128;
         float amax = 1e-4f;
-        for (int j = g * 128; j < std::min(kHidden, g * 128 + 128); ++j)
+        for (int j = g * 128; j < std::min(kLowLatencyHidden, g * 128 + 128); ++j)
           amax = std::max(amax, std::fabs(tokenValue(s, t, j, seed)));
         float scale = amax / 448.0f;
         if (round) scale = std::exp2(std::ceil(std::log2(scale)));
@@ -109,7 +111,8 @@ void checkDispatch(const Routing& rt, Outputs& o, bool fp8, bool round, bool ue8
           std::memcpy(&got, scales.data() + ((el * groups + g) * o.slots + i) * 4, 4);
         }
         ASSERT_EQ(got, scale) << "scale of group " << g;
-        const float value = e4m3ToFloat(static_cast<uint8_t>(x[slot * kHidden + h])) * scale;
+        const float value =
+            e4m3ToFloat(static_cast<uint8_t>(x[slot * kLowLatencyHidden + h])) * scale;
         // e4m3 keeps 3 mantissa bits: half a step is 2^-4 of the value; subnormals step 2^-9.
         ASSERT_LE(std::fabs(value - want), std::max(std::fabs(want) / 16, scale / 512) * 1.0001f)
             << "value " << want << " came back as " << value;
@@ -120,15 +123,16 @@ void checkDispatch(const Routing& rt, Outputs& o, bool fp8, bool round, bool ue8
 
 // The experts' outputs, at the rows the dispatch gave them.
 std::vector<char> expertResults(Outputs& o) {
-  const std::vector<char> received = o.recvX.download(kLocal * o.slots * kHidden * 2);
+  const std::vector<char> received =
+      o.recvX.download(kLowLatencyLocal * o.slots * kLowLatencyHidden * 2);
   std::vector<char> results(received.size());
-  for (int el = 0; el < kLocal; ++el)
+  for (int el = 0; el < kLowLatencyLocal; ++el)
     for (size_t i = 0; i < o.slots; ++i)
-      for (int h = 0; h < kHidden; ++h) {
-        const size_t at = (el * o.slots + i) * kHidden * 2;
-        writeValue(
-            results.data() + at, h, loomBfloat16,
-            expertOutput(readValue(received.data() + at, h, loomBfloat16), gRank * kLocal + el));
+      for (int h = 0; h < kLowLatencyHidden; ++h) {
+        const size_t at = (el * o.slots + i) * kLowLatencyHidden * 2;
+        writeValue(results.data() + at, h, loomBfloat16,
+                   expertOutput(readValue(received.data() + at, h, loomBfloat16),
+                                gRank * kLowLatencyLocal + el));
       }
   return results;
 }
@@ -138,20 +142,21 @@ void runDispatchCombine(bool fp8, bool round, bool ue8m0, bool hook, bool zeroCo
                (ue8m0 ? " ue8m0" : "") + (hook ? " hook" : "") + (zeroCopy ? " zero-copy" : ""));
   LowLatencyEp ep;
   ASSERT_NE(ep.ep, nullptr);
-  const Routing rt = makeRouting(Shape::kSparse, seed, kLocal, kTopk, counts());
+  const Routing rt = makeRouting(Shape::kSparse, seed, kLowLatencyLocal, kLowLatencyTopk, counts());
   const int tokens = rt.tokens[gRank];
   Outputs o(tokens);
-  Mem topk(tokens * kTopk * 8), weights(tokens * kTopk * 4), out(tokens * kHidden * 2);
-  o.x.upload(tokenBytes(gRank, tokens, kHidden, loomBfloat16, seed));
+  Mem topk(tokens * kLowLatencyTopk * 8), weights(tokens * kLowLatencyTopk * 4),
+      out(tokens * kLowLatencyHidden * 2);
+  o.x.upload(tokenBytes(gRank, tokens, kLowLatencyHidden, loomBfloat16, seed));
   topk.upload(rt.picks[gRank]);
   weights.upload(rt.weights[gRank]);
   loomEpLowLatencyDispatchArgs_t d{};
   d.size = sizeof(d);
   d.x = o.x.as<char>();
-  d.hidden = kHidden;
+  d.hidden = kLowLatencyHidden;
   d.numTokens = tokens;
   d.topkIdx = topk.as<int64_t>();
-  d.topk = kTopk;
+  d.topk = kLowLatencyTopk;
   d.useFp8 = fp8;
   d.roundScale = round;
   d.useUe8m0 = ue8m0;
@@ -173,17 +178,17 @@ void runDispatchCombine(bool fp8, bool round, bool ue8m0, bool hook, bool zeroCo
   c.size = sizeof(c);
   if (zeroCopy) {
     void* buffer = nullptr;
-    ASSERT_LOOM(loomEpLowLatencyCombineBuffer(ep.ep, kHidden, &buffer));
+    ASSERT_LOOM(loomEpLowLatencyCombineBuffer(ep.ep, kLowLatencyHidden, &buffer));
     std::memcpy(buffer, results.data(), results.size());
   } else {
     y.upload(results);
     c.x = y.as<char>();
   }
-  c.hidden = kHidden;
+  c.hidden = kLowLatencyHidden;
   c.numTokens = tokens;
   c.topkIdx = topk.as<int64_t>();
   c.topkWeights = weights.as<float>();
-  c.topk = kTopk;
+  c.topk = kLowLatencyTopk;
   c.srcInfo = o.src.as<int32_t>();
   c.layoutRange = o.range.as<int64_t>();
   c.combinedX = out.as<char>();
@@ -191,16 +196,17 @@ void runDispatchCombine(bool fp8, bool round, bool ue8m0, bool hook, bool zeroCo
   if (hook) {
     ASSERT_LOOM(loomEpHookWait(ep.ep, id, nullptr));
   }
-  const std::vector<char> got = out.download(tokens * kHidden * 2);
+  const std::vector<char> got = out.download(tokens * kLowLatencyHidden * 2);
   for (int t = 0; t < tokens; ++t)
-    for (int h = 0; h < kHidden; ++h) {
+    for (int h = 0; h < kLowLatencyHidden; ++h) {
       float acc = 0.0f;
-      for (int k = 0; k < kTopk; ++k) {
+      for (int k = 0; k < kLowLatencyTopk; ++k) {
         const int64_t e = rt.pick(gRank, t, k);
         if (e < 0) continue;
-        acc += rt.weights[gRank][t * kTopk + k] * expertOutput(tokenValue(gRank, t, h, seed), e);
+        acc += rt.weights[gRank][t * kLowLatencyTopk + k] *
+               expertOutput(tokenValue(gRank, t, h, seed), e);
       }
-      ASSERT_EQ(readValue(got.data() + t * kHidden * 2, h, loomBfloat16),
+      ASSERT_EQ(readValue(got.data() + t * kLowLatencyHidden * 2, h, loomBfloat16),
                 bf16ToFloat(floatToBf16(acc)))
           << "token " << t << " column " << h;
     }

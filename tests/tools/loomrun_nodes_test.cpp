@@ -19,9 +19,6 @@ namespace {
 using namespace loomrun_test;
 
 const char* kSecret = "0123456789abcdef0123456789abcdef";
-const char* kEnvScript =
-    "echo R=$RANK W=$WORLD_SIZE LR=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE G=$GROUP_RANK "
-    "NR=$NODE_RANK MA=$MASTER_ADDR MP=$MASTER_PORT C=$LOOM_COMM_ID S=$LOOM_JOB_SECRET";
 
 int freePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);

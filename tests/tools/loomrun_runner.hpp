@@ -27,6 +27,11 @@ namespace loomrun_test {
 
 using Clock = std::chrono::steady_clock;
 
+// A job script that prints the variables loomrun gives every rank.
+inline const char* const kEnvScript =
+    "echo R=$RANK W=$WORLD_SIZE LR=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE G=$GROUP_RANK "
+    "NR=$NODE_RANK MA=$MASTER_ADDR MP=$MASTER_PORT C=$LOOM_COMM_ID S=$LOOM_JOB_SECRET";
+
 constexpr double kHardLimitSec = 9;
 // Hang guard for jobs that loomrun must stop early; generous so a loaded machine does not flake.
 constexpr double kStopLimitSec = 9;

@@ -7,10 +7,6 @@ namespace {
 
 using namespace loomrun_test;
 
-const char* kEnvScript =
-    "echo R=$RANK W=$WORLD_SIZE LR=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE G=$GROUP_RANK "
-    "NR=$NODE_RANK MA=$MASTER_ADDR MP=$MASTER_PORT C=$LOOM_COMM_ID S=$LOOM_JOB_SECRET";
-
 // Runs kEnvScript on n ranks, checks everything that must hold for any job and returns the
 // per-rank fields.
 std::vector<std::map<std::string, std::string>> checkedEnvJob(

@@ -15,10 +15,10 @@ namespace loom::rudp {
 namespace {
 
 const MacKey kKey = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-const PacketKeys kKeys(kKey);
+const PacketKeys kTestKeys(kKey);
 
 std::vector<char> datagram(const Header& h, const std::vector<char>& payload,
-                           const PacketKeys& keys = kKeys) {
+                           const PacketKeys& keys = kTestKeys) {
   std::vector<char> d(kHeaderBytes + payload.size());
   encodeHeader(h, keys, payload, d.data());
   if (!payload.empty()) std::memcpy(d.data() + kHeaderBytes, payload.data(), payload.size());
@@ -81,7 +81,7 @@ TEST(RudpPacket, EveryPayloadByteIsAuthenticated) {
   for (size_t i = kHeaderBytes; i < d.size(); ++i) {
     std::vector<char> forged = d;
     forged[i] ^= static_cast<char>(1 << (i % 8));
-    EXPECT_EQ(parseDatagram(forged.data(), forged.size(), kKeys, 77, 5, out, got),
+    EXPECT_EQ(parseDatagram(forged.data(), forged.size(), kTestKeys, 77, 5, out, got),
               ParseResult::kBadMac)
         << i;
   }
@@ -95,7 +95,8 @@ TEST(RudpPacket, EveryHeaderByteIsAuthenticated) {
   for (size_t i = 0; i < kHeaderBytes; ++i) {
     std::vector<char> forged = d;
     forged[i] ^= 0x10;
-    EXPECT_NE(parseDatagram(forged.data(), forged.size(), kKeys, 77, 5, out, got), ParseResult::kOk)
+    EXPECT_NE(parseDatagram(forged.data(), forged.size(), kTestKeys, 77, 5, out, got),
+              ParseResult::kOk)
         << i;
   }
 }
@@ -109,7 +110,7 @@ TEST(RudpPacket, AZeroByteAppendedIsRefused) {
   std::memcpy(d.data() + 24, &longer, sizeof(longer));  // the length field
   Header out;
   std::span<const char> got;
-  EXPECT_EQ(parseDatagram(d.data(), d.size(), kKeys, 77, 5, out, got), ParseResult::kBadMac);
+  EXPECT_EQ(parseDatagram(d.data(), d.size(), kTestKeys, 77, 5, out, got), ParseResult::kBadMac);
 }
 
 TEST(RudpPacket, RoundTrip) {
@@ -119,7 +120,7 @@ TEST(RudpPacket, RoundTrip) {
   std::vector<char> d = datagram(in, payload);
   Header out;
   std::span<const char> got;
-  ASSERT_EQ(parseDatagram(d.data(), d.size(), kKeys, 77, 5, out, got), ParseResult::kOk);
+  ASSERT_EQ(parseDatagram(d.data(), d.size(), kTestKeys, 77, 5, out, got), ParseResult::kOk);
   EXPECT_EQ(out.seq, in.seq);
   EXPECT_EQ(out.offset, in.offset);
   EXPECT_EQ(out.tsval, in.tsval);
@@ -141,23 +142,24 @@ TEST(RudpPacket, RefusesStrangersForgeriesAndOtherCommunicators) {
   EXPECT_EQ(parseDatagram(d.data(), d.size(), PacketKeys(other), 77, 5, out, got),
             ParseResult::kBadMac);
   // A valid packet of another communicator, or meant for another rank.
-  EXPECT_EQ(parseDatagram(d.data(), d.size(), kKeys, 78, 5, out, got), ParseResult::kForeign);
-  EXPECT_EQ(parseDatagram(d.data(), d.size(), kKeys, 77, 4, out, got), ParseResult::kForeign);
+  EXPECT_EQ(parseDatagram(d.data(), d.size(), kTestKeys, 78, 5, out, got), ParseResult::kForeign);
+  EXPECT_EQ(parseDatagram(d.data(), d.size(), kTestKeys, 77, 4, out, got), ParseResult::kForeign);
   // A forged payload under a valid header.
   std::vector<char> forged = d;
   forged[kHeaderBytes + 10] ^= 0x40;
-  EXPECT_EQ(parseDatagram(forged.data(), forged.size(), kKeys, 77, 5, out, got),
+  EXPECT_EQ(parseDatagram(forged.data(), forged.size(), kTestKeys, 77, 5, out, got),
             ParseResult::kBadMac);
   // A forged sequence number.
   forged = d;
   forged[32] ^= 1;
-  EXPECT_EQ(parseDatagram(forged.data(), forged.size(), kKeys, 77, 5, out, got),
+  EXPECT_EQ(parseDatagram(forged.data(), forged.size(), kTestKeys, 77, 5, out, got),
             ParseResult::kBadMac);
   // Truncated, padded, junk.
-  EXPECT_EQ(parseDatagram(d.data(), 20, kKeys, 77, 5, out, got), ParseResult::kShort);
-  EXPECT_EQ(parseDatagram(d.data(), d.size() - 1, kKeys, 77, 5, out, got), ParseResult::kBadLength);
+  EXPECT_EQ(parseDatagram(d.data(), 20, kTestKeys, 77, 5, out, got), ParseResult::kShort);
+  EXPECT_EQ(parseDatagram(d.data(), d.size() - 1, kTestKeys, 77, 5, out, got),
+            ParseResult::kBadLength);
   std::vector<char> junk(200, 'j');
-  EXPECT_EQ(parseDatagram(junk.data(), junk.size(), kKeys, 77, 5, out, got),
+  EXPECT_EQ(parseDatagram(junk.data(), junk.size(), kTestKeys, 77, 5, out, got),
             ParseResult::kBadMagic);
 }
 
@@ -203,7 +205,7 @@ TEST(RudpPacket, FuzzParserAndFlow) {
     }
     Header h;
     std::span<const char> payload;
-    if (parseDatagram(d.data(), d.size(), kKeys, 77, 5, h, payload) == ParseResult::kOk) {
+    if (parseDatagram(d.data(), d.size(), kTestKeys, 77, 5, h, payload) == ParseResult::kOk) {
       accepted += 1;
       mutatedAccepted += mutated;
       flow.onPacket(h, payload, static_cast<uint64_t>(iter) + 1);

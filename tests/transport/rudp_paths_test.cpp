@@ -17,7 +17,7 @@ namespace loom::rudp {
 namespace {
 
 constexpr uint64_t kUs = 1'000;
-constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kNsPerMs = 1'000'000;
 
 // One direction: a base delay, extra delay on path 1, optional jitter, and a drop rule.
 struct Wire {
@@ -69,7 +69,7 @@ std::vector<char> transfer(Flow& s, Flow& r, Wire& fwd, Wire& back, const std::v
   std::vector<char> got;
   std::vector<Outgoing> out;
   size_t written = 0;
-  for (int iter = 0; iter < 1'000'000 && now < 10'000 * kMs; ++iter) {
+  for (int iter = 0; iter < 1'000'000 && now < 10'000 * kNsPerMs; ++iter) {
     fwd.deliver(now, r);
     back.deliver(now, s);
     written += s.write(data.data() + written, data.size() - written);
@@ -234,7 +234,7 @@ TEST(RudpPaths, ADuplicateOfAProbeIsNotReordering) {
   std::vector<char> first = pattern(64 * 1024);
   uint64_t now = 1;
   ASSERT_EQ(transfer(s, r, fwd, back, first, now), first);  // RTT known
-  const uint64_t quietFrom = now, quietTo = now + 2 * kMs;
+  const uint64_t quietFrom = now, quietTo = now + 2 * kNsPerMs;
   back.drop = [&](const Header& h, uint64_t t) {
     return h.type == PacketType::kAck && t >= quietFrom && t < quietTo;
   };
