@@ -15,10 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 class Sweep : public ::testing::TestWithParam<GpuConfig> {};
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Sweep);
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <ostream>
@@ -41,6 +42,20 @@ constexpr size_t kPeriod = 8191;
 // so that a sum rounds differently in every order and only the reference order matches bit for
 // bit. Ids: a rank's input is its rank; the tests add offsets for other roles.
 std::vector<char> values(loomDataType_t t, int id, size_t count, size_t first);
+
+// Every rank's values(t, rank, count, first), in rank order (what a gather of them gives).
+inline std::vector<char> allBlocks(loomDataType_t t, size_t count, size_t first) {
+  std::vector<char> out;
+  for (int r = 0; r < gRanks; ++r) {
+    std::vector<char> block = values(t, r, count, first);
+    out.insert(out.end(), block.begin(), block.end());
+  }
+  return out;
+}
+
+inline double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 // What a reduction of every rank's values(t, rank, count, first) must give: the CPU library's
 // reduceManyAndScale over the ranks in order 0..nranks-1 (avg: sum, then divide by nranks).

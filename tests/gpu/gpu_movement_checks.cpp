@@ -19,13 +19,6 @@ void append(std::vector<char>& out, const std::vector<char>& more) {
   out.insert(out.end(), more.begin(), more.end());
 }
 
-// Every rank's values(t, rank, count, first), in rank order.
-std::vector<char> allBlocks(loomDataType_t t, size_t count, size_t first) {
-  std::vector<char> out;
-  for (int r = 0; r < gRanks; ++r) append(out, values(t, r, count, first));
-  return out;
-}
-
 }  // namespace
 
 void checkBroadcast(Harness& h, loomDataType_t t, size_t count, Layout layout) {

@@ -18,10 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 struct DeviceBuffer {
   char* p = nullptr;
   explicit DeviceBuffer(size_t bytes) {
@@ -52,15 +48,6 @@ void CUDART_CB holdStream(void* milliseconds) {
 }
 int gHoldMs = 50;
 int gLongHoldMs = 1000;
-
-std::vector<char> allBlocks(loomDataType_t t, size_t count, size_t first) {
-  std::vector<char> out;
-  for (int r = 0; r < gRanks; ++r) {
-    std::vector<char> block = values(t, r, count, first);
-    out.insert(out.end(), block.begin(), block.end());
-  }
-  return out;
-}
 
 void expectHost(Harness& h, const std::vector<char>& want, const char* got, loomDataType_t t,
                 const std::string& what) {
