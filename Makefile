@@ -37,7 +37,7 @@ build: deps
 # write bound, the median of REPEATS (3) runs with their spread. Builds what `cmake --install`
 # installs and the README's tools (CMake target loom-quickstart), no tests; CUDA only where a GPU is.
 run:
-	@BUILD=$(BUILD) RANKS=$(RANKS) JOBS=$(JOBS) scripts/run.sh
+	@BUILD=$(BUILD) RANKS=$(RANKS) JOBS=$(JOBS) UNITY=$(UNITY) scripts/run.sh
 
 # The sanitizer slot of this commit (scripts/sanitize.sh: the slots rotate, so that CI's runs
 # cover the C++ tests under ASan+UBSan, but for the long slots `make test-asan` runs, and the
