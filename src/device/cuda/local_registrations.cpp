@@ -13,18 +13,15 @@
 
 namespace loom {
 
-namespace {
-
-struct Entry {
-  std::atomic<uint64_t> gen;  // 0: free or being written
-  SharedAllocation shared;
-  uint64_t offset;  // of the registered buffer in what `shared` maps
-  uint64_t bytes;
-};
-
-}  // namespace
-
+// A member type, not one of this file's anonymous namespace: Page has linkage, and its fields'
+// types must too (GCC's -Wsubobject-linkage when a unity build compiles this file with others).
 struct LocalRegistrations::Page {
+  struct Entry {
+    std::atomic<uint64_t> gen;  // 0: free or being written
+    SharedAllocation shared;
+    uint64_t offset;  // of the registered buffer in what `shared` maps
+    uint64_t bytes;
+  };
   std::atomic<uint64_t> version;  // raised after every change of an entry
   Entry entries[cuda::kMaxRegistrations];
 };
@@ -116,7 +113,7 @@ void LocalRegistrations::add(uint64_t id, void* ptr, size_t bytes) {
   Own o{id, static_cast<char*>(ptr), bytes, freeSlots_.back(), nextGen_++, shared};
   freeSlots_.pop_back();
   Page* mine = page(rank_);
-  Entry& e = mine->entries[o.slot];
+  Page::Entry& e = mine->entries[o.slot];
   e.gen.store(0, std::memory_order_release);
   e.shared = shared;
   e.offset = offset;
@@ -173,7 +170,7 @@ void LocalRegistrations::refreshPeer(int q) {
   if (version == seenVersion_[q]) return;
   bool whole = true;
   for (int s = 0; s < cuda::kMaxRegistrations; ++s) {
-    Entry& e = theirs->entries[s];
+    Page::Entry& e = theirs->entries[s];
     const uint64_t gen = e.gen.load(std::memory_order_acquire);
     Import& im = imported_[q][s];
     if (gen == im.gen) continue;
@@ -184,7 +181,7 @@ void LocalRegistrations::refreshPeer(int q) {
       whole = false;
       continue;
     }
-    Entry copy;
+    Page::Entry copy;
     std::memcpy(static_cast<void*>(&copy.shared), &e.shared, sizeof(copy.shared));
     copy.offset = e.offset;
     copy.bytes = e.bytes;
