@@ -19,10 +19,6 @@ namespace {
 
 constexpr int64_t kStrangerMemoryNs = 50 * 1000 * 1000;
 
-int64_t steadyNs(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
 // The kernel's count of runnable threads on the whole host, the reader included (the fourth
 // field of /proc/loadavg, "running/total"); -1 where it cannot be read.
 int hostRunnableThreads() {

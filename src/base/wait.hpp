@@ -20,12 +20,12 @@ namespace loom {
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
-// The steady clock in nanoseconds: timestamps that travel as integers (send times, deadlines).
-inline uint64_t steadyNowNs() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-          .count());
+// A steady clock reading in nanoseconds: timestamps that travel as integers (send times,
+// deadlines).
+inline int64_t steadyNs(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
+inline uint64_t steadyNowNs() { return static_cast<uint64_t>(steadyNs(Clock::now())); }
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)

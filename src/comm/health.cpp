@@ -103,8 +103,6 @@ std::optional<Error> Health::peerFailure() {
 
 void Health::startClock() {
   const Clock::time_point now = Clock::now();
-  clockStartedNs_ =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   deadline_ = now + std::chrono::milliseconds(timeoutMs_);
   std::fill(nextPeerCheck_.begin(), nextPeerCheck_.end(), now + kPeerCheckInterval);
 }

@@ -58,8 +58,10 @@ class Health {
   // A call starts: its deadline and peer timers from now.
   void startClock();
   // When the last startClock() ran, in steadyNowNs() (the flight recorder's start of the call:
-  // one read of the clock less a call).
-  int64_t clockStartedNs() const { return clockStartedNs_; }
+  // one read of the clock less a call), from the deadline it set.
+  int64_t clockStartedNs() const {
+    return steadyNs(deadline_ - std::chrono::milliseconds(timeoutMs_));
+  }
   // Throws when a wait must give up: the communicator was aborted, the deadline passed (naming
   // `peer`, the rank waited for, and call number `call`), or `peer` (-1: none) is gone.
   void check(int peer, uint64_t call);
@@ -84,7 +86,6 @@ class Health {
   mutable std::mutex mutex_;
   std::string message_;
   Deadline deadline_;
-  int64_t clockStartedNs_ = 0;
   std::vector<Clock::time_point> nextPeerCheck_;  // [0]: no peer in particular, [r+1]: rank r
   const std::vector<RankInfo>* ranks_ = nullptr;
   const NodeMap* nodes_ = nullptr;
