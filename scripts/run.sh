@@ -53,7 +53,8 @@ if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   step "configuring $BUILD (LOOM_CUDA=$cuda)"
   # Unity as make build configures it, so that make test after make run compiles nothing again.
   cmake -S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CUDA="$cuda" \
-    -DCMAKE_UNITY_BUILD="${UNITY:-ON}" >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log" >&2; exit 1; }
+    -DCMAKE_UNITY_BUILD="${UNITY:-ON}" >"$BUILD.configure.log" 2>&1 ||
+    { cat "$BUILD.configure.log" >&2; exit 1; }
   grep -E 'Loom: (CUDA support|no GPU)' "$BUILD.configure.log" | sed 's/^-- //'
   done_step
 fi
