@@ -257,6 +257,7 @@ bool CudaEngine::planReduceScatterOnWindows(WindowDraft& d) const {
   const char* send = d.send;
   char* recv = d.recv;
   cuda::ZeroCopyArgs& a = d.plan.args;
+  LOOM_CHECK_INTERNAL(n <= cuda::kMaxRanks, n, " ranks in a window plan");  // its arrays' size
   const Placement in = place(send, b * n);
   if (!in.found()) return false;
   if (recv != send + me * b && overlaps(send, b * n, recv, b)) return false;
@@ -278,6 +279,7 @@ bool CudaEngine::planAllReduceOnWindows(WindowDraft& d) const {
   const char* send = d.send;
   char* recv = d.recv;
   cuda::ZeroCopyArgs& a = d.plan.args;
+  LOOM_CHECK_INTERNAL(n <= cuda::kMaxRanks, n, " ranks in a window plan");  // its arrays' size
   const Placement in = place(send, b);
   if (!in.found()) return false;
   const Placement out = place(recv, b);
