@@ -364,7 +364,9 @@ void Comm::checkBuffers(const CollArgs& args) const {
 void Comm::execute(const Algorithm& algo, const CollArgs& args) {
   if (composition_.hetero && composes(args)) return executeComposed(args);
   if (composition_.hetero && elementwise(args.func)) return executeChunked(algo, args);
-  if (algo.native >= 0 || !onDevice()) return runAlgorithm(algo, main_->ctx(), args);
+  // Native collectives run every call themselves, execution plans included (loadPlan).
+  if (algo.native >= 0 || !onDevice() || native() != nullptr)
+    return runAlgorithm(algo, main_->ctx(), args);
   const bool mapped = transports_->singleNode() && runsMapped(algo, device_->caps());
   runDeviceCall(*main_, mapped ? DeviceShape::kMapped : DeviceShape::kStaged, args, &algo, 0);
 }

@@ -367,6 +367,9 @@ class Comm {
   void selectPlans();
   bool runsPlans() const;
   std::string whyNoPlans() const;  // the refusal's message where !runsPlans()
+  // Loads `program` into the native collectives where there are any (their index for it; -1
+  // without); throws loomInvalidArgument with their reason where they refuse it.
+  int loadNativePlan(const PlanProgram& program);
   std::string deviceKind() const;
   // The flight recorder, the trace and the hang report (comm/comm_observe.cpp).
   void setUpFlight();

@@ -9,7 +9,8 @@
 //   2. the collective on the scratch, as any call with device buffers;
 //   3. the output copied back; the call returns when it is in host memory.
 // Sends and receives on host buffers go to the point-to-point engine as they are
-// (Comm::beginStagedPointToPoint), non-blocking ones too (loomIsend/loomIrecv).
+// (Comm::beginStagedPointToPoint), non-blocking ones too (loomIsend/loomIrecv). A CUDA
+// communicator's own host-memory calls (a plan registration's vote) take the same way.
 #include <algorithm>
 
 #include "base/coll_args.hpp"

@@ -2,9 +2,10 @@
 // later, the selector callback. A plan is a host algorithm: it runs wherever the host algorithms
 // do, on host communicators as it is, on device ranks without native collectives (plug-ins, a
 // heterogeneous communicator's device ranks) staged through host memory like any host algorithm
-// (comm/device_calls.cpp), in chunks where a heterogeneous communicator cuts its calls. Not on
-// communicators with native collectives (CUDA): their calls never reach the host algorithms. A
-// registration is collective so that every rank runs the same plans.
+// (comm/device_calls.cpp), in chunks where a heterogeneous communicator cuts its calls. On
+// communicators with native collectives (CUDA) the backend runs it (NativeCollectives::loadPlan:
+// a GPU kernel that interprets it), or refuses it on every rank alike. A registration is
+// collective so that every rank runs the same plans.
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "comm/comm.hpp"
+#include "plan/plan_native.hpp"
 
 namespace loom {
 
@@ -31,14 +33,22 @@ std::string Comm::deviceKind() const {
   return composition_.hetero ? std::string("heterogeneous") : device_->identity().kind;
 }
 
-bool Comm::runsPlans() const { return native() == nullptr; }
+bool Comm::runsPlans() const { return native() == nullptr || native()->runsPlans(); }
 
 std::string Comm::whyNoPlans() const {
   return "execution plans do not run on this " + deviceKind() +
-         " communicator: its collectives are the device's native ones (a GPU kernel that "
-         "interprets plans is not built yet); plans run on host communicators and on device "
-         "ranks without native collectives (plug-ins, heterogeneous communicators), staged "
-         "through host memory";
+         " communicator: its collectives are the device's native ones, which do not interpret "
+         "plans; plans run on host communicators, on CUDA communicators and on device ranks "
+         "without native collectives (plug-ins, heterogeneous communicators), staged through "
+         "host memory";
+}
+
+int Comm::loadNativePlan(const PlanProgram& program) {
+  if (native() == nullptr) return -1;
+  std::string why;
+  const int index = native()->loadPlan(nativePlanOf(program, rank_), why);
+  LOOM_CHECK_ARG(index >= 0, why);
+  return index;
 }
 
 std::string Comm::loadPlanDir() {
@@ -68,6 +78,14 @@ void Comm::selectPlans() {
   }
   for (const auto& e : plans_->entries()) {
     const Plan& plan = e->program.plan;
+    try {
+      // The same answer on every rank: it depends on the plan and what all ranks agreed on.
+      e->nativePlan = loadNativePlan(e->program);
+    } catch (const Error& error) {
+      LOOM_INFO(kSubsysInit, rank_, "plan '", plan.name,
+                "' of LOOM_PLAN_DIR not used: ", error.what());
+      continue;
+    }
     main_->selector().addPlan(&e->algorithm, plan.minBytes, plan.maxBytes);
   }
   if (rank_ == 0) LOOM_INFO(kSubsysTune, rank_, "execution plans:\n", plans_->describe());
@@ -82,10 +100,12 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
   // another plan, fails the call check or the comparison below on every rank instead of hanging.
   std::optional<PlanProgram> program;
   std::string refusal;
+  int nativePlan = -1;
   try {
     program = loadPlan(jsonOrPath);
     LOOM_CHECK_ARG(program->plan.nranks == nranks_, "plan '", program->plan.name, "' is for ",
                    program->plan.nranks, " ranks but this communicator has ", nranks_);
+    nativePlan = loadNativePlan(*program);
   } catch (const Error& e) {
     refusal = e.what();
   }
@@ -98,11 +118,18 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
   args.count = sizeof(PlanVote) / sizeof(uint64_t);
   args.dtype = loomUint64;
   try {
-    // The votes are host memory: the host algorithm runs on them on the host CPU, on a device
-    // rank too (after its queued stream-ordered calls, which use the same channels).
-    runCall(&args, [&] {
-      runAlgorithm(main_->selector().builtIn(args.func, sizeof(PlanVote)), main_->hostCtx(), args);
-    });
+    if (native() != nullptr) {
+      // Native collectives take device memory only: the votes go through device scratch, as a
+      // device rank's host buffers do (and the call returns once they are back here).
+      collectiveThroughDevice(args);
+    } else {
+      // The votes are host memory: the host algorithm runs on them on the host CPU, on a device
+      // rank too (after its queued stream-ordered calls, which use the same channels).
+      runCall(&args, [&] {
+        runAlgorithm(main_->selector().builtIn(args.func, sizeof(PlanVote)), main_->hostCtx(),
+                     args);
+      });
+    }
   } catch (const Error& e) {
     // A rank that registers nothing meets this allgather with another call: say which.
     throw Error(
@@ -122,7 +149,8 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
                  " passed another plan than rank 0 (this rank's: '", program->plan.name, "', hash ",
                  program->hash, "); it is registered on no rank");
   const std::string source = jsonOrPath.find('{') == std::string::npos ? jsonOrPath : "text";
-  const PlanEntry& entry = plans_->add(std::move(*program), source);
+  PlanEntry& entry = plans_->add(std::move(*program), source);
+  if (entry.nativePlan < 0) entry.nativePlan = nativePlan;
   main_->selector().addPlan(&entry.algorithm, entry.program.plan.minBytes,
                             entry.program.plan.maxBytes);
   LOOM_INFO(kSubsysTune, rank_, "registered ", entry.algorithmName, ": ",

@@ -14,6 +14,7 @@
 
 #include "base/coll_args.hpp"
 #include "base/error.hpp"
+#include "device/native_plan.hpp"
 
 namespace loom {
 
@@ -108,6 +109,23 @@ class NativeCollectives {
   // ignore it. `call` of the next run(): the communicator sets it before each call.
   virtual void setTimeline(DeviceTimeline* timeline) { (void)timeline; }
   virtual void setCallNumber(uint64_t call) { (void)call; }
+  // Execution plans run by the backend itself (a GPU kernel that interprets them). Whether it
+  // can at all (the same answer on every rank).
+  virtual bool runsPlans() const { return false; }
+  // Collective in effect (every rank loads the same plan, in the same order): makes `plan` ready
+  // to run and returns its index for runPlan, or -1 with `why` where this backend cannot run it
+  // (the same answer on every rank: it depends only on the plan and what every rank agreed).
+  virtual int loadPlan(const NativePlan& plan, std::string& why) {
+    (void)plan;
+    why = "this device's native collectives do not run execution plans";
+    return -1;
+  }
+  // Enqueues a call (arguments checked, of the plan's collective and rank count) with the plan
+  // loadPlan() returned `plan` for, on args.stream.
+  virtual void runPlan(int plan, const CollArgs& args, const NativePlanCall& call) {
+    (void)plan, (void)args, (void)call;
+    LOOM_THROW(loomInternalError, "this device's native collectives do not run execution plans");
+  }
 };
 
 }  // namespace loom

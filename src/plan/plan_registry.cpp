@@ -83,11 +83,12 @@ std::vector<std::string> planFilesIn(const std::string& directory) {
   return files;
 }
 
-const PlanEntry& PlanRegistry::add(PlanProgram program, std::string source) {
+PlanEntry& PlanRegistry::add(PlanProgram program, std::string source) {
   const Plan& plan = program.plan;
   LOOM_CHECK_ARG(plan.nranks == nranks_, "plan '", plan.name, "' (", source, ") is for ",
                  plan.nranks, " ranks but this communicator has ", nranks_);
-  if (const PlanEntry* known = find(plan.name)) {
+  for (const auto& known : entries_) {
+    if (known->program.plan.name != plan.name) continue;
     LOOM_CHECK_ARG(known->program.hash == program.hash, "a different plan named '", plan.name,
                    "' is already registered (from ", known->source, ")");
     return *known;
@@ -149,6 +150,15 @@ void runPlan(PlanEntry& entry, const AlgoContext& ctx, const CollArgs& args) {
     call.inPlace = PlanCall::InPlace::kAliased;
   else if (overlap(args.send, extents.sendBytes, args.recv, extents.recvBytes))
     call.inPlace = PlanCall::InPlace::kCopy;
+  if (entry.nativePlan >= 0) {
+    NativePlanCall native;
+    native.parts = call.parts;
+    native.inPlace = call.inPlace == PlanCall::InPlace::kAliased ? NativePlanCall::InPlace::kAliased
+                     : call.inPlace == PlanCall::InPlace::kCopy  ? NativePlanCall::InPlace::kCopy
+                                                                 : NativePlanCall::InPlace::kNo;
+    ctx.native->runPlan(entry.nativePlan, args, native);
+    return;
+  }
   std::lock_guard<std::mutex> lock(entry.mutex);
   const PlanShape shape = shapeOf(call);
   if (shape != entry.shape || entry.schedule.empty()) {

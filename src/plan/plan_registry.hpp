@@ -36,6 +36,9 @@ struct PlanEntry {
   std::string algorithmName;  // "plan:NAME"
   Algorithm algorithm;
   std::string source;  // the file, or "text"
+  // Where the communicator's native collectives run the plan themselves (a GPU kernel): the index
+  // NativeCollectives::loadPlan gave it; -1: the host schedule below.
+  int nativePlan = -1;
   // The schedule of the last call, and the shape it was built for.
   std::mutex mutex;
   Schedule schedule;
@@ -48,7 +51,7 @@ class PlanRegistry {
   explicit PlanRegistry(int nranks) : nranks_(nranks) {}
   // Adds a checked plan (throws loomInvalidArgument for the wrong rank count, or for a name
   // already registered with different content; the same plan again returns the entry there).
-  const PlanEntry& add(PlanProgram program, std::string source);
+  PlanEntry& add(PlanProgram program, std::string source);
   const PlanEntry* find(const std::string& name) const;
   const std::deque<std::unique_ptr<PlanEntry>>& entries() const { return entries_; }
   // One line per plan: name, collective, ranks, size range, chunks, hash, source.

@@ -9,7 +9,7 @@
 
 namespace loom::test {
 
-class FakeNative final : public NativeCollectives {
+class FakeNative : public NativeCollectives {
  public:
   FakeNative() {
     for (int f = 0; f < loomNumFuncs; ++f) {

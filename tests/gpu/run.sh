@@ -35,7 +35,8 @@ fi
 export NCCL_NVLS_ENABLE=0
 tests=${GPU_TESTS:-gpu_collectives_n2 gpu_collectives_n4 gpu_faults gpu_one_process_n2
   gpu_one_process_n4 gpu_one_process_reset gpu_one_process_reset-destroy
-  gpu_one_process_exit-alive emu_plans_gpu_GCGC emu_plans_gpu_GGCC emu_plans_gpu_GCEC}
+  gpu_one_process_exit-alive emu_plans_gpu_GCGC emu_plans_gpu_GGCC emu_plans_gpu_GCEC
+  emu_plans_gpu_GG emu_plans_gpu_GGG emu_plans_gpu_GGGG}
 
 if [[ ${GPU_MPS:-0} == 1 ]]; then
   export CUDA_MPS_PIPE_DIRECTORY=$out/mps/pipe CUDA_MPS_LOG_DIRECTORY=$out/mps/log

@@ -211,6 +211,7 @@ CudaEngine::~CudaEngine() {
     LOOM_INFO(kSubsysInit, setup_.rank, "CUDA context of device ", device_.ordinal(),
               " is gone (cudaDeviceReset?): its resources are not freed through CUDA");
     timer_.abandon();
+    for (auto& plan : plans_) plan->abandon();
     exports_->abandon();
     imports_->abandon();
     registrations_->abandonContext();
@@ -227,6 +228,7 @@ CudaEngine::~CudaEngine() {
   DeviceScope scope(device_.ordinal());
   cudaDeviceSynchronize();
   cudaGetLastError();
+  plans_.clear();
   userWindows_.reset();
   registrations_.reset();
   imports_.reset();

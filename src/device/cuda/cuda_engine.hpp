@@ -21,6 +21,7 @@
 #include "device/cuda/collectives/zero_copy.hpp"
 #include "device/cuda/cuda_device.hpp"
 #include "device/cuda/cuda_driver.hpp"
+#include "device/cuda/cuda_plans.hpp"
 #include "device/cuda/ipc_imports.hpp"
 #include "device/cuda/kernel_timer.hpp"
 #include "device/cuda/local_registrations.hpp"
@@ -58,6 +59,10 @@ class CudaEngine final : public NativeCollectives {
   std::string describeCall(int algorithm, const CollArgs& args) const override;
   void setTimeline(DeviceTimeline* timeline) override;
   void setCallNumber(uint64_t call) override { callNumber_.store(call); }
+  // Execution plans, run by the plan-interpreting kernel (cuda_engine_plans.cpp).
+  bool runsPlans() const override { return true; }
+  int loadPlan(const NativePlan& plan, std::string& why) override;
+  void runPlan(int plan, const CollArgs& args, const NativePlanCall& call) override;
 
  private:
   struct Placement;
@@ -128,6 +133,8 @@ class CudaEngine final : public NativeCollectives {
   void launchExchange(const cuda::ExchangeArgs& args, bool reduce, const CollArgs& call,
                       Protocol protocol, cudaStream_t stream);
   void barrier(cudaStream_t stream);
+  void enqueuePlan(CudaPlan& plan, const CollArgs& args, const NativePlanCall& call,
+                   cudaStream_t stream);
   void fitSharedGpus();
   // The constructor's steps, in its order: the algorithms offered; the windows every rank maps;
   // device counters, status and events; the LOOM_CUDA_WINDOW* options; the sharing of registered
@@ -163,7 +170,8 @@ class CudaEngine final : public NativeCollectives {
   int maxBlocks_ = cuda::kMaxBlocks;    // grid of a collective kernel, at most
   int p2pBlocks_ = cuda::kP2PChannels;  // grid of a send/recv kernel
 
-  std::vector<char> p2pTaken_;  // pointToPoint's scratch
+  std::vector<char> p2pTaken_;                    // pointToPoint's scratch
+  std::vector<std::unique_ptr<CudaPlan>> plans_;  // loadPlan's, by index
 
   CudaDriver driver_;
   // Outlive both users below: how this rank shares its buffers, and the peers' it mapped.

@@ -1,0 +1,346 @@
+// The plan-interpreting kernel (plan_kernel.hpp): each block runs one lane's operations on one
+// slice, part after part, waiting for other lanes through progress words and for peers through
+// the window channels of primitives.cuh.
+#include "device/cuda/collectives/launch.cuh"
+#include "device/cuda/collectives/plan_kernel.hpp"
+#include "device/cuda/collectives/primitives.cuh"
+#include "device/cuda/collectives/reduce_ops.cuh"
+
+namespace loom::cuda {
+
+namespace {
+
+__device__ __forceinline__ uint64_t loadAcquireGpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void storeReleaseGpu(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Loads of plan buffers that other blocks wrote during this kernel: through L2 (.cg), never a
+// line an earlier read left in this SM's L1.
+__device__ __forceinline__ uint4 loadCg16(const char* p, size_t n) {
+  if (n >= 16 && aligned16(p)) return __ldcg(reinterpret_cast<const uint4*>(p));
+  uint4 v = make_uint4(0, 0, 0, 0);
+  char* out = reinterpret_cast<char*>(&v);
+  for (size_t i = 0; i < n && i < 16; ++i) out[i] = __ldcg(p + i);
+  return v;
+}
+
+__device__ __forceinline__ uint2 loadCg8(const char* p, size_t n) {
+  if (n >= 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0)
+    return __ldcg(reinterpret_cast<const uint2*>(p));
+  uint2 v = make_uint2(0, 0);
+  char* out = reinterpret_cast<char*>(&v);
+  for (size_t i = 0; i < n && i < 8; ++i) out[i] = __ldcg(p + i);
+  return v;
+}
+
+// Slice `index` of `parts` near-equal slices of [0, total) (plan/plan_program.cpp's layout).
+__device__ __forceinline__ void sliceOf(uint64_t total, uint64_t parts, uint64_t index,
+                                        uint64_t& offset, uint64_t& count) {
+  const uint64_t base = total / parts, extra = total % parts;
+  offset = index * base + (index < extra ? index : extra);
+  count = base + (index < extra ? 1 : 0);
+}
+
+struct Span {
+  char* at;
+  size_t bytes;
+};
+
+// Where `ref`'s chunks lie in part `part` of the call.
+__device__ Span chunkSpan(const PlanKernelArgs& a, const DevChunks& ref, uint32_t part) {
+  uint64_t partOffset, partCount, firstOffset, firstCount, lastOffset, lastCount;
+  sliceOf(a.count, a.parts, part, partOffset, partCount);
+  const uint64_t block = ref.index / a.chunksPerBlock, first = ref.index % a.chunksPerBlock;
+  sliceOf(partCount, a.chunksPerBlock, first, firstOffset, firstCount);
+  sliceOf(partCount, a.chunksPerBlock, first + ref.count - 1, lastOffset, lastCount);
+  char* base = ref.buffer == 0   ? const_cast<char*>(a.input)
+               : ref.buffer == 1 ? a.output
+                                 : a.scratch;
+  const uint64_t begin = block * a.count + partOffset + firstOffset;
+  return {base + begin * a.elementSize, (lastOffset + lastCount - firstOffset) * a.elementSize};
+}
+
+// A block's own bookkeeping: the call's number and its lane's channel counters.
+struct LaneState {
+  uint32_t call;
+  uint64_t seq;    // sending lane: chunks posted to the peer; receiving lane: chunks consumed
+  uint64_t freed;  // sending lane: the last chunk the peer acknowledged, as last read
+};
+
+__device__ __forceinline__ uint32_t progressMark(uint32_t part, uint64_t chunks) {
+  return (part << kPlanChunkBits) | static_cast<uint32_t>(chunks);
+}
+
+// Waits until `word` says call `call` reached `mark`. False when the wait gave up.
+__device__ bool waitProgress(const DevComm& c, const uint64_t* word, uint32_t call, uint32_t mark,
+                             int peer) {
+  Waiter waiter(c);
+  for (;;) {
+    const uint64_t v = loadAcquireGpu(word);
+    if (static_cast<uint32_t>(v >> 32) == call && static_cast<uint32_t>(v) >= mark) return true;
+    if (waiter.shouldStop(peer)) return false;
+  }
+}
+
+// After the block's writes of a chunk (a barrier first): thread 0 publishes `mark`.
+__device__ __forceinline__ void publish(const PlanKernelArgs& a, const LaneState& st, uint32_t op,
+                                        int slice, uint32_t mark) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    storeReleaseGpu(a.state + planProgressWord(op, slice),
+                    (static_cast<uint64_t>(st.call) << 32) | mark);
+  }
+}
+
+// The peer a wait on operation `on` is in the end waiting for (for the timeout's message).
+__device__ __forceinline__ int peerOf(const DevComm& c, const PlanKernelArgs& a, uint32_t on) {
+  const int p = a.program.ops[on].peer;
+  return p >= 0 ? p : c.rank;
+}
+
+// Whole-operation dependencies of `op` in `part`: thread t waits for slice t of each. False on
+// every thread when a wait gave up.
+__device__ bool waitWhole(const DevComm& c, const PlanKernelArgs& a, const LaneState& st,
+                          const DevPlanOp& op, uint32_t part) {
+  int stop = 0;
+  for (int t = threadIdx.x; t < a.slices && !stop; t += blockDim.x) {
+    for (uint32_t d = op.depBegin; d < op.depEnd && !stop; ++d) {
+      const DevPlanDep dep = a.program.deps[d];
+      if (dep.streamed) continue;
+      stop = !waitProgress(c, a.state + planProgressWord(dep.on, t), st.call,
+                           progressMark(part + 1, 0), peerOf(c, a, dep.on));
+    }
+  }
+  if (__syncthreads_or(stop)) return false;
+  __threadfence();
+  return true;
+}
+
+// Streamed dependencies for chunk k of this slice. False on every thread when a wait gave up.
+__device__ bool waitStreamed(const DevComm& c, const PlanKernelArgs& a, const LaneState& st,
+                             const DevPlanOp& op, uint32_t part, int slice, uint64_t k) {
+  int stop = 0;
+  if (threadIdx.x == 0) {
+    for (uint32_t d = op.depBegin; d < op.depEnd && !stop; ++d) {
+      const DevPlanDep dep = a.program.deps[d];
+      if (!dep.streamed) continue;
+      stop = !waitProgress(c, a.state + planProgressWord(dep.on, slice), st.call,
+                           progressMark(part, k + 1), peerOf(c, a, dep.on));
+    }
+  }
+  if (__syncthreads_or(stop)) return false;
+  __threadfence();
+  return true;
+}
+
+// ---- Data movement of one chunk: `len` bytes at the same offset of every operand. ----
+
+template <typename R>
+__device__ __forceinline__ void reduceLocal(char* dst, const Span* srcs, int nsrc, size_t offset,
+                                            size_t len, int divisor) {
+  for (size_t off = threadIdx.x * 16; off < len; off += blockDim.x * 16) {
+    const size_t n = len - off < 16 ? len - off : 16;
+    typename R::template Acc<16> acc;
+    uint4 v = loadCg16(srcs[0].at + offset + off, n);
+    R::template first<16>(acc, &v);
+    for (int s = 1; s < nsrc; ++s) {
+      v = loadCg16(srcs[s].at + offset + off, n);
+      R::template next<16>(acc, &v);
+    }
+    uint4 out;
+    R::template finish<16>(&out, acc, divisor);
+    storeBytes16(dst + off, out, n);
+  }
+}
+
+__device__ __forceinline__ void copyLocal(char* dst, const char* src, size_t len) {
+  for (size_t off = threadIdx.x * 16; off < len; off += blockDim.x * 16) {
+    const size_t n = len - off < 16 ? len - off : 16;
+    storeBytes16(dst + off, loadCg16(src + off, n), n);
+  }
+}
+
+// Sending lane: chunk `src` (len bytes) to the peer's slot on channel `slice`.
+__device__ bool sendChunk(const DevComm& c, const PlanKernelArgs& a, LaneState& st, int peer,
+                          int slice, const char* src, size_t len) {
+  const uint64_t seq = st.seq + 1;
+  int stop = 0;
+  if (threadIdx.x == 0 && seq > kSlotsPerChannel && st.freed < seq - kSlotsPerChannel) {
+    stop = !waitAtLeast<false>(c, c.acks[c.rank] + slice * c.nranks + peer, seq - kSlotsPerChannel,
+                               peer);
+    st.freed = seq - kSlotsPerChannel;
+  }
+  if (__syncthreads_or(stop)) return false;
+  if (a.ll) {
+    char* slot = c.llSlots[peer] + slotOffset(c, slice, c.rank, seq, c.llSlotBytes);
+    for (size_t w = threadIdx.x; w * 8 < len; w += blockDim.x)
+      storePacket(slot, w, loadCg8(src + w * 8, len - w * 8), static_cast<uint32_t>(seq));
+  } else {
+    char* slot = c.slots[peer] + slotOffset(c, slice, c.rank, seq);
+    copyLocal(slot, src, len);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (!a.ll) {
+      __threadfence_system();
+      storeRelaxed(c.ready[peer] + slice * c.nranks + c.rank, seq);
+    }
+    st.seq = seq;
+  }
+  __syncthreads();
+  return true;
+}
+
+// Receiving lane: the next chunk from the peer on channel `slice` into dst, reduced with `with`
+// first where it is given. False on every thread when a wait gave up.
+template <typename R>
+__device__ bool receiveChunk(const DevComm& c, const PlanKernelArgs& a, LaneState& st, int peer,
+                             int slice, char* dst, const char* with, size_t len, int divisor) {
+  const uint64_t seq = st.seq + 1;
+  int stop = 0;
+  if (a.ll) {
+    const char* slot = c.llSlots[c.rank] + slotOffset(c, slice, peer, seq, c.llSlotBytes);
+    for (size_t w = threadIdx.x; w * 8 < len && !stop; w += blockDim.x) {
+      uint2 data;
+      if (!loadPacket(c, slot, w, static_cast<uint32_t>(seq), peer, data)) {
+        stop = 1;
+        break;
+      }
+      const size_t n = len - w * 8 < 8 ? len - w * 8 : 8;
+      if (with != nullptr) {
+        typename R::template Acc<8> acc;
+        uint2 mine = loadCg8(with + w * 8, n);
+        R::template first<8>(acc, &mine);
+        R::template next<8>(acc, &data);
+        R::template finish<8>(&data, acc, divisor);
+      }
+      storeBytes8(dst + w * 8, data, n);
+    }
+    if (__syncthreads_or(stop)) return false;
+  } else {
+    if (threadIdx.x == 0)
+      stop = !waitAtLeast<true>(c, c.ready[c.rank] + slice * c.nranks + peer, seq, peer);
+    if (__syncthreads_or(stop)) return false;
+    const char* slot = c.slots[c.rank] + slotOffset(c, slice, peer, seq);
+    for (size_t off = threadIdx.x * 16; off < len; off += blockDim.x * 16) {
+      const size_t n = len - off < 16 ? len - off : 16;
+      uint4 data = loadSlot16(slot + off);
+      if (with != nullptr) {
+        typename R::template Acc<16> acc;
+        uint4 mine = loadCg16(with + off, n);
+        R::template first<16>(acc, &mine);
+        R::template next<16>(acc, &data);
+        R::template finish<16>(&data, acc, divisor);
+      }
+      storeBytes16(dst + off, data, n);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    st.seq = seq;
+    storeRelaxed(c.acks[peer] + slice * c.nranks + c.rank, seq);
+  }
+  __syncthreads();
+  return true;
+}
+
+constexpr int kMaxReduceSources = 16;
+
+// Operation `index` of the program, part `part`, this block's slice.
+template <typename R>
+__device__ bool runOp(const DevComm& c, const PlanKernelArgs& a, LaneState& st, uint32_t index,
+                      uint32_t part, int slice) {
+  const DevPlanOp op = a.program.ops[index];
+  if (!waitWhole(c, a, st, op, part)) return false;
+  const bool sends = op.kind == kPlanSend;
+  const Span moved = chunkSpan(a, sends ? a.program.srcs[op.srcBegin] : op.dst, part);
+  Span srcs[kMaxReduceSources];
+  const int nsrc = static_cast<int>(op.srcEnd - op.srcBegin);
+  for (int s = 0; s < nsrc && s < kMaxReduceSources; ++s)
+    srcs[s] = chunkSpan(a, a.program.srcs[op.srcBegin + s], part);
+  const int divisor = op.final ? a.divisor : 1;
+  const Range mine = splitRange(moved.bytes, slice, a.slices);
+  const uint64_t chunks = chunkCount(mine.size(), a.payload);
+  for (uint64_t k = 0; k < chunks; ++k) {
+    if (op.streamsBehind && !waitStreamed(c, a, st, op, part, slice, k)) return false;
+    const Range piece = chunkOf(mine, k, a.payload);
+    const size_t len = piece.size();
+    bool ok = true;
+    switch (op.kind) {
+      case kPlanSend:
+        ok = sendChunk(c, a, st, op.peer, slice, moved.at + piece.begin, len);
+        break;
+      case kPlanRecv:
+        ok = receiveChunk<R>(c, a, st, op.peer, slice, moved.at + piece.begin, nullptr, len, 1);
+        break;
+      case kPlanRecvReduce:
+        ok = receiveChunk<R>(c, a, st, op.peer, slice, moved.at + piece.begin,
+                             srcs[0].at + piece.begin, len, divisor);
+        break;
+      case kPlanCopy:
+        copyLocal(moved.at + piece.begin, srcs[0].at + piece.begin, len);
+        break;
+      default:
+        reduceLocal<R>(moved.at + piece.begin, srcs, nsrc, piece.begin, len, divisor);
+        break;
+    }
+    if (!ok) return false;
+    if (op.streamedAfter) publish(a, st, index, slice, progressMark(part, k + 1));
+  }
+  publish(a, st, index, slice, progressMark(part + 1, 0));
+  return true;
+}
+
+template <typename R>
+__global__ void __launch_bounds__(kThreads) planKernel(DevComm c, PlanKernelArgs a) {
+  __shared__ LaneState st;
+  const int slice = static_cast<int>(blockIdx.x) % a.slices;
+  const DevPlanLane lane = a.program.lanes[blockIdx.x / a.slices];
+  const int channel = slice * c.nranks + lane.peer;
+  if (threadIdx.x == 0) {
+    st.call = static_cast<uint32_t>(a.state[0]) + 1;
+    st.seq = st.freed = 0;
+    if (lane.kind == kSendLane) {
+      st.seq = c.sentSeq[channel];
+      st.freed = loadRelaxed(c.acks[c.rank] + channel);
+    } else if (lane.kind == kRecvLane) {
+      st.seq = c.recvSeq[channel];
+    }
+  }
+  __syncthreads();
+  bool ok = true;
+  for (uint32_t part = 0; part < a.parts && ok; ++part)
+    for (uint32_t i = lane.opBegin; i < lane.opEnd && ok; ++i)
+      ok = runOp<R>(c, a, st, a.program.laneOps[i], part, slice);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (ok && lane.kind == kSendLane) c.sentSeq[channel] = st.seq;
+  if (ok && lane.kind == kRecvLane) c.recvSeq[channel] = st.seq;
+  // The last block to finish numbers the call, for the next one (blocks read it at their start,
+  // all before any finishes).
+  __threadfence();
+  unsigned long long* finished = reinterpret_cast<unsigned long long*>(a.state + 1);
+  if (atomicAdd(finished, 1ull) == gridDim.x - 1) {
+    *finished = 0;
+    a.state[0] = st.call;
+    __threadfence();
+  }
+}
+
+}  // namespace
+
+void launchPlan(const DevComm& comm, const PlanKernelArgs& args, ReduceKey key, int blocks,
+                int threads, cudaStream_t stream) {
+  launchReducing(key, "plan", [&](auto reducer) {
+    planKernel<decltype(reducer)><<<blocks, threads, 0, stream>>>(comm, args);
+  });
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,121 @@
+// Execution plans on a CUDA communicator (docs/plans.md): loadPlan checks that the interpreting
+// kernel (collectives/plan_kernel.hpp) can run a plan here and uploads it; runPlan sizes a call
+// (protocol, slices, threads: from the call and the plan alone, so every rank sizes it alike) and
+// launches it in the communicator's call order.
+#include <algorithm>
+
+#include "base/dtype.hpp"
+#include "base/log.hpp"
+#include "device/cuda/cuda_check.hpp"
+#include "device/cuda/cuda_engine.hpp"
+
+namespace loom {
+
+namespace {
+
+// Calls whose largest operation moves at most this much per part use LL packets (one flag in
+// every 16 bytes, no fence): the latency of a small plan is a few such hops.
+constexpr uint64_t kPlanLLMaxBytes = 64 * 1024;
+// What one block moves of an operation before the call is spread over another slice.
+constexpr uint64_t kPlanSliceBytesLL = 8 * cuda::kThreads;
+constexpr uint64_t kPlanSliceBytesSimple = 64 * 1024;
+constexpr int kPlanMaxReduceSources = 16;  // plan_kernel.cu's kMaxReduceSources
+
+bool tooManySources(const NativePlanProgram& program) {
+  return std::any_of(program.ops.begin(), program.ops.end(), [](const NativePlanOp& op) {
+    return op.kind == NativePlanOp::kReduce &&
+           op.srcEnd - op.srcBegin > static_cast<uint32_t>(kPlanMaxReduceSources);
+  });
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+int CudaEngine::loadPlan(const NativePlan& plan, std::string& why) {
+  checkContext();
+  const std::string name = "execution plan '" + plan.name + "'";
+  if (plan.nranks != setup_.nranks) {
+    why = name + " is for " + std::to_string(plan.nranks) + " ranks, not " +
+          std::to_string(setup_.nranks);
+    return -1;
+  }
+  if (plan.mostLanes > maxBlocks_) {
+    why = name + " runs " + std::to_string(plan.mostLanes) +
+          " lanes on one rank, a thread block each, more than the " + std::to_string(maxBlocks_) +
+          " blocks a kernel of this communicator may use at once";
+    return -1;
+  }
+  if (tooManySources(plan.program)) {
+    why = name + " reduces more than " + std::to_string(kPlanMaxReduceSources) +
+          " chunks in one operation, more than the GPU kernel does";
+    return -1;
+  }
+  DeviceScope scope(device_.ordinal());
+  plans_.push_back(std::make_unique<CudaPlan>(plan));
+  return static_cast<int>(plans_.size() - 1);
+}
+
+void CudaEngine::runPlan(int plan, const CollArgs& args, const NativePlanCall& call) {
+  checkContext();
+  DeviceScope scope(device_.ordinal());
+  CudaPlan& loaded = *plans_.at(static_cast<size_t>(plan));
+  inCallOrder(args.stream, "plan",
+              [&](cudaStream_t stream) { enqueuePlan(loaded, args, call, stream); });
+}
+
+void CudaEngine::enqueuePlan(CudaPlan& loaded, const CollArgs& args, const NativePlanCall& call,
+                             cudaStream_t stream) {
+  const NativePlan& plan = loaded.plan();
+  if (args.count == 0) return;
+  LOOM_CHECK_ARG(call.parts >= 1 && call.parts <= cuda::kPlanMaxParts, "execution plan '",
+                 plan.name, "' in ", call.parts, " parts: the GPU kernel runs at most ",
+                 cuda::kPlanMaxParts);
+  const size_t esize = dtypeSize(args.dtype);
+  const uint64_t blockBytes = args.count * esize;
+  // The largest operation of any rank in one part: every choice below follows from it alone.
+  const uint64_t partElements = (args.count + call.parts - 1) / call.parts;
+  const uint64_t chunkElements = (partElements + plan.chunksPerBlock - 1) / plan.chunksPerBlock;
+  const uint64_t largest = chunkElements * plan.mostChunksPerOp * esize;
+  cuda::PlanKernelArgs a{};
+  a.ll = largest <= kPlanLLMaxBytes ? 1 : 0;
+  a.payload = static_cast<uint32_t>(a.ll ? dev_.llSlotBytes / 2 : dev_.slotBytes);
+  const uint64_t perSlice = a.ll ? kPlanSliceBytesLL : kPlanSliceBytesSimple;
+  const int maxSlices = std::max(1, std::min(cuda::kMaxBlocks, maxBlocks_ / plan.mostLanes));
+  a.slices = static_cast<int>(std::clamp<uint64_t>((largest + perSlice - 1) / perSlice, 1,
+                                                   static_cast<uint64_t>(maxSlices)));
+  const uint64_t chunksPerSlice = largest / a.slices / a.payload + 2;  // splits round up
+  LOOM_CHECK_ARG(chunksPerSlice < (1u << cuda::kPlanChunkBits), "execution plan '", plan.name,
+                 "': an operation of ", largest, " bytes is more than the GPU kernel moves");
+  a.program = loaded.program(call.inPlace == NativePlanCall::InPlace::kAliased);
+  a.count = args.count;
+  a.elementSize = static_cast<uint32_t>(esize);
+  a.chunksPerBlock = plan.chunksPerBlock;
+  a.parts = call.parts;
+  a.divisor = averageDivisor(args.op, setup_.nranks);
+  a.state = loaded.state();
+  a.input = static_cast<const char*>(args.send);
+  a.output = static_cast<char*>(args.recv);
+  const uint64_t scratchBytes = plan.scratchBlocks * blockBytes;
+  const bool copyInput = call.inPlace == NativePlanCall::InPlace::kCopy;
+  const uint64_t inputBytes = plan.inputBlocks * blockBytes;
+  a.scratch = loaded.scratch(scratchBytes + (copyInput ? inputBytes : 0), capturing(stream));
+  if (copyInput) {
+    // The input overlaps the output: the plan reads a copy made first, in stream order.
+    char* copy = a.scratch + scratchBytes;
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(copy, a.input, inputBytes, cudaMemcpyDeviceToDevice, stream));
+    a.input = copy;
+  }
+  const bool reduces = plan.func == loomFuncAllReduce || plan.func == loomFuncReduceScatter;
+  const cuda::ReduceKey key = reduces ? cuda::ReduceKey{args.dtype, kernelOp(args.op),
+                                                        resolveGpuAccum(args.dtype, args.accum)}
+                                      : cuda::ReduceKey{loomUint8, loomSum, 0};
+  const int threads = a.ll ? llThreads(largest, a.slices) : cuda::kThreads;
+  cuda::launchPlan(dev_, a, key, loaded.lanes() * a.slices, threads, stream);
+}
+
+}  // namespace loom
