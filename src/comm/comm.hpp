@@ -282,7 +282,9 @@ class Comm {
   // tensors beside its CUDA ones): the call runs on device scratch, so that every rank still runs
   // the same algorithm, and returns when the output is back in host memory.
   bool passesHostBuffers(const CollArgs& args) const;
-  void collectiveThroughDevice(const CollArgs& args);
+  // `algo`: run that algorithm on the scratch as an internal call (a plan registration's vote:
+  // the built-in one, never a plan or the user's selector); null: the call as any collective.
+  void collectiveThroughDevice(const CollArgs& args, const Algorithm* algo = nullptr);
   bool hostBufferOfHetero(const DeviceP2POp& op) const;  // ... and their sends and receives
   // An elementwise call of `group` in chunks of heteroChunk's bytes (device ranks pipelined);
   // every rank cuts the same chunks (LOOM_HETERO_CHUNK_BYTES, agreed at init).

@@ -36,7 +36,7 @@ bool Comm::hostBufferOfHetero(const DeviceP2POp& op) const {
   return op.bytes > 0 && heteroHostBuffer(op.buffer);
 }
 
-void Comm::collectiveThroughDevice(const CollArgs& args) {
+void Comm::collectiveThroughDevice(const CollArgs& args, const Algorithm* algo) {
   const CallExtents extents = callExtents(args, rank_, nranks_);
   const char* send = static_cast<const char*>(args.send);
   char* recv = static_cast<char*>(args.recv);
@@ -57,7 +57,10 @@ void Comm::collectiveThroughDevice(const CollArgs& args) {
     device_->copyAsync(deviceRecv, recv, extents.recvBytes, CopyKind::kHostToDevice, args.stream);
   if (sendScratch > 0)
     device_->copyAsync(deviceSend, send, sendScratch, CopyKind::kHostToDevice, args.stream);
-  collective(onDevice);
+  if (algo != nullptr)
+    runCall(&onDevice, [&] { runAlgorithm(*algo, main_->ctx(), onDevice); });
+  else
+    collective(onDevice);
   if (extents.recvBytes > 0)
     device_->copyAsync(recv, deviceRecv, extents.recvBytes, CopyKind::kDeviceToHost, args.stream);
   device_->synchronize(args.stream);

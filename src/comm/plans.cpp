@@ -79,9 +79,12 @@ void Comm::selectPlans() {
   for (const auto& e : plans_->entries()) {
     const Plan& plan = e->program.plan;
     try {
-      // The same answer on every rank: it depends on the plan and what all ranks agreed on.
       e->nativePlan = loadNativePlan(e->program);
     } catch (const Error& error) {
+      // A refusal is the same on every rank (it depends on the whole plan and on what all ranks
+      // agreed at init), so every rank leaves the plan out; anything else (a CUDA error of one
+      // rank) fails the init rather than leave the ranks choosing differently.
+      if (error.code() != loomInvalidArgument) throw;
       LOOM_INFO(kSubsysInit, rank_, "plan '", plan.name,
                 "' of LOOM_PLAN_DIR not used: ", error.what());
       continue;
@@ -105,7 +108,11 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
     program = loadPlan(jsonOrPath);
     LOOM_CHECK_ARG(program->plan.nranks == nranks_, "plan '", program->plan.name, "' is for ",
                    program->plan.nranks, " ranks but this communicator has ", nranks_);
-    nativePlan = loadNativePlan(*program);
+    // The same plan registered again keeps its upload.
+    const PlanEntry* known = plans_->find(program->plan.name);
+    nativePlan = known != nullptr && known->program.hash == program->hash && known->nativePlan >= 0
+                     ? known->nativePlan
+                     : loadNativePlan(*program);
   } catch (const Error& e) {
     refusal = e.what();
   }
@@ -118,17 +125,15 @@ const std::string& Comm::registerPlan(const std::string& jsonOrPath) {
   args.count = sizeof(PlanVote) / sizeof(uint64_t);
   args.dtype = loomUint64;
   try {
+    const Algorithm& allGather = main_->selector().builtIn(args.func, sizeof(PlanVote));
     if (native() != nullptr) {
       // Native collectives take device memory only: the votes go through device scratch, as a
       // device rank's host buffers do (and the call returns once they are back here).
-      collectiveThroughDevice(args);
+      collectiveThroughDevice(args, &allGather);
     } else {
       // The votes are host memory: the host algorithm runs on them on the host CPU, on a device
       // rank too (after its queued stream-ordered calls, which use the same channels).
-      runCall(&args, [&] {
-        runAlgorithm(main_->selector().builtIn(args.func, sizeof(PlanVote)), main_->hostCtx(),
-                     args);
-      });
+      runCall(&args, [&] { runAlgorithm(allGather, main_->hostCtx(), args); });
     }
   } catch (const Error& e) {
     // A rank that registers nothing meets this allgather with another call: say which.

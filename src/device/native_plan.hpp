@@ -53,11 +53,12 @@ struct NativePlan {
   int nranks = 1;
   uint32_t chunksPerBlock = 1;
   uint32_t inputBlocks = 1, outputBlocks = 1, scratchBlocks = 0;
-  // Over every rank's program, so that choices made from them are the same on every rank: the
-  // most lanes one rank runs (a sending and a receiving lane per peer, one per local lane), and
-  // the most chunks one operation moves.
+  // Over every rank's program, so that choices made from them (and refusals) are the same on
+  // every rank: the most lanes one rank runs (a sending and a receiving lane per peer, one per
+  // local lane), the most chunks one operation moves, the most operands of one reduction.
   int mostLanes = 1;
   uint32_t mostChunksPerOp = 1;
+  uint32_t mostReduceSources = 0;
   NativePlanProgram program;  // this rank's
   NativePlanProgram aliased;  // allreduce in place: input chunks are the output's (else empty)
 };

@@ -88,8 +88,12 @@ NativePlan nativePlanOf(const PlanProgram& program, int rank) {
   out.scratchBlocks = plan.scratchChunks > 0 ? plan.blocksOf(PlanBuffer::kScratch) : 0;
   for (const RankProgram& rp : program.ranks) {
     out.mostLanes = std::max(out.mostLanes, planLanes(rp));
-    for (const PlanOp& op : rp.ops)
+    for (const PlanOp& op : rp.ops) {
       out.mostChunksPerOp = std::max(out.mostChunksPerOp, chunksMoved(op));
+      if (op.kind == PlanOpKind::kReduce)
+        out.mostReduceSources =
+            std::max(out.mostReduceSources, static_cast<uint32_t>(op.srcs.size()));
+    }
   }
   out.program = nativeProgram(program.ranks.at(rank));
   if (!program.aliasedRanks.empty()) out.aliased = nativeProgram(program.aliasedRanks.at(rank));

@@ -150,6 +150,9 @@ void runPlan(PlanEntry& entry, const AlgoContext& ctx, const CollArgs& args) {
     call.inPlace = PlanCall::InPlace::kAliased;
   else if (overlap(args.send, extents.sendBytes, args.recv, extents.recvBytes))
     call.inPlace = PlanCall::InPlace::kCopy;
+  // Native collectives take device memory: a plan they did not load must not reach here.
+  LOOM_CHECK_INTERNAL(entry.nativePlan >= 0 || ctx.native == nullptr, "plan '", plan.name,
+                      "' was not loaded into this communicator's native collectives");
   if (entry.nativePlan >= 0) {
     NativePlanCall native;
     native.parts = call.parts;

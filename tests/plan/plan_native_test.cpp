@@ -38,6 +38,9 @@ TEST(PlanNative, CarriesOneRanksProgramAndFiguresOverAllRanks) {
   EXPECT_EQ(planLanes(program.ranks[2]), 3);
   EXPECT_EQ(plan.mostLanes, 5);
   EXPECT_EQ(plan.mostChunksPerOp, 2u);
+  // Rank 0's reduction of three operands, though rank 2 reduces nothing: a backend that refuses
+  // wide reductions refuses on every rank alike.
+  EXPECT_EQ(plan.mostReduceSources, 3u);
   // Rank 2's own operations, in program order.
   ASSERT_EQ(plan.program.ops.size(), 3u);
   EXPECT_EQ(plan.program.ops[0].kind, NativePlanOp::kSend);

@@ -9,6 +9,7 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "base/shm_segment.hpp"
+#include "device/cuda/collectives/plan_kernel.hpp"
 #include "device/cuda/collectives/plans.hpp"
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_env.hpp"
@@ -246,20 +247,24 @@ void CudaEngine::fitSharedGpus() {
   // (a block always fits on an SM, so as many blocks as SMs are resident together). The cap is
   // the same on every rank: a kernel's grid must match its peers'. Without MPS the GPU
   // time-slices between processes, which is slow (milliseconds a call) but cannot deadlock.
+  // The plan kernel's blocks wait for each other even on a GPU of its own: its grid is capped by
+  // what the GPU (or a rank's share of it) holds at once, also on small GPUs and MIG slices.
   const DeviceIdentity& me = device_.identity();
   std::vector<std::string> all =
-      setup_.allGather(me.busId + " " + std::to_string(device_.multiprocessors()));
+      setup_.allGather(me.busId + " " + std::to_string(device_.multiprocessors()) + " " +
+                       std::to_string(cuda::planBlocksPerMultiprocessor()));
   std::vector<std::string> bus(all.size());
-  std::vector<int> sms(all.size());
+  std::vector<int> sms(all.size()), planPerSm(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     std::istringstream in(all[r]);
-    in >> bus[r] >> sms[r];
+    in >> bus[r] >> sms[r] >> planPerSm[r];
   }
-  int cap = cuda::kMaxBlocks, mostSharing = 1;
+  int cap = cuda::kMaxBlocks, planCap = cuda::kMaxBlocks, mostSharing = 1;
   for (size_t r = 0; r < all.size(); ++r) {
     const int sharing = static_cast<int>(std::count(bus.begin(), bus.end(), bus[r]));
     mostSharing = std::max(mostSharing, sharing);
     if (sharing > 1) cap = std::min(cap, sms[r] / sharing);
+    planCap = std::min(planCap, sms[r] * planPerSm[r] / sharing);
   }
   if (cap < 1)
     LOOM_THROW(loomInvalidUsage, mostSharing, " ranks share one GPU, more than its ",
@@ -267,6 +272,7 @@ void CudaEngine::fitSharedGpus() {
                " multiprocessors: Loom's kernels of all of them could not be resident at once");
   maxBlocks_ = std::min(maxBlocks_, cap);
   p2pBlocks_ = std::min(cuda::kP2PChannels, cap);
+  planMaxBlocks_ = std::min(maxBlocks_, planCap);
   const int sharers = static_cast<int>(std::count(bus.begin(), bus.end(), me.busId));
   if (sharers > 1)
     LOOM_INFO(kSubsysInit, setup_.rank, sharers, " ranks of this communicator share GPU ", me.busId,

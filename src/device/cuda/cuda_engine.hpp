@@ -169,6 +169,7 @@ class CudaEngine final : public NativeCollectives {
   char* barrierScratch_ = nullptr;      // device memory for loomBarrier's token allreduce
   int maxBlocks_ = cuda::kMaxBlocks;    // grid of a collective kernel, at most
   int p2pBlocks_ = cuda::kP2PChannels;  // grid of a send/recv kernel
+  int planMaxBlocks_ = 1;               // grid of the plan kernel, all resident at once
 
   std::vector<char> p2pTaken_;                    // pointToPoint's scratch
   std::vector<std::unique_ptr<CudaPlan>> plans_;  // loadPlan's, by index

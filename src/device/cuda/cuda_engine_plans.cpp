@@ -21,13 +21,6 @@ constexpr uint64_t kPlanSliceBytesLL = 8 * cuda::kThreads;
 constexpr uint64_t kPlanSliceBytesSimple = 64 * 1024;
 constexpr int kPlanMaxReduceSources = 16;  // plan_kernel.cu's kMaxReduceSources
 
-bool tooManySources(const NativePlanProgram& program) {
-  return std::any_of(program.ops.begin(), program.ops.end(), [](const NativePlanOp& op) {
-    return op.kind == NativePlanOp::kReduce &&
-           op.srcEnd - op.srcBegin > static_cast<uint32_t>(kPlanMaxReduceSources);
-  });
-}
-
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
@@ -44,13 +37,14 @@ int CudaEngine::loadPlan(const NativePlan& plan, std::string& why) {
           std::to_string(setup_.nranks);
     return -1;
   }
-  if (plan.mostLanes > maxBlocks_) {
+  if (plan.mostLanes > planMaxBlocks_) {
     why = name + " runs " + std::to_string(plan.mostLanes) +
-          " lanes on one rank, a thread block each, more than the " + std::to_string(maxBlocks_) +
-          " blocks a kernel of this communicator may use at once";
+          " lanes on one rank, a thread block each, more than the " +
+          std::to_string(planMaxBlocks_) +
+          " blocks of the plan kernel that every rank's GPU (or its share of one) holds at once";
     return -1;
   }
-  if (tooManySources(plan.program)) {
+  if (plan.mostReduceSources > static_cast<uint32_t>(kPlanMaxReduceSources)) {
     why = name + " reduces more than " + std::to_string(kPlanMaxReduceSources) +
           " chunks in one operation, more than the GPU kernel does";
     return -1;
@@ -85,7 +79,7 @@ void CudaEngine::enqueuePlan(CudaPlan& loaded, const CollArgs& args, const Nativ
   a.ll = largest <= kPlanLLMaxBytes ? 1 : 0;
   a.payload = static_cast<uint32_t>(a.ll ? dev_.llSlotBytes / 2 : dev_.slotBytes);
   const uint64_t perSlice = a.ll ? kPlanSliceBytesLL : kPlanSliceBytesSimple;
-  const int maxSlices = std::max(1, std::min(cuda::kMaxBlocks, maxBlocks_ / plan.mostLanes));
+  const int maxSlices = std::max(1, planMaxBlocks_ / plan.mostLanes);
   a.slices = static_cast<int>(std::clamp<uint64_t>((largest + perSlice - 1) / perSlice, 1,
                                                    static_cast<uint64_t>(maxSlices)));
   const uint64_t chunksPerSlice = largest / a.slices / a.payload + 2;  // splits round up
@@ -100,13 +94,14 @@ void CudaEngine::enqueuePlan(CudaPlan& loaded, const CollArgs& args, const Nativ
   a.state = loaded.state();
   a.input = static_cast<const char*>(args.send);
   a.output = static_cast<char*>(args.recv);
-  const uint64_t scratchBytes = plan.scratchBlocks * blockBytes;
+  // The input copy on a 256-byte boundary, as the call's buffers usually are.
+  const uint64_t copyAt = (plan.scratchBlocks * blockBytes + 255) / 256 * 256;
   const bool copyInput = call.inPlace == NativePlanCall::InPlace::kCopy;
   const uint64_t inputBytes = plan.inputBlocks * blockBytes;
-  a.scratch = loaded.scratch(scratchBytes + (copyInput ? inputBytes : 0), capturing(stream));
+  a.scratch = loaded.scratch(copyAt + (copyInput ? inputBytes : 0), capturing(stream));
   if (copyInput) {
     // The input overlaps the output: the plan reads a copy made first, in stream order.
-    char* copy = a.scratch + scratchBytes;
+    char* copy = a.scratch + copyAt;
     LOOM_CUDA_CHECK(cudaMemcpyAsync(copy, a.input, inputBytes, cudaMemcpyDeviceToDevice, stream));
     a.input = copy;
   }

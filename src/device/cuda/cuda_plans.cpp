@@ -39,6 +39,9 @@ CudaPlan::CudaPlan(NativePlan plan) : plan_(std::move(plan)) {
     const size_t words = cuda::planProgressWord(static_cast<uint32_t>(plan_.program.ops.size()), 0);
     state_ = reinterpret_cast<uint64_t*>(allocate(words * sizeof(uint64_t)));
     LOOM_CUDA_CHECK(cudaMemset(state_, 0, words * sizeof(uint64_t)));
+    // The uploads ran on the legacy stream; the kernel runs on the caller's, which may not wait
+    // for it.
+    LOOM_CUDA_CHECK(cudaDeviceSynchronize());
   } catch (...) {
     for (char* p : allocations_) cudaFree(p);
     throw;

@@ -77,13 +77,19 @@ __device__ __forceinline__ uint32_t progressMark(uint32_t part, uint64_t chunks)
   return (part << kPlanChunkBits) | static_cast<uint32_t>(chunks);
 }
 
-// Waits until `word` says call `call` reached `mark`. False when the wait gave up.
+// Waits until `word` says call `call` reached `mark`. False when the wait gave up. The timeout
+// counts from the word's last change: a long operation that still moves is no stall.
 __device__ bool waitProgress(const DevComm& c, const uint64_t* word, uint32_t call, uint32_t mark,
                              int peer) {
   Waiter waiter(c);
+  uint64_t seen = 0;
   for (;;) {
     const uint64_t v = loadAcquireGpu(word);
     if (static_cast<uint32_t>(v >> 32) == call && static_cast<uint32_t>(v) >= mark) return true;
+    if (v != seen) {
+      seen = v;
+      waiter.start = 0;
+    }
     if (waiter.shouldStop(peer)) return false;
   }
 }
@@ -335,6 +341,24 @@ __global__ void __launch_bounds__(kThreads) planKernel(DevComm c, PlanKernelArgs
 }
 
 }  // namespace
+
+int planBlocksPerMultiprocessor() {
+  int fewest = kMaxBlocks;
+  for (int t = 0; t < loomNumTypes; ++t) {
+    for (loomRedOp_t op : {loomSum, loomProd, loomMax, loomMin}) {
+      for (Accum accum : {Accum::kNative, Accum::kFp16, Accum::kFp32, Accum::kFp64}) {
+        withReducer(static_cast<loomDataType_t>(t), op, accum, [&](auto reducer) {
+          int blocks = 0;
+          if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, planKernel<decltype(reducer)>,
+                                                            kThreads, 0) == cudaSuccess)
+            fewest = blocks < fewest ? blocks : fewest;
+        });
+      }
+    }
+  }
+  cudaGetLastError();
+  return fewest;
+}
 
 void launchPlan(const DevComm& comm, const PlanKernelArgs& args, ReduceKey key, int blocks,
                 int threads, cudaStream_t stream) {

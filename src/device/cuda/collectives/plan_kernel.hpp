@@ -92,6 +92,10 @@ struct PlanKernelArgs {
   uint64_t* state;
 };
 
+// Blocks of the kernel (kThreads each, its most demanding reduction) one multiprocessor holds at
+// once: every block of a launch must be resident together, for blocks wait for each other.
+int planBlocksPerMultiprocessor();
+
 // Launches `blocks` (lanes x slices) blocks of `threads`; key: the call's reduction (any valid
 // one for plans without reductions).
 void launchPlan(const DevComm& comm, const PlanKernelArgs& args, ReduceKey key, int blocks,
