@@ -138,6 +138,8 @@ void CudaEngine::readWindowOptions() {
   windowMinBytes_ = static_cast<size_t>(windowMin);
   const int64_t oneShotMax = env::cudaOneShotMaxBytes();
   oneShotMaxBytes_ = oneShotMax < 0 ? SIZE_MAX : static_cast<size_t>(oneShotMax);
+  planLLMaxBytes_ = static_cast<uint64_t>(env::cudaPlanLLMaxBytes());
+  planSliceBytes_ = static_cast<uint64_t>(env::cudaPlanSliceBytes());
 }
 
 void CudaEngine::setUpBufferSharing() {

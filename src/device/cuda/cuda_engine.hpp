@@ -180,11 +180,13 @@ class CudaEngine final : public NativeCollectives {
   std::unique_ptr<IpcImports> imports_;
   std::unique_ptr<UserWindows> userWindows_;
   std::unique_ptr<LocalRegistrations> registrations_;
-  bool windowsEnabled_ = true;  // LOOM_CUDA_WINDOWS
-  size_t windowMinBytes_ = 0;   // LOOM_CUDA_WINDOW_MIN_BYTES
-  size_t oneShotMaxBytes_ = 0;  // LOOM_CUDA_ONESHOT_MAX_BYTES (-1: SIZE_MAX)
-  bool ceUsable_ = false;       // stream memory operations on peer windows
-  uint64_t ceSeq_ = 0;          // copy-engine calls so far (the same count on every rank)
+  bool windowsEnabled_ = true;   // LOOM_CUDA_WINDOWS
+  size_t windowMinBytes_ = 0;    // LOOM_CUDA_WINDOW_MIN_BYTES
+  size_t oneShotMaxBytes_ = 0;   // LOOM_CUDA_ONESHOT_MAX_BYTES (-1: SIZE_MAX)
+  uint64_t planLLMaxBytes_ = 0;  // LOOM_CUDA_PLAN_LL_MAX_BYTES
+  uint64_t planSliceBytes_ = 0;  // LOOM_CUDA_PLAN_SLICE_BYTES
+  bool ceUsable_ = false;        // stream memory operations on peer windows
+  uint64_t ceSeq_ = 0;           // copy-engine calls so far (the same count on every rank)
   cudaEvent_t ceDone_ = nullptr;
   cudaStream_t rescueStream_ = nullptr;
   std::atomic<uint64_t> ceIssuedNs_{0};  // when the last copy-engine call was enqueued; 0: none

@@ -13,12 +13,11 @@ namespace loom {
 
 namespace {
 
-// Calls whose largest operation moves at most this much per part use LL packets (one flag in
-// every 16 bytes, no fence): the latency of a small plan is a few such hops.
-constexpr uint64_t kPlanLLMaxBytes = 64 * 1024;
-// What one block moves of an operation before the call is spread over another slice.
+// What one block moves of an operation before an LL call is spread over another slice: one
+// 8-byte word per thread. (Bulk calls: LOOM_CUDA_PLAN_SLICE_BYTES. Calls whose largest operation
+// moves at most LOOM_CUDA_PLAN_LL_MAX_BYTES per part use LL packets, one flag in every 16 bytes
+// and no fence: the latency of a small plan is a few such hops.)
 constexpr uint64_t kPlanSliceBytesLL = 8 * cuda::kThreads;
-constexpr uint64_t kPlanSliceBytesSimple = 64 * 1024;
 constexpr int kPlanMaxReduceSources = 16;  // plan_kernel.cu's kMaxReduceSources
 
 bool capturing(cudaStream_t stream) {
@@ -76,9 +75,9 @@ void CudaEngine::enqueuePlan(CudaPlan& loaded, const CollArgs& args, const Nativ
   const uint64_t chunkElements = (partElements + plan.chunksPerBlock - 1) / plan.chunksPerBlock;
   const uint64_t largest = chunkElements * plan.mostChunksPerOp * esize;
   cuda::PlanKernelArgs a{};
-  a.ll = largest <= kPlanLLMaxBytes ? 1 : 0;
+  a.ll = largest <= planLLMaxBytes_ ? 1 : 0;
   a.payload = static_cast<uint32_t>(a.ll ? dev_.llSlotBytes / 2 : dev_.slotBytes);
-  const uint64_t perSlice = a.ll ? kPlanSliceBytesLL : kPlanSliceBytesSimple;
+  const uint64_t perSlice = a.ll ? kPlanSliceBytesLL : planSliceBytes_;
   const int maxSlices = std::max(1, planMaxBlocks_ / plan.mostLanes);
   a.slices = static_cast<int>(std::clamp<uint64_t>((largest + perSlice - 1) / perSlice, 1,
                                                    static_cast<uint64_t>(maxSlices)));

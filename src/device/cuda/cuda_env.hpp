@@ -14,5 +14,7 @@ bool cudaWindows();            // LOOM_CUDA_WINDOWS: calls on registered windows
 int64_t cudaWindowMinBytes();  // LOOM_CUDA_WINDOW_MIN_BYTES: ... from this size on
 int64_t cudaCopyEngineMinBytes();  // LOOM_CUDA_CE_MIN_BYTES: copy engines from here (-1: never)
 int64_t cudaOneShotMaxBytes();     // LOOM_CUDA_ONESHOT_MAX_BYTES: one-shot allreduce on windows
+int64_t cudaPlanLLMaxBytes();      // LOOM_CUDA_PLAN_LL_MAX_BYTES: the plan kernel's LL limit
+int64_t cudaPlanSliceBytes();      // LOOM_CUDA_PLAN_SLICE_BYTES: bulk bytes a block takes
 
 }  // namespace loom::env
