@@ -140,6 +140,7 @@ void CudaEngine::readWindowOptions() {
   oneShotMaxBytes_ = oneShotMax < 0 ? SIZE_MAX : static_cast<size_t>(oneShotMax);
   planLLMaxBytes_ = static_cast<uint64_t>(env::cudaPlanLLMaxBytes());
   planSliceBytes_ = static_cast<uint64_t>(env::cudaPlanSliceBytes());
+  planPartGroups_ = static_cast<int>(env::cudaPlanPartGroups());
 }
 
 void CudaEngine::setUpBufferSharing() {

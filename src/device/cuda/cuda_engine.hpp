@@ -135,6 +135,14 @@ class CudaEngine final : public NativeCollectives {
   void barrier(cudaStream_t stream);
   void enqueuePlan(CudaPlan& plan, const CollArgs& args, const NativePlanCall& call,
                    cudaStream_t stream);
+  // How a plan call runs (protocol, blocks): from the call and plan-wide figures alone, so the
+  // same on every rank.
+  struct PlanCallShape {
+    bool ll = false;
+    uint32_t payload = 0;
+    int groups = 1, slices = 1, threads = cuda::kThreads;
+  };
+  PlanCallShape planCallShape(const NativePlan& plan, const CollArgs& args, uint32_t parts) const;
   void fitSharedGpus();
   // The constructor's steps, in its order: the algorithms offered; the windows every rank maps;
   // device counters, status and events; the LOOM_CUDA_WINDOW* options; the sharing of registered
@@ -185,6 +193,7 @@ class CudaEngine final : public NativeCollectives {
   size_t oneShotMaxBytes_ = 0;   // LOOM_CUDA_ONESHOT_MAX_BYTES (-1: SIZE_MAX)
   uint64_t planLLMaxBytes_ = 0;  // LOOM_CUDA_PLAN_LL_MAX_BYTES
   uint64_t planSliceBytes_ = 0;  // LOOM_CUDA_PLAN_SLICE_BYTES
+  int planPartGroups_ = 1;       // LOOM_CUDA_PLAN_PART_GROUPS (0: as many as parts)
   bool ceUsable_ = false;        // stream memory operations on peer windows
   uint64_t ceSeq_ = 0;           // copy-engine calls so far (the same count on every rank)
   cudaEvent_t ceDone_ = nullptr;

@@ -61,29 +61,44 @@ void CudaEngine::runPlan(int plan, const CollArgs& args, const NativePlanCall& c
               [&](cudaStream_t stream) { enqueuePlan(loaded, args, call, stream); });
 }
 
+CudaEngine::PlanCallShape CudaEngine::planCallShape(const NativePlan& plan, const CollArgs& args,
+                                                    uint32_t parts) const {
+  LOOM_CHECK_ARG(parts >= 1 && parts <= cuda::kPlanMaxParts, "execution plan '", plan.name, "' in ",
+                 parts, " parts: the GPU kernel runs at most ", cuda::kPlanMaxParts);
+  const size_t esize = dtypeSize(args.dtype);
+  // The largest operation of any rank in one part: every choice below follows from it alone.
+  const uint64_t partElements = (args.count + parts - 1) / parts;
+  const uint64_t chunkElements = (partElements + plan.chunksPerBlock - 1) / plan.chunksPerBlock;
+  const uint64_t largest = chunkElements * plan.mostChunksPerOp * esize;
+  PlanCallShape shape;
+  shape.ll = largest <= planLLMaxBytes_;
+  shape.payload = static_cast<uint32_t>(shape.ll ? dev_.llSlotBytes / 2 : dev_.slotBytes);
+  // Blocks per lane: part groups (LOOM_CUDA_PLAN_PART_GROUPS, 0: as many as parts), then slices.
+  const int perLane = std::max(1, planMaxBlocks_ / plan.mostLanes);
+  const int groupsWanted = planPartGroups_ == 0 ? static_cast<int>(parts) : planPartGroups_;
+  shape.groups = std::clamp(std::min(groupsWanted, static_cast<int>(parts)), 1, perLane);
+  const uint64_t perSlice = shape.ll ? kPlanSliceBytesLL : planSliceBytes_;
+  shape.slices = static_cast<int>(std::clamp<uint64_t>(
+      (largest + perSlice - 1) / perSlice, 1, static_cast<uint64_t>(perLane / shape.groups)));
+  const uint64_t chunksPerSlice = largest / shape.slices / shape.payload + 2;  // splits round up
+  LOOM_CHECK_ARG(chunksPerSlice < (1u << cuda::kPlanChunkBits), "execution plan '", plan.name,
+                 "': an operation of ", largest, " bytes is more than the GPU kernel moves");
+  shape.threads = shape.ll ? llThreads(largest, shape.slices) : cuda::kThreads;
+  return shape;
+}
+
 void CudaEngine::enqueuePlan(CudaPlan& loaded, const CollArgs& args, const NativePlanCall& call,
                              cudaStream_t stream) {
   const NativePlan& plan = loaded.plan();
   if (args.count == 0) return;
-  LOOM_CHECK_ARG(call.parts >= 1 && call.parts <= cuda::kPlanMaxParts, "execution plan '",
-                 plan.name, "' in ", call.parts, " parts: the GPU kernel runs at most ",
-                 cuda::kPlanMaxParts);
+  const PlanCallShape shape = planCallShape(plan, args, call.parts);
   const size_t esize = dtypeSize(args.dtype);
   const uint64_t blockBytes = args.count * esize;
-  // The largest operation of any rank in one part: every choice below follows from it alone.
-  const uint64_t partElements = (args.count + call.parts - 1) / call.parts;
-  const uint64_t chunkElements = (partElements + plan.chunksPerBlock - 1) / plan.chunksPerBlock;
-  const uint64_t largest = chunkElements * plan.mostChunksPerOp * esize;
   cuda::PlanKernelArgs a{};
-  a.ll = largest <= planLLMaxBytes_ ? 1 : 0;
-  a.payload = static_cast<uint32_t>(a.ll ? dev_.llSlotBytes / 2 : dev_.slotBytes);
-  const uint64_t perSlice = a.ll ? kPlanSliceBytesLL : planSliceBytes_;
-  const int maxSlices = std::max(1, planMaxBlocks_ / plan.mostLanes);
-  a.slices = static_cast<int>(std::clamp<uint64_t>((largest + perSlice - 1) / perSlice, 1,
-                                                   static_cast<uint64_t>(maxSlices)));
-  const uint64_t chunksPerSlice = largest / a.slices / a.payload + 2;  // splits round up
-  LOOM_CHECK_ARG(chunksPerSlice < (1u << cuda::kPlanChunkBits), "execution plan '", plan.name,
-                 "': an operation of ", largest, " bytes is more than the GPU kernel moves");
+  a.ll = shape.ll ? 1 : 0;
+  a.payload = shape.payload;
+  a.slices = shape.slices;
+  a.groups = shape.groups;
   a.program = loaded.program(call.inPlace == NativePlanCall::InPlace::kAliased);
   a.count = args.count;
   a.elementSize = static_cast<uint32_t>(esize);
@@ -108,8 +123,7 @@ void CudaEngine::enqueuePlan(CudaPlan& loaded, const CollArgs& args, const Nativ
   const cuda::ReduceKey key = reduces ? cuda::ReduceKey{args.dtype, kernelOp(args.op),
                                                         resolveGpuAccum(args.dtype, args.accum)}
                                       : cuda::ReduceKey{loomUint8, loomSum, 0};
-  const int threads = a.ll ? llThreads(largest, a.slices) : cuda::kThreads;
-  cuda::launchPlan(dev_, a, key, loaded.lanes() * a.slices, threads, stream);
+  cuda::launchPlan(dev_, a, key, loaded.lanes() * a.groups * a.slices, shape.threads, stream);
 }
 
 }  // namespace loom

@@ -22,6 +22,7 @@ int64_t cudaOneShotMaxBytes() {
 int64_t cudaPlanLLMaxBytes() {
   return getIntIn("LOOM_CUDA_PLAN_LL_MAX_BYTES", 64 * 1024, 0, INT64_MAX);
 }
+int64_t cudaPlanPartGroups() { return getIntIn("LOOM_CUDA_PLAN_PART_GROUPS", 1, 0, 64); }
 int64_t cudaPlanSliceBytes() {
   return getIntIn("LOOM_CUDA_PLAN_SLICE_BYTES", 64 * 1024, 16, int64_t{1} << 30, 16);
 }

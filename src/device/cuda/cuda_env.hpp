@@ -16,5 +16,6 @@ int64_t cudaCopyEngineMinBytes();  // LOOM_CUDA_CE_MIN_BYTES: copy engines from 
 int64_t cudaOneShotMaxBytes();     // LOOM_CUDA_ONESHOT_MAX_BYTES: one-shot allreduce on windows
 int64_t cudaPlanLLMaxBytes();      // LOOM_CUDA_PLAN_LL_MAX_BYTES: the plan kernel's LL limit
 int64_t cudaPlanSliceBytes();      // LOOM_CUDA_PLAN_SLICE_BYTES: bulk bytes a block takes
+int64_t cudaPlanPartGroups();      // LOOM_CUDA_PLAN_PART_GROUPS: pipeline parts side by side
 
 }  // namespace loom::env

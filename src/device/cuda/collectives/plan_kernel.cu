@@ -94,13 +94,22 @@ __device__ bool waitProgress(const DevComm& c, const uint64_t* word, uint32_t ca
   }
 }
 
+// Where a block works: its slice of every operation, the window channel it moves them on and the
+// progress words it publishes to (slice `slice` of part group `group`: channel group x slices +
+// slice), and the first word of its group's slices.
+struct Place {
+  int slice;
+  int channel;
+  int firstChannel;
+};
+
 // After the block's writes of a chunk (a barrier first): thread 0 publishes `mark`.
 __device__ __forceinline__ void publish(const PlanKernelArgs& a, const LaneState& st, uint32_t op,
-                                        int slice, uint32_t mark) {
+                                        int channel, uint32_t mark) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
-    storeReleaseGpu(a.state + planProgressWord(op, slice),
+    storeReleaseGpu(a.state + planProgressWord(op, channel),
                     (static_cast<uint64_t>(st.call) << 32) | mark);
   }
 }
@@ -111,16 +120,16 @@ __device__ __forceinline__ int peerOf(const DevComm& c, const PlanKernelArgs& a,
   return p >= 0 ? p : c.rank;
 }
 
-// Whole-operation dependencies of `op` in `part`: thread t waits for slice t of each. False on
-// every thread when a wait gave up.
+// Whole-operation dependencies of `op` in `part`: thread t waits for slice t of each (in this
+// block's part group). False on every thread when a wait gave up.
 __device__ bool waitWhole(const DevComm& c, const PlanKernelArgs& a, const LaneState& st,
-                          const DevPlanOp& op, uint32_t part) {
+                          const DevPlanOp& op, uint32_t part, int firstChannel) {
   int stop = 0;
   for (int t = threadIdx.x; t < a.slices && !stop; t += blockDim.x) {
     for (uint32_t d = op.depBegin; d < op.depEnd && !stop; ++d) {
       const DevPlanDep dep = a.program.deps[d];
       if (dep.streamed) continue;
-      stop = !waitProgress(c, a.state + planProgressWord(dep.on, t), st.call,
+      stop = !waitProgress(c, a.state + planProgressWord(dep.on, firstChannel + t), st.call,
                            progressMark(part + 1, 0), peerOf(c, a, dep.on));
     }
   }
@@ -129,15 +138,16 @@ __device__ bool waitWhole(const DevComm& c, const PlanKernelArgs& a, const LaneS
   return true;
 }
 
-// Streamed dependencies for chunk k of this slice. False on every thread when a wait gave up.
+// Streamed dependencies for chunk k of this block's slice. False on every thread when a wait gave
+// up.
 __device__ bool waitStreamed(const DevComm& c, const PlanKernelArgs& a, const LaneState& st,
-                             const DevPlanOp& op, uint32_t part, int slice, uint64_t k) {
+                             const DevPlanOp& op, uint32_t part, int channel, uint64_t k) {
   int stop = 0;
   if (threadIdx.x == 0) {
     for (uint32_t d = op.depBegin; d < op.depEnd && !stop; ++d) {
       const DevPlanDep dep = a.program.deps[d];
       if (!dep.streamed) continue;
-      stop = !waitProgress(c, a.state + planProgressWord(dep.on, slice), st.call,
+      stop = !waitProgress(c, a.state + planProgressWord(dep.on, channel), st.call,
                            progressMark(part, k + 1), peerOf(c, a, dep.on));
     }
   }
@@ -173,30 +183,30 @@ __device__ __forceinline__ void copyLocal(char* dst, const char* src, size_t len
   }
 }
 
-// Sending lane: chunk `src` (len bytes) to the peer's slot on channel `slice`.
+// Sending lane: chunk `src` (len bytes) to the peer's slot on channel `channel`.
 __device__ bool sendChunk(const DevComm& c, const PlanKernelArgs& a, LaneState& st, int peer,
-                          int slice, const char* src, size_t len) {
+                          int channel, const char* src, size_t len) {
   const uint64_t seq = st.seq + 1;
   int stop = 0;
   if (threadIdx.x == 0 && seq > kSlotsPerChannel && st.freed < seq - kSlotsPerChannel) {
-    stop = !waitAtLeast<false>(c, c.acks[c.rank] + slice * c.nranks + peer, seq - kSlotsPerChannel,
-                               peer);
+    stop = !waitAtLeast<false>(c, c.acks[c.rank] + channel * c.nranks + peer,
+                               seq - kSlotsPerChannel, peer);
     st.freed = seq - kSlotsPerChannel;
   }
   if (__syncthreads_or(stop)) return false;
   if (a.ll) {
-    char* slot = c.llSlots[peer] + slotOffset(c, slice, c.rank, seq, c.llSlotBytes);
+    char* slot = c.llSlots[peer] + slotOffset(c, channel, c.rank, seq, c.llSlotBytes);
     for (size_t w = threadIdx.x; w * 8 < len; w += blockDim.x)
       storePacket(slot, w, loadCg8(src + w * 8, len - w * 8), static_cast<uint32_t>(seq));
   } else {
-    char* slot = c.slots[peer] + slotOffset(c, slice, c.rank, seq);
+    char* slot = c.slots[peer] + slotOffset(c, channel, c.rank, seq);
     copyLocal(slot, src, len);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
     if (!a.ll) {
       __threadfence_system();
-      storeRelaxed(c.ready[peer] + slice * c.nranks + c.rank, seq);
+      storeRelaxed(c.ready[peer] + channel * c.nranks + c.rank, seq);
     }
     st.seq = seq;
   }
@@ -208,11 +218,11 @@ __device__ bool sendChunk(const DevComm& c, const PlanKernelArgs& a, LaneState& 
 // first where it is given. False on every thread when a wait gave up.
 template <typename R>
 __device__ bool receiveChunk(const DevComm& c, const PlanKernelArgs& a, LaneState& st, int peer,
-                             int slice, char* dst, const char* with, size_t len, int divisor) {
+                             int channel, char* dst, const char* with, size_t len, int divisor) {
   const uint64_t seq = st.seq + 1;
   int stop = 0;
   if (a.ll) {
-    const char* slot = c.llSlots[c.rank] + slotOffset(c, slice, peer, seq, c.llSlotBytes);
+    const char* slot = c.llSlots[c.rank] + slotOffset(c, channel, peer, seq, c.llSlotBytes);
     for (size_t w = threadIdx.x; w * 8 < len && !stop; w += blockDim.x) {
       uint2 data;
       if (!loadPacket(c, slot, w, static_cast<uint32_t>(seq), peer, data)) {
@@ -232,9 +242,9 @@ __device__ bool receiveChunk(const DevComm& c, const PlanKernelArgs& a, LaneStat
     if (__syncthreads_or(stop)) return false;
   } else {
     if (threadIdx.x == 0)
-      stop = !waitAtLeast<true>(c, c.ready[c.rank] + slice * c.nranks + peer, seq, peer);
+      stop = !waitAtLeast<true>(c, c.ready[c.rank] + channel * c.nranks + peer, seq, peer);
     if (__syncthreads_or(stop)) return false;
-    const char* slot = c.slots[c.rank] + slotOffset(c, slice, peer, seq);
+    const char* slot = c.slots[c.rank] + slotOffset(c, channel, peer, seq);
     for (size_t off = threadIdx.x * 16; off < len; off += blockDim.x * 16) {
       const size_t n = len - off < 16 ? len - off : 16;
       uint4 data = loadSlot16(slot + off);
@@ -251,7 +261,7 @@ __device__ bool receiveChunk(const DevComm& c, const PlanKernelArgs& a, LaneStat
   __syncthreads();
   if (threadIdx.x == 0) {
     st.seq = seq;
-    storeRelaxed(c.acks[peer] + slice * c.nranks + c.rank, seq);
+    storeRelaxed(c.acks[peer] + channel * c.nranks + c.rank, seq);
   }
   __syncthreads();
   return true;
@@ -262,9 +272,9 @@ constexpr int kMaxReduceSources = 16;
 // Operation `index` of the program, part `part`, this block's slice.
 template <typename R>
 __device__ bool runOp(const DevComm& c, const PlanKernelArgs& a, LaneState& st, uint32_t index,
-                      uint32_t part, int slice) {
+                      uint32_t part, const Place& at) {
   const DevPlanOp op = a.program.ops[index];
-  if (!waitWhole(c, a, st, op, part)) return false;
+  if (!waitWhole(c, a, st, op, part, at.firstChannel)) return false;
   const bool sends = op.kind == kPlanSend;
   const Span moved = chunkSpan(a, sends ? a.program.srcs[op.srcBegin] : op.dst, part);
   Span srcs[kMaxReduceSources];
@@ -272,22 +282,23 @@ __device__ bool runOp(const DevComm& c, const PlanKernelArgs& a, LaneState& st, 
   for (int s = 0; s < nsrc && s < kMaxReduceSources; ++s)
     srcs[s] = chunkSpan(a, a.program.srcs[op.srcBegin + s], part);
   const int divisor = op.final ? a.divisor : 1;
-  const Range mine = splitRange(moved.bytes, slice, a.slices);
+  const Range mine = splitRange(moved.bytes, at.slice, a.slices);
   const uint64_t chunks = chunkCount(mine.size(), a.payload);
   for (uint64_t k = 0; k < chunks; ++k) {
-    if (op.streamsBehind && !waitStreamed(c, a, st, op, part, slice, k)) return false;
+    if (op.streamsBehind && !waitStreamed(c, a, st, op, part, at.channel, k)) return false;
     const Range piece = chunkOf(mine, k, a.payload);
     const size_t len = piece.size();
     bool ok = true;
     switch (op.kind) {
       case kPlanSend:
-        ok = sendChunk(c, a, st, op.peer, slice, moved.at + piece.begin, len);
+        ok = sendChunk(c, a, st, op.peer, at.channel, moved.at + piece.begin, len);
         break;
       case kPlanRecv:
-        ok = receiveChunk<R>(c, a, st, op.peer, slice, moved.at + piece.begin, nullptr, len, 1);
+        ok =
+            receiveChunk<R>(c, a, st, op.peer, at.channel, moved.at + piece.begin, nullptr, len, 1);
         break;
       case kPlanRecvReduce:
-        ok = receiveChunk<R>(c, a, st, op.peer, slice, moved.at + piece.begin,
+        ok = receiveChunk<R>(c, a, st, op.peer, at.channel, moved.at + piece.begin,
                              srcs[0].at + piece.begin, len, divisor);
         break;
       case kPlanCopy:
@@ -298,37 +309,41 @@ __device__ bool runOp(const DevComm& c, const PlanKernelArgs& a, LaneState& st, 
         break;
     }
     if (!ok) return false;
-    if (op.streamedAfter) publish(a, st, index, slice, progressMark(part, k + 1));
+    if (op.streamedAfter) publish(a, st, index, at.channel, progressMark(part, k + 1));
   }
-  publish(a, st, index, slice, progressMark(part + 1, 0));
+  publish(a, st, index, at.channel, progressMark(part + 1, 0));
   return true;
 }
 
 template <typename R>
 __global__ void __launch_bounds__(kThreads) planKernel(DevComm c, PlanKernelArgs a) {
   __shared__ LaneState st;
-  const int slice = static_cast<int>(blockIdx.x) % a.slices;
-  const DevPlanLane lane = a.program.lanes[blockIdx.x / a.slices];
-  const int channel = slice * c.nranks + lane.peer;
+  // Blocks in order: lane, then part group, then slice.
+  const int block = static_cast<int>(blockIdx.x), group = block / a.slices % a.groups;
+  const Place at{block % a.slices, group * a.slices + block % a.slices, group * a.slices};
+  const DevPlanLane lane = a.program.lanes[block / (a.slices * a.groups)];
+  const int counter = at.channel * c.nranks + lane.peer;  // this lane's, where it has a peer
   if (threadIdx.x == 0) {
     st.call = static_cast<uint32_t>(a.state[0]) + 1;
     st.seq = st.freed = 0;
     if (lane.kind == kSendLane) {
-      st.seq = c.sentSeq[channel];
-      st.freed = loadRelaxed(c.acks[c.rank] + channel);
+      st.seq = c.sentSeq[counter];
+      st.freed = loadRelaxed(c.acks[c.rank] + counter);
     } else if (lane.kind == kRecvLane) {
-      st.seq = c.recvSeq[channel];
+      st.seq = c.recvSeq[counter];
     }
   }
   __syncthreads();
   bool ok = true;
-  for (uint32_t part = 0; part < a.parts && ok; ++part)
+  // Parts are independent (disjoint bytes, dependencies within a part): group g runs parts g,
+  // g + groups, ..., each on its own channels, so a part's round trips overlap the next's.
+  for (uint32_t part = group; part < a.parts && ok; part += a.groups)
     for (uint32_t i = lane.opBegin; i < lane.opEnd && ok; ++i)
-      ok = runOp<R>(c, a, st, a.program.laneOps[i], part, slice);
+      ok = runOp<R>(c, a, st, a.program.laneOps[i], part, at);
   __syncthreads();
   if (threadIdx.x != 0) return;
-  if (ok && lane.kind == kSendLane) c.sentSeq[channel] = st.seq;
-  if (ok && lane.kind == kRecvLane) c.recvSeq[channel] = st.seq;
+  if (ok && lane.kind == kSendLane) c.sentSeq[counter] = st.seq;
+  if (ok && lane.kind == kRecvLane) c.recvSeq[counter] = st.seq;
   // The last block to finish numbers the call, for the next one (blocks read it at their start,
   // all before any finishes).
   __threadfence();

@@ -5,7 +5,8 @@
 // the order both ends of a pair agree on), one per local lane of copies and reductions. Every
 // operation's bytes are cut into `slices` near-equal slices (16-byte units, the same on every
 // rank), slice s of every lane run by its own block over channel s: a pair's sender and receiver
-// cut alike, so slice s of a send meets slice s of the matching receive. Within a slice an
+// cut alike, so slice s of a send meets slice s of the matching receive. Pipeline parts may run
+// side by side in part groups, each group on slices and channels of its own. Within a slice an
 // operation moves chunks of `payload` bytes through the peers' window slots, as the exchange
 // kernels do (simple: bulk chunks and a ready flag; LL: packets that carry their flag).
 //
@@ -86,6 +87,7 @@ struct PlanKernelArgs {
   uint32_t chunksPerBlock;
   uint32_t parts;
   int slices;
+  int groups;        // part groups: blocks of group g run parts g, g + groups, ...
   uint32_t payload;  // bytes of a chunk: a simple slot, or half an LL slot
   int ll;
   int divisor;
@@ -96,8 +98,8 @@ struct PlanKernelArgs {
 // once: every block of a launch must be resident together, for blocks wait for each other.
 int planBlocksPerMultiprocessor();
 
-// Launches `blocks` (lanes x slices) blocks of `threads`; key: the call's reduction (any valid
-// one for plans without reductions).
+// Launches `blocks` (lanes x groups x slices) blocks of `threads`; key: the call's reduction (any
+// valid one for plans without reductions).
 void launchPlan(const DevComm& comm, const PlanKernelArgs& args, ReduceKey key, int blocks,
                 int threads, cudaStream_t stream);
 
