@@ -10,16 +10,6 @@ namespace loom::cuda {
 
 namespace {
 
-__device__ __forceinline__ uint64_t loadAcquireGpu(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void storeReleaseGpu(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
 // Loads of plan buffers that other blocks wrote during this kernel: through L2 (.cg), never a
 // line an earlier read left in this SM's L1.
 __device__ __forceinline__ uint4 loadCg16(const char* p, size_t n) {

@@ -27,6 +27,17 @@ __device__ __forceinline__ uint64_t loadAcquire(const uint64_t* p) {
   return v;
 }
 
+// Flags between blocks of one kernel on this GPU (the plan kernel's progress words): acquire and
+// release at GPU scope, cheaper than the system scope that flags read by peers need.
+__device__ __forceinline__ uint64_t loadAcquireGpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void storeReleaseGpu(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 // Flags whose only job is to say "that slot is free again" need no ordering of data: relaxed
 // system-scope accesses, without the full memory barrier a release costs.
 __device__ __forceinline__ uint64_t loadRelaxed(const uint64_t* p) {
