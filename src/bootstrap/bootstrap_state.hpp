@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,7 +67,8 @@ struct Bootstrap::State {
   std::string answer;
   // Rank 0's news service: reads the connections while no collective does, so that aborts are
   // relayed and questions answered while this rank computes or waits on its data channels.
-  Fd serviceWake;  // an eventfd: pokes (stopping, or a peer's data taken) wake the service
+  // Pokes (stopping, or a peer's data taken) wake the service; none: no service.
+  std::optional<EventFd> serviceWake;
   std::atomic<bool> stopping{false};
   std::thread service;
 

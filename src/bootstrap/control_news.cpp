@@ -7,7 +7,6 @@
 // frame per rank. A news service thread on rank 0 reads the connections while no collective of
 // the bootstrap does, so that relays and answers do not wait for rank 0's next control call.
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -80,21 +79,18 @@ std::string Bootstrap::State::newsText() {
 }
 
 void Bootstrap::State::startService() {
-  const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
+  try {
+    serviceWake.emplace("the control plane's news service");
+  } catch (const Error& e) {
     // Without it the control plane works as before: relays and answers at rank 0's next read.
-    LOOM_WARN(kSubsysBootstrap, rank,
-              "no news service on the control plane (eventfd: ", std::strerror(errno), ")");
+    LOOM_WARN(kSubsysBootstrap, rank, "no news service on the control plane (", e.what(), ")");
     return;
   }
-  serviceWake = Fd(wake);
   service = std::thread([this] { serve(); });
 }
 
 void Bootstrap::State::pokeService() noexcept {
-  if (!serviceWake.valid()) return;
-  const uint64_t one = 1;
-  (void)!::write(serviceWake.get(), &one, sizeof(one));
+  if (serviceWake) serviceWake->signal();
 }
 
 void Bootstrap::State::stopService() noexcept {
@@ -108,7 +104,7 @@ void Bootstrap::State::serve() {
   std::vector<pollfd> fds;
   std::vector<ControlPeer*> watched;
   while (true) {
-    fds.assign(1, pollfd{serviceWake.get(), POLLIN, 0});
+    fds.assign(1, pollfd{serviceWake->get(), POLLIN, 0});
     watched.clear();
     {
       // A peer whose data waits for a collective is left to it: what follows is for after.
@@ -122,8 +118,7 @@ void Bootstrap::State::serve() {
     if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
     if (fds[0].revents != 0) {
       // Poked: stopping, or a collective took a peer's data (that peer is watched again).
-      uint64_t pokes = 0;
-      (void)!::read(serviceWake.get(), &pokes, sizeof(pokes));
+      serviceWake->consume();
       if (stopping.load()) return;
       continue;
     }

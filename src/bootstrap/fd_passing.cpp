@@ -1,7 +1,6 @@
 #include "bootstrap/fd_passing.hpp"
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -127,8 +126,6 @@ FdServer::FdServer(const std::string& name, Source source) : source_(std::move(s
   LOOM_SYSCHECK(bind(listener_.get(), reinterpret_cast<const sockaddr*>(&address), length),
                 "binding the descriptor server '" + name + "'");
   LOOM_SYSCHECK(listen(listener_.get(), 64), "listen on the descriptor server");
-  stop_.reset(eventfd(0, EFD_CLOEXEC));
-  LOOM_SYSCHECK(stop_.get(), "eventfd for the descriptor server");
 }
 
 void FdServer::start() {
@@ -136,10 +133,7 @@ void FdServer::start() {
 }
 
 FdServer::~FdServer() {
-  const uint64_t one = 1;
-  if (write(stop_.get(), &one, sizeof(one)) != sizeof(one)) {
-    // An eventfd write only fails on overflow, which one write cannot reach.
-  }
+  stop_.signal();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -67,7 +67,7 @@ class FdServer {
 
   Source source_;
   Fd listener_;
-  Fd stop_;  // an eventfd: readable once the destructor wants the thread to end
+  EventFd stop_{"the descriptor server"};  // readable once the destructor wants the thread to end
   std::thread thread_;
 };
 

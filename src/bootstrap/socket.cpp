@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -119,6 +120,20 @@ Fd& Fd::operator=(Fd&& other) noexcept {
 void Fd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
+}
+
+EventFd::EventFd(const char* what) : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (!fd_.valid()) LOOM_THROW(loomSystemError, "eventfd for ", what, ": ", std::strerror(errno));
+}
+
+void EventFd::signal() const noexcept {
+  const uint64_t one = 1;
+  (void)!::write(fd_.get(), &one, sizeof(one));
+}
+
+void EventFd::consume() const noexcept {
+  uint64_t count = 0;
+  (void)!::read(fd_.get(), &count, sizeof(count));
 }
 
 std::string numericHost(const sockaddr* addr, socklen_t len) {

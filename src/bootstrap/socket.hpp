@@ -50,6 +50,20 @@ class Fd {
   int fd_ = -1;
 };
 
+// An eventfd (non-blocking, close-on-exec) that wakes a thread waiting for it in poll():
+// signal() from any thread makes it readable until the woken side consume()s it.
+class EventFd {
+ public:
+  // Throws loomSystemError naming `what` when the kernel refuses one.
+  explicit EventFd(const char* what);
+  int get() const { return fd_.get(); }
+  void signal() const noexcept;   // an eventfd write fails only on overflow, out of reach here
+  void consume() const noexcept;  // takes what was signalled, if anything
+
+ private:
+  Fd fd_;
+};
+
 // "1.2.3.4:5" or "[::1]:5".
 std::string formatAddress(const sockaddr* addr, socklen_t len);
 // Numeric host (no port) of a socket address; IPv4-mapped IPv6 addresses come out as IPv4.

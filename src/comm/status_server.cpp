@@ -2,7 +2,6 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -51,36 +50,33 @@ std::unique_ptr<StatusServer> StatusServer::start(const std::string& dir, Handle
     return nullptr;
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return nullptr;
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return nullptr;
   ::unlink(path.c_str());  // a socket left by a dead process that had this pid and tag
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::chmod(path.c_str(), 0600) != 0 || ::listen(fd, 16) != 0) {
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::chmod(path.c_str(), 0600) != 0 || ::listen(fd.get(), 16) != 0) {
     LOOM_WARN(kSubsysInit, -1, "status socket not started: ", path, ": ", std::strerror(errno));
-    ::close(fd);
     return nullptr;
   }
-  const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
-    ::close(fd);
+  try {
+    return std::unique_ptr<StatusServer>(
+        new StatusServer(std::move(fd), path, std::move(handlers)));
+  } catch (const Error& e) {
     ::unlink(path.c_str());
+    LOOM_WARN(kSubsysInit, -1, "status socket not started: ", e.what());
     return nullptr;
   }
-  return std::unique_ptr<StatusServer>(new StatusServer(fd, wake, path, std::move(handlers)));
 }
 
-StatusServer::StatusServer(int listenFd, int wakeFd, std::string path, Handlers handlers)
-    : listen_(listenFd), wake_(wakeFd), path_(std::move(path)), handlers_(std::move(handlers)) {
+StatusServer::StatusServer(Fd listen, std::string path, Handlers handlers)
+    : listen_(std::move(listen)), path_(std::move(path)), handlers_(std::move(handlers)) {
   thread_ = std::thread([this] { loop(); });
 }
 
 StatusServer::~StatusServer() {
-  const uint64_t one = 1;
-  (void)!::write(wake_, &one, sizeof(one));
+  wake_.signal();
   thread_.join();
   ::unlink(path_.c_str());
-  ::close(listen_);
-  ::close(wake_);
 }
 
 void StatusServer::loop() {
@@ -89,13 +85,13 @@ void StatusServer::loop() {
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
   for (;;) {
-    pollfd fds[2] = {{listen_, POLLIN, 0}, {wake_, POLLIN, 0}};
+    pollfd fds[2] = {{listen_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
     const int ready = ::poll(fds, 2, handlers_.tick ? kTickMs : -1);
     if (ready < 0 && errno != EINTR) return;
     if (ready == 0) handlers_.tick();
     if (fds[1].revents != 0) return;
     if (fds[0].revents == 0) continue;
-    const int fd = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+    const int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     if (peerIsThisUser(fd)) answer(fd);
     ::close(fd);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/fd_writer.hpp"
+#include "bootstrap/socket.hpp"
 
 namespace loom {
 
@@ -28,12 +29,12 @@ class StatusServer {
   StatusServer& operator=(const StatusServer&) = delete;
 
  private:
-  StatusServer(int listenFd, int wakeFd, std::string path, Handlers handlers);
+  StatusServer(Fd listen, std::string path, Handlers handlers);
   void loop();
   void answer(int fd);
 
-  int listen_;
-  int wake_;  // an eventfd: the destructor stops the thread through it
+  Fd listen_;
+  EventFd wake_{"the status socket"};  // the destructor stops the thread through it
   std::string path_;
   Handlers handlers_;
   std::thread thread_;

@@ -7,7 +7,6 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/udp.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -55,12 +54,6 @@ size_t interfaceMtu(const std::string& name) {
   return static_cast<size_t>(req.ifr_mtu);
 }
 
-void signal(const Fd& eventFd) {
-  uint64_t one = 1;
-  ssize_t r = write(eventFd.get(), &one, sizeof(one));
-  (void)r;
-}
-
 rudp::MacKey macKeyOf(const JobSecret& secret) {
   JobSecret derived = deriveSecret(secret, 0, "rudp-mac");
   rudp::MacKey key;
@@ -78,10 +71,9 @@ void drain(int fd) {
 
 RudpFlowState::RudpFlowState(int p, int c, const rudp::FlowConfig& config)
     : peer(p), cls(c), flow(config) {
-  dataReady = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   int fds[2];
-  if (!dataReady.valid() || pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
-    LOOM_THROW(loomSystemError, "rudp transport: eventfd/pipe: ", std::strerror(errno));
+  if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
+    LOOM_THROW(loomSystemError, "rudp transport: pipe: ", std::strerror(errno));
   roomPipe[0] = Fd(fds[0]);
   roomPipe[1] = Fd(fds[1]);
   // One page: a single byte in it makes the write end stop polling POLLOUT.
@@ -91,7 +83,7 @@ RudpFlowState::RudpFlowState(int p, int c, const rudp::FlowConfig& config)
 void RudpFlowState::notifyData() {
   if (dataSignalled) return;
   dataSignalled = true;
-  signal(dataReady);
+  dataReady.signal();
 }
 
 void RudpFlowState::drainRoom() { drain(roomPipe[0].get()); }
@@ -99,9 +91,7 @@ void RudpFlowState::drainRoom() { drain(roomPipe[0].get()); }
 void RudpFlowState::takeWakeup() {
   if (!dataSignalled) return;
   dataSignalled = false;
-  uint64_t count;
-  ssize_t r = read(dataReady.get(), &count, sizeof(count));
-  (void)r;
+  dataReady.consume();
 }
 
 RudpEngine::RudpEngine(const RudpSetup& s)
@@ -124,7 +114,6 @@ RudpEngine::RudpEngine(const RudpSetup& s)
   const rudp::FlowConfig fc = configureFlows(s);
   std::vector<std::string> endpoints = s.allGather(bindSockets(s));
   addPeers(s, endpoints, fc);
-  wakeFd_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   recvBufs_.resize(kRecvScratchBytes);
   headers_.resize(kRoom * rudp::kHeaderBytes);
   burst_.iov.reserve(4 * kMaxSegments);
@@ -244,9 +233,9 @@ std::unique_ptr<Channel> RudpEngine::channel(int peer, int cls) {
   return std::make_unique<RudpChannel>(*this, *st);
 }
 
-void RudpEngine::wake() { signal(wakeFd_); }
+void RudpEngine::wake() { wakeFd_.signal(); }
 
-void RudpEngine::takeWake() { drain(wakeFd_.get()); }
+void RudpEngine::takeWake() { wakeFd_.consume(); }
 
 void RudpEngine::wakeIfAsleepPast(uint64_t due) {
   if (!sleeping_.load()) return;  // awake: it reads every timer before it sleeps again

@@ -96,10 +96,10 @@ struct RudpFlowState {
   int peer, cls;
   std::mutex mu;
   rudp::Flow flow;
-  Fd dataReady;                    // eventfd: readable when bytes arrived (the channel drains it)
-  bool dataSignalled = false;      // dataReady holds a count (both change only under mu)
-  std::condition_variable placed;  // a train placed in the flow's space was processed
-  Fd roomPipe[2];                  // one-page pipe: the write end polls POLLOUT unless sendBlocked
+  EventFd dataReady{"an rudp flow"};  // readable when bytes arrived (the channel drains it)
+  bool dataSignalled = false;         // dataReady holds a count (both change only under mu)
+  std::condition_variable placed;     // a train placed in the flow's space was processed
+  Fd roomPipe[2];  // one-page pipe: the write end polls POLLOUT unless sendBlocked
   bool sendBlocked = false;
   bool touched = false;  // progress thread only: in touched_ this batch
   // Progress thread only: its last train came whole (consecutive packets from the peeked
@@ -260,7 +260,7 @@ class RudpEngine {
   std::vector<std::vector<sockaddr_storage>> addr_;    // [peer][path]
   std::vector<socklen_t> addrLen_;                     // [peer]
   std::vector<std::unique_ptr<RudpFlowState>> flows_;  // [peer * classes + cls], null if local
-  Fd wakeFd_;
+  EventFd wakeFd_{"the rudp engine"};
   // Sending (the scratch below, the fault layer) belongs to one thread at a time: the progress
   // thread or a channel's caller (sendNow). So does receiving (the receive scratch, touched_):
   // the progress thread, or a caller whose channel found nothing (receiveHere), under recvMu_.
