@@ -6,178 +6,26 @@
 // plug-in's optional entries on (shared-memory algorithms with the device's own copies and
 // reductions) and off (LOOM_EMU_DISABLE: staged through host memory, reduced on the host), and on
 // fake nodes (staged over TCP).
-// LOOM_TEST_PLACEMENT makes the communicator heterogeneous: one letter per rank, E for an
-// emulated-device rank, C for a CPU rank (host buffers), H for an emulated-device rank that passes
-// host buffers (its calls run on device scratch) and, in a build with CUDA, G for a CUDA rank
-// (device memory of the current GPU), e.g. "ECECC", "HCEH" or "GCEC".
-#include <dirent.h>
+// The execution plans' tests are in emu_plans_test.cpp; what both share, emu_test_env.hpp.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "../api/expect_loom.hpp"
-#include "../api/test_values.hpp"
-#include "loom/loom.h"
-#include "loom/loom_device_plugin.h"
-#ifdef LOOM_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "emu_test_env.hpp"
 
 namespace loom::test {
 namespace {
-
-loomComm_t gWorld = nullptr;
-int gRank = 0, gRanks = 1;
-const loomDevicePlugin_v1* gPlugin = nullptr;  // the same library Loom loaded
-std::string gPlacement;                        // LOOM_TEST_PLACEMENT: E, C, H or G per rank
-
-bool onEmu() { return gPlacement[gRank] == 'E'; }  // the buffers are emulated-device memory
-bool emuRank() { return gPlacement[gRank] == 'E' || gPlacement[gRank] == 'H'; }
-bool onGpu() { return gPlacement[gRank] == 'G'; }
-bool allEmu() { return gPlacement.find_first_not_of('E') == std::string::npos; }
-// A CUDA communicator (emu_plans_gpu_GG...): its sends and receives are the CUDA kernels', which
-// match in issue order per pair and ignore tags (as NCCL's).
-bool allGpu() { return gPlacement.find_first_not_of('G') == std::string::npos; }
-
-// One allocation of this rank's memory (emulated device memory on E ranks, host memory on C
-// ranks), with host-side fill and read through the plug-in's copies.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-#ifdef LOOM_HAVE_CUDA
-    if (onGpu()) {
-      EXPECT_EQ(cudaMalloc(&ptr_, bytes + 1), cudaSuccess);
-      return;
-    }
-#endif
-    if (!onEmu()) {
-      host_.resize(bytes + 1);
-      ptr_ = host_.data();
-      return;
-    }
-    EXPECT_EQ(gPlugin->memAlloc(0, bytes + 1, &ptr_), loomSuccess);
-  }
-  ~DeviceBuffer() {
-#ifdef LOOM_HAVE_CUDA
-    if (onGpu()) cudaFree(ptr_);
-#endif
-    if (onEmu()) gPlugin->memFree(0, ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  char* get() const { return static_cast<char*>(ptr_); }
-  // Waits for the copy: `host` may be gone before the device's stream would get to it.
-  void upload(const std::vector<char>& host) {
-#ifdef LOOM_HAVE_CUDA
-    if (onGpu()) {
-      EXPECT_EQ(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
-      return;
-    }
-#endif
-    if (!onEmu()) {
-      std::copy(host.begin(), host.end(), host_.begin());
-      return;
-    }
-    EXPECT_EQ(
-        gPlugin->memcpyAsync(0, ptr_, host.data(), host.size(), loomMemcpyHostToDevice, nullptr),
-        loomSuccess);
-    EXPECT_EQ(gPlugin->streamSynchronize(0, nullptr), loomSuccess);
-  }
-  std::vector<char> download() const {
-    std::vector<char> host(bytes_ + 1);
-#ifdef LOOM_HAVE_CUDA
-    if (onGpu()) {
-      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-      return host;
-    }
-#endif
-    if (!onEmu()) return host_;
-    EXPECT_EQ(
-        gPlugin->memcpyAsync(0, host.data(), ptr_, host.size(), loomMemcpyDeviceToHost, nullptr),
-        loomSuccess);
-    EXPECT_EQ(gPlugin->streamSynchronize(0, nullptr), loomSuccess);
-    return host;
-  }
-
- private:
-  size_t bytes_;
-  void* ptr_ = nullptr;
-  std::vector<char> host_;  // C ranks
-};
-
-struct Config {
-  const char* name;
-  const char* algo;  // LOOM_ALGO of the communicator
-  std::vector<size_t> sizes;
-};
-
-// The default table, and every collective forced onto its algorithm over pair channels.
-const Config kConfigs[] = {
-    {"auto", "", {0, 1, 7, 4099, (1u << 20) + 3}},
-    {"channels",
-     "allreduce:ring,allgather:ring,reducescatter:ring,broadcast:ring,reduce:ring,"
-     "gather:pairwise,scatter:pairwise,alltoall:pairwise,alltoallv:pairwise,barrier:pairwise",
-     {0, 7, 4099}},
-};
-const Config kMultiNode[] = {{"auto", "", {0, 1, 7, 4099, 70001}}};
-
-bool multiNode() { return std::getenv("LOOM_NODE_ID") != nullptr; }
-
-// EMU_TEST_ALGO=<a LOOM_ALGO value> replaces the configs by that one (execution plans of
-// LOOM_PLAN_DIR: the emu_plans_* tests); multi-node sizes there too.
-const char* forcedAlgo() { return std::getenv("EMU_TEST_ALGO"); }
-
-std::vector<Config> configs() {
-  if (const char* forced = forcedAlgo()) {
-    const size_t large = multiNode() ? 70001 : (1u << 20) + 3;
-    return {{"forced", forced, {0, 1, 7, 4099, large}}};
-  }
-  if (multiNode()) return {std::begin(kMultiNode), std::end(kMultiNode)};
-  return {std::begin(kConfigs), std::end(kConfigs)};
-}
-
-struct EmuComm {
-  loomComm_t comm = nullptr;
-  explicit EmuComm(const Config& c) {
-    setenv("LOOM_ALGO", c.algo, 1);
-    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-    config.device = emuRank() ? "loom-emu:0" : onGpu() ? "cuda" : "cpu";
-    loomResult_t r = loomCommSplit(gWorld, 0, gRank, &comm, &config);
-    unsetenv("LOOM_ALGO");
-    if (r != loomSuccess) ADD_FAILURE() << c.name << ": " << loomGetLastError(nullptr);
-  }
-  ~EmuComm() {
-    if (comm) loomCommDestroy(comm);
-  }
-};
-
-const loomRedOp_t kOps[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
-
-std::string what(const char* op, const Config& c, loomDataType_t t, loomRedOp_t r, bool inPlace,
-                 size_t n) {
-  return std::string(op) + " " + c.name + " " + dtypeName(t) + " " + opName(r) +
-         (inPlace ? " in-place" : "") + " count " + std::to_string(n) + " ranks " +
-         std::to_string(gRanks);
-}
-
-void expectMatch(const Pattern& want, const std::vector<char>& got, size_t offsetBytes,
-                 size_t count, size_t first, const std::string& label) {
-  EXPECT_EQ(want.firstMismatch(got.data() + offsetBytes, count, first), -1) << label;
-}
 
 TEST(EmuCollectives, Reductions) {
   for (const Config& c : configs()) {
@@ -570,125 +418,6 @@ TEST(EmuCollectives, StreamOrder) {
   for (int r = 0; r < gRanks; ++r)
     expectMatch(reduced, outGathered, r * m * 4, m, 0, "allgather of the allreduce's output");
   expectMatch(reduced, outBcast, 0, m, 0, "broadcast of the allreduce's output, other stream");
-}
-
-// The lines of this rank's flight record of `comm` (loomCommDumpFlight): one call a line.
-std::vector<std::string> flightLines(loomComm_t comm) {
-  const std::string dir = "/tmp/loom-emu-flight-" + std::to_string(getpid());
-  mkdir(dir.c_str(), 0700);
-  EXPECT_LOOM(loomCommDumpFlight(comm, dir.c_str()));
-  std::vector<std::string> lines;
-  std::unique_ptr<DIR, int (*)(DIR*)> listing(opendir(dir.c_str()), closedir);
-  for (dirent* entry; listing != nullptr && (entry = readdir(listing.get())) != nullptr;) {
-    const std::string path = dir + "/" + entry->d_name;
-    if (path.find(".json") == std::string::npos) continue;
-    std::ifstream file(path);
-    for (std::string line; std::getline(file, line);) lines.push_back(line);
-    std::remove(path.c_str());
-  }
-  rmdir(dir.c_str());
-  return lines;
-}
-
-TEST(EmuCollectives, ForcedAlgorithmsRun) {
-  // Each collective EMU_TEST_ALGO forces (execution plans) is the one that ran: its call in the
-  // flight record names it (a communicator that refused plans would have failed the calls).
-  if (forcedAlgo() == nullptr) GTEST_SKIP() << "EMU_TEST_ALGO forces nothing";
-  EmuComm ec(configs()[0]);
-  ASSERT_NE(ec.comm, nullptr);
-  const size_t n = 4099;
-  DeviceBuffer send(n * 4 * gRanks), recv(n * 4 * gRanks);
-  send.upload(std::vector<char>(n * 4 * gRanks + 1, 1));
-  EXPECT_LOOM(loomAllReduce(send.get(), recv.get(), n, loomFloat32, loomSum, ec.comm, nullptr));
-  EXPECT_LOOM(loomAllGather(send.get(), recv.get(), n, loomFloat32, ec.comm, nullptr));
-  EXPECT_LOOM(loomReduceScatter(send.get(), recv.get(), n, loomFloat32, loomSum, ec.comm, nullptr));
-  EXPECT_LOOM(loomAllToAll(send.get(), recv.get(), n, loomFloat32, ec.comm, nullptr));
-  recv.download();  // the stream-ordered calls are done
-  const std::vector<std::string> lines = flightLines(ec.comm);
-  std::string items = forcedAlgo();
-  for (size_t at = 0; at < items.size();) {
-    const size_t end = std::min(items.find(',', at), items.size());
-    const std::string item = items.substr(at, end - at), op = item.substr(0, item.find(':'));
-    const std::string algo = item.substr(op.size() + 1);
-    at = end + 1;
-    const bool ran = std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
-      return l.find("\"op\":\"" + op + "\"") != std::string::npos &&
-             l.find("\"algorithm\":\"" + algo + "\"") != std::string::npos;
-    });
-    EXPECT_TRUE(ran) << op << " did not run " << algo << " on rank " << gRank;
-  }
-}
-
-// The sizes the plan selector below was asked about, and the plan it chooses.
-struct SelectorLog {
-  std::string plan;
-  std::vector<size_t> bytes;
-};
-const char* chooseThePlan(loomFunc_t func, size_t bytes, int, void* user) {
-  auto* log = static_cast<SelectorLog*>(user);
-  if (func != loomFuncAllReduce) return nullptr;
-  log->bytes.push_back(bytes);
-  return log->plan.c_str();
-}
-
-TEST(EmuCollectives, PlanSelectorChoosesForTheWholeCall) {
-  // A heterogeneous communicator cuts a large allreduce into chunks; the plan chosen for the call
-  // (by its size) runs every chunk: the selector is asked about the call's size only, never a
-  // chunk's, and the result is exact.
-  const char* dir = std::getenv("LOOM_PLAN_DIR");
-  if (forcedAlgo() == nullptr || dir == nullptr) GTEST_SKIP() << "no plans";
-  EmuComm ec(Config{"selector", "", {}});
-  ASSERT_NE(ec.comm, nullptr);
-  SelectorLog log{"plan:ring_allreduce_" + std::to_string(gRanks), {}};
-  ASSERT_LOOM(loomCommSetPlanSelector(ec.comm, chooseThePlan, &log));
-  const size_t n = (size_t{9} << 18) + 5;  // 9 MiB and a bit: 9 chunks of 1 MiB and a bit
-  std::vector<char> host(n * 4 + 1);
-  Pattern::input(loomFloat32, loomSum, gRank).fill(host.data(), n);
-  DeviceBuffer data(n * 4);
-  data.upload(host);
-  EXPECT_LOOM(loomAllReduce(data.get(), data.get(), n, loomFloat32, loomSum, ec.comm, nullptr));
-  expectMatch(Pattern::reduced(loomFloat32, loomSum, gRanks), data.download(), 0, n, 0,
-              "allreduce chosen by the plan selector");
-  EXPECT_FALSE(log.bytes.empty());
-  for (size_t b : log.bytes) EXPECT_EQ(b, n * 4) << "the selector was asked about a chunk";
-  EXPECT_LOOM(loomCommSetPlanSelector(ec.comm, nullptr, nullptr));
-}
-
-TEST(EmuCollectives, PlanRegistrationVotesOnEveryRank) {
-  // loomCommRegisterPlan on device and CPU ranks alike, with a stream-ordered call in flight: a
-  // plan the last rank cannot read is refused on every rank (the vote runs on the host CPU, after
-  // a device rank's queued calls), the communicator lives on, and the plan every rank passes
-  // then registers everywhere and runs the next call.
-  const char* dir = std::getenv("LOOM_PLAN_DIR");
-  if (forcedAlgo() == nullptr || dir == nullptr) GTEST_SKIP() << "no plans";
-  const std::string plans = dir, name = "ring_allreduce_" + std::to_string(gRanks);
-  unsetenv("LOOM_PLAN_DIR");  // a communicator without the plans
-  EmuComm ec(Config{"register", "", {}});
-  setenv("LOOM_PLAN_DIR", plans.c_str(), 1);
-  ASSERT_NE(ec.comm, nullptr);
-  const size_t n = 70001;
-  std::vector<char> host(n * 4 + 1);
-  Pattern::input(loomFloat32, loomSum, gRank).fill(host.data(), n);
-  DeviceBuffer data(n * 4);
-  data.upload(host);
-  EXPECT_LOOM(loomAllReduce(data.get(), data.get(), n, loomFloat32, loomSum, ec.comm, nullptr));
-  const std::string path = plans + "/" + name + ".json";
-  const std::string mine = gRank == gRanks - 1 ? plans + "/missing.json" : path;
-  const char* algo = nullptr;
-  EXPECT_EQ(loomCommRegisterPlan(ec.comm, mine.c_str(), &algo), loomInvalidArgument);
-  const std::string why = loomGetLastError(ec.comm);
-  EXPECT_NE(why.find(gRank == gRanks - 1 ? "cannot read plan file" : "was refused on rank(s)"),
-            std::string::npos)
-      << why;
-  ASSERT_LOOM(loomCommRegisterPlan(ec.comm, path.c_str(), &algo));
-  EXPECT_EQ(std::string(algo), "plan:" + name);
-  const char* chosen = nullptr;
-  EXPECT_LOOM(loomCommGetAlgorithm(ec.comm, loomFuncAllReduce, n, loomFloat32, &chosen));
-  EXPECT_EQ(std::string(chosen), "plan:" + name);
-  data.upload(host);
-  EXPECT_LOOM(loomAllReduce(data.get(), data.get(), n, loomFloat32, loomSum, ec.comm, nullptr));
-  expectMatch(Pattern::reduced(loomFloat32, loomSum, gRanks), data.download(), 0, n, 0,
-              "allreduce by the registered plan");
 }
 
 TEST(EmuPlugin, FreeKeepsTheNeighboursOfItsPage) {
