@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -81,14 +80,6 @@ bool sendLine(int fd, const std::string& line) {
     if (n <= 0) return false;
     sent += static_cast<size_t>(n);
   }
-  return true;
-}
-
-bool takeLine(std::string& inbox, std::string& line) {
-  size_t newline = inbox.find('\n');
-  if (newline == std::string::npos) return false;
-  line = inbox.substr(0, newline);
-  inbox.erase(0, newline + 1);
   return true;
 }
 

@@ -46,4 +46,12 @@ std::string joinRanks(const std::vector<int>& ranks) {
   return text;
 }
 
+bool takeLine(std::string& inbox, std::string& line) {
+  const size_t newline = inbox.find('\n');
+  if (newline == std::string::npos) return false;
+  line = inbox.substr(0, newline);
+  inbox.erase(0, newline + 1);
+  return true;
+}
+
 }  // namespace loom::launcher

@@ -16,5 +16,8 @@ int fieldInt(const std::map<std::string, std::string>& fields, const char* name)
 // "0,1,5": ranks in [0, 2^30]; empty when any item is not one.
 std::vector<int> parseRanks(const std::string& text);
 std::string joinRanks(const std::vector<int>& ranks);
+// Moves the first whole line of `inbox` (bytes read so far) into `line`, without its '\n'; false
+// while no line is complete.
+bool takeLine(std::string& inbox, std::string& line);
 
 }  // namespace loom::launcher
