@@ -13,6 +13,7 @@
 
 #include "base/error.hpp"
 #include "bootstrap/bootstrap.hpp"
+#include "bootstrap/socket.hpp"
 
 namespace loom {
 
@@ -88,6 +89,22 @@ inline std::vector<std::unique_ptr<Bootstrap>> makeGroup(
       n, [&](int r) { group[r] = std::make_unique<Bootstrap>(id, r, n, infoFor(r), options); });
   for (int r = 0; r < n; ++r) EXPECT_EQ(outcomes[r].code, loomSuccess) << outcomes[r].message;
   return group;
+}
+
+// A raw TCP connection that speaks no protocol: what a port scanner or a confused program does.
+inline Fd rawConnect(const UniqueId& id) {
+  Socket sock = connectWithRetry(id.host, id.port, Clock::now() + std::chrono::seconds(5), nullptr);
+  return Fd(dup(sock.fd()));
+}
+
+inline void expectGroupWorks(std::vector<std::unique_ptr<Bootstrap>>& group) {
+  int n = static_cast<int>(group.size());
+  auto outcomes = parallel(n, [&](int r) {
+    auto all = group[r]->allGather(std::string(1, 'r') += std::to_string(r));
+    ASSERT_EQ(static_cast<int>(all.size()), n);
+    for (int k = 0; k < n; ++k) EXPECT_EQ(all[k], std::string(1, 'r') += std::to_string(k));
+  });
+  for (auto& o : outcomes) EXPECT_EQ(o.code, loomSuccess) << o.message;
 }
 
 }  // namespace loom
