@@ -181,8 +181,9 @@ loomResult_t loomCommGetAlgorithm(const loomComm_t comm, loomFunc_t func, size_t
 
 /* Execution plans (docs/plans.md): a collective written as a JSON plan (Python: loom.plan) and
  * run by Loom's executor wherever the host algorithms run (host communicators; plug-in and
- * heterogeneous communicators' device ranks staged through host memory), not yet on CUDA
- * communicators (refused: their calls run native kernels). loomCommRegisterPlan is collective:
+ * heterogeneous communicators' device ranks staged through host memory), and on CUDA
+ * communicators by a kernel that interprets it (refused, on every rank, where it needs more
+ * thread blocks than the GPUs hold at once). loomCommRegisterPlan is collective:
  * every rank passes the same plan, as JSON text (starting with '{') or a file's path; it is
  * checked on every rank (schema, rank count, and a simulated run: every receive matched, no wait
  * cycle, every output chunk written once with the right result) and compared across ranks, and
