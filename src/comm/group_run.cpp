@@ -27,6 +27,28 @@ size_t GroupRunner::runDeviceBatch(const std::vector<GroupCall>& calls, size_t f
   return i;
 }
 
+void GroupRunner::runDeferredDeviceBatches(const std::vector<GroupCall>& calls) {
+  auto native = [](const GroupCall& c) {
+    return !c.isCollective && c.comm->onDevice() && !c.comm->stagesPointToPoint();
+  };
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!native(calls[i])) continue;
+    const auto seen = [&](size_t j) { return native(calls[j]) && calls[j].comm == calls[i].comm; };
+    bool first = true;
+    for (size_t j = 0; j < i && first; ++j) first = !seen(j);
+    if (!first) continue;
+    batch_.clear();
+    for (size_t j = i; j < calls.size(); ++j) {
+      if (!seen(j)) continue;
+      LOOM_CHECK_ARG(calls[j].stream == calls[i].stream,
+                     "the sends and receives of one group on a GPU communicator must use one "
+                     "stream");
+      batch_.push_back(deviceOp(calls[j]));
+    }
+    calls[i].comm->devicePointToPoint(batch_, calls[i].stream);
+  }
+}
+
 void GroupRunner::findStaged(const std::vector<GroupCall>& calls) {
   stagedCount_ = 0;
   bool collective = false;
@@ -82,7 +104,8 @@ void GroupRunner::endStaged() {
   if (first) std::rethrow_exception(first);
 }
 
-void GroupRunner::postAndRun(const std::vector<GroupCall>& calls, bool collectiveAfterP2P) {
+void GroupRunner::postAndRun(const std::vector<GroupCall>& calls, bool collectiveAfterP2P,
+                             bool deferDeviceP2P) {
   for (size_t i = 0; i < calls.size();) {
     const GroupCall& c = calls[i];
     if (c.isCollective) {
@@ -97,7 +120,7 @@ void GroupRunner::postAndRun(const std::vector<GroupCall>& calls, bool collectiv
       continue;
     }
     if (c.comm->onDevice()) {
-      i = runDeviceBatch(calls, i);
+      i = deferDeviceP2P ? i + 1 : runDeviceBatch(calls, i);
       continue;
     }
     P2PTicket& ticket = *tickets_[posted_];
@@ -114,6 +137,7 @@ void GroupRunner::postAndRun(const std::vector<GroupCall>& calls, bool collectiv
     ++posted_;
     ++i;
   }
+  if (deferDeviceP2P) runDeferredDeviceBatches(calls);
 }
 
 void GroupRunner::finishPosted() {
@@ -126,8 +150,9 @@ void GroupRunner::finishPosted() {
 void GroupRunner::run(const std::vector<GroupCall>& calls) {
   findStaged(calls);
   size_t hostP2P = 0;
-  bool collectiveAfterP2P = false;
+  bool collectiveAfterP2P = false, collective = false;
   for (const GroupCall& c : calls) {
+    collective |= c.isCollective;
     if (c.isCollective)
       collectiveAfterP2P |= hostP2P > 0;
     else if (!c.comm->onDevice())
@@ -139,7 +164,7 @@ void GroupRunner::run(const std::vector<GroupCall>& calls) {
   engines_.clear();
   posted_ = 0;
   try {
-    postAndRun(calls, collectiveAfterP2P);
+    postAndRun(calls, collectiveAfterP2P, collective);
   } catch (...) {
     try {
       endStaged();   // their tickets point into the communicators' staging

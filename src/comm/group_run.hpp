@@ -51,10 +51,15 @@ class GroupRunner {
     bool begun = false;
   };
   size_t runDeviceBatch(const std::vector<GroupCall>& calls, size_t first);
+  // In a group with collectives, a GPU communicator's sends and receives run after them, one
+  // batch per communicator: in stream order a receive enqueued before a collective would wait
+  // for a send its peer enqueues after it (a group's operations do not depend on each other).
+  void runDeferredDeviceBatches(const std::vector<GroupCall>& calls);
   bool takeStaged(const std::vector<GroupCall>& calls, size_t i);
   void findStaged(const std::vector<GroupCall>& calls);
   void endStaged();
-  void postAndRun(const std::vector<GroupCall>& calls, bool collectiveAfterP2P);
+  void postAndRun(const std::vector<GroupCall>& calls, bool collectiveAfterP2P,
+                  bool deferDeviceP2P);
   void finishPosted();
 
   std::vector<std::unique_ptr<P2PTicket>> pool_;  // tickets hold a mutex: a pool, by pointer
