@@ -157,11 +157,12 @@ void StreamJobs::failed(const Error& error) {
 }
 
 void StreamJobs::advance() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    head_ = (head_ + 1) % kMaxJobs;
-    --queued_;
-  }
+  // Notified under the lock: the communicator's destructor waits in drain() for the last job and
+  // then destroys the condition variable, which must not happen while this thread is still on
+  // its way to notify it (TSan saw that in emu_hetero_composed_ECEE).
+  std::lock_guard<std::mutex> lock(mutex_);
+  head_ = (head_ + 1) % kMaxJobs;
+  --queued_;
   changed_.notify_all();
 }
 

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -72,6 +73,28 @@ TEST(StreamJobs, AFailedHostPartIsRecordedBeforeTheStreamPassesItsGate) {
   EXPECT_TRUE(jobs.stop());
   queue.drain();
   EXPECT_EQ(queueFailures.load(), 1);
+}
+
+// A communicator destroyed as soon as its last stream-ordered job ran: drain() sees the job done
+// and the StreamJobs go while the progress thread may still be finishing that job. Before the
+// job's notify moved under the lock, TSan saw the condition variable destroyed under the notify
+// (the comm tests run under TSan in a sanitizer slot); here every job must run, and exactly once.
+TEST(StreamJobs, DestroyedRightAfterItsLastJobRan) {
+  ProgressQueue queue([](const Error&) {});
+  std::unique_ptr<Device> device = createCpuDevice();
+  std::atomic<int> ran{0};
+  constexpr int kRounds = 200;
+  for (int round = 0; round < kRounds; ++round) {
+    StreamJobs::Hooks hooks;
+    hooks.run = [&](StreamJob&) { ++ran; };
+    auto jobs = std::make_unique<StreamJobs>(*device, hooks, queue);
+    jobs->begin(nullptr);
+    jobs->submitEarly();
+    jobs->enqueued(nullptr);
+    jobs.reset();  // drains, then frees the job's mutex and condition variable
+  }
+  queue.drain();
+  EXPECT_EQ(ran.load(), kRounds);
 }
 
 }  // namespace
