@@ -491,7 +491,8 @@ void CudaEngine::run(int algorithm, const CollArgs& call) {
                                       "scatter",       "sendrecv",  "barrier"};
   const int f = static_cast<int>(call.func);
   const char* name = f >= 0 && f < static_cast<int>(std::size(names)) ? names[f] : "collective";
-  inCallOrder(call.stream, name, [&](cudaStream_t stream) { enqueue(algorithm, call, stream); });
+  inCallOrder(call.stream, name,
+              [&](const CallStream& on) { enqueue(algorithm, call, on.stream); });
 }
 
 void CudaEngine::enqueue(int algorithm, const CollArgs& call, cudaStream_t stream) {
@@ -529,7 +530,7 @@ void CudaEngine::pointToPoint(const std::vector<DeviceP2POp>& ops, loomStream_t 
   checkContext();
   DeviceScope scope(device_.ordinal());
   inCallOrder(streamHandle, "sendrecv",
-              [&](cudaStream_t stream) { enqueuePointToPoint(ops, stream); });
+              [&](const CallStream& on) { enqueuePointToPoint(ops, on.stream); });
 }
 
 void CudaEngine::enqueuePointToPoint(const std::vector<DeviceP2POp>& ops, cudaStream_t stream) {

@@ -110,7 +110,7 @@ class CudaEngine final : public NativeCollectives {
   };
   CallStream beginCall(loomStream_t stream);
   void endCall(const CallStream& call);
-  // body(stream) between beginCall and endCall; a body that fails after launching keeps what it
+  // body(call) between beginCall and endCall; a body that fails after launching keeps what it
   // launched in the order.
   // `name` (static): the call's device span when traced (LOOM_TRACE, kernel_timer.hpp).
   template <typename Body>
@@ -118,7 +118,7 @@ class CudaEngine final : public NativeCollectives {
     const CallStream call = beginCall(stream);
     const int timed = !call.captured && timer_.active() ? timer_.begin(call.stream) : -1;
     try {
-      body(call.stream);
+      body(call);
     } catch (...) {
       timer_.end(timed, name, callNumber_.load(), call.stream);
       endCall(call);
@@ -134,7 +134,7 @@ class CudaEngine final : public NativeCollectives {
                       Protocol protocol, cudaStream_t stream);
   void barrier(cudaStream_t stream);
   void enqueuePlan(CudaPlan& plan, const CollArgs& args, const NativePlanCall& call,
-                   cudaStream_t stream);
+                   const CallStream& on);
   // How a plan call runs (protocol, blocks): from the call and plan-wide figures alone, so the
   // same on every rank.
   struct PlanCallShape {

@@ -18,13 +18,6 @@ namespace {
 // moves at most LOOM_CUDA_PLAN_LL_MAX_BYTES per part use LL packets, one flag in every 16 bytes
 // and no fence: the latency of a small plan is a few such hops.)
 constexpr uint64_t kPlanSliceBytesLL = 8 * cuda::kThreads;
-constexpr int kPlanMaxReduceSources = 16;  // plan_kernel.cu's kMaxReduceSources
-
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  return capture != cudaStreamCaptureStatusNone;
-}
 
 }  // namespace
 
@@ -43,8 +36,8 @@ int CudaEngine::loadPlan(const NativePlan& plan, std::string& why) {
           " blocks of the plan kernel that every rank's GPU (or its share of one) holds at once";
     return -1;
   }
-  if (plan.mostReduceSources > static_cast<uint32_t>(kPlanMaxReduceSources)) {
-    why = name + " reduces more than " + std::to_string(kPlanMaxReduceSources) +
+  if (plan.mostReduceSources > static_cast<uint32_t>(cuda::kPlanMaxReduceSources)) {
+    why = name + " reduces more than " + std::to_string(cuda::kPlanMaxReduceSources) +
           " chunks in one operation, more than the GPU kernel does";
     return -1;
   }
@@ -58,7 +51,7 @@ void CudaEngine::runPlan(int plan, const CollArgs& args, const NativePlanCall& c
   DeviceScope scope(device_.ordinal());
   CudaPlan& loaded = *plans_.at(static_cast<size_t>(plan));
   inCallOrder(args.stream, "plan",
-              [&](cudaStream_t stream) { enqueuePlan(loaded, args, call, stream); });
+              [&](const CallStream& on) { enqueuePlan(loaded, args, call, on); });
 }
 
 CudaEngine::PlanCallShape CudaEngine::planCallShape(const NativePlan& plan, const CollArgs& args,
@@ -88,7 +81,7 @@ CudaEngine::PlanCallShape CudaEngine::planCallShape(const NativePlan& plan, cons
 }
 
 void CudaEngine::enqueuePlan(CudaPlan& loaded, const CollArgs& args, const NativePlanCall& call,
-                             cudaStream_t stream) {
+                             const CallStream& on) {
   const NativePlan& plan = loaded.plan();
   if (args.count == 0) return;
   const PlanCallShape shape = planCallShape(plan, args, call.parts);
@@ -112,18 +105,19 @@ void CudaEngine::enqueuePlan(CudaPlan& loaded, const CollArgs& args, const Nativ
   const uint64_t copyAt = (plan.scratchBlocks * blockBytes + 255) / 256 * 256;
   const bool copyInput = call.inPlace == NativePlanCall::InPlace::kCopy;
   const uint64_t inputBytes = plan.inputBlocks * blockBytes;
-  a.scratch = loaded.scratch(copyAt + (copyInput ? inputBytes : 0), capturing(stream));
+  a.scratch = loaded.scratch(copyAt + (copyInput ? inputBytes : 0), on.captured);
   if (copyInput) {
     // The input overlaps the output: the plan reads a copy made first, in stream order.
     char* copy = a.scratch + copyAt;
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(copy, a.input, inputBytes, cudaMemcpyDeviceToDevice, stream));
+    LOOM_CUDA_CHECK(
+        cudaMemcpyAsync(copy, a.input, inputBytes, cudaMemcpyDeviceToDevice, on.stream));
     a.input = copy;
   }
   const bool reduces = plan.func == loomFuncAllReduce || plan.func == loomFuncReduceScatter;
   const cuda::ReduceKey key = reduces ? cuda::ReduceKey{args.dtype, kernelOp(args.op),
                                                         resolveGpuAccum(args.dtype, args.accum)}
                                       : cuda::ReduceKey{loomUint8, loomSum, 0};
-  cuda::launchPlan(dev_, a, key, loaded.lanes() * a.groups * a.slices, shape.threads, stream);
+  cuda::launchPlan(dev_, a, key, loaded.lanes() * a.groups * a.slices, shape.threads, on.stream);
 }
 
 }  // namespace loom

@@ -10,24 +10,8 @@ namespace loom::cuda {
 
 namespace {
 
-// Loads of plan buffers that other blocks wrote during this kernel: through L2 (.cg), never a
-// line an earlier read left in this SM's L1.
-__device__ __forceinline__ uint4 loadCg16(const char* p, size_t n) {
-  if (n >= 16 && aligned16(p)) return __ldcg(reinterpret_cast<const uint4*>(p));
-  uint4 v = make_uint4(0, 0, 0, 0);
-  char* out = reinterpret_cast<char*>(&v);
-  for (size_t i = 0; i < n && i < 16; ++i) out[i] = __ldcg(p + i);
-  return v;
-}
-
-__device__ __forceinline__ uint2 loadCg8(const char* p, size_t n) {
-  if (n >= 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0)
-    return __ldcg(reinterpret_cast<const uint2*>(p));
-  uint2 v = make_uint2(0, 0);
-  char* out = reinterpret_cast<char*>(&v);
-  for (size_t i = 0; i < n && i < 8; ++i) out[i] = __ldcg(p + i);
-  return v;
-}
+// Plan buffers are written by other blocks of this kernel: every read of one goes through L2
+// (loadBytes16<true>, loadBytes8<true>).
 
 // Slice `index` of `parts` near-equal slices of [0, total) (plan/plan_program.cpp's layout).
 __device__ __forceinline__ void sliceOf(uint64_t total, uint64_t parts, uint64_t index,
@@ -84,13 +68,12 @@ __device__ bool waitProgress(const DevComm& c, const uint64_t* word, uint32_t ca
   }
 }
 
-// Where a block works: its slice of every operation, the window channel it moves them on and the
-// progress words it publishes to (slice `slice` of part group `group`: channel group x slices +
-// slice), and the first word of its group's slices.
+// Where a block works: its slice of every operation, and the window channel it moves them on and
+// whose progress words it publishes (slice `slice` of part group g: channel g x slices + slice).
 struct Place {
   int slice;
   int channel;
-  int firstChannel;
+  __device__ int firstChannel() const { return channel - slice; }  // its group's slice 0
 };
 
 // After the block's writes of a chunk (a barrier first): thread 0 publishes `mark`.
@@ -110,19 +93,27 @@ __device__ __forceinline__ int peerOf(const DevComm& c, const PlanKernelArgs& a,
   return p >= 0 ? p : c.rank;
 }
 
+// Waits for the dependencies of `op` that are `streamed` (or not) to reach `mark` in their progress
+// word of channel `channel`. False when a wait gave up.
+__device__ bool waitDeps(const DevComm& c, const PlanKernelArgs& a, const LaneState& st,
+                         const DevPlanOp& op, bool streamed, int channel, uint32_t mark) {
+  for (uint32_t d = op.depBegin; d < op.depEnd; ++d) {
+    const DevPlanDep dep = a.program.deps[d];
+    if ((dep.streamed != 0) != streamed) continue;
+    if (!waitProgress(c, a.state + planProgressWord(dep.on, channel), st.call, mark,
+                      peerOf(c, a, dep.on)))
+      return false;
+  }
+  return true;
+}
+
 // Whole-operation dependencies of `op` in `part`: thread t waits for slice t of each (in this
 // block's part group). False on every thread when a wait gave up.
 __device__ bool waitWhole(const DevComm& c, const PlanKernelArgs& a, const LaneState& st,
                           const DevPlanOp& op, uint32_t part, int firstChannel) {
   int stop = 0;
-  for (int t = threadIdx.x; t < a.slices && !stop; t += blockDim.x) {
-    for (uint32_t d = op.depBegin; d < op.depEnd && !stop; ++d) {
-      const DevPlanDep dep = a.program.deps[d];
-      if (dep.streamed) continue;
-      stop = !waitProgress(c, a.state + planProgressWord(dep.on, firstChannel + t), st.call,
-                           progressMark(part + 1, 0), peerOf(c, a, dep.on));
-    }
-  }
+  for (int t = threadIdx.x; t < a.slices && !stop; t += blockDim.x)
+    stop = !waitDeps(c, a, st, op, false, firstChannel + t, progressMark(part + 1, 0));
   if (__syncthreads_or(stop)) return false;
   __threadfence();
   return true;
@@ -133,14 +124,7 @@ __device__ bool waitWhole(const DevComm& c, const PlanKernelArgs& a, const LaneS
 __device__ bool waitStreamed(const DevComm& c, const PlanKernelArgs& a, const LaneState& st,
                              const DevPlanOp& op, uint32_t part, int channel, uint64_t k) {
   int stop = 0;
-  if (threadIdx.x == 0) {
-    for (uint32_t d = op.depBegin; d < op.depEnd && !stop; ++d) {
-      const DevPlanDep dep = a.program.deps[d];
-      if (!dep.streamed) continue;
-      stop = !waitProgress(c, a.state + planProgressWord(dep.on, channel), st.call,
-                           progressMark(part, k + 1), peerOf(c, a, dep.on));
-    }
-  }
+  if (threadIdx.x == 0) stop = !waitDeps(c, a, st, op, true, channel, progressMark(part, k + 1));
   if (__syncthreads_or(stop)) return false;
   __threadfence();
   return true;
@@ -154,10 +138,10 @@ __device__ __forceinline__ void reduceLocal(char* dst, const Span* srcs, int nsr
   for (size_t off = threadIdx.x * 16; off < len; off += blockDim.x * 16) {
     const size_t n = len - off < 16 ? len - off : 16;
     typename R::template Acc<16> acc;
-    uint4 v = loadCg16(srcs[0].at + offset + off, n);
+    uint4 v = loadBytes16<true>(srcs[0].at + offset + off, n);
     R::template first<16>(acc, &v);
     for (int s = 1; s < nsrc; ++s) {
-      v = loadCg16(srcs[s].at + offset + off, n);
+      v = loadBytes16<true>(srcs[s].at + offset + off, n);
       R::template next<16>(acc, &v);
     }
     uint4 out;
@@ -169,7 +153,7 @@ __device__ __forceinline__ void reduceLocal(char* dst, const Span* srcs, int nsr
 __device__ __forceinline__ void copyLocal(char* dst, const char* src, size_t len) {
   for (size_t off = threadIdx.x * 16; off < len; off += blockDim.x * 16) {
     const size_t n = len - off < 16 ? len - off : 16;
-    storeBytes16(dst + off, loadCg16(src + off, n), n);
+    storeBytes16(dst + off, loadBytes16<true>(src + off, n), n);
   }
 }
 
@@ -187,7 +171,7 @@ __device__ bool sendChunk(const DevComm& c, const PlanKernelArgs& a, LaneState& 
   if (a.ll) {
     char* slot = c.llSlots[peer] + slotOffset(c, channel, c.rank, seq, c.llSlotBytes);
     for (size_t w = threadIdx.x; w * 8 < len; w += blockDim.x)
-      storePacket(slot, w, loadCg8(src + w * 8, len - w * 8), static_cast<uint32_t>(seq));
+      storePacket(slot, w, loadBytes8<true>(src + w * 8, len - w * 8), static_cast<uint32_t>(seq));
   } else {
     char* slot = c.slots[peer] + slotOffset(c, channel, c.rank, seq);
     copyLocal(slot, src, len);
@@ -204,7 +188,7 @@ __device__ bool sendChunk(const DevComm& c, const PlanKernelArgs& a, LaneState& 
   return true;
 }
 
-// Receiving lane: the next chunk from the peer on channel `slice` into dst, reduced with `with`
+// Receiving lane: the next chunk from the peer on channel `channel` into dst, reduced with `with`
 // first where it is given. False on every thread when a wait gave up.
 template <typename R>
 __device__ bool receiveChunk(const DevComm& c, const PlanKernelArgs& a, LaneState& st, int peer,
@@ -222,7 +206,7 @@ __device__ bool receiveChunk(const DevComm& c, const PlanKernelArgs& a, LaneStat
       const size_t n = len - w * 8 < 8 ? len - w * 8 : 8;
       if (with != nullptr) {
         typename R::template Acc<8> acc;
-        uint2 mine = loadCg8(with + w * 8, n);
+        uint2 mine = loadBytes8<true>(with + w * 8, n);
         R::template first<8>(acc, &mine);
         R::template next<8>(acc, &data);
         R::template finish<8>(&data, acc, divisor);
@@ -240,7 +224,7 @@ __device__ bool receiveChunk(const DevComm& c, const PlanKernelArgs& a, LaneStat
       uint4 data = loadSlot16(slot + off);
       if (with != nullptr) {
         typename R::template Acc<16> acc;
-        uint4 mine = loadCg16(with + off, n);
+        uint4 mine = loadBytes16<true>(with + off, n);
         R::template first<16>(acc, &mine);
         R::template next<16>(acc, &data);
         R::template finish<16>(&data, acc, divisor);
@@ -257,19 +241,17 @@ __device__ bool receiveChunk(const DevComm& c, const PlanKernelArgs& a, LaneStat
   return true;
 }
 
-constexpr int kMaxReduceSources = 16;
-
 // Operation `index` of the program, part `part`, this block's slice.
 template <typename R>
 __device__ bool runOp(const DevComm& c, const PlanKernelArgs& a, LaneState& st, uint32_t index,
                       uint32_t part, const Place& at) {
   const DevPlanOp op = a.program.ops[index];
-  if (!waitWhole(c, a, st, op, part, at.firstChannel)) return false;
+  if (!waitWhole(c, a, st, op, part, at.firstChannel())) return false;
   const bool sends = op.kind == kPlanSend;
   const Span moved = chunkSpan(a, sends ? a.program.srcs[op.srcBegin] : op.dst, part);
-  Span srcs[kMaxReduceSources];
+  Span srcs[kPlanMaxReduceSources];
   const int nsrc = static_cast<int>(op.srcEnd - op.srcBegin);
-  for (int s = 0; s < nsrc && s < kMaxReduceSources; ++s)
+  for (int s = 0; s < nsrc && s < kPlanMaxReduceSources; ++s)
     srcs[s] = chunkSpan(a, a.program.srcs[op.srcBegin + s], part);
   const int divisor = op.final ? a.divisor : 1;
   const Range mine = splitRange(moved.bytes, at.slice, a.slices);
@@ -310,7 +292,7 @@ __global__ void __launch_bounds__(kThreads) planKernel(DevComm c, PlanKernelArgs
   __shared__ LaneState st;
   // Blocks in order: lane, then part group, then slice.
   const int block = static_cast<int>(blockIdx.x), group = block / a.slices % a.groups;
-  const Place at{block % a.slices, group * a.slices + block % a.slices, group * a.slices};
+  const Place at{block % a.slices, group * a.slices + block % a.slices};
   const DevPlanLane lane = a.program.lanes[block / (a.slices * a.groups)];
   const int counter = at.channel * c.nranks + lane.peer;  // this lane's, where it has a peer
   if (threadIdx.x == 0) {

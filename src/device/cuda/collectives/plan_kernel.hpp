@@ -73,6 +73,7 @@ struct DevPlanProgram {
 constexpr int kPlanStateHeader = 2;
 constexpr uint32_t kPlanChunkBits = 20;  // chunks of one slice of one operation in one part
 constexpr uint32_t kPlanMaxParts = (1u << (32 - kPlanChunkBits)) - 1;
+constexpr int kPlanMaxReduceSources = 16;  // operands of one reduction the kernel takes
 __host__ __device__ constexpr size_t planProgressWord(uint32_t op, int slice) {
   return kPlanStateHeader + static_cast<size_t>(op) * kMaxBlocks + slice;
 }

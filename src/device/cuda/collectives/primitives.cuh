@@ -123,11 +123,16 @@ __device__ __forceinline__ bool aligned16(const void* p) {
 }
 
 // Up to 16 bytes from p (n < 16 only at the end of a range); missing bytes read as zero.
+// kThroughL2: a buffer other blocks of the running kernel wrote (.cg loads, never a line an
+// earlier read left in this SM's L1).
+template <bool kThroughL2 = false>
 __device__ __forceinline__ uint4 loadBytes16(const char* p, size_t n) {
-  if (n >= 16 && aligned16(p)) return *reinterpret_cast<const uint4*>(p);
+  if (n >= 16 && aligned16(p))
+    return kThroughL2 ? __ldcg(reinterpret_cast<const uint4*>(p))
+                      : *reinterpret_cast<const uint4*>(p);
   uint4 v = make_uint4(0, 0, 0, 0);
   char* out = reinterpret_cast<char*>(&v);
-  for (size_t i = 0; i < n && i < 16; ++i) out[i] = p[i];
+  for (size_t i = 0; i < n && i < 16; ++i) out[i] = kThroughL2 ? __ldcg(p + i) : p[i];
   return v;
 }
 
@@ -140,12 +145,14 @@ __device__ __forceinline__ void storeBytes16(char* p, uint4 v, size_t n) {
   for (size_t i = 0; i < n && i < 16; ++i) p[i] = in[i];
 }
 
+template <bool kThroughL2 = false>
 __device__ __forceinline__ uint2 loadBytes8(const char* p, size_t n) {
   if (n >= 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0)
-    return *reinterpret_cast<const uint2*>(p);
+    return kThroughL2 ? __ldcg(reinterpret_cast<const uint2*>(p))
+                      : *reinterpret_cast<const uint2*>(p);
   uint2 v = make_uint2(0, 0);
   char* out = reinterpret_cast<char*>(&v);
-  for (size_t i = 0; i < n && i < 8; ++i) out[i] = p[i];
+  for (size_t i = 0; i < n && i < 8; ++i) out[i] = kThroughL2 ? __ldcg(p + i) : p[i];
   return v;
 }
 
