@@ -41,10 +41,20 @@ struct NativePlanDep {
   bool streamed = false;
 };
 
+// A sequence of a rank's operations that runs in program order: a sending lane per peer, a
+// receiving lane per peer (the order both ends of a pair agree on), one per local lane of copies
+// and reductions.
+struct NativePlanLane {
+  enum Kind : uint8_t { kSend, kReceive, kLocal } kind = kLocal;
+  int peer = -1;              // sending and receiving lanes
+  std::vector<uint32_t> ops;  // indices into NativePlanProgram::ops, in program order
+};
+
 struct NativePlanProgram {
   std::vector<NativePlanOp> ops;  // in program order
   std::vector<NativeChunks> srcs;
   std::vector<NativePlanDep> deps;
+  std::vector<NativePlanLane> lanes;  // in order of first use
 };
 
 struct NativePlan {

@@ -1,7 +1,7 @@
 #include "plan/plan_native.hpp"
 
 #include <algorithm>
-#include <set>
+#include <map>
 #include <utility>
 
 namespace loom {
@@ -53,6 +53,7 @@ NativePlanProgram nativeProgram(const RankProgram& rp) {
     n.depEnd = static_cast<uint32_t>(out.deps.size());
     out.ops.push_back(n);
   }
+  out.lanes = planLanesOf(rp);
   return out;
 }
 
@@ -63,17 +64,25 @@ uint32_t chunksMoved(const PlanOp& op) {
 
 }  // namespace
 
-int planLanes(const RankProgram& program) {
-  std::set<std::pair<int, int>> lanes;  // (0 send / 1 receive / 2 local, peer or lane)
-  for (const PlanOp& op : program.ops) {
-    if (op.kind == PlanOpKind::kSend)
-      lanes.insert({0, op.peer});
-    else if (op.kind == PlanOpKind::kRecv || op.kind == PlanOpKind::kRecvReduce)
-      lanes.insert({1, op.peer});
-    else
-      lanes.insert({2, op.lane});
+std::vector<NativePlanLane> planLanesOf(const RankProgram& program) {
+  std::vector<NativePlanLane> lanes;
+  std::map<std::pair<int, int>, size_t> index;  // (kind, peer or local lane) -> lanes' index
+  for (uint32_t i = 0; i < program.ops.size(); ++i) {
+    const PlanOp& op = program.ops[i];
+    const bool sends = op.kind == PlanOpKind::kSend;
+    const bool local = !sends && op.kind != PlanOpKind::kRecv && op.kind != PlanOpKind::kRecvReduce;
+    const NativePlanLane::Kind kind = sends   ? NativePlanLane::kSend
+                                      : local ? NativePlanLane::kLocal
+                                              : NativePlanLane::kReceive;
+    auto [it, added] = index.emplace(std::make_pair(kind, local ? op.lane : op.peer), lanes.size());
+    if (added) lanes.push_back({kind, local ? -1 : op.peer, {}});
+    lanes[it->second].ops.push_back(i);
   }
-  return std::max<int>(1, static_cast<int>(lanes.size()));
+  return lanes;
+}
+
+int planLanes(const RankProgram& program) {
+  return std::max<int>(1, static_cast<int>(planLanesOf(program).size()));
 }
 
 NativePlan nativePlanOf(const PlanProgram& program, int rank) {

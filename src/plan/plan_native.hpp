@@ -3,6 +3,8 @@
 // alike (lanes, chunks an operation moves), taken over all ranks' programs.
 #pragma once
 
+#include <vector>
+
 #include "device/native_plan.hpp"
 #include "plan/plan_program.hpp"
 
@@ -10,8 +12,9 @@ namespace loom {
 
 NativePlan nativePlanOf(const PlanProgram& program, int rank);
 
-// The lanes rank `rank`'s program runs on: one per peer it sends to, one per peer it receives
-// from, one per local lane its copies and reductions name.
+// The lanes a rank's program runs on (NativePlanLane), in order of first use.
+std::vector<NativePlanLane> planLanesOf(const RankProgram& program);
+// How many: at least 1 (a rank with nothing to do still takes part).
 int planLanes(const RankProgram& program);
 
 }  // namespace loom

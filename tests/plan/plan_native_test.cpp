@@ -41,6 +41,16 @@ TEST(PlanNative, CarriesOneRanksProgramAndFiguresOverAllRanks) {
   // Rank 0's reduction of three operands, though rank 2 reduces nothing: a backend that refuses
   // wide reductions refuses on every rank alike.
   EXPECT_EQ(plan.mostReduceSources, 3u);
+  // Rank 2's lanes, in order of first use: its send to 0, its receive from 0, local lane 1.
+  ASSERT_EQ(plan.program.lanes.size(), 3u);
+  EXPECT_EQ(plan.program.lanes[0].kind, NativePlanLane::kSend);
+  EXPECT_EQ(plan.program.lanes[0].peer, 0);
+  EXPECT_EQ(plan.program.lanes[0].ops, std::vector<uint32_t>{0});
+  EXPECT_EQ(plan.program.lanes[1].kind, NativePlanLane::kReceive);
+  EXPECT_EQ(plan.program.lanes[1].ops, std::vector<uint32_t>{1});
+  EXPECT_EQ(plan.program.lanes[2].kind, NativePlanLane::kLocal);
+  EXPECT_EQ(plan.program.lanes[2].peer, -1);
+  EXPECT_EQ(plan.program.lanes[2].ops, std::vector<uint32_t>{2});
   // Rank 2's own operations, in program order.
   ASSERT_EQ(plan.program.ops.size(), 3u);
   EXPECT_EQ(plan.program.ops[0].kind, NativePlanOp::kSend);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <utility>
 
 #include "base/error.hpp"
@@ -13,19 +12,6 @@ namespace loom {
 namespace {
 
 cuda::DevChunks devChunks(const NativeChunks& c) { return {c.buffer, c.index, c.count}; }
-
-// Which lane an operation runs on: (sending / receiving / local, peer or local lane).
-std::pair<uint32_t, int> laneKey(const NativePlanOp& op) {
-  switch (op.kind) {
-    case NativePlanOp::kSend:
-      return {cuda::kSendLane, op.peer};
-    case NativePlanOp::kRecv:
-    case NativePlanOp::kRecvReduce:
-      return {cuda::kRecvLane, op.peer};
-    default:
-      return {cuda::kLocalLane, op.lane};
-  }
-}
 
 size_t roundUp16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
@@ -61,21 +47,11 @@ char* CudaPlan::allocate(size_t bytes) {
 }
 
 void CudaPlan::buildLanes() {
-  std::map<std::pair<uint32_t, int>, size_t> index;
-  std::vector<std::vector<uint32_t>> ops;
-  for (size_t i = 0; i < plan_.program.ops.size(); ++i) {
-    const auto key = laneKey(plan_.program.ops[i]);
-    auto [it, added] = index.emplace(key, ops.size());
-    if (added) {
-      ops.emplace_back();
-      laneTable_.push_back({0, 0, key.first == cuda::kLocalLane ? -1 : key.second, key.first});
-    }
-    ops[it->second].push_back(static_cast<uint32_t>(i));
-  }
-  for (size_t l = 0; l < ops.size(); ++l) {
-    laneTable_[l].opBegin = static_cast<uint32_t>(laneOps_.size());
-    laneOps_.insert(laneOps_.end(), ops[l].begin(), ops[l].end());
-    laneTable_[l].opEnd = static_cast<uint32_t>(laneOps_.size());
+  for (const NativePlanLane& lane : plan_.program.lanes) {
+    const auto begin = static_cast<uint32_t>(laneOps_.size());
+    laneOps_.insert(laneOps_.end(), lane.ops.begin(), lane.ops.end());
+    laneTable_.push_back({begin, static_cast<uint32_t>(laneOps_.size()), lane.peer,
+                          static_cast<uint32_t>(lane.kind)});  // the same numbering (below)
   }
   if (laneTable_.empty()) {  // a rank with nothing to do still takes part in the call's count
     laneTable_.push_back({0, 0, -1, cuda::kLocalLane});
@@ -137,6 +113,9 @@ static_assert(static_cast<int>(NativePlanOp::kSend) == cuda::kPlanSend &&
               static_cast<int>(NativePlanOp::kRecvReduce) == cuda::kPlanRecvReduce &&
               static_cast<int>(NativePlanOp::kCopy) == cuda::kPlanCopy &&
               static_cast<int>(NativePlanOp::kReduce) == cuda::kPlanReduce);
+static_assert(static_cast<int>(NativePlanLane::kSend) == cuda::kSendLane &&
+              static_cast<int>(NativePlanLane::kReceive) == cuda::kRecvLane &&
+              static_cast<int>(NativePlanLane::kLocal) == cuda::kLocalLane);
 static_assert(static_cast<int>(NativeChunks::kInput) == 0 &&
               static_cast<int>(NativeChunks::kOutput) == 1 &&
               static_cast<int>(NativeChunks::kScratch) == 2);

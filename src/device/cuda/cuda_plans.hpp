@@ -33,8 +33,8 @@ class CudaPlan {
   char* scratch(size_t bytes, bool captured);
 
  private:
-  // The plan's lanes in order of first use and each lane's operations (the same for both
-  // programs: they differ only in dependencies).
+  // The plan's lanes (NativePlanProgram::lanes) as the kernel's table, the same for both
+  // programs: they differ only in dependencies.
   void buildLanes();
   cuda::DevPlanProgram upload(const NativePlanProgram& program);
   char* allocate(size_t bytes);
