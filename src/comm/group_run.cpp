@@ -13,18 +13,29 @@ DeviceP2POp deviceOp(const GroupCall& c) {
   return DeviceP2POp{c.isSend, c.peer, c.buffer, c.bytes, c.tag};
 }
 
+// The sends and receives of calls[i]'s communicator from call i on into `ops` (consecutive: up to
+// the next collective or another communicator's call); returns where that ended. One stream.
+size_t gatherSendsAndReceives(const std::vector<GroupCall>& calls, size_t i, bool consecutive,
+                              const char* kind, std::vector<DeviceP2POp>& ops) {
+  ops.clear();
+  size_t j = i;
+  for (; j < calls.size(); ++j) {
+    const bool theirs = !calls[j].isCollective && calls[j].comm == calls[i].comm;
+    if (!theirs && consecutive) break;
+    if (!theirs) continue;
+    LOOM_CHECK_ARG(calls[j].stream == calls[i].stream, "the sends and receives of one group on a ",
+                   kind, " communicator must use one stream");
+    ops.push_back(deviceOp(calls[j]));
+  }
+  return j;
+}
+
 }  // namespace
 
 size_t GroupRunner::runDeviceBatch(const std::vector<GroupCall>& calls, size_t first) {
-  batch_.clear();
-  size_t i = first;
-  for (; i < calls.size() && !calls[i].isCollective && calls[i].comm == calls[first].comm; ++i) {
-    LOOM_CHECK_ARG(calls[i].stream == calls[first].stream,
-                   "the sends and receives of one group on a GPU communicator must use one stream");
-    batch_.push_back(deviceOp(calls[i]));
-  }
+  const size_t end = gatherSendsAndReceives(calls, first, true, "GPU", batch_);
   calls[first].comm->devicePointToPoint(batch_, calls[first].stream);
-  return i;
+  return end;
 }
 
 void GroupRunner::runDeferredDeviceBatches(const std::vector<GroupCall>& calls) {
@@ -33,18 +44,11 @@ void GroupRunner::runDeferredDeviceBatches(const std::vector<GroupCall>& calls) 
   };
   for (size_t i = 0; i < calls.size(); ++i) {
     if (!native(calls[i])) continue;
-    const auto seen = [&](size_t j) { return native(calls[j]) && calls[j].comm == calls[i].comm; };
-    bool first = true;
-    for (size_t j = 0; j < i && first; ++j) first = !seen(j);
+    bool first = true;  // its communicator's first send or receive: the batch starts here
+    for (size_t j = 0; j < i && first; ++j)
+      first = !(native(calls[j]) && calls[j].comm == calls[i].comm);
     if (!first) continue;
-    batch_.clear();
-    for (size_t j = i; j < calls.size(); ++j) {
-      if (!seen(j)) continue;
-      LOOM_CHECK_ARG(calls[j].stream == calls[i].stream,
-                     "the sends and receives of one group on a GPU communicator must use one "
-                     "stream");
-      batch_.push_back(deviceOp(calls[j]));
-    }
+    gatherSendsAndReceives(calls, i, false, "GPU", batch_);
     calls[i].comm->devicePointToPoint(batch_, calls[i].stream);
   }
 }
@@ -74,14 +78,7 @@ bool GroupRunner::takeStaged(const std::vector<GroupCall>& calls, size_t i) {
       std::find_if(staged_.begin(), end, [&](const StagedBatch& b) { return b.comm == comm; });
   if (batch == end) return false;
   if (batch->begun) return true;
-  batch->ops.clear();
-  for (size_t j = i; j < calls.size(); ++j) {
-    if (calls[j].isCollective || calls[j].comm != comm) continue;
-    LOOM_CHECK_ARG(calls[j].stream == calls[i].stream,
-                   "the sends and receives of one group on a device communicator must use one "
-                   "stream");
-    batch->ops.push_back(deviceOp(calls[j]));
-  }
+  gatherSendsAndReceives(calls, i, false, "device", batch->ops);
   comm->beginStagedPointToPoint(batch->ops, calls[i].stream);
   batch->begun = true;
   comm->p2pEngine().startThread();  // the group's collectives run meanwhile
