@@ -132,29 +132,18 @@ __device__ bool waitStreamed(const DevComm& c, const PlanKernelArgs& a, const La
 
 // ---- Data movement of one chunk: `len` bytes at the same offset of every operand. ----
 
+// Local work: every source read through L2 (other blocks of this kernel may have written it),
+// kUnroll loads in flight per thread (primitives.cuh).
 template <typename R>
 __device__ __forceinline__ void reduceLocal(char* dst, const Span* srcs, int nsrc, size_t offset,
                                             size_t len, int divisor) {
-  for (size_t off = threadIdx.x * 16; off < len; off += blockDim.x * 16) {
-    const size_t n = len - off < 16 ? len - off : 16;
-    typename R::template Acc<16> acc;
-    uint4 v = loadBytes16<true>(srcs[0].at + offset + off, n);
-    R::template first<16>(acc, &v);
-    for (int s = 1; s < nsrc; ++s) {
-      v = loadBytes16<true>(srcs[s].at + offset + off, n);
-      R::template next<16>(acc, &v);
-    }
-    uint4 out;
-    R::template finish<16>(&out, acc, divisor);
-    storeBytes16(dst + off, out, n);
-  }
+  blockReduce<R>(dst, len, (1u << nsrc) - 1, divisor, [&](int q, size_t off, size_t n) {
+    return loadBytes16<true>(srcs[q].at + offset + off, n);
+  });
 }
 
 __device__ __forceinline__ void copyLocal(char* dst, const char* src, size_t len) {
-  for (size_t off = threadIdx.x * 16; off < len; off += blockDim.x * 16) {
-    const size_t n = len - off < 16 ? len - off : 16;
-    storeBytes16(dst + off, loadBytes16<true>(src + off, n), n);
-  }
+  blockCopy<false, true>(dst, src, len);
 }
 
 // Sending lane: chunk `src` (len bytes) to the peer's slot on channel `channel`.
@@ -219,17 +208,12 @@ __device__ bool receiveChunk(const DevComm& c, const PlanKernelArgs& a, LaneStat
       stop = !waitAtLeast<true>(c, c.ready[c.rank] + channel * c.nranks + peer, seq, peer);
     if (__syncthreads_or(stop)) return false;
     const char* slot = c.slots[c.rank] + slotOffset(c, channel, peer, seq);
-    for (size_t off = threadIdx.x * 16; off < len; off += blockDim.x * 16) {
-      const size_t n = len - off < 16 ? len - off : 16;
-      uint4 data = loadSlot16(slot + off);
-      if (with != nullptr) {
-        typename R::template Acc<16> acc;
-        uint4 mine = loadBytes16<true>(with + off, n);
-        R::template first<16>(acc, &mine);
-        R::template next<16>(acc, &data);
-        R::template finish<16>(&data, acc, divisor);
-      }
-      storeBytes16(dst + off, data, n);
+    if (with == nullptr) {
+      blockCopy<true>(dst, slot, len);
+    } else {  // `with` first, then the peer's data: the reduction order of the plan
+      blockReduce<R>(dst, len, 3u, divisor, [&](int q, size_t off, size_t n) {
+        return q == 0 ? loadBytes16<true>(with + off, n) : loadSlot16(slot + off);
+      });
     }
   }
   __syncthreads();

@@ -173,8 +173,9 @@ __device__ __forceinline__ uint4 loadSlot16(const char* p) {
 
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread
 
-// Block-wide copy of n bytes; kFromSlot: src is a slot of this rank's window.
-template <bool kFromSlot>
+// Block-wide copy of n bytes; kFromSlot: src is a slot of this rank's window; kThroughL2: src is
+// a buffer other blocks of the running kernel wrote (see loadBytes16).
+template <bool kFromSlot, bool kThroughL2 = false>
 __device__ __forceinline__ void blockCopy(char* dst, const char* src, size_t n) {
   const size_t stride = static_cast<size_t>(blockDim.x) * 16;
   size_t off = static_cast<size_t>(threadIdx.x) * 16;
@@ -182,14 +183,15 @@ __device__ __forceinline__ void blockCopy(char* dst, const char* src, size_t n) 
     uint4 v[kUnroll];
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j)
-      v[j] =
-          kFromSlot ? loadSlot16(src + off + j * stride) : loadBytes16(src + off + j * stride, 16);
+      v[j] = kFromSlot ? loadSlot16(src + off + j * stride)
+                       : loadBytes16<kThroughL2>(src + off + j * stride, 16);
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) storeBytes16(dst + off + j * stride, v[j], 16);
   }
   for (; off < n; off += stride) {
     const size_t len = n - off < 16 ? n - off : 16;
-    uint4 v = kFromSlot ? loadSlot16(src + off) : loadBytes16(src + off, len);  // slots are padded
+    // Slots are padded to 16 bytes: a slot's tail is read whole.
+    uint4 v = kFromSlot ? loadSlot16(src + off) : loadBytes16<kThroughL2>(src + off, len);
     storeBytes16(dst + off, v, len);
   }
 }
