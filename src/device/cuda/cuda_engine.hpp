@@ -193,7 +193,7 @@ class CudaEngine final : public NativeCollectives {
   size_t oneShotMaxBytes_ = 0;   // LOOM_CUDA_ONESHOT_MAX_BYTES (-1: SIZE_MAX)
   uint64_t planLLMaxBytes_ = 0;  // LOOM_CUDA_PLAN_LL_MAX_BYTES
   uint64_t planSliceBytes_ = 0;  // LOOM_CUDA_PLAN_SLICE_BYTES
-  int planPartGroups_ = 1;       // LOOM_CUDA_PLAN_PART_GROUPS (0: as many as parts)
+  int planPartGroups_ = 0;       // LOOM_CUDA_PLAN_PART_GROUPS (0: as many as parts)
   bool ceUsable_ = false;        // stream memory operations on peer windows
   uint64_t ceSeq_ = 0;           // copy-engine calls so far (the same count on every rank)
   cudaEvent_t ceDone_ = nullptr;

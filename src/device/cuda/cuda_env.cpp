@@ -20,9 +20,9 @@ int64_t cudaOneShotMaxBytes() {
   return getIntIn("LOOM_CUDA_ONESHOT_MAX_BYTES", 256 * 1024, -1, INT64_MAX);
 }
 int64_t cudaPlanLLMaxBytes() {
-  return getIntIn("LOOM_CUDA_PLAN_LL_MAX_BYTES", 64 * 1024, 0, INT64_MAX);
+  return getIntIn("LOOM_CUDA_PLAN_LL_MAX_BYTES", 256 * 1024, 0, INT64_MAX);
 }
-int64_t cudaPlanPartGroups() { return getIntIn("LOOM_CUDA_PLAN_PART_GROUPS", 1, 0, 64); }
+int64_t cudaPlanPartGroups() { return getIntIn("LOOM_CUDA_PLAN_PART_GROUPS", 0, 0, 64); }
 int64_t cudaPlanSliceBytes() {
   return getIntIn("LOOM_CUDA_PLAN_SLICE_BYTES", 64 * 1024, 16, int64_t{1} << 30, 16);
 }
