@@ -146,18 +146,19 @@ def test_registered_allocator_segments(world, device, expandable, monkeypatch):
 
 
 @pytest.mark.parametrize("forced", [False, True], ids=["by-size", "forced"])
-def test_plans_run_all_reduce_unchanged(tmp_path, monkeypatch, forced):
+@pytest.mark.parametrize("world,device", [(3, "cpu")] + cuda_worlds(2))
+def test_plans_run_all_reduce_unchanged(tmp_path, monkeypatch, forced, world, device):
     """A plan in LOOM_PLAN_DIR is what torch's all_reduce runs on the "loom" backend, without a
     change to the program: chosen by size (the one-shot plan is the narrowest for small calls)
-    or forced with LOOM_ALGO=allreduce:plan:NAME (the ring)."""
+    or forced with LOOM_ALGO=allreduce:plan:NAME (the ring). On CUDA tensors the plan-interpreting
+    kernel runs it (ranks may share a GPU: the reference is computed, not another group's)."""
     from loom import plan
-    world = 3
     plan.write_examples(str(tmp_path / "plans"), world)
-    name = "ring_allreduce_3" if forced else "one_shot_allreduce_3"
+    name = f"ring_allreduce_{world}" if forced else f"one_shot_allreduce_{world}"
     monkeypatch.setenv("LOOM_PLAN_DIR", str(tmp_path / "plans"))
     monkeypatch.setenv("LOOM_TEST_PLAN", "plan:" + name)
     monkeypatch.setenv("LOOM_TEST_FLIGHT_DIR", str(tmp_path / "flight"))
     if forced:
         monkeypatch.setenv("LOOM_ALGO", "allreduce:plan:" + name)
-    codes, outputs = run("plans", world)
+    codes, outputs = run("plans", world, device, may_share_gpu=True)
     assert codes == [0] * world, "\n".join(outputs)

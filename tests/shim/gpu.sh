@@ -126,6 +126,17 @@ if [[ -n $real_nccl ]]; then
     LOOM_NCCL_FORCE_FALLBACK=all LOOM_NCCL_REPORT=1 "$loomrun" -n 1 -- "$test" --premul=nccl
 fi
 
+# 2b. Execution plans on the shim's CUDA communicators: the plan-interpreting kernel runs every
+# allreduce, allgather, reduce-scatter and alltoall of the unmodified program (2 ranks on GPU 0
+# where there is one GPU). Fallback off: the pre-multiplied sum is an error, as at n=2 above.
+if "$python" "$repo/tests/plan/write_examples.py" "$out/plans" >"$out/plans.log" 2>&1; then
+  step "nccl_api_test n=2 plans" api_plans_n2.log env LOOM_NCCL_DEVICE=cuda \
+    "$here/plans_test.sh" "$loomrun" "$test" "$out/plans/fused" 2 --premul=error
+else
+  record "nccl_api_test n=2 plans" FAIL 0
+  tail -5 "$out/plans.log"
+fi
+
 # 3. and 4. torch.
 compare() {  # tagA tagB world [KEY...]: the KEYs only A's run was asked for
   "$python" - "$out" "$@" <<'PY'

@@ -4,16 +4,17 @@
 # no LOOM_ALGO, which would force a plan onto its split communicators of other sizes too): every
 # check passes, and Loom's line per call (LOOM_DEBUG_SUBSYS=COLL) shows that every allreduce,
 # allgather, reduce-scatter and alltoall ran a plan, on every rank.
-#   plans_test.sh LOOMRUN NCCL_API_TEST PLAN_DIR RANKS
-# The shim's CUDA communicators have native collectives, which plans do not reach yet
-# (docs/plans.md); this is the shim's host path (LOOM_NCCL_DEVICE=cpu).
+#   plans_test.sh LOOMRUN NCCL_API_TEST PLAN_DIR RANKS [NCCL_API_TEST ARGS...]
+# The shim's host path by default (LOOM_NCCL_DEVICE=cpu); LOOM_NCCL_DEVICE=cuda runs the plans on
+# CUDA communicators, as the plan-interpreting kernel (tests/shim/gpu.sh).
 set -u
 loomrun=$1 test=$2 plans=$3 n=$4
+shift 4
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
-if ! LOOM_NCCL_DEVICE=cpu LOOM_NCCL_FALLBACK=off LOOM_TIMEOUT=60 LOOM_PLAN_DIR="$plans" \
+if ! LOOM_NCCL_DEVICE=${LOOM_NCCL_DEVICE:-cpu} LOOM_NCCL_FALLBACK=off LOOM_TIMEOUT=60 LOOM_PLAN_DIR="$plans" \
   LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=COLL LOOM_DEBUG_FILE="$logs/loom.%p.log" \
-  "$loomrun" -n "$n" --timeout 120 -- "$test"; then
+  "$loomrun" -n "$n" --timeout 120 -- "$test" "$@"; then
   echo "FAIL: nccl_api_test with LOOM_PLAN_DIR=$plans"
   exit 1
 fi
