@@ -40,6 +40,7 @@ struct KillCase {
   int victim;
   const char* env;         // NAME=VALUE for every rank, or ""
   const char* nodes = "";  // LOOM_NODE_ID of each rank, one letter each ("" = one node)
+  bool plans = false;      // LOOM_PLAN_DIR: the example plans (LOOM_TEST_PLAN_DIR, fused)
 };
 
 class KillRank : public ::testing::TestWithParam<KillCase> {};
@@ -49,6 +50,11 @@ TEST_P(KillRank, SurvivorsFailWithinTwiceTheTimeout) {
   Job job(k.ranks, "5");
   std::string env = k.env;
   if (!env.empty()) job.setEnv(env.substr(0, env.find('=')), env.substr(env.find('=') + 1));
+  if (k.plans) {
+    const char* dir = std::getenv("LOOM_TEST_PLAN_DIR");
+    if (dir == nullptr) GTEST_SKIP() << "LOOM_TEST_PLAN_DIR (the example plans) is not set";
+    job.setEnv("LOOM_PLAN_DIR", std::string(dir) + "/fused");
+  }
   for (int r = 0; r < k.ranks; ++r) {
     if (k.nodes[0] != '\0') job.setEnv("LOOM_NODE_ID", std::string(1, k.nodes[r]));
     job.start(r, {"kill", k.op, std::to_string(k.bytes), std::to_string(k.victim)});
@@ -100,7 +106,12 @@ INSTANTIATE_TEST_SUITE_P(
         KillCase{"hier_alltoall_256KiB_ABAAB", 5, "alltoall", 256 << 10, 2,
                  "LOOM_ALGO=alltoall:hierarchical", "ABAAB"},
         KillCase{"hier_broadcast_8B_ABAB", 4, "broadcast", 8, 2, "LOOM_ALGO=broadcast:hierarchical",
-                 "ABAB"}),
+                 "ABAB"},
+        // Execution plans: the executor runs the plan's lanes, waits between lanes included.
+        KillCase{"plan_ring_1MiB_3ranks", 3, "allreduce", 1 << 20, 1,
+                 "LOOM_ALGO=allreduce:plan:ring_allreduce_3", "", true},
+        KillCase{"plan_one_shot_8B_4ranks", 4, "allreduce", 8, 2,
+                 "LOOM_ALGO=allreduce:plan:one_shot_allreduce_4", "", true}),
     [](const ::testing::TestParamInfo<KillCase>& info) { return std::string(info.param.name); });
 
 // ----------------------------------------------------------------------------------------------

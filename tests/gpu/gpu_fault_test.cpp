@@ -16,6 +16,8 @@
 //            that one); the others enqueue two, of which the second cannot complete.
 // A "-window" suffix registers the buffers as windows first (the zero-copy kernels, or with
 // "-window-allgather" and LOOM_ALGO=allgather:ce the copy engines, whose waits are the stream's).
+// Plan scenarios force an example plan (LOOM_PLAN_DIR from LOOM_TEST_PLAN_DIR, which ctest sets):
+// the plan-interpreting kernel's waits, in LL packets and in bulk chunks.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -247,6 +249,7 @@ struct Scenario {
   size_t count;           // floats per allreduce
   const char* algo;       // LOOM_ALGO
   const char* transport;  // LOOM_CUDA_TRANSPORT
+  bool plan = false;      // algo names an example plan, completed by the rank count
 };
 
 uint16_t freePort() {
@@ -271,18 +274,29 @@ std::string randomHex(size_t chars) {
 }
 
 bool isJobVariable(const std::string& name) {
-  for (const char* owned : {"LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_COMM_ID", "LOOM_JOB_SECRET",
-                            "LOOM_ALGO", "LOOM_CUDA_TRANSPORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                            "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+  for (const char* owned :
+       {"LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_COMM_ID", "LOOM_JOB_SECRET", "LOOM_ALGO",
+        "LOOM_CUDA_TRANSPORT", "LOOM_PLAN_DIR", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
     if (name == owned) return true;
   return false;
 }
 
 // Runs one job; true if the victim died by SIGKILL and every survivor passed.
 bool runJob(const std::string& self, const Scenario& s, int nranks) {
+  // A plan runs on CPU communicators too: the CPU reference mode keeps it.
+  const std::string algo = s.plan ? s.algo + std::to_string(nranks) : s.algo;
+  const char* plans = std::getenv("LOOM_TEST_PLAN_DIR");
+  if (s.plan && plans == nullptr) {
+    std::printf("=== scenario %s, LOOM_ALGO=%s: SKIPPED (LOOM_TEST_PLAN_DIR is not set)\n", s.name,
+                algo.c_str());
+    return true;
+  }
   std::printf("=== scenario %s, %zu floats, LOOM_ALGO=%s LOOM_CUDA_TRANSPORT=%s, %d ranks%s\n",
-              s.name, s.count, s.algo, s.transport, nranks,
-              cpuReferenceMode() ? " (CPU reference mode: on CPU, without those)" : "");
+              s.name, s.count, algo.c_str(), s.transport, nranks,
+              !cpuReferenceMode() ? ""
+              : s.plan            ? " (CPU reference mode: on CPU, the plan kept)"
+                                  : " (CPU reference mode: on CPU, without those)");
   std::fflush(stdout);
   const std::string commId = "127.0.0.1:" + std::to_string(freePort());
   const std::string secret = randomHex(32);
@@ -300,8 +314,8 @@ bool runJob(const std::string& self, const Scenario& s, int nranks) {
     envText.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nranks));
     envText.push_back("LOOM_COMM_ID=" + commId);
     envText.push_back("LOOM_JOB_SECRET=" + secret);
-    if (s.algo[0] != '\0' && !cpuReferenceMode())
-      envText.push_back(std::string("LOOM_ALGO=") + s.algo);
+    if (!algo.empty() && (s.plan || !cpuReferenceMode())) envText.push_back("LOOM_ALGO=" + algo);
+    if (s.plan) envText.push_back(std::string("LOOM_PLAN_DIR=") + plans + "/fused");
     if (s.transport[0] != '\0' && !cpuReferenceMode())
       envText.push_back(std::string("LOOM_CUDA_TRANSPORT=") + s.transport);
     std::vector<std::string> argText = {self, "rank", s.name, std::to_string(s.count)};
@@ -395,6 +409,8 @@ int runDriver() {
       {"before-window", size_t{4} << 20, "", ""},
       {"before-window-allgather", size_t{4} << 20, "allgather:ce", ""},
       {"after-window-allgather", size_t{4} << 20, "allgather:ce", ""},
+      {"before", 1024, "allreduce:plan:one_shot_allreduce_", "", true},
+      {"after", size_t{4} << 20, "allreduce:plan:ring_allreduce_", "", true},
   };
   int failed = 0;
   for (const Scenario& s : scenarios) failed += runJob(self, s, nranks) ? 0 : 1;
