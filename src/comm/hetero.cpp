@@ -1,12 +1,12 @@
 // The heterogeneous side of the communicator: its clusters (topology/cluster_map), and how it runs
 // a collective across them. Flat: every rank in the host algorithm, elementwise calls in chunks
 // with device ranks pipelined through host memory (algorithms/chunked). Composed (allreduce,
-// reduce, broadcast, allgather, reduce-scatter; comm/hetero_composed.cpp): a cluster
-// with native collectives and several ranks collapses to its leader:
+// reduce, broadcast, allgather, reduce-scatter; comm/hetero_composed.cpp): every cluster of
+// several ranks collapses to its leader (one without native collectives runs host algorithms):
 //   1. the cluster's own collective inside each collapsing cluster (a CUDA cluster's kernels),
 //      to its leader (reduce, gather) or, for a broadcast, from a root inside it;
-//   2. the exchange, a group on the host CPU of those leaders and every rank of the other
-//      clusters, device ranks staged (pipelined in chunks where elementwise) through host
+//   2. the exchange, a group on the host CPU of those leaders and every rank of the clusters of
+//      one rank, device ranks staged (pipelined in chunks where elementwise) through host
 //      memory: a collapsed cluster's bytes cross the device-host boundary once each way, on one
 //      rank;
 //   3. the cluster's own collective again, from its leader (broadcast, scatter) or, for a
@@ -231,7 +231,7 @@ void Comm::setUpComposition() {
                 ? "composed (each collapsed cluster's own collective to its leader, the "
                   "exchange of the leaders and the other ranks, the cluster's own "
                   "collective from its leader)"
-                : "flat (no cluster has native collectives and several ranks)",
+                : "flat (no cluster has several ranks)",
             composition_.cluster
                 ? "; this rank's cluster collapses: " +
                       (composition_.cluster->native() ? composition_.cluster->native()->describe()

@@ -1,6 +1,6 @@
-// The composed collectives of a heterogeneous communicator (set up in comm/hetero.cpp): a cluster
-// with native collectives and several ranks collapses to its leader (its lowest rank); the
-// leaders and every rank of the other clusters form the exchange, a group on the host CPU
+// The composed collectives of a heterogeneous communicator (set up in comm/hetero.cpp): every
+// cluster of several ranks collapses to its leader (its lowest rank); the leaders and every rank
+// of the clusters of one rank form the exchange, a group on the host CPU
 // (composition_.exchange, numbered in global rank order). Each collective is three phases, so that
 // each byte crosses a cluster's boundary once and only on its leader:
 //   allreduce   1. reduce to the leader inside each collapsed cluster; 2. the exchange's

@@ -1,9 +1,10 @@
-// The GPU side of a communicator whose ranks own CUDA devices: the peer windows (cuda_ipc
-// transport), the kernels' sequence counters and status words, the launches of every collective
-// on the caller's stream, and a watchdog thread that turns a dead peer or a host-side abort into
-// kernels that stop, and a kernel's timeout into the communicator's error. Calls on buffers in
-// registered windows (user_windows.hpp) or registered on every rank (local_registrations.hpp)
-// run zero-copy kernels or copy-engine transfers instead (cuda_engine_windows.cpp).
+// The GPU side of a communicator whose ranks own CUDA devices: the peer windows
+// (peer_windows.hpp), the kernels' sequence counters and status words, the launches of every
+// collective on the caller's stream, and a watchdog thread that turns a dead peer or a host-side
+// abort into kernels that stop, and a kernel's timeout into the communicator's error. Calls on
+// buffers in registered windows (user_windows.hpp) or registered on every rank
+// (local_registrations.hpp) run zero-copy kernels or copy-engine transfers instead
+// (cuda_engine_windows.cpp).
 #pragma once
 
 #include <atomic>
