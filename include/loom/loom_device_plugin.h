@@ -124,7 +124,7 @@ typedef struct {
   /* Optional: NULL, and Loom falls back as said. */
   void (*finalize)(void);            /* at process exit; none: nothing is called */
   const char* (*getLastError)(void); /* this thread's last message; none: codes only */
-  loomResult_t (*hostAlloc)(int dev, size_t bytes, void** ptr); /* pinned; none: malloc */
+  loomResult_t (*hostAlloc)(int dev, size_t bytes, void** ptr); /* pinned; none: aligned_alloc */
   loomResult_t (*hostFree)(int dev, void* ptr);
   /* dst = srcs[0] op srcs[1] op ... in index order, `count` elements of dtype; accumType >= 0
    * (narrow floats only): accumulate in that type; divisor > 1: divide the result by it (loomAvg

@@ -1,4 +1,5 @@
-// The NCCL shim: NCCL's C API (nccl.h of NCCL 2.28) over Loom's public C API.
+// The NCCL shim: NCCL's C API (the nccl.h built against: 2.32's by default, programs built
+// against 2.28's run too) over Loom's public C API.
 //
 // An ncclComm_t of the shim points to an ncclComm below: a Loom communicator (CPU or CUDA), and,
 // where some call needs what Loom does not do, the real NCCL's communicator over the same ranks
@@ -114,7 +115,7 @@ void setLastError(const std::string& message);
 const char* lastError();
 // A failure of the shim itself: message kept for ncclGetLastError, printed at LOOM_DEBUG=INFO.
 ncclResult_t fail(Entry entry, ncclResult_t code, const std::string& message);
-// Loom's result as NCCL's (loomTimeout has no NCCL code: ncclRemoteError, a peer did not come);
+// Loom's result as NCCL's (loomTimeout: ncclTimeout from 2.30's header on, else ncclRemoteError);
 // a failure copies Loom's message.
 ncclResult_t fromLoom(Entry entry, loomResult_t result);
 // The real NCCL's result; a failure copies its message.
