@@ -1,8 +1,10 @@
 #include "plan/plan_check.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <string>
 
 #include "algorithms/partition.hpp"
 #include "base/error.hpp"
@@ -136,10 +138,72 @@ void runTrial(const PlanProgram& program, const Trial& t, std::mt19937_64& rando
   }
 }
 
+std::string refText(const ChunkRef& r) {
+  std::string text = std::string(planBufferName(r.buffer)) + "[" + std::to_string(r.index);
+  if (r.count > 1) text += ".." + std::to_string(r.index + r.count - 1);
+  return text + "]";
+}
+
+[[noreturn]] void failOp(const Plan& plan, int rank, size_t op, const std::string& what) {
+  LOOM_THROW(loomInvalidArgument, "plan '", plan.name, "': rank ", rank, " op ", op, " (",
+             planOpName(plan.ranks[rank].ops[op].kind), "): ", what);
+}
+
+// A block's chunks are near-equal slices (the first count % chunksPerBlock one element longer),
+// so two references cover the same number of bytes at every call size only when they have the
+// same chunk count and start at the same position in their blocks. The trials see a few
+// remainders only, and the CUDA kernel sizes each end of a transfer from its own reference. With
+// references inside one block (plan_format), it also keeps an op from writing over its own
+// operand at another offset, which the executor's and the kernel's parallel pieces would race on.
+bool sameShape(const Plan& plan, const ChunkRef& a, const ChunkRef& b) {
+  return a.count == b.count && a.index % plan.chunksPerBlock == b.index % plan.chunksPerBlock;
+}
+
+void checkOperands(const Plan& plan, int r, size_t i) {
+  const PlanOp& op = plan.ranks[r].ops[i];
+  if (op.kind == PlanOpKind::kSend) return;
+  for (const ChunkRef& src : op.srcs) {
+    if (!sameShape(plan, op.dst, src))
+      failOp(plan, r, i,
+             refText(op.dst) + " and " + refText(src) +
+                 " differ in size at some call sizes (chunks at different positions of a block)");
+  }
+}
+
+// The k-th send from r to p meets the k-th receive of p from r: both must move the same bytes at
+// every call size. (A send without its receive is the simulation's to explain.)
+void checkTransfers(const Plan& plan) {
+  const int n = plan.nranks;
+  std::vector<std::vector<std::vector<size_t>>> sends(n, std::vector<std::vector<size_t>>(n));
+  std::vector<std::vector<std::vector<size_t>>> receives = sends;
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < plan.ranks[r].ops.size(); ++i) {
+      const PlanOp& op = plan.ranks[r].ops[i];
+      if (op.kind == PlanOpKind::kSend) sends[r][op.peer].push_back(i);
+      if (op.kind == PlanOpKind::kRecv || op.kind == PlanOpKind::kRecvReduce)
+        receives[r][op.peer].push_back(i);
+    }
+  for (int r = 0; r < n; ++r)
+    for (int p = 0; p < n; ++p)
+      for (size_t k = 0; k < std::min(sends[r][p].size(), receives[p][r].size()); ++k) {
+        const ChunkRef& sent = plan.ranks[r].ops[sends[r][p][k]].srcs[0];
+        const ChunkRef& into = plan.ranks[p].ops[receives[p][r][k]].dst;
+        if (!sameShape(plan, sent, into))
+          failOp(plan, r, sends[r][p][k],
+                 "sends " + refText(sent) + " to rank " + std::to_string(p) + ", whose op " +
+                     std::to_string(receives[p][r][k]) + " receives it into " + refText(into) +
+                     ": they differ in size at some call sizes (chunks at different positions "
+                     "of a block)");
+      }
+}
+
 }  // namespace
 
 void checkPlan(const PlanProgram& program) {
   const Plan& plan = program.plan;
+  for (int r = 0; r < plan.nranks; ++r)
+    for (size_t i = 0; i < plan.ranks[r].ops.size(); ++i) checkOperands(plan, r, i);
+  checkTransfers(plan);
   const uint64_t cpb = plan.chunksPerBlock;
   std::mt19937_64 random(0x5eed);
   using InPlace = PlanCall::InPlace;

@@ -1,10 +1,12 @@
-// Plans refused at load: schema violations and plans whose simulated run is wrong (a missing
-// send, a cycle of waits, an output chunk written twice, a chunk read before it is written, a
-// misplaced average), each with a message that says where.
+// Plans refused at load: schema violations, operands and transfers whose sizes differ at some
+// call sizes (an op overwriting its own operand elsewhere among them), and plans whose simulated
+// run is wrong (a missing send, a cycle of waits, an output chunk written twice, a chunk read
+// before it is written, a misplaced average), each with a message that says where.
 #include "plan/plan_check.hpp"
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 
 #include "base/error.hpp"
@@ -117,6 +119,66 @@ TEST(PlanCheck, RefusesAMisplacedAverage) {
                               R"({"op":"recv_reduce","peer":1,"dst":["output",0],)"
                               R"("src":["input",0]})";
   expectRefused(twoRanks(noFinal, kGood1), "the division is not where the reduction completes");
+}
+
+// A 2-rank allreduce of 4 chunks a block, each rank sending chunk c and reducing the peer's
+// chunk c into its output; `sent0(c)` names what rank 0 sends in its c-th send.
+std::string fourChunks(const std::function<std::string(int)>& sent0) {
+  std::string ops[2];
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 4; ++c) {
+      const std::string peer = std::to_string(1 - r), chunk = std::to_string(c);
+      ops[r] += std::string(c > 0 ? "," : "") + R"({"op":"send","peer":)" + peer + R"(,"src":)" +
+                (r == 0 ? sent0(c) : "[\"input\"," + chunk + "]") + "}," +
+                R"({"op":"recv_reduce","peer":)" + peer + R"(,"dst":["output",)" + chunk +
+                R"(],"src":["input",)" + chunk + R"(],"final":true})";
+    }
+  return R"({"loom_plan":1,"name":"t","collective":"allreduce","nranks":2,)"
+         R"("chunks_per_block":4,"scratch_chunks":4,"ranks":[{"ops":[)" +
+         ops[0] + "]},{\"ops\":[" + ops[1] + "]}]}";
+}
+
+TEST(PlanCheck, RefusesTransfersWhoseSizesDifferAtSomeCallSizes) {
+  auto same = [](int c) { return "[\"input\"," + std::to_string(c) + "]"; };
+  EXPECT_NO_THROW(loadPlan(fourChunks(same)));
+  // Rank 1 takes rank 0's chunk 2 into scratch chunk 3 and reduces from there: right whenever
+  // chunks 2 and 3 are the same size, as in every trial (counts leaving 0, 1 or 2 over 4), wrong
+  // when 3 are left over (chunk 2 one element longer). Loaded before this check.
+  std::string plan = fourChunks(same);
+  const std::string mine =
+      R"({"op":"recv_reduce","peer":0,"dst":["output",2],"src":["input",2],"final":true})";
+  const std::string via =
+      R"({"op":"recv","peer":0,"dst":["scratch",3]},)"
+      R"({"op":"reduce","dst":["output",2],"srcs":[["input",2],["scratch",3]],"final":true})";
+  ASSERT_NE(plan.find(mine), std::string::npos);
+  plan.replace(plan.find(mine), mine.size(), via);
+  expectRefused(plan,
+                "rank 1 op 6 (reduce): output[2] and scratch[3] differ in size at some call sizes");
+  // Rank 0's third send moves chunk 3 where rank 1 receives chunk 2 (wrong data too, which the
+  // trials also saw): the transfer is named.
+  auto swapped = [&](int c) { return c == 2 ? same(3) : c == 3 ? same(2) : same(c); };
+  expectRefused(fourChunks(swapped),
+                "rank 0 op 4 (send): sends input[3] to rank 1, whose op 5 receives it into "
+                "output[2]: they differ in size at some call sizes");
+}
+
+TEST(PlanCheck, RefusesOperandsOfAnotherSizeOrAtAnotherOffset) {
+  auto same = [](int c) { return "[\"input\"," + std::to_string(c) + "]"; };
+  // A copy of output chunk 1 into scratch chunk 0: sizes differ when the count is odd.
+  std::string plan = fourChunks(same);
+  const std::string last = R"("final":true}]},{"ops")";
+  const std::string copy =
+      R"("final":true},{"op":"copy","dst":["scratch",0],"src":["output",1]}]},{"ops")";
+  ASSERT_NE(plan.find(last), std::string::npos);
+  expectRefused(plan.replace(plan.find(last), last.size(), copy),
+                "rank 0 op 8 (copy): scratch[0] and output[1] differ in size at some call sizes");
+  // scratch[0..1] from scratch[1..2] would also read what it overwrites.
+  const std::string shift =
+      R"("final":true},{"op":"copy","dst":["scratch",1,2],"src":["output",1,2]},)"
+      R"({"op":"copy","dst":["scratch",0,2],"src":["scratch",1,2]}]},{"ops")";
+  plan = fourChunks(same);
+  expectRefused(plan.replace(plan.find(last), last.size(), shift),
+                "rank 0 op 9 (copy): scratch[0..1] and scratch[1..2] differ in size");
 }
 
 TEST(PlanCheck, RefusesTheWrongRankCountAtRegistration) {
