@@ -10,7 +10,7 @@
 #
 # Environment: GPU_TESTS (default: gpu_collectives_n2/_n4, gpu_faults, and the one-process
 # gpu_one_process_n2/_n4/_reset/_reset-destroy/_exit-alive, and execution plans on CUDA ranks of
-# heterogeneous communicators, emu_plans_gpu_*) picks the tests; GPUTEST_CONFIGS=auto,ll,... restricts the configs of gpu_collectives_*; GoogleTest itself
+# heterogeneous communicators, emu_plans_gpu_*, and gpu_settings_differ) picks the tests; GPUTEST_CONFIGS=auto,ll,... restricts the configs of gpu_collectives_*; GoogleTest itself
 # reads GTEST_FILTER (e.g. GTEST_FILTER='Configs/Sweep.Reductions/*').
 # LOOM_TEST_SHARE_GPU=1 lets ranks share GPUs (a one-GPU host runs the 2- and 4-rank tests);
 # GPU_MPS=1 starts a CUDA MPS daemon for the run (pipes and logs under OUTDIR/mps) and stops it
@@ -36,7 +36,7 @@ export NCCL_NVLS_ENABLE=0
 tests=${GPU_TESTS:-gpu_collectives_n2 gpu_collectives_n4 gpu_faults gpu_one_process_n2
   gpu_one_process_n4 gpu_one_process_reset gpu_one_process_reset-destroy
   gpu_one_process_exit-alive emu_plans_gpu_GCGC emu_plans_gpu_GGCC emu_plans_gpu_GCEC
-  emu_plans_gpu_GG emu_plans_gpu_GGG emu_plans_gpu_GGGG}
+  emu_plans_gpu_GG emu_plans_gpu_GGG emu_plans_gpu_GGGG gpu_settings_differ}
 
 if [[ ${GPU_MPS:-0} == 1 ]]; then
   export CUDA_MPS_PIPE_DIRECTORY=$out/mps/pipe CUDA_MPS_LOG_DIRECTORY=$out/mps/log

@@ -46,6 +46,17 @@ constexpr loomFunc_t kExchangeFuncs[] = {loomFuncAllReduce, loomFuncBroadcast,  
 
 constexpr auto kWatchInterval = std::chrono::milliseconds(1);
 
+// "LOOM_CUDA_X=1 here, 2 on rank R" for the first setting of two env::cudaSharedSettings() lines
+// that differs.
+std::string firstDifference(const std::string& mine, const std::string& theirs, int rank) {
+  std::istringstream a(mine), b(theirs);
+  std::string x, y;
+  while (std::getline(a, x, ',') && std::getline(b, y, ','))
+    if (x != y)
+      return x + " here, " + y.substr(y.find('=') + 1) + " on rank " + std::to_string(rank);
+  return "rank " + std::to_string(rank) + " has other settings";
+}
+
 size_t slotBytesFromEnv() {
   int64_t bytes = env::cudaSlotBytes();
   LOOM_CHECK_ARG(bytes >= 4096, "LOOM_CUDA_SLOT_BYTES must be at least 4096, got ", bytes);
@@ -253,14 +264,21 @@ void CudaEngine::fitSharedGpus() {
   // The plan kernel's blocks wait for each other even on a GPU of its own: its grid is capped by
   // what the GPU (or a rank's share of it) holds at once, also on small GPUs and MIG slices.
   const DeviceIdentity& me = device_.identity();
+  // The settings that shape every call's kernels travel along: a rank launching other grids,
+  // slots or protocols than its peers would hang or corrupt, so a difference fails every rank.
+  const std::string settings = env::cudaSharedSettings();
   std::vector<std::string> all =
       setup_.allGather(me.busId + " " + std::to_string(device_.multiprocessors()) + " " +
-                       std::to_string(cuda::planBlocksPerMultiprocessor()));
-  std::vector<std::string> bus(all.size());
+                       std::to_string(cuda::planBlocksPerMultiprocessor()) + " " + settings);
+  std::vector<std::string> bus(all.size()), theirs(all.size());
   std::vector<int> sms(all.size()), planPerSm(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     std::istringstream in(all[r]);
-    in >> bus[r] >> sms[r] >> planPerSm[r];
+    in >> bus[r] >> sms[r] >> planPerSm[r] >> theirs[r];
+    if (theirs[r] != settings)
+      LOOM_THROW(loomInvalidArgument, "CUDA settings differ between ranks: ",
+                 firstDifference(settings, theirs[r], static_cast<int>(r)),
+                 " (they shape every call's kernels: set them the same on every rank)");
   }
   int cap = cuda::kMaxBlocks, planCap = cuda::kMaxBlocks, mostSharing = 1;
   for (size_t r = 0; r < all.size(); ++r) {

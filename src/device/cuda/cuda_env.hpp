@@ -17,5 +17,8 @@ int64_t cudaOneShotMaxBytes();     // LOOM_CUDA_ONESHOT_MAX_BYTES: one-shot allr
 int64_t cudaPlanLLMaxBytes();      // LOOM_CUDA_PLAN_LL_MAX_BYTES: the plan kernel's LL limit
 int64_t cudaPlanSliceBytes();      // LOOM_CUDA_PLAN_SLICE_BYTES: bulk bytes a block takes
 int64_t cudaPlanPartGroups();      // LOOM_CUDA_PLAN_PART_GROUPS: pipeline parts side by side
+// The settings above that shape what the ranks' kernels do together ("Same on every rank" in
+// docs/configuration.md), as NAME=value,NAME=value: the engine compares them across ranks.
+std::string cudaSharedSettings();
 
 }  // namespace loom::env
