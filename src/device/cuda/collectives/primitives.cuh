@@ -122,6 +122,27 @@ __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
+__device__ __forceinline__ bool aligned4(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 3) == 0;
+}
+
+// kWords 4-byte words at p (4-byte aligned): where a range starts off a 16-byte boundary at a
+// 4-byte element (an execution plan's chunk of an odd split, a user's offset buffer), a vector
+// costs kWords accesses instead of one per byte.
+template <bool kThroughL2, int kWords>
+__device__ __forceinline__ void loadWords(const char* p, uint32_t* out) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(p);
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) out[i] = kThroughL2 ? __ldcg(w + i) : w[i];
+}
+
+template <int kWords>
+__device__ __forceinline__ void storeWords(char* p, const uint32_t* in) {
+  uint32_t* w = reinterpret_cast<uint32_t*>(p);
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) w[i] = in[i];
+}
+
 // Up to 16 bytes from p (n < 16 only at the end of a range); missing bytes read as zero.
 // kThroughL2: a buffer other blocks of the running kernel wrote (.cg loads, never a line an
 // earlier read left in this SM's L1).
@@ -131,6 +152,10 @@ __device__ __forceinline__ uint4 loadBytes16(const char* p, size_t n) {
     return kThroughL2 ? __ldcg(reinterpret_cast<const uint4*>(p))
                       : *reinterpret_cast<const uint4*>(p);
   uint4 v = make_uint4(0, 0, 0, 0);
+  if (n >= 16 && aligned4(p)) {
+    loadWords<kThroughL2, 4>(p, reinterpret_cast<uint32_t*>(&v));
+    return v;
+  }
   char* out = reinterpret_cast<char*>(&v);
   for (size_t i = 0; i < n && i < 16; ++i) out[i] = kThroughL2 ? __ldcg(p + i) : p[i];
   return v;
@@ -139,6 +164,10 @@ __device__ __forceinline__ uint4 loadBytes16(const char* p, size_t n) {
 __device__ __forceinline__ void storeBytes16(char* p, uint4 v, size_t n) {
   if (n >= 16 && aligned16(p)) {
     *reinterpret_cast<uint4*>(p) = v;
+    return;
+  }
+  if (n >= 16 && aligned4(p)) {
+    storeWords<4>(p, reinterpret_cast<const uint32_t*>(&v));
     return;
   }
   const char* in = reinterpret_cast<const char*>(&v);
@@ -151,6 +180,10 @@ __device__ __forceinline__ uint2 loadBytes8(const char* p, size_t n) {
     return kThroughL2 ? __ldcg(reinterpret_cast<const uint2*>(p))
                       : *reinterpret_cast<const uint2*>(p);
   uint2 v = make_uint2(0, 0);
+  if (n >= 8 && aligned4(p)) {
+    loadWords<kThroughL2, 2>(p, reinterpret_cast<uint32_t*>(&v));
+    return v;
+  }
   char* out = reinterpret_cast<char*>(&v);
   for (size_t i = 0; i < n && i < 8; ++i) out[i] = kThroughL2 ? __ldcg(p + i) : p[i];
   return v;
@@ -159,6 +192,10 @@ __device__ __forceinline__ uint2 loadBytes8(const char* p, size_t n) {
 __device__ __forceinline__ void storeBytes8(char* p, uint2 v, size_t n) {
   if (n >= 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
     *reinterpret_cast<uint2*>(p) = v;
+    return;
+  }
+  if (n >= 8 && aligned4(p)) {
+    storeWords<2>(p, reinterpret_cast<const uint32_t*>(&v));
     return;
   }
   const char* in = reinterpret_cast<const char*>(&v);
