@@ -34,13 +34,20 @@ fi
 python3 "$root/tests/plan/write_examples.py" "$out/plans" >/dev/null || exit 1
 plans=$out/plans/fused
 
+failed=0
 run() {  # NAME ALGO loom-bench-args...
   local name=$1 algo=$2
   shift 2
-  LOOM_PLAN_DIR=$plans LOOM_ALGO=$algo timeout 600 "$build/tools/loomrun" -n "$n" --timeout 580 \
-    -- "$build/tools/loom-bench" allreduce --device cuda -c 0 --csv "$out/$name.csv" "$@" \
-    >"$out/$name.txt" 2>&1 || echo "FAILED: $name (see $out/$name.txt)"
+  if ! LOOM_PLAN_DIR=$plans LOOM_ALGO=$algo timeout 600 "$build/tools/loomrun" -n "$n" \
+    --timeout 580 -- "$build/tools/loom-bench" allreduce --device cuda -c 0 \
+    --csv "$out/$name.csv" "$@" >"$out/$name.txt" 2>&1; then
+    echo "FAILED: $name (see $out/$name.txt)"
+    failed=1
+  fi
 }
+# Each side checked once first (-c 1: the timed runs below skip the check).
+run check-plan "allreduce:plan:ring_allreduce_$n" -b 8 -e 4M -f 64 -n 1 -w 0 -c 1
+run check-one-shot "allreduce:plan:one_shot_allreduce_$n" -b 8 -e 256K -f 64 -n 1 -w 0 -c 1
 small=(-b 8 -e 1M -f 8 -n "${ITERS:-100}" -w 20)
 large=(-b 1M -e "${MAXBYTES:-256M}" -f 4 -n "${ITERS:-20}" -w 5)
 for round in 1 2; do
@@ -48,7 +55,7 @@ for round in 1 2; do
     run "small-plan-g$graph-$round" "allreduce:plan:one_shot_allreduce_$n" "${small[@]}" --graph $graph
     run "small-ll-g$graph-$round" allreduce:ll "${small[@]}" --graph $graph
   done
-  run "large-plan-$round" "allreduce:plan:ring_allreduce_$n" "${large[@]}" "${vs[@]}"
+  run "large-plan-$round" "allreduce:plan:ring_allreduce_$n" "${large[@]}" ${vs[@]+"${vs[@]}"}
   run "large-simple-$round" allreduce:simple "${large[@]}"
 done
 
@@ -80,3 +87,4 @@ for g in (0, 1):
 table("ring plan vs two-shot kernel", times("large-plan-*"), times("large-simple-*"), "simple",
       times("large-plan-*", "oop_nccl_us"))
 PY
+exit $failed

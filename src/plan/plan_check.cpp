@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "algorithms/partition.hpp"
 #include "base/error.hpp"
@@ -159,42 +162,51 @@ bool sameShape(const Plan& plan, const ChunkRef& a, const ChunkRef& b) {
   return a.count == b.count && a.index % plan.chunksPerBlock == b.index % plan.chunksPerBlock;
 }
 
+// Why two references covering different bytes at some call size do: other chunk counts differ at
+// every size, other positions in a block at some.
+std::string sizeMismatch(const ChunkRef& a, const ChunkRef& b) {
+  return a.count != b.count ? "they differ in size (other chunk counts)"
+                            : "they differ in size at some call sizes (chunks at different "
+                              "positions of a block)";
+}
+
 void checkOperands(const Plan& plan, int r, size_t i) {
   const PlanOp& op = plan.ranks[r].ops[i];
   if (op.kind == PlanOpKind::kSend) return;
   for (const ChunkRef& src : op.srcs) {
     if (!sameShape(plan, op.dst, src))
       failOp(plan, r, i,
-             refText(op.dst) + " and " + refText(src) +
-                 " differ in size at some call sizes (chunks at different positions of a block)");
+             refText(op.dst) + " and " + refText(src) + ": " + sizeMismatch(op.dst, src));
   }
 }
 
 // The k-th send from r to p meets the k-th receive of p from r: both must move the same bytes at
-// every call size. (A send without its receive is the simulation's to explain.)
+// every call size. (A send without its receive is the simulation's to explain.) Ops are listed
+// by (sender, receiver) pair, so the memory is the plan's ops, not ranks squared.
 void checkTransfers(const Plan& plan) {
-  const int n = plan.nranks;
-  std::vector<std::vector<std::vector<size_t>>> sends(n, std::vector<std::vector<size_t>>(n));
-  std::vector<std::vector<std::vector<size_t>>> receives = sends;
-  for (int r = 0; r < n; ++r)
+  std::map<std::pair<int, int>, std::vector<size_t>> sends, receives;  // (from, to): op indices
+  for (int r = 0; r < plan.nranks; ++r)
     for (size_t i = 0; i < plan.ranks[r].ops.size(); ++i) {
       const PlanOp& op = plan.ranks[r].ops[i];
-      if (op.kind == PlanOpKind::kSend) sends[r][op.peer].push_back(i);
+      if (op.kind == PlanOpKind::kSend) sends[{r, op.peer}].push_back(i);
       if (op.kind == PlanOpKind::kRecv || op.kind == PlanOpKind::kRecvReduce)
-        receives[r][op.peer].push_back(i);
+        receives[{op.peer, r}].push_back(i);
     }
-  for (int r = 0; r < n; ++r)
-    for (int p = 0; p < n; ++p)
-      for (size_t k = 0; k < std::min(sends[r][p].size(), receives[p][r].size()); ++k) {
-        const ChunkRef& sent = plan.ranks[r].ops[sends[r][p][k]].srcs[0];
-        const ChunkRef& into = plan.ranks[p].ops[receives[p][r][k]].dst;
-        if (!sameShape(plan, sent, into))
-          failOp(plan, r, sends[r][p][k],
-                 "sends " + refText(sent) + " to rank " + std::to_string(p) + ", whose op " +
-                     std::to_string(receives[p][r][k]) + " receives it into " + refText(into) +
-                     ": they differ in size at some call sizes (chunks at different positions "
-                     "of a block)");
-      }
+  for (const auto& [pair, sent] : sends) {
+    const auto [r, p] = pair;
+    const auto found = receives.find(pair);
+    if (found == receives.end()) continue;
+    const std::vector<size_t>& taken = found->second;
+    for (size_t k = 0; k < std::min(sent.size(), taken.size()); ++k) {
+      const ChunkRef& from = plan.ranks[r].ops[sent[k]].srcs[0];
+      const ChunkRef& into = plan.ranks[p].ops[taken[k]].dst;
+      if (!sameShape(plan, from, into))
+        failOp(plan, r, sent[k],
+               "sends " + refText(from) + " to rank " + std::to_string(p) + ", whose op " +
+                   std::to_string(taken[k]) + " receives it into " + refText(into) + ": " +
+                   sizeMismatch(from, into));
+    }
+  }
 }
 
 }  // namespace

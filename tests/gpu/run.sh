@@ -36,7 +36,8 @@ export NCCL_NVLS_ENABLE=0
 tests=${GPU_TESTS:-gpu_collectives_n2 gpu_collectives_n4 gpu_faults gpu_one_process_n2
   gpu_one_process_n4 gpu_one_process_reset gpu_one_process_reset-destroy
   gpu_one_process_exit-alive emu_plans_gpu_GCGC emu_plans_gpu_GGCC emu_plans_gpu_GCEC
-  emu_plans_gpu_GG emu_plans_gpu_GGG emu_plans_gpu_GGGG gpu_settings_differ}
+  emu_plans_gpu_GG emu_plans_gpu_GGG emu_plans_gpu_GGGG emu_plans_gpu_GG_bulk
+  emu_plans_gpu_GGG_parts_in_turn gpu_settings_differ}
 
 if [[ ${GPU_MPS:-0} == 1 ]]; then
   export CUDA_MPS_PIPE_DIRECTORY=$out/mps/pipe CUDA_MPS_LOG_DIRECTORY=$out/mps/log

@@ -152,14 +152,19 @@ TEST(PlanCheck, RefusesTransfersWhoseSizesDifferAtSomeCallSizes) {
       R"({"op":"reduce","dst":["output",2],"srcs":[["input",2],["scratch",3]],"final":true})";
   ASSERT_NE(plan.find(mine), std::string::npos);
   plan.replace(plan.find(mine), mine.size(), via);
-  expectRefused(plan,
-                "rank 1 op 6 (reduce): output[2] and scratch[3] differ in size at some call sizes");
+  expectRefused(
+      plan,
+      "rank 1 op 6 (reduce): output[2] and scratch[3]: they differ in size at some call sizes");
   // Rank 0's third send moves chunk 3 where rank 1 receives chunk 2 (wrong data too, which the
   // trials also saw): the transfer is named.
   auto swapped = [&](int c) { return c == 2 ? same(3) : c == 3 ? same(2) : same(c); };
   expectRefused(fourChunks(swapped),
                 "rank 0 op 4 (send): sends input[3] to rank 1, whose op 5 receives it into "
                 "output[2]: they differ in size at some call sizes");
+  auto wider = [&](int c) { return c == 0 ? std::string("[\"input\",0,2]") : same(c); };
+  expectRefused(fourChunks(wider),
+                "rank 0 op 0 (send): sends input[0..1] to rank 1, whose op 1 receives it into "
+                "output[0]: they differ in size (other chunk counts)");
 }
 
 TEST(PlanCheck, RefusesOperandsOfAnotherSizeOrAtAnotherOffset) {
@@ -170,15 +175,16 @@ TEST(PlanCheck, RefusesOperandsOfAnotherSizeOrAtAnotherOffset) {
   const std::string copy =
       R"("final":true},{"op":"copy","dst":["scratch",0],"src":["output",1]}]},{"ops")";
   ASSERT_NE(plan.find(last), std::string::npos);
-  expectRefused(plan.replace(plan.find(last), last.size(), copy),
-                "rank 0 op 8 (copy): scratch[0] and output[1] differ in size at some call sizes");
+  expectRefused(
+      plan.replace(plan.find(last), last.size(), copy),
+      "rank 0 op 8 (copy): scratch[0] and output[1]: they differ in size at some call sizes");
   // scratch[0..1] from scratch[1..2] would also read what it overwrites.
   const std::string shift =
       R"("final":true},{"op":"copy","dst":["scratch",1,2],"src":["output",1,2]},)"
       R"({"op":"copy","dst":["scratch",0,2],"src":["scratch",1,2]}]},{"ops")";
   plan = fourChunks(same);
   expectRefused(plan.replace(plan.find(last), last.size(), shift),
-                "rank 0 op 9 (copy): scratch[0..1] and scratch[1..2] differ in size");
+                "rank 0 op 9 (copy): scratch[0..1] and scratch[1..2]: they differ in size");
 }
 
 TEST(PlanCheck, RefusesTheWrongRankCountAtRegistration) {

@@ -102,6 +102,15 @@ def test_checker_explains_wrong_contributions_and_sizes():
         rank.recv(1 - r, p.output[2 * (1 - r) + 1])
     with pytest.raises(PlanError, match="chunks of other sizes"):
         plan.check(p)
+    # recv_reduce's own operand too (Loom's loader refuses it: its chunks differ in size).
+    q = plan.Program("with", "allreduce", 2, chunks_per_block=2)
+    for r in range(2):
+        rank = q.rank(r)
+        for c in range(2):
+            rank.send(1 - r, q.input[c])
+            rank.recv_reduce(1 - r, q.output[c], q.input[1 - c])
+    with pytest.raises(PlanError, match=r"input\[1\] and output\[0\] are chunks of different sizes"):
+        plan.check(q)
 
 
 def test_dsl_refuses_bad_references():

@@ -123,6 +123,8 @@ class Checker:
                                 f"sends ({sender}): chunk i of a block has the size of slice "
                                 f"i % chunks_per_block")
             if op.kind == "recv_reduce":
+                if self.residues(op.srcs[0]) != self.residues(op.dst):  # as Loom's loader
+                    self.fail(r, i, f"{op.srcs[0]} and {op.dst} are chunks of different sizes")
                 mine = self.read(r, i, op.srcs[0])
                 values = [tuple(sorted(a + b)) for a, b in zip(mine, values)]
             self.write(r, i, op.dst, values)

@@ -46,17 +46,6 @@ constexpr loomFunc_t kExchangeFuncs[] = {loomFuncAllReduce, loomFuncBroadcast,  
 
 constexpr auto kWatchInterval = std::chrono::milliseconds(1);
 
-// "LOOM_CUDA_X=1 here, 2 on rank R" for the first setting of two env::cudaSharedSettings() lines
-// that differs.
-std::string firstDifference(const std::string& mine, const std::string& theirs, int rank) {
-  std::istringstream a(mine), b(theirs);
-  std::string x, y;
-  while (std::getline(a, x, ',') && std::getline(b, y, ','))
-    if (x != y)
-      return x + " here, " + y.substr(y.find('=') + 1) + " on rank " + std::to_string(rank);
-  return "rank " + std::to_string(rank) + " has other settings";
-}
-
 size_t slotBytesFromEnv() {
   int64_t bytes = env::cudaSlotBytes();
   LOOM_CHECK_ARG(bytes >= 4096, "LOOM_CUDA_SLOT_BYTES must be at least 4096, got ", bytes);
@@ -265,7 +254,8 @@ void CudaEngine::fitSharedGpus() {
   // what the GPU (or a rank's share of it) holds at once, also on small GPUs and MIG slices.
   const DeviceIdentity& me = device_.identity();
   // The settings that shape every call's kernels travel along: a rank launching other grids,
-  // slots or protocols than its peers would hang or corrupt, so a difference fails every rank.
+  // slots or protocols than its peers would hang or corrupt, so a difference fails every rank of
+  // this group (a heterogeneous communicator's other ranks then see its CUDA ranks fail).
   const std::string settings = env::cudaSharedSettings();
   std::vector<std::string> all =
       setup_.allGather(me.busId + " " + std::to_string(device_.multiprocessors()) + " " +
@@ -277,7 +267,7 @@ void CudaEngine::fitSharedGpus() {
     in >> bus[r] >> sms[r] >> planPerSm[r] >> theirs[r];
     if (theirs[r] != settings)
       LOOM_THROW(loomInvalidArgument, "CUDA settings differ between ranks: ",
-                 firstDifference(settings, theirs[r], static_cast<int>(r)),
+                 env::cudaSettingDifference(settings, theirs[r]), " on this group's rank ", r,
                  " (they shape every call's kernels: set them the same on every rank)");
   }
   int cap = cuda::kMaxBlocks, planCap = cuda::kMaxBlocks, mostSharing = 1;

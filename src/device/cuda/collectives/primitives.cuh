@@ -211,7 +211,7 @@ __device__ __forceinline__ uint4 loadSlot16(const char* p) {
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread
 
 // Block-wide copy of n bytes; kFromSlot: src is a slot of this rank's window; kThroughL2: src is
-// a buffer other blocks of the running kernel wrote (see loadBytes16).
+// a buffer other blocks of the running kernel wrote (see loadBytes16). dst may equal src.
 template <bool kFromSlot, bool kThroughL2 = false>
 __device__ __forceinline__ void blockCopy(char* dst, const char* src, size_t n) {
   const size_t stride = static_cast<size_t>(blockDim.x) * 16;
@@ -233,8 +233,10 @@ __device__ __forceinline__ void blockCopy(char* dst, const char* src, size_t n) 
   }
 }
 
-// out = reduction over the sources in `mask` (bit q: rank q), in rank order, of len bytes;
-// source(q, off, n) returns 16 bytes (n valid) of rank q's data at offset off.
+// out = reduction over the sources in `mask` (bit q: source q, a rank's data or a plan's
+// operand), in source order, of len bytes; source(q, off, n) returns 16 bytes (n valid) of
+// source q at offset off. Each thread loads every source at its offsets before it stores them,
+// so out may be one of the sources at the same offsets (in place); keep it so.
 template <typename R, typename Source>
 __device__ __forceinline__ void blockReduce(char* out, size_t len, uint32_t mask, int divisor,
                                             Source&& source) {
