@@ -195,4 +195,20 @@ void checkAll() {
   statusEnabled();
 }
 
+std::string settingsDifference(const std::string& mine, int myRank, const std::string& theirs,
+                               int theirRank, char separator) {
+  std::istringstream a(mine), b(theirs);
+  std::string x, y;
+  for (;;) {
+    const bool moreMine = static_cast<bool>(std::getline(a, x, separator));
+    const bool moreTheirs = static_cast<bool>(std::getline(b, y, separator));
+    if (!moreMine && !moreTheirs) return "the same items";  // only when the lines are equal
+    if (!moreMine) x = "nothing";
+    if (!moreTheirs) y = "nothing";
+    if (x != y)
+      return x + " on rank " + std::to_string(myRank) + ", " + y + " on rank " +
+             std::to_string(theirRank);
+  }
+}
+
 }  // namespace loom::env

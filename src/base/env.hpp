@@ -28,6 +28,12 @@ std::string getWord(const char* name, const char* fallback,
 // getter refuses.
 void checkAll();
 
+// Where two ranks' settings lines (NAME=value items split by `separator`, compared at init so
+// that collectives meet) first differ: "NAME=a on rank 0, NAME=b on rank 1" ("nothing" for an
+// item one line lacks).
+std::string settingsDifference(const std::string& mine, int myRank, const std::string& theirs,
+                               int theirRank, char separator);
+
 // Loom's own parameters.
 std::string debugLevel();     // LOOM_DEBUG
 std::string debugSubsys();    // LOOM_DEBUG_SUBSYS

@@ -54,8 +54,8 @@ void Transports::setUpArena(const TransportSetup& setup) {
   std::vector<std::string> all = setup.allGather(name + '\n' + setup.settings);
   for (int r = 0; r < setup.nranks; ++r) {
     std::string theirs = all[r].substr(all[r].find('\n') + 1);
-    LOOM_CHECK_ARG(theirs == setup.settings, "settings differ between ranks: ", setup.settings,
-                   " on rank ", rank_, ", ", theirs, " on rank ", r);
+    LOOM_CHECK_ARG(theirs == setup.settings, "settings differ between ranks: ",
+                   env::settingsDifference(setup.settings, rank_, theirs, r, ' '));
   }
   name = all[members[0]].substr(0, all[members[0]].find('\n'));
   if (local != 0) arena_ = ShmArena::attach(name, layout);

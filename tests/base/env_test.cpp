@@ -177,5 +177,17 @@ TEST(Env, CheckAllFindsEachBadVariable) {
   EXPECT_NO_THROW(env::checkAll());
 }
 
+// The settings ranks compare at init (the communicator's and the CUDA kernels') are reported by
+// the first item that differs, with both ranks' values.
+TEST(Env, SettingsDifferenceNamesTheFirstDifferingItem) {
+  EXPECT_EQ(
+      env::settingsDifference("LOOM_CHECK=1 LOOM_ALGO=", 0, "LOOM_CHECK=0 LOOM_ALGO=", 3, ' '),
+      "LOOM_CHECK=1 on rank 0, LOOM_CHECK=0 on rank 3");
+  EXPECT_EQ(env::settingsDifference("A=1,B=2,C=3", 1, "A=1,B=5,C=3", 0, ','),
+            "B=2 on rank 1, B=5 on rank 0");
+  EXPECT_EQ(env::settingsDifference("A=1 LOOM_PLAN_DIR: p=h", 0, "A=1 LOOM_PLAN_DIR:", 1, ' '),
+            "p=h on rank 0, nothing on rank 1");
+}
+
 }  // namespace
 }  // namespace loom

@@ -266,9 +266,11 @@ void CudaEngine::fitSharedGpus() {
     std::istringstream in(all[r]);
     in >> bus[r] >> sms[r] >> planPerSm[r] >> theirs[r];
     if (theirs[r] != settings)
-      LOOM_THROW(loomInvalidArgument, "CUDA settings differ between ranks: ",
-                 env::cudaSettingDifference(settings, theirs[r]), " on this group's rank ", r,
-                 " (they shape every call's kernels: set them the same on every rank)");
+      LOOM_THROW(
+          loomInvalidArgument, "CUDA settings differ between ranks: ",
+          env::settingsDifference(settings, setup_.rank, theirs[r], static_cast<int>(r), ','),
+          " (ranks of this group; they shape every call's kernels: set them the same on "
+          "every rank)");
   }
   int cap = cuda::kMaxBlocks, planCap = cuda::kMaxBlocks, mostSharing = 1;
   for (size_t r = 0; r < all.size(); ++r) {

@@ -1,6 +1,5 @@
 #include "device/cuda/cuda_env.hpp"
 
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -50,14 +49,6 @@ std::string cudaSharedSettings() {
     line.append(name).append("=").append(value);
   }
   return line;
-}
-
-std::string cudaSettingDifference(const std::string& mine, const std::string& theirs) {
-  std::istringstream a(mine), b(theirs);
-  std::string x, y;
-  while (std::getline(a, x, ',') && std::getline(b, y, ','))
-    if (x != y) return x + " here, " + y.substr(y.find('=') + 1);
-  return "other settings (" + theirs + ")";
 }
 
 }  // namespace loom::env

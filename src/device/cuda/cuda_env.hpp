@@ -20,7 +20,5 @@ int64_t cudaPlanPartGroups();      // LOOM_CUDA_PLAN_PART_GROUPS: pipeline parts
 // The settings above that shape what the ranks' kernels do together ("Same on every rank" in
 // docs/configuration.md), as NAME=value,NAME=value: the engine compares them across ranks.
 std::string cudaSharedSettings();
-// "LOOM_CUDA_X=1 here, 2" for the first setting of two such lines that differs.
-std::string cudaSettingDifference(const std::string& mine, const std::string& theirs);
 
 }  // namespace loom::env
