@@ -21,14 +21,6 @@ Chunk chunkAt(size_t index, size_t total, size_t chunkBytes) {
   return {offset, std::min(chunkBytes, total - offset)};
 }
 
-CollArgs chunkArgs(const CollArgs& args, const Chunk& chunk, size_t elementBytes) {
-  CollArgs c = args;
-  c.count = chunk.bytes / elementBytes;
-  if (c.send != nullptr) c.send = static_cast<const char*>(args.send) + chunk.offset;
-  if (c.recv != nullptr) c.recv = static_cast<char*>(args.recv) + chunk.offset;
-  return c;
-}
-
 // Who brings input and who takes output: reduce's result is the root's only, broadcast's input
 // too (an in-place root has its output already).
 struct Roles {
@@ -45,6 +37,14 @@ Roles rolesOf(const CollArgs& args, int rank) {
 }
 
 }  // namespace
+
+CollArgs chunkOfCall(const CollArgs& args, size_t offset, size_t bytes) {
+  CollArgs c = args;
+  c.count = bytes / dtypeSize(args.dtype);
+  if (c.send != nullptr) c.send = static_cast<const char*>(args.send) + offset;
+  if (c.recv != nullptr) c.recv = static_cast<char*>(args.recv) + offset;
+  return c;
+}
 
 bool elementwise(loomFunc_t func) {
   return func == loomFuncAllReduce || func == loomFuncReduce || func == loomFuncBroadcast;
@@ -66,7 +66,7 @@ void runChunked(const ChunkAlgorithm& select, const AlgoContext& ctx, const Coll
   const size_t elementBytes = dtypeSize(args.dtype), total = args.count * elementBytes;
   for (size_t i = 0, n = chunkCount(total, chunkBytes); i < n; ++i) {
     Chunk chunk = chunkAt(i, total, chunkBytes);
-    runAlgorithm(select(chunk.bytes), ctx, chunkArgs(args, chunk, elementBytes));
+    runAlgorithm(select(chunk.bytes), ctx, chunkOfCall(args, chunk.offset, chunk.bytes));
   }
 }
 

@@ -191,7 +191,7 @@ void buildColumnAllReduce(const AlgoContext& ctx, const CollArgs& a, size_t chun
 // Allreduce as a pipeline of chunks: the node reduce of chunk t on the node's arena (every slice
 // on its owner) while the column ring carries chunk t-1, then the node share of chunk t-1 (the
 // arena) while the ring carries chunk t. The ring moves in the arena's waits and steps
-// (ColumnRun); node bytes never enter a channel, since the node's pair channels move each byte
+// (AlongsideRun); node bytes never enter a channel, since the node's pair channels move each byte
 // twice and pipelining over them was 1.5-1.8x slower at 2 x 4 ranks (node_phases.hpp).
 void allReduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   if (hierarchicalOnOneNode(ctx, a) || a.count == 0) return;
@@ -215,7 +215,7 @@ void allReduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   auto land = [&](int, size_t offset, size_t bytes, const char* data) {
     ctx.copyOut(recv + offset, data, bytes, a.count * esize);
   };
-  ColumnRun column(ctx, node, s, recv, recv);
+  AlongsideRun column(ctx, node, s, recv, recv);
   for (size_t t = 0; t <= chunks; ++t) {
     if (t < chunks) {
       nodeReduce(node, static_cast<const char*>(a.send), recv, slices(t),

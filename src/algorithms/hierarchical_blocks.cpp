@@ -3,7 +3,7 @@
 // algorithms/hierarchical_view.hpp). Column l carries the blocks of local index l, then l + G,
 // l + 2G, ... (rounds; a node without that index has an empty item in that round). The blocks are
 // cut into pipeline chunks; the column ring of one chunk runs beside the arena phase of another
-// (ColumnRun, hierarchical_view.hpp):
+// (AlongsideRun, context.hpp):
 //   allgather      = [uneven nodes: node share of every rank's own block] → column ring of the
 //                    blocks, straight into the output → node share of what the column brought
 //   reducescatter  = node reduce of every column's blocks → column reduce-scatter ring (this
@@ -132,7 +132,7 @@ Schedule& columnSchedule(const AlgoContext& ctx, const CollArgs& a) {
 
 // Allgather: [uneven nodes: node share of every rank's own block first] → per chunk of the
 // blocks, the column ring into the output while the arena shares what the column brought of the
-// chunk before (ColumnRun).
+// chunk before (AlongsideRun).
 void allGatherHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   if (hierarchicalOnOneNode(ctx, a) || a.count == 0) return;
   const HierView v{*ctx.hierarchy, ctx.rank};
@@ -162,7 +162,7 @@ void allGatherHierarchical(const AlgoContext& ctx, const CollArgs& a) {
                                                       std::min(block, (c + 1) * chunk), kNoOp)
                           : kNoOp);
   s.finish();
-  ColumnRun column(ctx, node, s, recv, recv);
+  AlongsideRun column(ctx, node, s, recv, recv);
   const ColumnBlocks::Nodes which = even ? ColumnBlocks::kAll : ColumnBlocks::kOthers;
   for (size_t c = 0; c < chunks; ++c) {
     column.waitFor(arrived[c]);
@@ -195,7 +195,7 @@ void reduceScatterHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   }
   s.finish();
   {
-    ColumnRun column(ctx, node, s, partial, recv);
+    AlongsideRun column(ctx, node, s, partial, recv);
     for (size_t c = 0; c < chunks; ++c) {
       nodeReduce(node, static_cast<const char*>(a.send), partial,
                  ColumnBlocks{v, block, ColumnBlocks::kAll, 0, c * chunk, (c + 1) * chunk},

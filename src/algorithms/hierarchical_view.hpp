@@ -12,7 +12,7 @@
 // and broadcast every phase is a set of operations with dependencies on the ones that produce its
 // data, so the executor overlaps the node's phases of one chunk with the network phase of another.
 // Allreduce, allgather and reduce-scatter run their node phases on the node's arena instead
-// (node_phases.hpp) and overlap them with the column's schedule through ColumnRun (below).
+// (node_phases.hpp) and overlap them with the column's schedule through AlongsideRun (context.hpp).
 #pragma once
 
 #include <vector>
@@ -47,41 +47,6 @@ inline size_t hierarchicalChunkElements(size_t count, size_t esize) {
   bytes = bytes < kMinChunk ? kMinChunk : bytes > kMaxChunk ? kMaxChunk : bytes;
   return bytes / esize > 0 ? bytes / esize : 1;
 }
-
-constexpr uint32_t kNoOp = ~uint32_t{0};
-
-// The column's schedule of a hierarchical call run beside its node phases on the arena (the
-// allreduce, allgather and reduce-scatter): begun at construction, it moves in every arena wait
-// and at every arena step of `node` (AlgoContext::wait, moveAlongside) until this ends, so the
-// network carries chunk k while the arena reduces chunk k+1 or shares chunk k-1. Node bytes never
-// enter a channel: they move once, through the arena. Its kGate operations wait for open() (the
-// node phase that writes what they guard is done).
-class ColumnRun {
- public:
-  ColumnRun(const AlgoContext& ctx, const AlgoContext& node, const Schedule& s, const void* input,
-            void* output)
-      : executor_(*ctx.executor),
-        env_(bindSchedule(ctx, s, input, output)),
-        slot_(*node.alongside) {
-    executor_.begin(s, std::span<char* const>(ctx.bindings->data(), ctx.bindings->size()), env_);
-    slot_.work = &executor_.progress();
-  }
-  ~ColumnRun() { slot_.work = nullptr; }
-  ColumnRun(const ColumnRun&) = delete;
-  ColumnRun& operator=(const ColumnRun&) = delete;
-
-  void open(uint32_t gate) { executor_.open(gate); }
-  // Drives the column alone until `op` is done (kNoOp: nothing to wait for).
-  void waitFor(uint32_t op) {
-    if (op != kNoOp) executor_.driveUntilDone(op);
-  }
-  void finish() { executor_.finish(); }
-
- private:
-  Executor& executor_;
-  const ExecEnv env_;  // the run's, for its length
-  Alongside& slot_;
-};
 
 // True when the ranks share one arena: runs the arena's algorithm instead (hierarchical.cpp).
 bool hierarchicalOnOneNode(const AlgoContext& ctx, const CollArgs& a);

@@ -16,7 +16,7 @@
 // read in place, and one step synchronizes the whole node. Measured at 2 x 4 ranks (netns, tcp):
 // allreduce 16-64 MiB 1.5-1.8x faster than the same phases as channel operations.
 //
-// The column's schedule of the same call may run beside them (ColumnRun, hierarchical_view.hpp):
+// The column's schedule of the same call may run beside them (AlongsideRun, context.hpp):
 // it takes a pass before every step and moves in every wait (AlgoContext::wait), so the network
 // carries one chunk while these phases work on another.
 #pragma once

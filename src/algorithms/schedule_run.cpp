@@ -69,13 +69,17 @@ void runBuiltSchedule(const AlgoContext& ctx, const Schedule& s, const void* inp
   ctx.executor->run(s, std::span<char* const>(ctx.bindings->data(), ctx.bindings->size()), env);
 }
 
-void runSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build) {
+void buildSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build) {
   Schedule& s = *ctx.schedule;
   s.clear(static_cast<int>(ctx.channels->size()));
   const CallExtents extents = callExtents(args, ctx.rank, ctx.nranks);
   s.setExtents(extents.sendBytes, extents.recvBytes);
   build(ctx, args, s);
   s.finish();
+}
+
+void runSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build) {
+  buildSchedule(ctx, args, build);
   runBuilt(ctx, args.send, args.recv);
 }
 

@@ -84,16 +84,25 @@ bool CoreSharing::crowded(Clock::time_point now) const {
   return nranks_ > cores_ || runnableThreads(now) > cores_;
 }
 
-bool CoreSharing::oversubscribed(Clock::time_point now) const {
+int CoreSharing::strangers(Clock::time_point now) const {
   int runnable = runnableThreads(now);
-  if (runnable < 0) return false;
-  // Strangers: the runnable threads that are not this host's awake ranks. Counted with every rank,
-  // awake or not, so that ranks going to sleep (which this answer makes them do) do not turn it.
+  if (runnable < 0) return -1;
   int awake = 0;
   for (int r = 0; r < nranks_; ++r)
     awake += lines_[r].sleeping.load(std::memory_order_relaxed) == 0;
-  int strangers = std::max(0, runnable - awake);
-  return strangers + nranks_ > cores_ + std::max(2, cores_ / 4);
+  return std::max(0, runnable - awake);
+}
+
+bool CoreSharing::oversubscribed(Clock::time_point now) const {
+  // Strangers counted with every rank, awake or not, so that ranks going to sleep (which this
+  // answer makes them do) do not turn it.
+  const int others = strangers(now);
+  return others >= 0 && others + nranks_ > cores_ + std::max(2, cores_ / 4);
+}
+
+bool CoreSharing::coreToSpare(Clock::time_point now) const {
+  const int others = strangers(now);
+  return others >= 0 && others + nranks_ < cores_;
 }
 
 }  // namespace loom

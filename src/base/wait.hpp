@@ -141,6 +141,10 @@ class CoreSharing {
   // cores: sleeping there put quiet calls into a slow state, 1 KiB 4.3 -> 51 us), nor from the
   // plain count of runnable threads, which falls as the ranks go to sleep.
   bool oversubscribed(Clock::time_point now = Clock::now()) const;
+  // Every rank of this host, awake or not, and the strangers runnable beside them leave a core
+  // idle: a wait that spins takes no core that another thread (the kernel's network processing
+  // too) is waiting for.
+  bool coreToSpare(Clock::time_point now = Clock::now()) const;
   // A yield of this rank gave its core to a stranger: it came back only after a time slice.
   // Remembered for 50 ms: the stranger is likely still there at the next waits, and each yield to
   // it would cost another slice.
@@ -149,6 +153,8 @@ class CoreSharing {
 
  private:
   int runnableThreads(Clock::time_point now) const;  // the host's, looked at once a ms at most
+  // The runnable threads that are not this host's awake ranks (-1: unknown).
+  int strangers(Clock::time_point now) const;
 
   WaitPresence* lines_ = nullptr;
   int nranks_ = 0;

@@ -155,6 +155,10 @@ GroupSetup Comm::groupSetup(std::vector<int> members) {
   const ShmArena& arena = transports_->arena();
   setup.corePeers =
       CoreSharing(arena.presence(), arena.nranks(), nodes_.localIndex(rank_), usableCores());
+  const std::string beside = env::besideWait();
+  setup.besideWait = beside == "spin"    ? BesideWait::kSpin
+                     : beside == "block" ? BesideWait::kBlock
+                                         : BesideWait::kAuto;
   setup.check = [this](int peer) { check(peer); };
   setup.observer = trace_.get();
   return setup;

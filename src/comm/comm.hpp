@@ -341,6 +341,17 @@ class Comm {
   void composedReduce(const CollArgs& args);
   void composedAllGather(const CollArgs& args);
   void composedReduceScatter(const CollArgs& args);
+  // The phases of a composed allreduce, broadcast or reduce as this rank takes part in them
+  // (absent where it has none): its cluster's call before the exchange, the exchange's call,
+  // its cluster's call after it.
+  struct ComposedPhases {
+    std::optional<CollArgs> before, exchange, after;
+  };
+  void runComposedPhases(const ComposedPhases& phases, const CollArgs& args);
+  bool clusterPhasesInChunks(const CollArgs& args) const;
+  void composedPhasesInChunks(const ComposedPhases& phases, const CollArgs& args);
+  // Runs the exchange's chunk now, or begins it beside the cluster's phases (true).
+  bool exchangeChunkBeside(const CollArgs& args, std::optional<AlongsideRun>& beside);
   void clusterCollective(const CollArgs& args);  // a call of this rank's collapsed cluster
   void exchangeInChunks(const CollArgs& args);   // an elementwise call of the exchange
   void exchangeInOnePiece(const CollArgs& args);

@@ -32,6 +32,7 @@ Group::Group(GroupSetup setup)
   ctx_.device = setup.device;
   ctx_.arena = setup.arena;
   ctx_.peers = setup.corePeers;
+  ctx_.besideWait = setup.besideWait;
   ctx_.channels = &channels_;
   // Waits name the communicator's ranks: the group's are translated.
   std::function<void(int)> check = std::move(setup.check);

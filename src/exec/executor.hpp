@@ -130,7 +130,7 @@ class Executor final : private Progress {
                     StreamGate& gate, const StreamOrder& order);
 
   // The stepwise driver, for a caller that interleaves the run with host work of its own (a
-  // hierarchical call's node phases on the arena, ColumnRun in algorithms/hierarchical_view.hpp):
+  // hierarchical call's node phases on the arena, AlongsideRun in algorithms/context.hpp):
   // begin() starts a run of host lanes (no device lane); it moves whenever the caller passes
   // progress() (between its steps and in its waits); kGate operations wait until the caller opens
   // them; driveUntilDone(op) drives the run alone until `op` is done, finish() until all is.

@@ -4,6 +4,8 @@
 # hang. The ranks are started here, not by loomrun (which would stop the survivors itself).
 #
 # Usage: hetero_fault.sh EMU_FAULT_TEST PLUGIN PLACEMENT VICTIM   e.g. ... ECCE 0
+# FAULT_NODES="A A B B" puts rank i on the fake node named by the i-th word (LOOM_NODE_ID), as
+# api/fake_nodes.sh does under loomrun.
 set -uo pipefail
 (($# == 4)) || { sed -n '2,6p' "$0"; exit 2; }
 test=$1 plugin=$2 placement=$3 victim=$4
@@ -13,8 +15,9 @@ export LOOM_WORLD_SIZE=$n LOOM_COMM_ID=127.0.0.1:$port LOOM_TIMEOUT=${LOOM_TIMEO
 export LOOM_TEST_PLACEMENT=$placement LOOM_JOB_SECRET
 LOOM_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 pids=()
+read -ra nodes <<<"${FAULT_NODES:-}"
 for ((r = 0; r < n; ++r)); do
-  LOOM_RANK=$r timeout $((LOOM_TIMEOUT * 3)) "$test" "$plugin" kill "$victim" &
+  LOOM_NODE_ID=${nodes[$r]:-} LOOM_RANK=$r timeout $((LOOM_TIMEOUT * 3)) "$test" "$plugin" kill "$victim" &
   pids+=($!)
 done
 failed=0
