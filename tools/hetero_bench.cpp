@@ -14,8 +14,9 @@
 // bytes as nccl-tests count them (hetero_ops.hpp; the header line says which), float32, sum.
 // Broadcast's and reduce's root: --root, by default the first device rank. Times are the
 // slowest rank's mean per call. Every size's result is checked once on every rank, bit-exact.
-// LOOM_CLUSTER_SPLIT applies to every communicator the process makes, the host ones of the
-// staged and cpu columns too: split a kind only where those columns do not matter.
+// LOOM_CLUSTER_SPLIT and LOOM_HETERO_ALGO apply to the heterogeneous communicator only: the host
+// communicators of the staged and cpu columns are made without them (they would split and compose
+// too, and a split sized for all ranks does not fit the CPU ranks' communicator).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -237,6 +238,66 @@ bool benchOp(const Bench& b, HeteroOp op, size_t minBytes, size_t maxBytes, int 
 
 }  // namespace
 
+// LOOM_CLUSTER_SPLIT and LOOM_HETERO_ALGO as the user gave them, taken out of the environment
+// at construction and put back only while the heterogeneous communicator is made.
+class HeteroSettings {
+ public:
+  HeteroSettings() {
+    for (Setting& s : settings_) {
+      const char* value = std::getenv(s.name);
+      s.set = value != nullptr;
+      if (s.set) s.value = value;
+    }
+    clear();
+  }
+  void apply() const {
+    for (const Setting& s : settings_)
+      if (s.set) setenv(s.name, s.value.c_str(), 1);
+  }
+  void clear() const {
+    for (const Setting& s : settings_) unsetenv(s.name);
+  }
+
+ private:
+  struct Setting {
+    const char* name;
+    bool set = false;
+    std::string value;
+  };
+  Setting settings_[2] = {{"LOOM_CLUSTER_SPLIT"}, {"LOOM_HETERO_ALGO"}};
+};
+
+// The world (the staged column's host communicator), the heterogeneous communicator on each
+// rank's device and the CPU ranks' own (the cpu column); sets the rank, the root (a device rank
+// unless given: the case where its data crosses a device boundary) and this rank's memory. Each
+// communicator reads the environment as it is made: HeteroSettings leaves the two settings to
+// the heterogeneous one.
+std::unique_ptr<Memory> makeCommunicators(Bench& b, int root) {
+  HeteroSettings hetero;
+  ok(loomCommInitFromEnv(&b.world, nullptr), "init");
+  loomCommUserRank(b.world, &b.rank);
+  loomCommCount(b.world, &b.nranks);
+  const std::string& placement = b.placement;
+  if (static_cast<int>(placement.size()) != b.nranks)
+    die("--placement needs one letter per rank (" + std::to_string(b.nranks) + ")");
+  if (root < 0) root = std::max<int>(0, static_cast<int>(placement.find_first_not_of('C')));
+  if (root >= b.nranks) die("--root " + std::to_string(root) + " is not a rank");
+  b.root = root;
+  b.me = placement[b.rank];
+  b.ncpus = static_cast<int>(std::count(placement.begin(), placement.end(), 'C'));
+  std::unique_ptr<Memory> mem = memoryFor(b.me);
+  b.mem = mem.get();
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  const std::string device = mem->device();
+  config.device = device.c_str();
+  hetero.apply();
+  ok(loomCommSplit(b.world, 0, b.rank, &b.hetero, &config), "heterogeneous communicator");
+  hetero.clear();
+  ok(loomCommSplit(b.world, b.me == 'C' ? 0 : LOOM_SPLIT_NOCOLOR, b.rank, &b.cpus, nullptr),
+     "cpu split");
+  return mem;
+}
+
 int main(int argc, char** argv) {
   Bench b;
   std::vector<HeteroOp> ops = {HeteroOp::kAllReduce};
@@ -276,32 +337,12 @@ int main(int argc, char** argv) {
   }
   if (factor < 2 || minBytes == 0) die("-f needs a factor of at least 2, -b at least 1 byte");
   if (b.iters < 1 || b.warmup < 0) die("-n needs at least 1 call, -w at least 0");
-  ok(loomCommInitFromEnv(&b.world, nullptr), "init");
-  loomCommUserRank(b.world, &b.rank);
-  loomCommCount(b.world, &b.nranks);
-  const std::string& placement = b.placement;
-  if (static_cast<int>(placement.size()) != b.nranks)
-    die("--placement needs one letter per rank (" + std::to_string(b.nranks) + ")");
-  // The root defaults to a device rank: the case where its data crosses a device boundary.
-  if (root < 0) root = std::max<int>(0, static_cast<int>(placement.find_first_not_of('C')));
-  if (root >= b.nranks) die("--root " + std::to_string(root) + " is not a rank");
-  b.root = root;
-  b.me = placement[b.rank];
-  b.ncpus = static_cast<int>(std::count(placement.begin(), placement.end(), 'C'));
-  std::unique_ptr<Memory> mem = memoryFor(b.me);
-  b.mem = mem.get();
-
-  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
-  const std::string device = mem->device();
-  config.device = device.c_str();
-  ok(loomCommSplit(b.world, 0, b.rank, &b.hetero, &config), "heterogeneous communicator");
-  ok(loomCommSplit(b.world, b.me == 'C' ? 0 : LOOM_SPLIT_NOCOLOR, b.rank, &b.cpus, nullptr),
-     "cpu split");
+  std::unique_ptr<Memory> mem = makeCommunicators(b, root);
 
   // Every buffer holds the largest size; allgather and reduce-scatter need one float per rank.
   const size_t cap = std::max(maxBytes, sizeof(float) * b.nranks);
   const bool outOfPlace = std::any_of(ops.begin(), ops.end(), [&](HeteroOp op) {
-    return !loom::tool::shapeFor(op, 0, b.nranks, root).inPlace();
+    return !loom::tool::shapeFor(op, 0, b.nranks, b.root).inPlace();
   });
   b.in = mem->allocate(cap);
   b.out = outOfPlace ? mem->allocate(cap) : b.in;
