@@ -366,7 +366,7 @@ void Comm::checkBuffers(const CollArgs& args) const {
 }
 
 void Comm::execute(const Algorithm& algo, const CollArgs& args) {
-  if (composition_.hetero && composes(args)) return executeComposed(args);
+  if (composition_.hetero && composes(args, algo)) return executeComposed(args);
   if (composition_.hetero && elementwise(args.func)) return executeChunked(algo, args);
   // Native collectives run every call themselves, execution plans included (loadPlan).
   if (algo.native >= 0 || !onDevice() || native() != nullptr)
@@ -388,16 +388,15 @@ void Comm::collective(const CollArgs& args) {
   beginOperation();
   FlightScope record(*flight_, health_.errorWord());
   failOnError([&] {
+    const Algorithm& algo = main_->select(args.func, args.count * dtypeSize(args.dtype));
     // A composed call's phases are calls of the groups they run on, which count and check them;
     // the whole communicator does not count it (nor do its stream-ordered ranks).
-    if (composition_.hetero && composes(args)) {
+    if (composition_.hetero && composes(args, algo)) {
       CollArgs a = args;
       if (a.accum < 0) a.accum = config_.accum;
       return executeComposed(a);
     }
     beginCall(args);
-    size_t bytes = args.count * dtypeSize(args.dtype);
-    const Algorithm& algo = main_->select(args.func, bytes);
     recordStart(record, args, algo);
     if (main_->checker().mode() >= 2) verifyFingerprint(args);
     LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " #", main_->checker().calls(), " count ",

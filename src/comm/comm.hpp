@@ -324,7 +324,7 @@ class Comm {
   void enqueueCollective(const Algorithm& algo, const CollArgs& args);
   void runJob(StreamJob& job);
   void releaseStagingIfIdle();
-  bool composes(const CollArgs& args);
+  bool composes(const CollArgs& args, const Algorithm& chosen);
   void prepareComposition();
   void setUpComposition();
   // A group of this communicator's ranks: on its device (a cluster) or on the host CPU (the

@@ -155,7 +155,7 @@ void Comm::enqueueCollective(const Algorithm& algo, const CollArgs& args) {
   // fingerprint it (the groups have no bootstrap; their signatures still meet).
   CollArgs a = args;
   if (a.accum < 0) a.accum = config_.accum;
-  if (composition_.hetero && composes(a)) return executeComposed(a);
+  if (composition_.hetero && composes(a, algo)) return executeComposed(a);
   if (main_->checker().mode() >= 2) verifyFingerprint(args);
   LOOM_INFO(kSubsysColl, rank_, funcName(args.func), " count ", args.count, " ",
             dtypeName(args.dtype), " -> ", algo.name,

@@ -117,7 +117,7 @@ void Comm::runInChunks(Group& group, const CollArgs& args, const Algorithm* ever
              args, chunk);
 }
 
-bool Comm::composes(const CollArgs& args) {
+bool Comm::composes(const CollArgs& args, const Algorithm& chosen) {
   // Every rank decides the same from the call alone: a composed call is counted by the
   // groups only, a flat one by this communicator.
   const loomFunc_t f = args.func;
@@ -131,8 +131,9 @@ bool Comm::composes(const CollArgs& args) {
   // not yet explained, and 1.7-2.0x flat's time from 16 MiB); under 1 MiB it lost on one H100
   // shared by two CUDA ranks too (48 us against 18 us at 8 B). It runs when asked for.
   if (composition_.algo != "composed") return false;
-  // An execution plan is for the whole communicator's ranks: the call runs flat.
-  if (isPlan(main_->select(f, args.count * dtypeSize(args.dtype)))) return false;
+  // An execution plan is for the whole communicator's ranks: the call runs flat. `chosen` is the
+  // call's one selection (a selector callback is asked once per call).
+  if (isPlan(chosen)) return false;
   if (!composition_.ready) setUpComposition();
   return composition_.composed;
 }
