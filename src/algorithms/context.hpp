@@ -33,10 +33,12 @@ struct Alongside {
   Progress* work = nullptr;
 };
 
-// How an arena wait with work beside it waits (LOOM_BESIDE_WAIT): spinning and yielding as an
-// arena wait does, moving the work at every look, or blocking on the work's sockets too; auto:
-// spin where the host has a core to spare (CoreSharing::coreToSpare), else block.
-enum class BesideWait : uint8_t { kAuto, kSpin, kBlock };
+// How an arena wait with work beside it waits (LOOM_BESIDE_WAIT): blocking on the work's sockets
+// too (the default, as always before), spinning and yielding as an arena wait does, moving the
+// work at every look, or auto: spin where the host has a core to spare
+// (CoreSharing::coreToSpare), else block. Spinning measured faster with spare cores in two runs
+// and slower in a third (auto, noisy; docs/benchmarks.md): not the default until shown.
+enum class BesideWait : uint8_t { kBlock, kSpin, kAuto };
 
 class AlgoContext {
  public:
@@ -76,7 +78,7 @@ class AlgoContext {
   std::function<void(const std::vector<std::optional<CallSignature>>&)> mismatch;
 
   Alongside* alongside = nullptr;  // the workspace's (null: never any)
-  BesideWait besideWait = BesideWait::kAuto;
+  BesideWait besideWait = BesideWait::kBlock;
 
   // Whether a wait beside arena phases spins now (BesideWait).
   bool spinsBeside() const {
@@ -111,6 +113,7 @@ class AlgoContext {
   // the time of blocking, two noisy runs; 2 x 2 on 2 cores: 16 MiB 1.33x, so auto blocks there).
   template <typename Ready>
   void waitAlongside(Ready& ready, int peer, Progress& work) const {
+    if (ready()) return;
     auto readyOrMove = [&] { return ready() || (work.pass(), ready()); };
     auto checkBoth = [&] {
       check(peer);
@@ -221,14 +224,14 @@ inline void runAlgorithm(const Algorithm& algo, const AlgoContext& ctx, const Co
 // An operation index that names none (a builder's "nothing to wait for").
 constexpr uint32_t kNoOp = ~uint32_t{0};
 
-// A schedule on ctx's channels run beside arena phases of another context, `beside` (its arena
-// steps): begun at construction, it moves in every wait of `beside`'s arena and at each of its
-// steps (AlgoContext::wait, moveAlongside) until this ends. So the network carries one chunk of
-// a call while the arena reduces or shares another, and the arena's bytes never enter a channel.
-// Its users: a hierarchical call's column beside its node phases (hierarchical.cpp,
-// hierarchical_blocks.cpp) and a heterogeneous leader's exchange beside its cluster's phases
-// (comm/hetero_composed.cpp). Its kGate operations wait for open() (the arena phase that writes
-// what they guard is done).
+// A schedule on ctx's channels run beside arena phases of another context, `beside`: begun at
+// construction, it moves in every wait of `beside`'s arena and at each of its arena steps
+// (AlgoContext::wait; ShmStage's constructor calls moveAlongside) until this ends. So the network
+// carries one chunk of a call while the arena reduces or shares another, and the arena's bytes
+// never enter a channel. Its users: a hierarchical call's column beside its node phases
+// (hierarchical.cpp, hierarchical_blocks.cpp) and a heterogeneous leader's exchange beside its
+// cluster's phases (comm/hetero_composed.cpp). Its kGate operations wait for open() (the arena
+// phase that writes what they guard is done).
 class AlongsideRun {
  public:
   AlongsideRun(const AlgoContext& ctx, const AlgoContext& beside, const Schedule& s,

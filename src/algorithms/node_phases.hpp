@@ -16,9 +16,9 @@
 // read in place, and one step synchronizes the whole node. Measured at 2 x 4 ranks (netns, tcp):
 // allreduce 16-64 MiB 1.5-1.8x faster than the same phases as channel operations.
 //
-// The column's schedule of the same call may run beside them (AlongsideRun, context.hpp):
-// it takes a pass before every step and moves in every wait (AlgoContext::wait), so the network
-// carries one chunk while these phases work on another.
+// The column's schedule of the same call may run beside them (AlongsideRun, context.hpp): it
+// takes a pass at every step (ShmStage) and moves in every wait (AlgoContext::wait), so the
+// network carries one chunk while these phases work on another.
 #pragma once
 
 #include <algorithm>
@@ -78,7 +78,6 @@ void nodeReduce(const AlgoContext& node, const char* send, char* dst, const Piec
   size_t window = std::max(node.arena->slotBytes() / owners / red.esize, size_t{1}) * red.esize;
   std::vector<const void*>& srcs = *node.sources;
   for (size_t lo = 0; lo < longest; lo += window) {
-    node.moveAlongside();
     ShmStage stage(node);
     int slotIndex = 0, mySlot = -1;
     for (int r = 0; r < n; ++r) {
@@ -113,7 +112,6 @@ void nodeShare(const AlgoContext& node, const char* src, const Pieces& pieces, L
   if (longest == 0) return;
   size_t slot = node.arena->slotBytes() & ~size_t{7};
   for (size_t lo = 0; lo < longest; lo += slot) {
-    node.moveAlongside();
     ShmStage stage(node);
     forWindow(pieces, me, lo, lo + slot, [&](size_t offset, size_t bytes, size_t pos) {
       node.device->copy(stage.myIn() + (pos - lo), src + offset, bytes);

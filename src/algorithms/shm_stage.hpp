@@ -37,6 +37,9 @@ class ShmStage {
         arena_(*ctx.arena),
         check_(ctx.callCheck != nullptr && ctx.callCheck->enabled ? ctx.callCheck : nullptr),
         step_(++*ctx.step) {
+    // Every arena step is a turn of the work beside it, if any (AlongsideRun): a rank whose waits
+    // find their flags set keeps it moving too.
+    ctx.moveAlongside();
     // An unverified step left pending here is checked at the next waitAllIn instead.
     if (step_ <= 2 || reuse == Reuse::kOrderedByCaller) return;
     // The step of two steps back: every rank must have finished reading it (and, if this rank

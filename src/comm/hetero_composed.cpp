@@ -28,11 +28,12 @@
 //               each collapsed cluster.
 // Allreduce, broadcast and reduce overlap their phases where a CPU cluster has an arena of its
 // own (its ranks on one node) and the call spans several exchange chunks: the cluster's phases
-// run chunk by chunk, and its leader's exchange of chunk t, where it is a schedule on the network
-// channels (AlongsideRun, algorithms/context.hpp), moves in the arena's waits while the cluster
-// reduces chunk t+1 and broadcasts chunk t-1 (composedPhasesInChunks). The exchange's members see
-// the same chunk calls either way. Where the exchange has an arena too (one node), its chunks run
-// one after another between the cluster's (an arena algorithm cannot move beside another).
+// run chunk by chunk, and its leader's exchange of chunk t, where it is a schedule on channels
+// (AlongsideRun, algorithms/context.hpp) and waits beside the arena spin (LOOM_BESIDE_WAIT),
+// moves at the arena's steps and in its waits while the cluster reduces chunk t+1 and broadcasts
+// chunk t-1 (composedPhasesInChunks). The exchange's members see the same chunk calls either way.
+// Else, e.g. where the exchange runs an arena algorithm (one node: an arena algorithm cannot move
+// beside another), its chunks run one after another between the cluster's.
 // Average is not composed (Comm::composes). Scratch (a leader's partial results, the allgather's
 // blocks in exchange order) grows once; on device ranks it is device memory, retired on growth
 // while calls in flight may use it. A device rank whose device runs host tasks enqueues every
