@@ -3,7 +3,7 @@
 #   SIDES="A=/tmp/bA B=/tmp/bB ..." NRANKS NODES; SPLIT set: LOOM_CLUSTER_SPLIT + composed.
 OUT=$1; ROUNDS=${ROUNDS:-3}; OPS=${OPS:-allreduce}
 N=${NRANKS:-4} SPLIT=${SPLIT:-} NODES=${NODES:-A A B B}
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../../.." && pwd)  # the repository root
 mkdir -p $OUT
 for r in $(seq 1 $ROUNDS); do
  for op in $OPS; do
