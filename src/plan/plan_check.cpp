@@ -142,8 +142,9 @@ void runTrial(const PlanProgram& program, const Trial& t, std::mt19937_64& rando
 }
 
 std::string refText(const ChunkRef& r) {
+  // As the DSL writes chunks (p.input[2], p.output[0:4]: Python's slices).
   std::string text = std::string(planBufferName(r.buffer)) + "[" + std::to_string(r.index);
-  if (r.count > 1) text += ".." + std::to_string(r.index + r.count - 1);
+  if (r.count > 1) text.append(":").append(std::to_string(r.index + r.count));
   return text + "]";
 }
 

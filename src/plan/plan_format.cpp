@@ -69,9 +69,9 @@ ChunkRef chunkRef(const JsonValue& v, const Plan& plan, const Place& at) {
     ref.count = static_cast<uint32_t>(integerIn(v.items()[2], "chunk count", 1, chunks, at));
   const uint32_t block = ref.index / plan.chunksPerBlock;
   if ((ref.index + ref.count - 1) / plan.chunksPerBlock != block || ref.index + ref.count > chunks)
-    at.fail("chunks " + name + "[" + std::to_string(ref.index) + ", +" + std::to_string(ref.count) +
-            ") cross a block boundary (" + std::to_string(plan.chunksPerBlock) +
-            " chunks a block)");
+    at.fail("chunks " + name + "[" + std::to_string(ref.index) + ":" +
+            std::to_string(ref.index + ref.count) + "] cross a block boundary (" +
+            std::to_string(plan.chunksPerBlock) + " chunks a block)");
   return ref;
 }
 

@@ -161,9 +161,11 @@ TEST(PlanCheck, RefusesTransfersWhoseSizesDifferAtSomeCallSizes) {
   expectRefused(fourChunks(swapped),
                 "rank 0 op 4 (send): sends input[3] to rank 1, whose op 5 receives it into "
                 "output[2]: they differ in size at some call sizes");
+  auto across = [&](int c) { return c == 3 ? std::string("[\"input\",3,2]") : same(c); };
+  expectRefused(fourChunks(across), "chunks input[3:5] cross a block boundary (4 chunks a block)");
   auto wider = [&](int c) { return c == 0 ? std::string("[\"input\",0,2]") : same(c); };
   expectRefused(fourChunks(wider),
-                "rank 0 op 0 (send): sends input[0..1] to rank 1, whose op 1 receives it into "
+                "rank 0 op 0 (send): sends input[0:2] to rank 1, whose op 1 receives it into "
                 "output[0]: they differ in size (other chunk counts)");
 }
 
@@ -178,13 +180,13 @@ TEST(PlanCheck, RefusesOperandsOfAnotherSizeOrAtAnotherOffset) {
   expectRefused(
       plan.replace(plan.find(last), last.size(), copy),
       "rank 0 op 8 (copy): scratch[0] and output[1]: they differ in size at some call sizes");
-  // scratch[0..1] from scratch[1..2] would also read what it overwrites.
+  // scratch[0:2] from scratch[1:3] would also read what it overwrites.
   const std::string shift =
       R"("final":true},{"op":"copy","dst":["scratch",1,2],"src":["output",1,2]},)"
       R"({"op":"copy","dst":["scratch",0,2],"src":["scratch",1,2]}]},{"ops")";
   plan = fourChunks(same);
   expectRefused(plan.replace(plan.find(last), last.size(), shift),
-                "rank 0 op 9 (copy): scratch[0..1] and scratch[1..2]: they differ in size");
+                "rank 0 op 9 (copy): scratch[0:2] and scratch[1:3]: they differ in size");
 }
 
 TEST(PlanCheck, RefusesTheWrongRankCountAtRegistration) {
