@@ -38,11 +38,13 @@ Roles rolesOf(const CollArgs& args, int rank) {
 
 }  // namespace
 
-CollArgs chunkOfCall(const CollArgs& args, size_t offset, size_t bytes) {
+CollArgs chunkOfCall(const CollArgs& args, size_t index, size_t chunkBytes) {
+  const size_t elementBytes = dtypeSize(args.dtype);
+  const Chunk chunk = chunkAt(index, args.count * elementBytes, chunkBytes);
   CollArgs c = args;
-  c.count = bytes / dtypeSize(args.dtype);
-  if (c.send != nullptr) c.send = static_cast<const char*>(args.send) + offset;
-  if (c.recv != nullptr) c.recv = static_cast<char*>(args.recv) + offset;
+  c.count = chunk.bytes / elementBytes;
+  if (c.send != nullptr) c.send = static_cast<const char*>(args.send) + chunk.offset;
+  if (c.recv != nullptr) c.recv = static_cast<char*>(args.recv) + chunk.offset;
   return c;
 }
 
@@ -65,8 +67,8 @@ void runChunked(const ChunkAlgorithm& select, const AlgoContext& ctx, const Coll
                 size_t chunkBytes) {
   const size_t elementBytes = dtypeSize(args.dtype), total = args.count * elementBytes;
   for (size_t i = 0, n = chunkCount(total, chunkBytes); i < n; ++i) {
-    Chunk chunk = chunkAt(i, total, chunkBytes);
-    runAlgorithm(select(chunk.bytes), ctx, chunkOfCall(args, chunk.offset, chunk.bytes));
+    const CollArgs part = chunkOfCall(args, i, chunkBytes);
+    runAlgorithm(select(part.count * elementBytes), ctx, part);
   }
 }
 

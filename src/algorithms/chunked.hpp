@@ -24,9 +24,9 @@ namespace loom {
 // inputs, so that cutting them into chunks changes nothing of the result.
 bool elementwise(loomFunc_t func);
 
-// The part of an elementwise call from byte `offset` of its buffers, `bytes` long (whole
-// elements): the same call on those elements.
-CollArgs chunkOfCall(const CollArgs& args, size_t offset, size_t bytes);
+// Chunk `index` of an elementwise call cut into chunks of `chunkBytes` (whole elements; the last
+// may be shorter): the same call on those elements.
+CollArgs chunkOfCall(const CollArgs& args, size_t index, size_t chunkBytes);
 
 // The chunk size, in bytes, a heterogeneous communicator uses for a call of `bytes` of elements of
 // `elementBytes`: whole elements, the same on every rank (it depends only on the call and on

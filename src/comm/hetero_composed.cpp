@@ -167,9 +167,7 @@ void Comm::composedPhasesInChunks(const ComposedPhases& phases, const CollArgs& 
   // exchange's members see the same chunk calls as from exchangeInChunks.
   const size_t total = args.count * dtypeSize(args.dtype), chunk = heteroChunk(args);
   const size_t chunks = chunkCount(total, chunk);
-  auto part = [&](const CollArgs& a, size_t t) {
-    return chunkOfCall(a, t * chunk, std::min(chunk, total - t * chunk));
-  };
+  auto part = [chunk](const CollArgs& a, size_t t) { return chunkOfCall(a, t, chunk); };
   Group* exchange = phases.exchange ? composition_.exchange.get() : nullptr;
   if (exchange != nullptr) beginCall(*exchange, *phases.exchange);
   std::optional<AlongsideRun> beside;  // the exchange of the chunk before

@@ -141,13 +141,6 @@ void runTrial(const PlanProgram& program, const Trial& t, std::mt19937_64& rando
   }
 }
 
-std::string refText(const ChunkRef& r) {
-  // As the DSL writes chunks (p.input[2], p.output[0:4]: Python's slices).
-  std::string text = std::string(planBufferName(r.buffer)) + "[" + std::to_string(r.index);
-  if (r.count > 1) text.append(":").append(std::to_string(r.index + r.count));
-  return text + "]";
-}
-
 [[noreturn]] void failOp(const Plan& plan, int rank, size_t op, const std::string& what) {
   LOOM_THROW(loomInvalidArgument, "plan '", plan.name, "': rank ", rank, " op ", op, " (",
              planOpName(plan.ranks[rank].ops[op].kind), "): ", what);
@@ -176,8 +169,9 @@ void checkOperands(const Plan& plan, int r, size_t i) {
   if (op.kind == PlanOpKind::kSend) return;
   for (const ChunkRef& src : op.srcs) {
     if (!sameShape(plan, op.dst, src))
-      failOp(plan, r, i,
-             refText(op.dst) + " and " + refText(src) + ": " + sizeMismatch(op.dst, src));
+      failOp(
+          plan, r, i,
+          planChunkText(op.dst) + " and " + planChunkText(src) + ": " + sizeMismatch(op.dst, src));
   }
 }
 
@@ -203,8 +197,8 @@ void checkTransfers(const Plan& plan) {
       const ChunkRef& into = plan.ranks[p].ops[taken[k]].dst;
       if (!sameShape(plan, from, into))
         failOp(plan, r, sent[k],
-               "sends " + refText(from) + " to rank " + std::to_string(p) + ", whose op " +
-                   std::to_string(taken[k]) + " receives it into " + refText(into) + ": " +
+               "sends " + planChunkText(from) + " to rank " + std::to_string(p) + ", whose op " +
+                   std::to_string(taken[k]) + " receives it into " + planChunkText(into) + ": " +
                    sizeMismatch(from, into));
     }
   }

@@ -69,8 +69,7 @@ ChunkRef chunkRef(const JsonValue& v, const Plan& plan, const Place& at) {
     ref.count = static_cast<uint32_t>(integerIn(v.items()[2], "chunk count", 1, chunks, at));
   const uint32_t block = ref.index / plan.chunksPerBlock;
   if ((ref.index + ref.count - 1) / plan.chunksPerBlock != block || ref.index + ref.count > chunks)
-    at.fail("chunks " + name + "[" + std::to_string(ref.index) + ":" +
-            std::to_string(ref.index + ref.count) + "] cross a block boundary (" +
+    at.fail("chunks " + planChunkText(ref) + " cross a block boundary (" +
             std::to_string(plan.chunksPerBlock) + " chunks a block)");
   return ref;
 }
@@ -164,6 +163,12 @@ void header(const JsonValue& json, Plan& plan, const Place& at) {
 }  // namespace
 
 const char* planBufferName(PlanBuffer buffer) { return kBufferNames[static_cast<int>(buffer)]; }
+
+std::string planChunkText(const ChunkRef& ref) {
+  std::string text = std::string(planBufferName(ref.buffer)) + "[" + std::to_string(ref.index);
+  if (ref.count > 1) text.append(":").append(std::to_string(ref.index + ref.count));
+  return text + "]";
+}
 const char* planOpName(PlanOpKind kind) { return kOpNames[static_cast<int>(kind)]; }
 
 bool planSupports(loomFunc_t func) {

@@ -31,6 +31,8 @@ struct ChunkRef {
   uint32_t index = 0;
   uint32_t count = 1;
 };
+// As the DSL writes chunks (p.input[2], p.output[0:4]: Python's slices), for plan errors.
+std::string planChunkText(const ChunkRef& ref);
 
 enum class PlanOpKind : uint8_t { kSend, kRecv, kRecvReduce, kCopy, kReduce };
 const char* planOpName(PlanOpKind kind);
