@@ -12,7 +12,7 @@
 
 #include "base/error.hpp"
 #include "comm/comm.hpp"
-#include "comm/progress_queue.hpp"
+#include "exec/progress_queue.hpp"
 
 enum class HandleState : int { kInitializing, kLive, kDestroying, kDestroyed };
 

@@ -40,10 +40,10 @@
 #include "comm/group_run.hpp"
 #include "comm/health.hpp"
 #include "comm/p2p_engine.hpp"
-#include "comm/progress_queue.hpp"
 #include "comm/stream_jobs.hpp"
 #include "comm/trace.hpp"
 #include "comm/transports.hpp"
+#include "exec/progress_queue.hpp"
 #include "plan/plan_registry.hpp"
 #include "plan/selector.hpp"
 #include "topology/cluster_map.hpp"
@@ -68,7 +68,7 @@ struct CommConfig {
   // Where the communicator keeps its abort flag, if not in itself: the C handle's, so that a
   // destroy can stop a non-blocking initialization that is still inside the constructor.
   std::atomic<bool>* abortFlag = nullptr;
-  // The progress queue of the communicator's tree (comm/progress_queue.hpp): null, its own, or a
+  // The progress queue of the communicator's tree (exec/progress_queue.hpp): null, its own, or a
   // non-blocking handle's (progressRoot: this communicator reports the queue's failures).
   ProgressQueue* progress = nullptr;
   bool progressRoot = false;

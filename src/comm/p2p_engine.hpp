@@ -10,7 +10,7 @@
 //    else does, so blocking point-to-point costs no thread hand-off and allocates nothing.
 //  - Non-blocking requests (loomIsend/loomIrecv), and groups whose collectives run while their
 //    sends and receives are in flight, hand the driving to the communicator's progress queue
-//    (comm/progress_queue.hpp), whose thread drives whenever tickets are outstanding and no
+//    (exec/progress_queue.hpp), whose thread drives whenever tickets are outstanding and no
 //    caller does.
 // A failure (timeout, dead peer, size mismatch, abort) finishes every outstanding ticket with the
 // error and aborts the communicator.
@@ -29,8 +29,8 @@
 #include "base/error.hpp"
 #include "base/wait.hpp"
 #include "comm/flight_recorder.hpp"
-#include "comm/progress_queue.hpp"
 #include "exec/executor.hpp"
+#include "exec/progress_queue.hpp"
 
 namespace loom {
 

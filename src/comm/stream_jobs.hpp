@@ -11,7 +11,7 @@
 //     lane with gate() (exec/executor.hpp) and records the end event (enqueued()). Handed over
 //     before its stream work is enqueued: the enqueue may block on a full launch queue until the
 //     host part has released gates (StreamOrder).
-//   progress queue (comm/progress_queue.hpp): each job is a task that runs its host part
+//   progress queue (exec/progress_queue.hpp): each job is a task that runs its host part
 //     (Hooks::run: waits for its input events, runs the host algorithm, releases its gates). A
 //     failure opens the gate for good, so every stream runs to its end and no caller waits for
 //     ever, and is the queue's failure (which aborts the communicator); the jobs after it are
@@ -30,8 +30,8 @@
 
 #include "algorithms/staged.hpp"
 #include "base/error.hpp"
-#include "comm/progress_queue.hpp"
 #include "exec/executor.hpp"
+#include "exec/progress_queue.hpp"
 #include "exec/stream_gate.hpp"
 
 namespace loom {

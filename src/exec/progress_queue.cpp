@@ -1,4 +1,4 @@
-#include "comm/progress_queue.hpp"
+#include "exec/progress_queue.hpp"
 
 #include <algorithm>
 #include <optional>
