@@ -79,6 +79,7 @@ class PollSet {
     networked_ = true;
   }
   bool empty() const { return fds_.empty() && !networked_; }
+  bool hasDescriptors() const { return !fds_.empty(); }
   bool complete() const { return complete_ && !fds_.empty(); }
   // Returns when a descriptor is ready (errors and hang-ups included) or after timeoutNs.
   void block(long timeoutNs) {
