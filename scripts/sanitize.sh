@@ -36,6 +36,7 @@ SLOTS=(
   "tsan|api_unit_test faults_test fault_rank loomrun|^(api_unit_test|faults_test)$"
   "tsan|transport_test p2p_test loomrun|^(transport_test|p2p_n2|p2p_n3)$"
   "tsan|emu_collectives_test loom-device-emu loomrun|^(emu_collectives_n2|emu_hetero_composed_ECEE|emu_hetero_staged_CECE)$"
+  "tsan|collectives_test emu_collectives_test emu_fault_test loom-device-emu loomrun|^(collectives_hier_thread_AABBB|emu_hetero_hier_thread_kill.*|emu_hetero_composed_beside_thread_.*)$"
 )
 
 # Slots too long for CI's time beside the Python tests: `ci` leaves them out, `make test-asan` runs

@@ -18,6 +18,7 @@
 #include "device/native.hpp"
 #include "exec/executor.hpp"
 #include "exec/schedule.hpp"
+#include "exec/threaded_run.hpp"
 #include "loom/loom.h"
 #include "transport/channel.hpp"
 #include "transport/shm/shm_arena.hpp"
@@ -26,19 +27,26 @@ namespace loom {
 
 struct Hierarchy;  // below
 
-// Work that moves while a context's arena waits wait and between its arena steps: a schedule on
-// the network channels run beside the arena phases (AlongsideRun, below), so the network carries
-// one chunk while the arena reduces or shares another. Set for one call.
+// Work that moves while a context's arena phases run: a schedule on the network channels run
+// beside them (AlongsideRun, below), so the network carries one chunk while the arena reduces or
+// shares another. Either this thread moves it, in the arena's waits and between its steps
+// (`work`), or a thread of its own does (`thread`: the arena's waits only watch for its failure).
+// Set for one call.
 struct Alongside {
   Progress* work = nullptr;
+  const ThreadedRun* thread = nullptr;
 };
 
-// How an arena wait with work beside it waits (LOOM_BESIDE_WAIT): blocking on the work's sockets
-// too (the default, as always before), spinning and yielding as an arena wait does, moving the
-// work at every look, or auto: spin where the host has a core to spare
-// (CoreSharing::coreToSpare), else block. Spinning measured faster with spare cores in two runs
-// and slower in a third (auto, noisy; docs/benchmarks.md): not the default until shown.
-enum class BesideWait : uint8_t { kBlock, kSpin, kAuto };
+// How the work beside an arena moves (LOOM_BESIDE_WAIT): in this thread, whose arena waits block
+// on the work's sockets too while it waits on the network (block), or spin and yield as an arena
+// wait does, moving the work at every look (spin); on a thread of its own (thread: its sends,
+// receives and reductions take another core than the arena's copies); or auto: thread for runs
+// of kThreadBesideMinBytes and more where the host has a core to spare
+// (CoreSharing::coreToSpare), else block.
+enum class BesideWait : uint8_t { kBlock, kSpin, kThread, kAuto };
+// Below this a hierarchical call is one or two pipeline chunks (hierarchical_view.hpp), so there
+// is little to overlap, and handing a run to its thread costs a wake-up (tens of microseconds).
+inline constexpr uint64_t kThreadBesideMinBytes = uint64_t{2} << 20;
 
 class AlgoContext {
  public:
@@ -79,17 +87,32 @@ class AlgoContext {
 
   Alongside* alongside = nullptr;  // the workspace's (null: never any)
   BesideWait besideWait = BesideWait::kBlock;
+  std::unique_ptr<ThreadedRun>* threadedRun = nullptr;  // the workspace's, made at first use
 
-  // Whether a wait beside arena phases spins now (BesideWait).
-  bool spinsBeside() const {
-    return besideWait == BesideWait::kSpin ||
-           (besideWait == BesideWait::kAuto && peers && peers.coreToSpare());
+  // Whether a run of `bytes` (its input or output, the larger) beside this context's arena phases
+  // goes on a thread of its own now, or moves in this thread with spinning waits (BesideWait).
+  bool threadsBeside(uint64_t bytes) const {
+    return besideWait == BesideWait::kThread ||
+           (besideWait == BesideWait::kAuto && bytes >= kThreadBesideMinBytes && peers &&
+            peers.coreToSpare());
   }
+  bool spinsBeside() const { return besideWait == BesideWait::kSpin; }
+  bool movesBeside(uint64_t bytes) const { return spinsBeside() || threadsBeside(bytes); }
 
   template <typename Ready>
   void wait(Ready&& ready, int peer) const {
     if (alongside != nullptr && alongside->work != nullptr)
       return waitAlongside(ready, peer, *alongside->work);
+    if (alongside != nullptr && alongside->thread != nullptr) {
+      const ThreadedRun& beside = *alongside->thread;
+      return waitUntil(
+          ready,
+          [&] {
+            check(peer);
+            beside.throwIfFailed();
+          },
+          peers);
+    }
     waitUntil(
         ready, [&] { check(peer); }, peers);
   }
@@ -168,6 +191,7 @@ struct AlgoWorkspace {
   std::vector<char*> bindings;
   PollSet pollSet;
   Alongside alongside;
+  std::unique_ptr<ThreadedRun> threadedRun;
   uint64_t step = 0;
   // Points ctx's workspace fields here, sized for `nranks` ranks.
   void attach(AlgoContext& ctx, int nranks);
@@ -230,38 +254,33 @@ inline void runAlgorithm(const Algorithm& algo, const AlgoContext& ctx, const Co
 constexpr uint32_t kNoOp = ~uint32_t{0};
 
 // A schedule on ctx's channels run beside arena phases of another context, `beside`: begun at
-// construction, it moves in every wait of `beside`'s arena and at each of its arena steps
-// (AlgoContext::wait; ShmStage's constructor calls moveAlongside) until this ends. So the network
-// carries one chunk of a call while the arena reduces or shares another, and the arena's bytes
-// never enter a channel. Its users: a hierarchical call's column beside its node phases
+// construction, it moves until this ends, either in every wait of `beside`'s arena and at each of
+// its arena steps (AlgoContext::wait; ShmStage's constructor calls moveAlongside), or on ctx's
+// thread for runs beside (ThreadedRun) where `beside` threads its work (threadsBeside). So the
+// network carries one chunk of a call while the arena reduces or shares another, and the arena's
+// bytes never enter a channel. Its users: a hierarchical call's column beside its node phases
 // (hierarchical.cpp, hierarchical_blocks.cpp) and a heterogeneous leader's exchange beside its
 // cluster's phases (comm/hetero_composed.cpp). Its kGate operations wait for open() (the arena
-// phase that writes what they guard is done).
+// phase that writes what they guard is done). Destroyed early (a failure), it abandons the run.
 class AlongsideRun {
  public:
   AlongsideRun(const AlgoContext& ctx, const AlgoContext& beside, const Schedule& s,
-               const void* input, void* output)
-      : executor_(*ctx.executor),
-        env_(bindSchedule(ctx, s, input, output)),
-        slot_(*beside.alongside) {
-    executor_.begin(s, std::span<char* const>(ctx.bindings->data(), ctx.bindings->size()), env_);
-    slot_.work = &executor_.progress();
-  }
-  ~AlongsideRun() { slot_.work = nullptr; }
+               const void* input, void* output);
+  ~AlongsideRun();
   AlongsideRun(const AlongsideRun&) = delete;
   AlongsideRun& operator=(const AlongsideRun&) = delete;
 
-  void open(uint32_t gate) { executor_.open(gate); }
-  // Drives the run alone until `op` is done (kNoOp: nothing to wait for).
-  void waitFor(uint32_t op) {
-    if (op != kNoOp) executor_.driveUntilDone(op);
-  }
-  void finish() { executor_.finish(); }
+  void open(uint32_t gate);
+  // Until `op` is done (kNoOp: nothing to wait for); inline, drives the run alone meanwhile.
+  void waitFor(uint32_t op);
+  void finish();
 
  private:
   Executor& executor_;
   const ExecEnv env_;  // the run's, for its length
   Alongside& slot_;
+  const CoreSharing waiter_;       // the calling rank's, for waits on the thread
+  ThreadedRun* thread_ = nullptr;  // the run's thread; null: moved inline
 };
 
 }  // namespace loom

@@ -31,6 +31,7 @@ void AlgoWorkspace::attach(AlgoContext& ctx, int nranks) {
   ctx.pollSet = &pollSet;
   ctx.step = &step;
   ctx.alongside = &alongside;
+  ctx.threadedRun = &threadedRun;
 }
 
 void runBuilt(const AlgoContext& ctx, const void* input, void* output) {
@@ -81,6 +82,55 @@ void buildSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn buil
 void runSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build) {
   buildSchedule(ctx, args, build);
   runBuilt(ctx, args.send, args.recv);
+}
+
+AlongsideRun::AlongsideRun(const AlgoContext& ctx, const AlgoContext& beside, const Schedule& s,
+                           const void* input, void* output)
+    : executor_(*ctx.executor),
+      env_(bindSchedule(ctx, s, input, output)),
+      slot_(*beside.alongside),
+      waiter_(beside.peers) {
+  executor_.begin(s, std::span<char* const>(ctx.bindings->data(), ctx.bindings->size()), env_);
+  const std::vector<ScheduleBuffer>& buffers = s.buffers();
+  const uint64_t bytes =
+      std::max(buffers[Schedule::kInput].bytes, buffers[Schedule::kOutput].bytes);
+  if (ctx.threadedRun == nullptr || !beside.threadsBeside(bytes)) {
+    slot_.work = &executor_.progress();
+    return;
+  }
+  if (!*ctx.threadedRun) *ctx.threadedRun = std::make_unique<ThreadedRun>();  // once
+  thread_ = ctx.threadedRun->get();
+  // Nothing else of ctx waits during the run: its poll set is the thread's.
+  thread_->start(executor_, s.ops().size(), *ctx.pollSet);
+  slot_.thread = thread_;
+}
+
+AlongsideRun::~AlongsideRun() {
+  if (thread_ != nullptr) thread_->abandon();
+  slot_.work = nullptr;
+  slot_.thread = nullptr;
+}
+
+void AlongsideRun::open(uint32_t gate) {
+  if (thread_ != nullptr)
+    thread_->open(gate);
+  else
+    executor_.open(gate);
+}
+
+void AlongsideRun::waitFor(uint32_t op) {
+  if (op == kNoOp) return;
+  if (thread_ != nullptr)
+    thread_->waitFor(op, waiter_);
+  else
+    executor_.driveUntilDone(op);
+}
+
+void AlongsideRun::finish() {
+  if (thread_ != nullptr)
+    thread_->finish(waiter_);
+  else
+    executor_.finish();
 }
 
 }  // namespace loom

@@ -126,7 +126,9 @@ std::string device() { return getString("LOOM_DEVICE", "cpu"); }
 std::string clusterSplit() { return getString("LOOM_CLUSTER_SPLIT", ""); }
 // 0: by the call's size (1/8 of it, 1 to 4 MiB).
 int64_t heteroChunkBytes() { return getIntIn("LOOM_HETERO_CHUNK_BYTES", 0, 0, kGiB); }
-std::string besideWait() { return getWord("LOOM_BESIDE_WAIT", "block", {"block", "spin", "auto"}); }
+std::string besideWait() {
+  return getWord("LOOM_BESIDE_WAIT", "block", {"block", "spin", "thread", "auto"});
+}
 
 std::string heteroAlgo() {
   return getWord("LOOM_HETERO_ALGO", "auto", {"auto", "flat", "composed"});

@@ -59,7 +59,7 @@ std::string devicePlugins();  // LOOM_DEVICE_PLUGIN: device plug-ins to load, co
 std::string clusterSplit();  // LOOM_CLUSTER_SPLIT: split one device kind into several clusters
 int64_t heteroChunkBytes();  // LOOM_HETERO_CHUNK_BYTES: pipeline chunk between clusters
 std::string heteroAlgo();    // LOOM_HETERO_ALGO: auto, flat or composed (allreduce)
-std::string besideWait();    // LOOM_BESIDE_WAIT: block, spin or auto
+std::string besideWait();    // LOOM_BESIDE_WAIT: block, spin, thread or auto
 bool deviceBlocking();       // LOOM_DEVICE_BLOCKING=1: device ranks' host-algorithm calls block
 // Seeing inside a job (comm/flight_recorder.hpp, comm/trace.hpp, comm/status_server.hpp).
 std::string flightDir();  // LOOM_FLIGHT_DIR: where flight records are dumped ("" : no dumps)

@@ -156,9 +156,10 @@ GroupSetup Comm::groupSetup(std::vector<int> members) {
   setup.corePeers =
       CoreSharing(arena.presence(), arena.nranks(), nodes_.localIndex(rank_), usableCores());
   const std::string beside = env::besideWait();
-  setup.besideWait = beside == "spin"   ? BesideWait::kSpin
-                     : beside == "auto" ? BesideWait::kAuto
-                                        : BesideWait::kBlock;
+  setup.besideWait = beside == "spin"     ? BesideWait::kSpin
+                     : beside == "thread" ? BesideWait::kThread
+                     : beside == "auto"   ? BesideWait::kAuto
+                                          : BesideWait::kBlock;
   setup.check = [this](int peer) { check(peer); };
   setup.observer = trace_.get();
   return setup;

@@ -44,7 +44,7 @@ void Health::watch(const std::vector<RankInfo>& ranks, const NodeMap& nodes,
   nodes_ = &nodes;
   arena_ = &arena;
   const int nranks = static_cast<int>(ranks.size());
-  nextPeerCheck_.assign(nranks + 1, Clock::time_point{});
+  nextPeerCheckNs_ = std::vector<std::atomic<int64_t>>(nranks + 1);
   pidfds_.assign(nranks, -1);
   for (int peer : nodes.members(nodes.nodeOf(rank_))) {
     const bool samePidNamespace = ranks[peer].pidNamespace == ranks[rank_].pidNamespace;
@@ -104,7 +104,8 @@ std::optional<Error> Health::peerFailure() {
 void Health::startClock() {
   const Clock::time_point now = Clock::now();
   deadline_ = now + std::chrono::milliseconds(timeoutMs_);
-  std::fill(nextPeerCheck_.begin(), nextPeerCheck_.end(), now + kPeerCheckInterval);
+  const int64_t next = steadyNs(now + kPeerCheckInterval);
+  for (std::atomic<int64_t>& peer : nextPeerCheckNs_) peer.store(next, std::memory_order_relaxed);
 }
 
 void Health::check(int peer, uint64_t call) {
@@ -115,10 +116,13 @@ void Health::check(int peer, uint64_t call) {
   const int nranks = static_cast<int>(pidfds_.size());
   // One timer per peer: a wait that alternates between peers (the ring's two neighbours, a
   // group's sends and receives) still checks each of them.
-  Clock::time_point& next = nextPeerCheck_[peer >= 0 && peer < nranks ? peer + 1 : 0];
-  if (now >= next) {
-    next = now + kPeerCheckInterval;
-    checkPeer(peer);
+  const size_t timer = peer >= 0 && peer < nranks ? peer + 1 : 0;
+  if (timer < nextPeerCheckNs_.size()) {
+    std::atomic<int64_t>& next = nextPeerCheckNs_[timer];
+    if (steadyNs(now) >= next.load(std::memory_order_relaxed)) {
+      next.store(steadyNs(now + kPeerCheckInterval), std::memory_order_relaxed);
+      checkPeer(peer);
+    }
   }
   if (now < deadline_) return;
   if (describeTimeout_) LOOM_THROW(loomTimeout, describeTimeout_(peer));

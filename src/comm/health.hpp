@@ -86,7 +86,9 @@ class Health {
   mutable std::mutex mutex_;
   std::string message_;
   Deadline deadline_;
-  std::vector<Clock::time_point> nextPeerCheck_;  // [0]: no peer in particular, [r+1]: rank r
+  // [0]: no peer in particular, [r+1]: rank r; in steadyNs. Atomic: a call's waits may check
+  // from two threads (a hierarchical column on a thread of its own, exec/threaded_run.hpp).
+  std::vector<std::atomic<int64_t>> nextPeerCheckNs_;
   const std::vector<RankInfo>* ranks_ = nullptr;
   const NodeMap* nodes_ = nullptr;
   const ShmArena* arena_ = nullptr;

@@ -29,8 +29,8 @@
 // Allreduce, broadcast and reduce overlap their phases where a CPU cluster has an arena of its
 // own (its ranks on one node) and the call spans several exchange chunks: the cluster's phases
 // run chunk by chunk, and its leader's exchange of chunk t, where it is a schedule on channels
-// (AlongsideRun, algorithms/context.hpp) and waits beside the arena spin (LOOM_BESIDE_WAIT),
-// moves at the arena's steps and in its waits while the cluster reduces chunk t+1 and broadcasts
+// (AlongsideRun, algorithms/context.hpp) and the work beside the arena does not block its waits
+// (LOOM_BESIDE_WAIT spin or thread), moves while the cluster reduces chunk t+1 and broadcasts
 // chunk t-1 (composedPhasesInChunks). The exchange's members see the same chunk calls either way.
 // Else, e.g. where the exchange runs an arena algorithm (one node: an arena algorithm cannot move
 // beside another), its chunks run one after another between the cluster's.
@@ -192,15 +192,15 @@ void Comm::composedPhasesInChunks(const ComposedPhases& phases, const CollArgs& 
 bool Comm::exchangeChunkBeside(const CollArgs& args, std::optional<AlongsideRun>& beside) {
   // The algorithm every member runs on this chunk (runChunked's and the pipelined shape's choice).
   // A schedule on the channels moves beside the cluster's arena; any other runs now. So does
-  // every chunk where waits beside would block (no core to spare, AlgoContext::spinsBeside): the
-  // leader's one thread then does the same work either way, and an arena wait that must also
-  // watch sockets blocks in slices (measured on 2 cores, CPU clusters of 2 on 2 fake nodes,
-  // 16-64 MiB: 1.12-1.24x the time of running it now).
+  // every chunk where waits beside would block (AlgoContext::movesBeside: not spinning, no
+  // thread): the leader's one thread then does the same work either way, and an arena wait that
+  // must also watch sockets blocks in slices (measured on 2 cores, CPU clusters of 2 on 2 fake
+  // nodes, 16-64 MiB: 1.12-1.24x the time of running it now).
   Group& exchange = *composition_.exchange;
   const AlgoContext& ctx = exchange.ctx();
   const Algorithm& algo = exchange.select(args.func, args.count * dtypeSize(args.dtype));
   if (algo.native >= 0 || algo.run != nullptr || algo.runWith || algo.build == nullptr ||
-      !composition_.cluster->ctx().spinsBeside()) {
+      !composition_.cluster->ctx().movesBeside(args.count * dtypeSize(args.dtype))) {
     runAlgorithm(algo, ctx, args);
     return false;
   }

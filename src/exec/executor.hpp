@@ -140,6 +140,8 @@ class Executor final : private Progress {
   void open(uint32_t gate);
   void driveUntilDone(uint32_t op);
   void finish();
+  bool isDone(uint32_t op) const { return done_[op] != 0; }
+  bool finished() const { return remaining_ == 0; }  // every operation of the run is done
 
  private:
   struct Limit {
