@@ -127,7 +127,7 @@ std::string clusterSplit() { return getString("LOOM_CLUSTER_SPLIT", ""); }
 // 0: by the call's size (1/8 of it, 1 to 4 MiB).
 int64_t heteroChunkBytes() { return getIntIn("LOOM_HETERO_CHUNK_BYTES", 0, 0, kGiB); }
 std::string besideWait() {
-  return getWord("LOOM_BESIDE_WAIT", "block", {"block", "spin", "thread", "auto"});
+  return getWord("LOOM_BESIDE_WAIT", "auto", {"block", "spin", "thread", "auto"});
 }
 
 std::string heteroAlgo() {

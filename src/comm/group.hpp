@@ -40,7 +40,7 @@ struct GroupSetup {
   size_t streamingMinBytes = 0;
   bool nodesShared = false;  // several nodes, some with more than one of the group's ranks
   CoreSharing corePeers;     // the ranks on this host
-  BesideWait besideWait = BesideWait::kBlock;  // LOOM_BESIDE_WAIT
+  BesideWait besideWait = BesideWait::kAuto;  // LOOM_BESIDE_WAIT
   std::function<void(int rank)> check;  // the communicator's health check (by communicator rank)
   // An arena of exactly these ranks (null where they do not share one node); owned elsewhere.
   const ShmArena* arena = nullptr;
