@@ -66,37 +66,4 @@ Algorithm hierarchicalAlgorithm(loomFunc_t func) {
   return algo;
 }
 
-// Node reduce of every owner's range: `range(j)` gives owner j's (offset, bytes), the same in the
-// input and in `dst`. This rank sends each other owner its range of `input`; as an owner it
-// receives every mate's range into `pieces` (one slot of `pieceBytes` per local index) and
-// reduces them with its own input, in local-rank order, into `dst`.
-// Every receive into pieces waits for `piecesFree` (the reduction that last read them). Returns
-// this rank's reduction (kNoOp if it owns nothing).
-template <typename Range>
-uint32_t appendNodeReduce(Schedule& s, const HierView& v, const AlgoContext& ctx, Range range,
-                          BufferRef input, BufferRef dst, BufferRef pieces, uint64_t pieceBytes,
-                          uint32_t piecesFree, const Reduction& reduction) {
-  const int l = v.local(), n = v.mateCount();
-  for (int j = 0; j < v.columns(); ++j) {
-    if (j == l) continue;
-    const auto [offset, bytes] = range(j);
-    s.send(v.mates()[j], input.at(offset), bytes);
-  }
-  if (!v.inColumn()) return kNoOp;
-  const auto [offset, bytes] = range(l);
-  std::vector<BufferRef>& sources = *ctx.refList;
-  sources.clear();
-  for (int i = 0; i < n; ++i)
-    sources.push_back(i == l ? input.at(offset) : pieces.at(i * pieceBytes));
-  const uint32_t reduce = s.reduce(dst.at(offset), sources.data(), static_cast<int>(sources.size()),
-                                   bytes, reduction, false);
-  for (int i = 0; i < n; ++i) {
-    if (i == l) continue;
-    const uint32_t recv = s.recv(v.mates()[i], pieces.at(i * pieceBytes), bytes);
-    if (piecesFree != kNoOp) s.after(recv, piecesFree);
-    s.streamAfter(reduce, recv);
-  }
-  return reduce;
-}
-
 }  // namespace loom

@@ -193,23 +193,14 @@ TEST(Schedules, HierarchicalOnEvenUnevenAndInterleavedNodes) {
   for (const char* placement : {"AABB", "ABAB", "AAABB", "ABABA", "AABBCC", "AAAABBBB", "ABC"}) {
     const int n = static_cast<int>(std::string(placement).size());
     for (size_t count : {size_t{1}, size_t{7}, size_t{1003}}) {
-      // Allreduce, allgather and reduce-scatter run their node phases on the node's arena, not
-      // as schedules: the process tests collectives_hier_* cover them.
+      // Allreduce, allgather, reduce-scatter and reduce run their node phases on the node's
+      // arena, not as schedules: the process tests collectives_hier_* cover them.
       checkAlgorithm(algorithm(loomFuncAllToAll, "hierarchical"), n, count, loomSum, 0, placement);
-      for (int root : {0, 1, n - 1}) {
+      for (int root : {0, 1, n - 1})
         checkAlgorithm(algorithm(loomFuncBroadcast, "hierarchical"), n, count, loomSum, root,
                        placement);
-        checkAlgorithm(algorithm(loomFuncReduce, "hierarchical"), n, count, loomSum, root,
-                       placement);
-      }
     }
   }
-}
-
-TEST(Schedules, HierarchicalPipelinesLargeCallsInChunks) {
-  // Several pipeline chunks (hierarchicalChunkElements: 1 MiB at least): 5 MiB of int32.
-  checkAlgorithm(algorithm(loomFuncReduce, "hierarchical"), 5, (5 << 20) / 4 + 3, loomSum, 2,
-                 "AABBB");
 }
 
 }  // namespace
