@@ -38,14 +38,17 @@ bool hasHierarchical(loomFunc_t func) { return findAlgorithm(func, "hierarchical
 // loopback) of a 2-core shared host, 2 x 2 and 2 x 4 ranks, loom-bench -n 20 and -n 10, twice
 // (docs/benchmarks.md): hierarchical was faster in every run from these sizes on (allreduce 1 MiB:
 // 2.0-3.9 ms vs 4.1-8.6 ms ring; allgather and reduce-scatter 1 MiB total), mixed
-// below them (latencies of 0.1-5 ms there are mostly scheduling). broadcast and reduce stay on
-// the ring: a chain crosses each node boundary once anyway, and hierarchical broadcast lost at
-// 2 x 4 (4 MiB: 6.1 vs 5.2 ms) as did one in-place reduce at 2 x 2. alltoall stays pairwise: the
-// hierarchical one moves the same network bytes in fewer messages and lost at every size at 2 x 2
-// (16 MiB: 30-42 vs 17-23 ms), winning both runs at 2 x 4 only at 4 MiB, by 4-10%.
+// below them (latencies of 0.1-5 ms there are mostly scheduling). Reduce, since its node phases
+// run on the arena (2026-11-29, the same method, 3 runs): hierarchical faster at every size from
+// 1 MiB at 2 x 2 and 2 x 4 (2 x 2, 64 MiB: 55-61 vs 71-80 ms ring; 2 x 4, 1 MiB: 1.2-1.6 vs
+// 1.8-2.2 ms), mixed at 256 KiB. broadcast stays on the ring: a chain crosses each node boundary
+// once anyway, and hierarchical broadcast lost at 2 x 4 (4 MiB: 6.1 vs 5.2 ms). alltoall stays
+// pairwise: the hierarchical one moves the same network bytes in fewer messages and lost at every
+// size at 2 x 2 (16 MiB: 30-42 vs 17-23 ms), winning both runs at 2 x 4 only at 4 MiB, by 4-10%.
 size_t hierarchicalMinBytes(loomFunc_t func) {
   switch (func) {
     case loomFuncAllReduce:
+    case loomFuncReduce:
       return 1 << 20;
     case loomFuncAllGather:
     case loomFuncReduceScatter:

@@ -31,13 +31,13 @@ std::string thrownMessage(const SelectorInputs& in, const std::string& override)
 
 TEST(Selector, LargeCallsOnSharedNodesAreHierarchical) {
   Selector selector(severalNodes(true), "");
-  for (loomFunc_t f : {loomFuncAllReduce, loomFuncAllGather, loomFuncReduceScatter}) {
+  for (loomFunc_t f :
+       {loomFuncAllReduce, loomFuncAllGather, loomFuncReduceScatter, loomFuncReduce}) {
     EXPECT_STREQ(selector.select(f, size_t{1} << 30).name, "hierarchical") << funcName(f);
     EXPECT_STREQ(selector.select(f, 8).name, "ring") << funcName(f);
   }
   // A chain crosses each node boundary once anyway: the ring stays the default.
   EXPECT_STREQ(selector.select(loomFuncBroadcast, size_t{1} << 30).name, "ring");
-  EXPECT_STREQ(selector.select(loomFuncReduce, size_t{1} << 30).name, "ring");
   EXPECT_STREQ(selector.select(loomFuncAllToAll, size_t{1} << 30).name, "pairwise");
 }
 
