@@ -41,8 +41,8 @@ struct Alongside {
 // on the work's sockets too while it waits on the network (block), or spin and yield as an arena
 // wait does, moving the work at every look (spin); on a thread of its own (thread: its sends,
 // receives and reductions take another core than the arena's copies); or auto: thread for runs
-// of kThreadBesideMinBytes and more where the host has a core to spare
-// (CoreSharing::coreToSpare), else block.
+// of kThreadBesideMinBytes and more where the host has a core for every rank and one more for its
+// thread (CoreSharing::roomForThreadPerRank; never with one rank on the host), else block.
 enum class BesideWait : uint8_t { kBlock, kSpin, kThread, kAuto };
 // Below this a hierarchical call is one or two pipeline chunks (hierarchical_view.hpp), so there
 // is little to overlap, and handing a run to its thread costs a wake-up (tens of microseconds).
@@ -94,10 +94,9 @@ class AlgoContext {
   bool threadsBeside(uint64_t bytes) const {
     return besideWait == BesideWait::kThread ||
            (besideWait == BesideWait::kAuto && bytes >= kThreadBesideMinBytes && peers &&
-            peers.coreToSpare());
+            peers.roomForThreadPerRank());
   }
   bool spinsBeside() const { return besideWait == BesideWait::kSpin; }
-  bool movesBeside(uint64_t bytes) const { return spinsBeside() || threadsBeside(bytes); }
 
   template <typename Ready>
   void wait(Ready&& ready, int peer) const {
@@ -132,8 +131,11 @@ class AlgoContext {
   // gives up on either's failure. Spinning (spinsBeside), it spins and yields as an arena wait
   // does (the flag is seen at once); else it blocks on the work's sockets too, in short slices
   // (the arena's flags have no descriptor), leaving the cores to the kernel's network processing.
-  // Measured (2 x 4 fake nodes, tcp, 16 shared cores: hierarchical allreduce 64-256 MiB 0.74-0.93x
-  // the time of blocking, two noisy runs; 2 x 2 on 2 cores: 16 MiB 1.33x, so auto blocks there).
+  // Spinning measured (2 x 4 fake nodes, tcp, 16 shared cores: hierarchical allreduce 64-256 MiB
+  // 0.74-0.93x the time of blocking, two noisy runs; 2 x 2 on 2 cores: 16 MiB 1.33x). Where the
+  // work gathers no descriptor, nothing of it can move until this thread opens a gate: the wait
+  // is the arena's own then, for the rest of it (a pass that frees a send or a receive on the
+  // way is served at the arena wait's looks, not by poll).
   template <typename Ready>
   void waitAlongside(Ready& ready, int peer, Progress& work) const {
     if (ready()) return;
@@ -264,8 +266,11 @@ constexpr uint32_t kNoOp = ~uint32_t{0};
 // phase that writes what they guard is done). Destroyed early (a failure), it abandons the run.
 class AlongsideRun {
  public:
+  // onThread: whether the run goes to ctx's thread, as the caller decided; unset: as
+  // beside.threadsBeside says for the run's bytes. Where the thread cannot be had (no thread or
+  // descriptor left), the run moves inline.
   AlongsideRun(const AlgoContext& ctx, const AlgoContext& beside, const Schedule& s,
-               const void* input, void* output);
+               const void* input, void* output, std::optional<bool> onThread = std::nullopt);
   ~AlongsideRun();
   AlongsideRun(const AlongsideRun&) = delete;
   AlongsideRun& operator=(const AlongsideRun&) = delete;
@@ -276,6 +281,8 @@ class AlongsideRun {
   void finish();
 
  private:
+  ThreadedRun* startOnThread(const AlgoContext& ctx, const Schedule& s);  // null: failed
+
   Executor& executor_;
   const ExecEnv env_;  // the run's, for its length
   Alongside& slot_;

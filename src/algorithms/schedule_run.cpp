@@ -85,7 +85,7 @@ void runSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build)
 }
 
 AlongsideRun::AlongsideRun(const AlgoContext& ctx, const AlgoContext& beside, const Schedule& s,
-                           const void* input, void* output)
+                           const void* input, void* output, std::optional<bool> onThread)
     : executor_(*ctx.executor),
       env_(bindSchedule(ctx, s, input, output)),
       slot_(*beside.alongside),
@@ -94,15 +94,26 @@ AlongsideRun::AlongsideRun(const AlgoContext& ctx, const AlgoContext& beside, co
   const std::vector<ScheduleBuffer>& buffers = s.buffers();
   const uint64_t bytes =
       std::max(buffers[Schedule::kInput].bytes, buffers[Schedule::kOutput].bytes);
-  if (ctx.threadedRun == nullptr || !beside.threadsBeside(bytes)) {
+  if (ctx.threadedRun != nullptr && onThread.value_or(beside.threadsBeside(bytes)))
+    thread_ = startOnThread(ctx, s);
+  if (thread_ != nullptr)
+    slot_.thread = thread_;
+  else
     slot_.work = &executor_.progress();
-    return;
+}
+
+ThreadedRun* AlongsideRun::startOnThread(const AlgoContext& ctx, const Schedule& s) {
+  try {
+    if (!*ctx.threadedRun) *ctx.threadedRun = std::make_unique<ThreadedRun>();  // once
+    ThreadedRun* thread = ctx.threadedRun->get();
+    // Nothing else of ctx waits during the run: its poll set is the thread's.
+    thread->start(executor_, s.ops().size(), *ctx.pollSet);
+    return thread;
+  } catch (const std::exception& e) {
+    LOOM_WARN(kSubsysColl, ctx.rank,
+              "the work beside the arena moves in the calling thread: ", e.what());
+    return nullptr;
   }
-  if (!*ctx.threadedRun) *ctx.threadedRun = std::make_unique<ThreadedRun>();  // once
-  thread_ = ctx.threadedRun->get();
-  // Nothing else of ctx waits during the run: its poll set is the thread's.
-  thread_->start(executor_, s.ops().size(), *ctx.pollSet);
-  slot_.thread = thread_;
 }
 
 AlongsideRun::~AlongsideRun() {

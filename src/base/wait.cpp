@@ -100,9 +100,9 @@ bool CoreSharing::oversubscribed(Clock::time_point now) const {
   return others >= 0 && others + nranks_ > cores_ + std::max(2, cores_ / 4);
 }
 
-bool CoreSharing::coreToSpare(Clock::time_point now) const {
+bool CoreSharing::roomForThreadPerRank(Clock::time_point now) const {
   const int others = strangers(now);
-  return others >= 0 && others + nranks_ < cores_;
+  return others >= 0 && others + 2 * nranks_ <= cores_;
 }
 
 }  // namespace loom

@@ -142,10 +142,11 @@ class CoreSharing {
   // cores: sleeping there put quiet calls into a slow state, 1 KiB 4.3 -> 51 us), nor from the
   // plain count of runnable threads, which falls as the ranks go to sleep.
   bool oversubscribed(Clock::time_point now = Clock::now()) const;
-  // Every rank of this host, awake or not, and the strangers runnable beside them leave a core
-  // idle: a wait that spins takes no core that another thread (the kernel's network processing
-  // too) is waiting for.
-  bool coreToSpare(Clock::time_point now = Clock::now()) const;
+  // Every rank of this host, awake or not, a second thread beside each of them (a hierarchical
+  // column on a thread of its own, exec/threaded_run.hpp) and the strangers runnable beside them
+  // fit the cores: no such thread takes a core that a rank or another thread (the kernel's
+  // network processing too) is waiting for.
+  bool roomForThreadPerRank(Clock::time_point now = Clock::now()) const;
   // A yield of this rank gave its core to a stranger: it came back only after a time slice.
   // Remembered for 50 ms: the stranger is likely still there at the next waits, and each yield to
   // it would cost another slice.

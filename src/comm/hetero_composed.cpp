@@ -192,20 +192,23 @@ void Comm::composedPhasesInChunks(const ComposedPhases& phases, const CollArgs& 
 bool Comm::exchangeChunkBeside(const CollArgs& args, std::optional<AlongsideRun>& beside) {
   // The algorithm every member runs on this chunk (runChunked's and the pipelined shape's choice).
   // A schedule on the channels moves beside the cluster's arena; any other runs now. So does
-  // every chunk where waits beside would block (AlgoContext::movesBeside: not spinning, no
-  // thread): the leader's one thread then does the same work either way, and an arena wait that
-  // must also watch sockets blocks in slices (measured on 2 cores, CPU clusters of 2 on 2 fake
-  // nodes, 16-64 MiB: 1.12-1.24x the time of running it now).
+  // every chunk where waits beside would block (not spinning, no thread): the leader's one
+  // thread then does the same work either way, and an arena wait that must also watch sockets
+  // blocks in slices (measured on 2 cores, CPU clusters of 2 on 2 fake nodes, 16-64 MiB:
+  // 1.12-1.24x the time of running it now).
   Group& exchange = *composition_.exchange;
   const AlgoContext& ctx = exchange.ctx();
-  const Algorithm& algo = exchange.select(args.func, args.count * dtypeSize(args.dtype));
+  const AlgoContext& cluster = composition_.cluster->ctx();
+  const uint64_t bytes = args.count * dtypeSize(args.dtype);
+  const Algorithm& algo = exchange.select(args.func, bytes);
+  const bool onThread = cluster.threadsBeside(bytes);  // decided once: it may change call to call
   if (algo.native >= 0 || algo.run != nullptr || algo.runWith || algo.build == nullptr ||
-      !composition_.cluster->ctx().movesBeside(args.count * dtypeSize(args.dtype))) {
+      !(onThread || cluster.spinsBeside())) {
     runAlgorithm(algo, ctx, args);
     return false;
   }
   buildSchedule(ctx, args, algo.build);
-  beside.emplace(ctx, composition_.cluster->ctx(), *ctx.schedule, args.send, args.recv);
+  beside.emplace(ctx, cluster, *ctx.schedule, args.send, args.recv, onThread);
   return true;
 }
 

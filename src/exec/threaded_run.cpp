@@ -4,7 +4,11 @@
 
 namespace loom {
 
-ThreadedRun::ThreadedRun() : wake_("the wake-up of a threaded schedule run") {}
+ThreadedRun::ThreadedRun() : wake_("the wake-up of a threaded schedule run") {
+  // The queue's thread now, so that start() cannot fail to make it with a run queued.
+  queue_.submit([](bool) {});
+  queue_.drain();
+}
 
 ThreadedRun::~ThreadedRun() { abandon(); }
 
@@ -21,8 +25,14 @@ void ThreadedRun::start(Executor& executor, size_t gates, PollSet& set) {
   abandon_.store(false, std::memory_order_relaxed);
   failure_ = nullptr;
   state_.store(kRunning, std::memory_order_relaxed);
-  // The queue's lock orders everything above before the thread's first look.
-  queue_.submit([this](bool) { run(); });
+  // The queue's lock orders everything above before the thread's first look. The thread exists
+  // (the constructor): a throw here (no memory for the queue to grow) queued nothing.
+  try {
+    queue_.submit([this](bool) { run(); });
+  } catch (...) {
+    state_.store(kIdle, std::memory_order_relaxed);
+    throw;
+  }
 }
 
 void ThreadedRun::open(uint32_t gate) {

@@ -211,27 +211,28 @@ TEST(CoreSharing, IsCrowdedWithMoreRanksOrRunnableThreadsThanCores) {
   EXPECT_TRUE(sixteen.oversubscribed());
 }
 
-// A core to spare (LOOM_BESIDE_WAIT=auto spins there): every rank of the host, awake or not, and
-// the runnable strangers leave at least one core idle.
-TEST(CoreSharing, HasACoreToSpareOnlyWhenRanksAndStrangersLeaveOneIdle) {
+// Room for a thread beside each rank (LOOM_BESIDE_WAIT=auto puts a hierarchical column on one):
+// every rank of the host, awake or not, one thread each beside them and the runnable strangers
+// fit the cores.
+TEST(CoreSharing, HasRoomForAThreadPerRankOnlyWhenEverythingFitsTheCores) {
   WaitPresence lines[4];
-  CoreSharing eight(lines, 4, 0, 8);
-  (void)eight.coreToSpare();  // a first look at the host, then made-up ones in its place
+  CoreSharing twelve(lines, 4, 0, 12);
+  (void)twelve.roomForThreadPerRank();  // a first look at the host, then made-up ones instead
   lines[0].runnableAtNs = lines[0].runnableAtNs.load() + 10LL * 1000 * 1000 * 1000;
-  lines[0].runnable = 4;  // the 4 ranks, awake
-  EXPECT_TRUE(eight.coreToSpare());
-  lines[0].runnable = 7;  // and 3 strangers: 7 of 8 cores
-  EXPECT_TRUE(eight.coreToSpare());
-  lines[0].runnable = 8;  // and 4: none idle
-  EXPECT_FALSE(eight.coreToSpare());
-  // Asleep, the ranks still count (their wake-up needs the core): 2 asleep, 6 strangers.
+  lines[0].runnable = 4;  // the 4 ranks, awake: 4 + 4 threads of 12 cores
+  EXPECT_TRUE(twelve.roomForThreadPerRank());
+  lines[0].runnable = 8;  // and 4 strangers: 12 of 12
+  EXPECT_TRUE(twelve.roomForThreadPerRank());
+  lines[0].runnable = 9;  // and 5: one too many
+  EXPECT_FALSE(twelve.roomForThreadPerRank());
+  // Asleep, the ranks still count (their wake-up needs the core): 2 asleep, 7 strangers.
   lines[1].sleeping = 1;
   lines[2].sleeping = 1;
-  EXPECT_FALSE(eight.coreToSpare());
-  lines[0].runnable = 5;  // 2 awake ranks, 3 strangers: 4 + 3 = 7
-  EXPECT_TRUE(eight.coreToSpare());
-  CoreSharing two(lines, 4, 0, 2);  // more ranks than cores: never
-  EXPECT_FALSE(two.coreToSpare());
+  EXPECT_FALSE(twelve.roomForThreadPerRank());
+  lines[0].runnable = 6;  // 2 awake ranks, 4 strangers: 8 + 4 = 12
+  EXPECT_TRUE(twelve.roomForThreadPerRank());
+  CoreSharing seven(lines, 4, 0, 7);  // 4 ranks and their threads need 8 cores: never
+  EXPECT_FALSE(seven.roomForThreadPerRank());
 }
 
 // A wait that sleeps marks its rank asleep (peers then do not yield to it) and clears the mark
