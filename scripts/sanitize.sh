@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 SLOTS=(
   "asan|base_test exec_test algorithms_test plan_test|^(base_test|exec_test|algorithms_test|plan_test)$"
   "asan|transport_test bootstrap_test loomrun_test topology_test comm_test loomrun|^(transport_test|bootstrap_test|loomrun_test|topology_test|comm_test)$"
-  "asan|api_unit_test faults_test no_alloc_test fault_rank loomrun|^(api_unit_test|faults_test|no_alloc_test|no_alloc_hierarchical)$"
+  "asan|api_unit_test faults_test no_alloc_test fault_rank loomrun|^(api_unit_test|faults_test|no_alloc_test|no_alloc_hierarchical(_thread)?)$"
   "asan|collectives_test loomrun|^(plan_collectives_.*|collectives_n[123])$"
   "asan|collectives_test loomrun|^(collectives_n[45]|collectives_nodes_.*)$"
   "asan|collectives_test loomrun|^(collectives_n[78]|collectives_hier_.*)$"

@@ -133,9 +133,9 @@ void buildColumnAllReduce(const AlgoContext& ctx, const CollArgs& a, size_t chun
 
 // Allreduce as a pipeline of chunks: the node reduce of chunk t on the node's arena (every slice
 // on its owner) while the column ring carries chunk t-1, then the node share of chunk t-1 (the
-// arena) while the ring carries chunk t. The ring moves in the arena's waits and steps
-// (AlongsideRun); node bytes never enter a channel, since the node's pair channels move each byte
-// twice and pipelining over them was 1.5-1.8x slower at 2 x 4 ranks (node_phases.hpp).
+// arena) while the ring carries chunk t. The ring moves on a thread of its own or in the arena's
+// waits and steps (AlongsideRun); node bytes never enter a channel, since the node's pair channels
+// move each byte twice and pipelining over them was 1.5-1.8x slower at 2 x 4 ranks.
 void allReduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   if (hierarchicalOnOneNode(ctx, a) || a.count == 0) return;
   const HierView v{*ctx.hierarchy, ctx.rank};

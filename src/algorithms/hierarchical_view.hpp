@@ -1,18 +1,10 @@
-// What the hierarchical builders share: this rank's place in the node/column picture
-// (algorithms/context.hpp's Hierarchy) and the intra-node phases as schedule operations over the
-// node's pair channels (shared memory).
-//
-//   node reduce: every node rank sends each owner its share of a range; the owner reduces what it
-//                received with its own input, in local-rank order, into a destination. Pieces
-//                land in scratch; the reduction streams behind the receives.
-//   node share:  an owner sends a range to its node mates, each receives it straight into its
-//                output; a send may stream behind whatever writes the range.
-//
-// The inter-node phases are rings over a column's channels (algorithms/ring_steps.hpp). In reduce
-// and broadcast every phase is a set of operations with dependencies on the ones that produce its
-// data, so the executor overlaps the node's phases of one chunk with the network phase of another.
-// Allreduce, allgather and reduce-scatter run their node phases on the node's arena instead
-// (node_phases.hpp) and overlap them with the column's schedule through AlongsideRun (context.hpp).
+// What the hierarchical algorithms share: this rank's place in the node/column picture
+// (algorithms/context.hpp's Hierarchy), the pipeline chunks of a call, and the run function of
+// the ones that are one schedule (broadcast and alltoall, whose node phases are operations over
+// the node's pair channels). The inter-node phases are rings over a column's channels
+// (algorithms/ring_steps.hpp). Allreduce, reduce, allgather and reduce-scatter run their node
+// phases on the node's arena instead (node_phases.hpp) and overlap them with the column's
+// schedule through AlongsideRun (context.hpp).
 #pragma once
 
 #include <vector>

@@ -1,9 +1,9 @@
-// The intra-node phases of the hierarchical allreduce over the node's own arena (ShmStage), the
-// node group's context (Hierarchy::node). Both work on "pieces": byte ranges of a buffer whose
-// layout is the same on every rank, so a piece is named by its offset alone. Which ranks own which
-// pieces is a function every rank can evaluate for every node rank (`pieces(local, visit)` calls
-// visit(offset, bytes) for each piece of that rank, in order), so no piece list travels and
-// nothing is allocated per call.
+// The intra-node phases of the hierarchical allreduce and reduce over the node's own arena
+// (ShmStage), the node group's context (Hierarchy::node). Both work on "pieces": byte ranges of a
+// buffer whose layout is the same on every rank, so a piece is named by its offset alone. Which
+// ranks own which pieces is a function every rank can evaluate for every node rank
+// (`pieces(local, visit)` calls visit(offset, bytes) for each piece of that rank, in order), so
+// no piece list travels and nothing is allocated per call.
 //
 //   nodeReduce: every node rank contributes its whole input; each owner ends with its pieces
 //               reduced over the node's ranks (in local-rank order). A step stages one window of
@@ -16,9 +16,9 @@
 // read in place, and one step synchronizes the whole node. Measured at 2 x 4 ranks (netns, tcp):
 // allreduce 16-64 MiB 1.5-1.8x faster than the same phases as channel operations.
 //
-// The column's schedule of the same call may run beside them (AlongsideRun, context.hpp): it
-// takes a pass at every step (ShmStage) and moves in every wait (AlgoContext::wait), so the
-// network carries one chunk while these phases work on another.
+// The column's schedule of the same call may run beside them (AlongsideRun, context.hpp): on a
+// thread of its own, or taking a pass at every step (ShmStage) and moving in every wait
+// (AlgoContext::wait), so the network carries one chunk while these phases work on another.
 #pragma once
 
 #include <algorithm>

@@ -149,12 +149,13 @@ TEST(NoAllocation, ComposedCallsOnGroups) {
 
 TEST(NoAllocation, HierarchicalAcrossFakeNodes) {
   // One rank of a job across fake nodes (ctest's no_alloc_hierarchical runs it under loomrun and
-  // api/fake_nodes.sh): the hierarchical allreduce, allgather and reduce-scatter, their column
-  // schedules run beside the node phases on the arena, at sizes of one and of several pipeline
-  // chunks. Alone (no RANK), there is no such job.
+  // api/fake_nodes.sh): the hierarchical allreduce, reduce, allgather and reduce-scatter, their
+  // column schedules run beside the node phases on the arena, at sizes of one and of several
+  // pipeline chunks. Alone (no RANK), there is no such job.
   if (std::getenv("RANK") == nullptr) GTEST_SKIP() << "runs as one rank of a fake-node job";
   ScopedEnv algo("LOOM_ALGO",
-                 "allreduce:hierarchical,allgather:hierarchical,reducescatter:hierarchical");
+                 "allreduce:hierarchical,allgather:hierarchical,reducescatter:hierarchical,"
+                 "reduce:hierarchical");
   loomComm_t comm = nullptr;
   ASSERT_EQ(loomCommInitFromEnv(&comm, nullptr), loomSuccess);
   int nranks = 0;
@@ -163,6 +164,9 @@ TEST(NoAllocation, HierarchicalAcrossFakeNodes) {
   auto calls = [&] {
     for (size_t count : {size_t{7}, a.size() / nranks, a.size()}) {
       ASSERT_EQ(loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr), 0);
+      const int root = static_cast<int>(count % static_cast<size_t>(nranks));
+      ASSERT_EQ(loomReduce(a.data(), b.data(), count, loomFloat32, loomSum, root, comm, nullptr),
+                0);
       ASSERT_EQ(loomAllGather(a.data(), b.data(), count, loomFloat32, comm, nullptr), 0);
       ASSERT_EQ(loomReduceScatter(b.data(), a.data(), count, loomFloat32, loomSum, comm, nullptr),
                 0);

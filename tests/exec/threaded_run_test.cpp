@@ -105,6 +105,20 @@ TEST(ThreadedRun, TheRunsFailureReachesTheCaller) {
   }
   EXPECT_THROW(thread.finish(CoreSharing()), Error);
   EXPECT_THROW(thread.throwIfFailed(), Error);
+  // The thread serves the next run, and an operation already reached is reported at once.
+  sides[0].check = [](int) {};
+  s.clear(2);
+  s.setExtents(32, 32);
+  const uint32_t copied = s.copy(s.output(), s.input(), 16);
+  s.finish();
+  mem[0] = 'y';
+  sides[0].executor.begin(s, bufs, sides[0].env);
+  thread.start(sides[0].executor, s.ops().size(), sides[0].pollSet);
+  thread.waitFor(copied, CoreSharing());
+  thread.waitFor(copied, CoreSharing());
+  thread.finish(CoreSharing());
+  EXPECT_NO_THROW(thread.throwIfFailed());
+  EXPECT_EQ(mem[32], 'y');
 }
 
 TEST(ThreadedRun, ARunThatCannotEndIsAbandoned) {
