@@ -107,27 +107,24 @@ struct NodeSlices {
   }
 };
 
-// The column's part of the allreduce, chunk by chunk, in place in the output: a gate per chunk
-// (opened once the node reduce of the chunk is done) and the ring allreduce of slice l of the
-// chunk behind it. `marks` gets, per chunk, its gate and the operation after which the slice is
-// final (the gate where this rank has no slice).
-void buildColumnAllReduce(const AlgoContext& ctx, const CollArgs& a, size_t chunk, Schedule& s,
-                          std::vector<uint32_t>& marks) {
+// The column's part of a call in pipeline chunks: per chunk a gate (opened once the node reduce
+// of the chunk is done) and behind it `append(offset, count, gate)` for this rank's slice of the
+// chunk (in elements), which returns the operation after which the slice is final on this rank
+// (kNoOp: none). `marks` gets, per chunk, its gate and that operation (the gate where none, or
+// where this rank has no slice).
+template <typename Append>
+void buildColumnChunks(const AlgoContext& ctx, const CollArgs& a, size_t chunk, Schedule& s,
+                       std::vector<uint32_t>& marks, Append&& append) {
   const HierView v{*ctx.hierarchy, ctx.rank};
-  const size_t esize = dtypeSize(a.dtype);
   marks.clear();
   for (size_t t = 0, chunks = chunkCount(a.count, chunk); t < chunks; ++t) {
     const Range c = chunkOf(a.count, chunk, t);
     const uint32_t gate = s.gate();
-    uint32_t final = gate;
+    uint32_t final = kNoOp;
     const Range mine = sliceOf(c.count, v.columns(), v.local());
-    if (v.inColumn() && mine.count > 0) {
-      RingOps ring = appendColumnAllReduce(s, v, ctx, s.output((c.offset + mine.offset) * esize),
-                                           mine.count, esize, a, gate);
-      if (ring.lastRecv != RingOps::kNone) final = ring.lastRecv;
-    }
+    if (v.inColumn() && mine.count > 0) final = append(c.offset + mine.offset, mine.count, gate);
     marks.push_back(gate);
-    marks.push_back(final);
+    marks.push_back(final != kNoOp ? final : gate);
   }
 }
 
@@ -149,7 +146,13 @@ void allReduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   s.clear(ctx.nranks);
   s.setExtents(a.count * esize, a.count * esize);
   std::vector<uint32_t>& marks = *ctx.opList;
-  buildColumnAllReduce(ctx, a, chunk, s, marks);
+  // The column ring allreduce of each slice, in place in the output.
+  buildColumnChunks(
+      ctx, a, chunk, s, marks, [&](size_t offset, size_t count, const uint32_t& gate) {
+        RingOps ring =
+            appendColumnAllReduce(s, v, ctx, s.output(offset * esize), count, esize, a, gate);
+        return ring.lastRecv != RingOps::kNone ? ring.lastRecv : kNoOp;
+      });
   s.finish();
   auto slices = [&](size_t t) {
     const Range c = chunkOf(a.count, chunk, t);
@@ -172,37 +175,12 @@ void allReduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   column.finish();
 }
 
-// The column's part of reduce, chunk by chunk, in place in the partial sums: a gate per chunk
-// (opened once the node reduce of the chunk is done) and the chain of slice l towards the root's
-// node behind it. `marks` gets, per chunk, its gate and the operation after which the slice is
-// final on the root's node (the gate elsewhere, or where this rank has no slice).
-void buildColumnReduce(const AlgoContext& ctx, const CollArgs& a, size_t chunk, BufferRef partial,
-                       Schedule& s, std::vector<uint32_t>& marks) {
-  const HierView v{*ctx.hierarchy, ctx.rank};
-  const size_t esize = dtypeSize(a.dtype);
-  const int rootNode = v.h.nodeOf[a.root];
-  marks.clear();
-  for (size_t t = 0, chunks = chunkCount(a.count, chunk); t < chunks; ++t) {
-    const Range c = chunkOf(a.count, chunk, t);
-    const uint32_t gate = s.gate();
-    uint32_t final = gate;
-    const Range mine = sliceOf(c.count, v.columns(), v.local());
-    if (v.inColumn() && mine.count > 0) {
-      RingOps ring = appendColumnReduce(s, v, ctx, partial.at((c.offset + mine.offset) * esize),
-                                        mine.count * esize, rootNode, a, gate);
-      if (v.node() == rootNode && ring.lastRecv != RingOps::kNone) final = ring.lastRecv;
-    }
-    marks.push_back(gate);
-    marks.push_back(final);
-  }
-}
-
 // Reduce as a pipeline of chunks, as allreduce: the node reduce of chunk t on the node's arena
 // (into this rank's partial sums, every slice on its owner) while the column chain carries chunk
 // t-1 towards the root's node, whose owners then hand the root their final slices of chunk t-1
 // through the arena (a node share only the root lands). Node bytes never enter a channel: as one
-// schedule over the node's pair channels this was 1.35-1.5x the time of the version before the
-// executor at 2 x 2 namespace nodes, 1-256 MiB.
+// schedule over the node's pair channels it took 77-90 ms for 64 MiB on 2 x 2 fake nodes of the
+// 2-core VM, this 48-53 ms (the ring 70-80 ms).
 void reduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   if (hierarchicalOnOneNode(ctx, a) || a.count == 0) return;
   const HierView v{*ctx.hierarchy, ctx.rank};
@@ -217,7 +195,15 @@ void reduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   s.setExtents(bytes, isRoot ? bytes : 0);  // the output exists on the root only
   const BufferRef partial = s.scratch(s.addScratch("partial", bytes));
   std::vector<uint32_t>& marks = *ctx.opList;
-  buildColumnReduce(ctx, a, chunk, partial, s, marks);
+  // The column chain of each slice towards the root's node, in place in the partial sums; final
+  // on the root's node only (where the owners hand it over).
+  const int rootNode = v.h.nodeOf[a.root];
+  buildColumnChunks(ctx, a, chunk, s, marks,
+                    [&](size_t offset, size_t count, const uint32_t& gate) {
+                      RingOps ring = appendColumnReduce(s, v, ctx, partial.at(offset * esize),
+                                                        count * esize, rootNode, a, gate);
+                      return onRootNode && ring.lastRecv != RingOps::kNone ? ring.lastRecv : kNoOp;
+                    });
   s.finish();
   AlongsideRun column(ctx, node, s, a.send, a.recv);
   char* sums = (*ctx.bindings)[partial.buffer];  // bound by the run
