@@ -54,15 +54,7 @@ void Executor::start(const Schedule& schedule, std::span<char* const> buffers, c
 
 template <typename Done>
 void Executor::drive(Done&& done) {
-  if (observer_ == nullptr) return driveUntil(*this, done, *env_->pollSet, env_->corePeers);
-  while (!done()) {
-    if (pass()) continue;
-    const int64_t start = static_cast<int64_t>(steadyNowNs());
-    waitUntil([&] { return pass() || done(); }, [&] { check(); }, [&](PollSet& s) { gather(s); },
-              *env_->pollSet, env_->corePeers);
-    const int64_t end = static_cast<int64_t>(steadyNowNs());
-    if (end - start >= observer_->waitThresholdNs()) observer_->waited(start, end, pendingPeer());
-  }
+  driveWith(*this, done, *env_->pollSet, env_->corePeers);
 }
 
 int Executor::pendingPeer() const {

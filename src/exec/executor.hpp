@@ -142,6 +142,20 @@ class Executor final : private Progress {
   void finish();
   bool isDone(uint32_t op) const { return done_[op] != 0; }
   bool finished() const { return remaining_ == 0; }  // every operation of the run is done
+  // The progress loop over `work` (this run, or work that passes it: a threaded run's gates,
+  // exec/threaded_run.hpp) until done(), timing its waits for the run's observer, if any.
+  template <typename Done>
+  void driveWith(Progress& work, Done&& done, PollSet& set, const CoreSharing& peers) {
+    if (observer_ == nullptr) return driveUntil(work, done, set, peers);
+    while (!done()) {
+      if (work.pass()) continue;
+      const int64_t start = static_cast<int64_t>(steadyNowNs());
+      waitUntil([&] { return work.pass() || done(); }, [&] { work.check(); },
+                [&](PollSet& s) { work.gather(s); }, set, peers);
+      const int64_t end = static_cast<int64_t>(steadyNowNs());
+      if (end - start >= observer_->waitThresholdNs()) observer_->waited(start, end, pendingPeer());
+    }
+  }
 
  private:
   struct Limit {

@@ -75,7 +75,7 @@ void ThreadedRun::throwIfFailed() const {
 void ThreadedRun::run() noexcept {
   try {
     // No CoreSharing: this thread is not one of the host's ranks, and yields to none of them.
-    driveUntil(
+    executor_->driveWith(
         *this, [this] { return executor_->finished() || abandon_.load(std::memory_order_acquire); },
         *pollSet_, CoreSharing());
     state_.store(executor_->finished() ? kFinished : kIdle, std::memory_order_release);

@@ -58,6 +58,27 @@ check(any(e.get("cat") == "lane" for e in merged), "no lane spans")
 sys.exit(0 if ok else 1)
 PY
 
+# A hierarchical allreduce on 2 fake nodes with its column on a thread of its own: the thread's
+# runs show their lanes and their waits too (inside the allreduce calls only the thread's run
+# records waits: the calling thread's waits for it are not the executor's).
+LOOM_TRACE=$TMP/hier LOOM_ALGO=allreduce:hierarchical LOOM_BESIDE_WAIT=thread \
+  LOOM_TRACE_WAIT_US=0 "$LOOMRUN" -n 4 --timeout 120 -- "$SRC/tests/api/fake_nodes.sh" "A A B B" \
+  "$BENCH" allreduce -b 4M -e 4M -n 2 -w 1 >"$TMP/hier.out" 2>&1 ||
+  fail "traced hierarchical allreduce: $(tail -5 "$TMP/hier.out")"
+python3 - "$TMP/hier" <<'PY' || fail "the threaded column's lanes or waits are not in the trace"
+import glob, json, sys
+lanes = waits = 0
+for path in glob.glob(sys.argv[1] + "/loom-trace-*.json"):
+    events = json.load(open(path))
+    calls = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("cat") == "call" and e["name"] == "allreduce"]
+    inside = lambda e: any(a <= e["ts"] <= b for a, b in calls)
+    lanes += sum(1 for e in events if e.get("cat") == "lane" and inside(e))
+    waits += sum(1 for e in events if e.get("cat") == "wait" and inside(e))
+print("lane spans", lanes, "waits", waits, "inside the allreduce calls")
+sys.exit(0 if lanes > 0 and waits > 0 else 1)
+PY
+
 # A rank killed while it wrote leaves its file cut in the middle of an event: the merge keeps
 # the file's complete lines (that rank's trace is the one to read) and says what it dropped.
 mkdir -p "$TMP/cut"
