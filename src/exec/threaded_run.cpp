@@ -99,6 +99,11 @@ void ThreadedRun::gather(PollSet& set) {
   // for is seen then.
   wake_.consume();
   executor_->progress().gather(set);
+  // A run on shared-memory channels only (a one-host composed exchange forced onto the ring):
+  // no socket to block on, so the wait spins, yields and sleeps as an arena wait does (waitUntil),
+  // seeing the caller's gates at each look; the wake-up descriptor would put it on poll, in
+  // slices of 20-200 us that nothing of the run can cut short.
+  if (set.empty()) return;
   set.add(wake_.get(), POLLIN);
 }
 
