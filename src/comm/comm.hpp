@@ -348,8 +348,9 @@ class Comm {
     std::optional<CollArgs> before, exchange, after;
   };
   void runComposedPhases(const ComposedPhases& phases, const CollArgs& args);
-  bool clusterPhasesInChunks(const CollArgs& args) const;
-  void composedPhasesInChunks(const ComposedPhases& phases, const CollArgs& args);
+  // `chunk`: the call's exchange chunk in bytes (heteroChunk).
+  bool clusterPhasesInChunks(const CollArgs& args, size_t chunk) const;
+  void composedPhasesInChunks(const ComposedPhases& phases, const CollArgs& args, size_t chunk);
   // Runs the exchange's chunk now, or begins it beside the cluster's phases (true).
   bool exchangeChunkBeside(const CollArgs& args, std::optional<AlongsideRun>& beside);
   void clusterCollective(const CollArgs& args);  // a call of this rank's collapsed cluster

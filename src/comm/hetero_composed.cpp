@@ -138,7 +138,7 @@ void Comm::exchangeInOnePiece(const CollArgs& args) {
   runAlgorithm(algo, exchange.ctx(), args);
 }
 
-bool Comm::clusterPhasesInChunks(const CollArgs& args) const {
+bool Comm::clusterPhasesInChunks(const CollArgs& args, size_t chunk) const {
   // A CPU cluster on its own arena cuts its phases at the exchange's chunk boundaries, so that its
   // leader's exchange of one chunk moves while the arena works on the next or the one before.
   // Every rank of the cluster decides alike: same kind, same arena, same call. Chunks chosen by
@@ -146,7 +146,6 @@ bool Comm::clusterPhasesInChunks(const CollArgs& args) const {
   // below that their cost showed (2 cores, clusters of 2, 4 MiB in 1 MiB chunks: 1.1-1.35x).
   constexpr size_t kMinChosenChunk = size_t{2} << 20;
   const Group* cluster = composition_.cluster.get();
-  const size_t chunk = heteroChunk(args);
   return cluster != nullptr && !onDevice() && cluster->native() == nullptr &&
          cluster->ctx().arena != nullptr && elementwise(args.func) &&
          chunk < args.count * dtypeSize(args.dtype) &&
@@ -154,19 +153,20 @@ bool Comm::clusterPhasesInChunks(const CollArgs& args) const {
 }
 
 void Comm::runComposedPhases(const ComposedPhases& phases, const CollArgs& args) {
-  if (clusterPhasesInChunks(args)) return composedPhasesInChunks(phases, args);
+  const size_t chunk = heteroChunk(args);
+  if (clusterPhasesInChunks(args, chunk)) return composedPhasesInChunks(phases, args, chunk);
   if (phases.before) clusterCollective(*phases.before);
   if (phases.exchange) exchangeInChunks(*phases.exchange);
   if (phases.after) clusterCollective(*phases.after);
 }
 
-void Comm::composedPhasesInChunks(const ComposedPhases& phases, const CollArgs& args) {
+void Comm::composedPhasesInChunks(const ComposedPhases& phases, const CollArgs& args,
+                                  size_t chunk) {
   // Chunk t's exchange runs beside the cluster's phase before the exchange of chunk t+1 and its
   // phase after the exchange of chunk t-1, each a call of the cluster (every rank of it makes the
   // same calls in the same order: before 0, before 1, after 0, before 2, after 1, ...). The
   // exchange's members see the same chunk calls as from exchangeInChunks.
-  const size_t total = args.count * dtypeSize(args.dtype), chunk = heteroChunk(args);
-  const size_t chunks = chunkCount(total, chunk);
+  const size_t chunks = chunkCount(args.count * dtypeSize(args.dtype), chunk);
   auto part = [chunk](const CollArgs& a, size_t t) { return chunkOfCall(a, t, chunk); };
   Group* exchange = phases.exchange ? composition_.exchange.get() : nullptr;
   if (exchange != nullptr) beginCall(*exchange, *phases.exchange);
