@@ -13,6 +13,13 @@ namespace {
 // copy does not hold back the channels of the other lanes for its whole length.
 constexpr uint64_t kLocalSlice = uint64_t{1} << 20;
 
+// Channel lanes move one step per pass: a receive through the channel's buffer takes one look at
+// the channel (one peek), and a lane whose send or receive finishes stops there for the pass. So
+// what streams behind a receive (the next ring step's send) leaves between its pieces, as with
+// the ring engine before the executor. Taking all that kept arriving, and the next step's data in
+// the same pass, held every hop back: ring reduce-scatter on 2 nodes x 4 ranks over TCP took
+// 1.6-1.8x as long at 256 KiB-1 MiB (16-core host; bench/results/ring-steps-2026-11-29/).
+
 bool onDevice(const ScheduleOp& op) { return op.kind == OpKind::kDeviceCopy; }
 
 }  // namespace
@@ -194,6 +201,9 @@ bool Executor::pass() {
       ++head;
       --remaining_;
       moved = true;  // a finished operation may let others go on
+      // A channel's lane takes one step per pass, so the lanes that stream behind it (the next
+      // ring step's send) move before its next receive does.
+      if (lane.kind == LaneKind::kSendTo || lane.kind == LaneKind::kRecvFrom) break;
     }
   }
   if (gate_ != nullptr) releaseGates();
@@ -265,40 +275,35 @@ bool Executor::stepRecv(const ScheduleOp& op, uint64_t& position) {
     position += n;
     return n > 0;
   }
-  bool moved = false;
-  while (position < op.bytes) {
-    std::span<const char> span = ch.peek(op.bytes - position);
-    const size_t n = std::min<size_t>(span.size(), op.bytes - position);
-    if (n == 0) break;
-    if (toOutputStreams(op))
-      env_->device->copyToOutput(dst + position, span.data(), n);
-    else
-      env_->device->copy(dst + position, span.data(), n);
-    ch.consume(n);
-    position += n;
-    moved = true;
-  }
-  return moved;
+  // One look at the channel per pass (see the top of this file).
+  std::span<const char> span = ch.peek(op.bytes - position);
+  const size_t n = std::min<size_t>(span.size(), op.bytes - position);
+  if (n == 0) return false;
+  if (toOutputStreams(op))
+    env_->device->copyToOutput(dst + position, span.data(), n);
+  else
+    env_->device->copy(dst + position, span.data(), n);
+  ch.consume(n);
+  position += n;
+  return true;
 }
 
 bool Executor::stepRecvReduce(const ScheduleOp& op, uint64_t& position, uint64_t limit) {
   Channel& ch = channel(op.peer);
   const size_t esize = dtypeSize(op.reduction.dtype);
-  bool moved = false;
-  while (position < limit) {
-    std::span<const char> span = ch.peek(op.bytes - position);
-    size_t n = std::min<size_t>(span.size(), limit - position);
-    // Whole 8-byte groups (whole elements of every type) until the transfer's end.
-    if (position + n < op.bytes) n &= ~size_t{7};
-    if (n == 0) break;
-    const void* srcs[2] = {at(op.src) + position, span.data()};
-    env_->device->reduce(at(op.dst) + position, srcs, 2, n / esize, op.reduction.dtype,
-                         op.reduction.op, op.reduction.accum, op.reduction.divisor);
-    ch.consume(n);
-    position += n;
-    moved = true;
-  }
-  return moved;
+  if (position >= limit) return false;
+  // One look at the channel per pass (see the top of this file).
+  std::span<const char> span = ch.peek(op.bytes - position);
+  size_t n = std::min<size_t>(span.size(), limit - position);
+  // Whole 8-byte groups (whole elements of every type) until the transfer's end.
+  if (position + n < op.bytes) n &= ~size_t{7};
+  if (n == 0) return false;
+  const void* srcs[2] = {at(op.src) + position, span.data()};
+  env_->device->reduce(at(op.dst) + position, srcs, 2, n / esize, op.reduction.dtype,
+                       op.reduction.op, op.reduction.accum, op.reduction.divisor);
+  ch.consume(n);
+  position += n;
+  return true;
 }
 
 bool Executor::stepLocal(const ScheduleOp& op, uint64_t& position, uint64_t limit) {

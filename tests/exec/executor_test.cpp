@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "base/error.hpp"
@@ -204,6 +205,58 @@ TEST(Executor, GatesHoldWhatWaitsForThemUntilTheDriverOpensThem) {
   receiver.join();
   EXPECT_EQ(std::string(out[1].data(), 256), std::string(256, 'a'));
   EXPECT_THROW(driver.open(copied), Error) << "only a gate opens";
+}
+
+TEST(Executor, EachPassTakesOneStepPerChannelLane) {
+  // Rank 0 of three, driven pass by pass: it reduces a block arriving from rank 1 and forwards the
+  // sums to rank 2 as they land (the ring's step), then receives another block from rank 1. The
+  // block wraps around the channel's ring, so the receive sees it in two pieces. Every pass takes
+  // one piece at most per channel lane, so the send forwards each piece before the receive takes
+  // more; taking all that has arrived in one pass held the next ring step back (issue 39).
+  auto owned = test::memoryChannels(3, 96);
+  std::vector<Rank> ranks = makeRanks(3, owned);
+  std::unique_ptr<Device> cpu = createCpuDevice();
+  std::vector<int32_t> in(16), out(24, 0), arriving(24);
+  for (int i = 0; i < 16; ++i) in[i] = i + 1;
+  for (int i = 0; i < 24; ++i) arriving[i] = 100 + i;
+  const std::vector<char> junk(64);
+  ASSERT_EQ(owned[1][0]->trySend(junk.data(), 64), 64u);  // moves the ring's position to 64
+  owned[0][1]->consume(64);
+  ASSERT_EQ(owned[1][0]->trySend(arriving.data(), 96), 96u);  // the block, then the next one
+  Schedule& s = ranks[0].schedule;
+  s.clear(3);
+  s.setExtents(64, 96);
+  const uint32_t forward = s.send(2, s.output(), 64);
+  const uint32_t reduced =
+      s.recvReduce(1, s.output(), s.input(), 64, {loomInt32, loomSum, -1, 1}, true);
+  s.streamAfter(forward, reduced);
+  s.recv(1, s.output(64), 32, true);
+  s.finish();
+  std::vector<char*> bufs = {reinterpret_cast<char*>(in.data()),
+                             reinterpret_cast<char*>(out.data())};
+  ExecEnv env;
+  env.device = cpu.get();
+  env.channels = ranks[0].channels;
+  env.check = &ranks[0].check;
+  env.pollSet = &ranks[0].pollSet;
+  Executor& driver = ranks[0].executor;
+  driver.begin(s, bufs, env);
+  auto forwarded = [&] { return owned[2][0]->peek(96).size(); };
+  ASSERT_TRUE(driver.progress().pass());
+  EXPECT_EQ(out[7], 115) << "the first piece is reduced";
+  EXPECT_EQ(out[8], 0) << "the second piece was taken in the same pass";
+  EXPECT_EQ(forwarded(), 0u);
+  ASSERT_TRUE(driver.progress().pass());
+  EXPECT_EQ(forwarded(), 32u) << "the first piece's sums leave before the receive goes on";
+  EXPECT_EQ(out[15], 131);
+  EXPECT_EQ(out[16], 0) << "the next block was taken in the pass that finished this one";
+  ASSERT_TRUE(driver.progress().pass());
+  EXPECT_EQ(forwarded(), 64u);
+  EXPECT_EQ(out[16], 116);
+  EXPECT_TRUE(driver.finished());
+  std::vector<int32_t> sent(16);
+  std::memcpy(sent.data(), owned[2][0]->peek(64).data(), 64);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(sent[i], 101 + 2 * i);
 }
 
 }  // namespace
