@@ -142,6 +142,7 @@ class Executor final : private Progress {
   void finish();
   bool isDone(uint32_t op) const { return done_[op] != 0; }
   bool finished() const { return remaining_ == 0; }  // every operation of the run is done
+  bool onNetwork() const { return onNetwork_; }      // some lane's channel is a network one
   // The progress loop over `work` (this run, or work that passes it: a threaded run's gates,
   // exec/threaded_run.hpp) until done(), timing its waits for the run's observer, if any.
   template <typename Done>
@@ -197,7 +198,8 @@ class Executor final : private Progress {
   const ExecEnv* env_ = nullptr;
   StreamGate* gate_ = nullptr;          // stream-ordered host half: the run's gate ...
   const StreamOrder* order_ = nullptr;  // ... and its enqueued device lane
-  bool networked_ = false;              // some lane's channel is a network channel
+  std::vector<uint8_t> networked_;      // per lane: its channel is a network channel
+  bool onNetwork_ = false;              // some lane's is
   size_t remaining_ = 0;                // operations not yet done
   // Per operation and lane, reused from run to run.
   std::vector<uint64_t> position_;  // bytes done

@@ -102,8 +102,11 @@ void ThreadedRun::gather(PollSet& set) {
   // A run on shared-memory channels only (a one-host composed exchange forced onto the ring):
   // no socket to block on, so the wait spins, yields and sleeps as an arena wait does (waitUntil),
   // seeing the caller's gates at each look; the wake-up descriptor would put it on poll, in
-  // slices of 20-200 us that nothing of the run can cut short.
-  if (set.empty()) return;
+  // slices of 20-200 us that nothing of the run can cut short. A run on the network blocks on
+  // the wake-up too once its sockets are done (what is left waits for the caller's gates): a
+  // spinning thread would take a core from the caller's arena work (2x4 hierarchical
+  // reduce-scatter of 2-8 MiB: 1.3-1.4x the time).
+  if (set.empty() && !executor_->onNetwork()) return;
   set.add(wake_.get(), POLLIN);
 }
 

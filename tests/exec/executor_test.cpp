@@ -4,6 +4,7 @@
 #include "exec/executor.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -257,6 +258,66 @@ TEST(Executor, EachPassTakesOneStepPerChannelLane) {
   std::vector<int32_t> sent(16);
   std::memcpy(sent.data(), owned[2][0]->peek(64).data(), 64);
   for (int i = 0; i < 16; ++i) EXPECT_EQ(sent[i], 101 + 2 * i);
+}
+
+// A memory channel that says it is a network one: it names a descriptor for waits to poll.
+class SocketLikeChannel final : public Channel {
+ public:
+  SocketLikeChannel(Channel& inner, int fd) : inner_(inner), fd_(fd) {}
+  int peer() const override { return inner_.peer(); }
+  size_t trySend(const void* data, size_t bytes) override { return inner_.trySend(data, bytes); }
+  std::span<const char> peek(size_t maxBytes) override { return inner_.peek(maxBytes); }
+  void consume(size_t bytes) override { inner_.consume(bytes); }
+  int pollFd(bool) const override { return fd_; }
+
+ private:
+  Channel& inner_;
+  int fd_;
+};
+
+TEST(Executor, AWaitIsANetworkOneOnlyWhileANetworkLaneIsLeft) {
+  // Rank 0 of three sends to rank 1 over a network channel and receives from rank 2 over shared
+  // memory. While the send is left, its wait is a network one (it sleeps on poll); once the send
+  // is done, what is left waits as shared memory does (an empty poll set: waitUntil spins and
+  // yields). Marking every wait of a run with a network lane kept pairwise alltoall on 2x2 nodes
+  // sleeping in poll slices on no descriptor for its shared-memory tail.
+  auto owned = test::memoryChannels(3, 64);
+  std::vector<Rank> ranks = makeRanks(3, owned);
+  int pipeFds[2];
+  ASSERT_EQ(pipe(pipeFds), 0);
+  SocketLikeChannel toRank1(*owned[0][1], pipeFds[0]);
+  ranks[0].channels[1] = &toRank1;
+  std::unique_ptr<Device> cpu = createCpuDevice();
+  std::vector<char> in(128, 'x'), out(8, 0);
+  Schedule& s = ranks[0].schedule;
+  s.clear(3);
+  s.setExtents(128, 8);
+  s.send(1, s.input(), 128);
+  s.recv(2, s.output(), 8, true);
+  s.finish();
+  std::vector<char*> bufs = {in.data(), out.data()};
+  ExecEnv env;
+  env.device = cpu.get();
+  env.channels = ranks[0].channels;
+  env.check = &ranks[0].check;
+  env.pollSet = &ranks[0].pollSet;
+  Executor& driver = ranks[0].executor;
+  driver.begin(s, bufs, env);
+  PollSet set;
+  ASSERT_TRUE(driver.progress().pass());  // 64 of the 128 bytes fit the channel
+  driver.progress().gather(set);
+  EXPECT_FALSE(set.empty()) << "the send to rank 1 is left: a network wait";
+  ASSERT_EQ(owned[1][0]->peek(64).size(), 64u);
+  owned[1][0]->consume(64);
+  ASSERT_TRUE(driver.progress().pass());
+  set.clear();
+  driver.progress().gather(set);
+  EXPECT_TRUE(set.empty()) << "only shared memory is left: not a network wait";
+  ASSERT_EQ(owned[2][0]->trySend("received", 8), 8u);
+  driver.finish();
+  EXPECT_EQ(std::string(out.data(), 8), "received");
+  close(pipeFds[0]);
+  close(pipeFds[1]);
 }
 
 }  // namespace
