@@ -31,13 +31,22 @@ size_t CheckedChannel::trySend(const void* data, size_t bytes) {
   return inner_->trySend(data, bytes);
 }
 
-bool CheckedChannel::receiveHeader() {
+bool CheckedChannel::receiveHeader(bool alone) {
   while (receivedHeader_ < kHeaderBytes) {
-    std::span<const char> span = inner_->peek(kHeaderBytes - receivedHeader_);
-    size_t n = std::min(span.size(), kHeaderBytes - receivedHeader_);
+    char* at = reinterpret_cast<char*>(&incoming_) + receivedHeader_;
+    const size_t left = kHeaderBytes - receivedHeader_;
+    size_t n = 0;
+    if (alone) {
+      n = inner_->tryReceive(at, left);
+    } else {
+      std::span<const char> span = inner_->peek(left);
+      n = std::min(span.size(), left);
+      if (n > 0) {
+        std::memcpy(at, span.data(), n);
+        inner_->consume(n);
+      }
+    }
     if (n == 0) return false;
-    std::memcpy(reinterpret_cast<char*>(&incoming_) + receivedHeader_, span.data(), n);
-    inner_->consume(n);
     receivedHeader_ += n;
   }
   receivedHeader_ = 0;
@@ -47,12 +56,18 @@ bool CheckedChannel::receiveHeader() {
 }
 
 std::span<const char> CheckedChannel::peek(size_t maxBytes) {
-  if (receivePending() && !receiveHeader()) return {};
+  if (receivePending() && !receiveHeader(false)) return {};
   return inner_->peek(maxBytes);
 }
 
 size_t CheckedChannel::tryReceive(void* dst, size_t bytes) {
-  if (bytes > 0 && receivePending() && !receiveHeader()) return 0;
+  // A first transfer too large to travel with the header (kCombineBytes) came after it in a send
+  // of its own: reading the header alone (24 bytes, a multiple of 8: a transfer of its own) lets
+  // the data land in place. A peek would read ahead up to a socket channel's whole staging
+  // buffer and the data would be copied out of it. Smaller ones came in one piece with the
+  // header, which one peek takes whole.
+  const bool alone = bytes > kCombineBytes && inner_->receivesDirect();
+  if (bytes > 0 && receivePending() && !receiveHeader(alone)) return 0;
   return inner_->tryReceive(dst, bytes);
 }
 

@@ -45,8 +45,9 @@ class CheckedChannel final : public Channel {
   static constexpr size_t kCombineBytes = 2048;  // first transfers up to this go with the header
   bool sendPending() const { return check_.enabled && sentSeq_ != check_.mine.seq; }
   bool receivePending() const { return check_.enabled && receivedSeq_ != check_.mine.seq; }
-  // Reads what has arrived of the peer's header; true once it is complete and matched.
-  bool receiveHeader();
+  // Reads what has arrived of the peer's header; true once it is complete and matched. `alone`:
+  // with tryReceive, exactly the header's bytes (a direct-receiving channel).
+  bool receiveHeader(bool alone);
 
   Channel* inner_;
   const CallCheck& check_;
