@@ -29,6 +29,16 @@ struct Rank {
   PollSet pollSet;
 };
 
+// The environment a rank's run gets: the CPU device, its channels, check and poll set.
+ExecEnv envOf(Rank& rank, Device& device) {
+  ExecEnv env;
+  env.device = &device;
+  env.channels = rank.channels;
+  env.check = &rank.check;
+  env.pollSet = &rank.pollSet;
+  return env;
+}
+
 // Runs every rank's schedule on its own thread; returns what each run threw ("" if nothing).
 std::vector<std::string> runAll(std::vector<Rank>& ranks, std::vector<std::vector<char*>>& bufs) {
   std::unique_ptr<Device> cpu = createCpuDevice();
@@ -36,11 +46,7 @@ std::vector<std::string> runAll(std::vector<Rank>& ranks, std::vector<std::vecto
   std::vector<std::thread> threads;
   for (size_t r = 0; r < ranks.size(); ++r)
     threads.emplace_back([&, r] {
-      ExecEnv env;
-      env.device = cpu.get();
-      env.channels = ranks[r].channels;
-      env.check = &ranks[r].check;
-      env.pollSet = &ranks[r].pollSet;
+      ExecEnv env = envOf(ranks[r], *cpu);
       try {
         ranks[r].executor.run(ranks[r].schedule, bufs[r], env);
       } catch (const Error& e) {
@@ -183,22 +189,13 @@ TEST(Executor, GatesHoldWhatWaitsForThemUntilTheDriverOpensThem) {
     }
     s.finish();
   }
-  ExecEnv env;
-  env.device = cpu.get();
-  env.channels = ranks[0].channels;
-  env.check = &ranks[0].check;
-  env.pollSet = &ranks[0].pollSet;
+  ExecEnv env = envOf(ranks[0], *cpu);
   Executor& driver = ranks[0].executor;
   driver.begin(ranks[0].schedule, bufs[0], env);
   for (int i = 0; i < 10; ++i) driver.progress().pass();
   EXPECT_EQ(out[0][256], 0) << "the copy ran before its gate opened";
-  std::thread receiver([&] {
-    ExecEnv env1 = env;
-    env1.channels = ranks[1].channels;
-    env1.check = &ranks[1].check;
-    env1.pollSet = &ranks[1].pollSet;
-    ranks[1].executor.run(ranks[1].schedule, bufs[1], env1);
-  });
+  std::thread receiver(
+      [&] { ranks[1].executor.run(ranks[1].schedule, bufs[1], envOf(ranks[1], *cpu)); });
   driver.open(gate);
   driver.driveUntilDone(copied);
   EXPECT_EQ(out[0][256], 'a');
@@ -235,11 +232,7 @@ TEST(Executor, EachPassTakesOneStepPerChannelLane) {
   s.finish();
   std::vector<char*> bufs = {reinterpret_cast<char*>(in.data()),
                              reinterpret_cast<char*>(out.data())};
-  ExecEnv env;
-  env.device = cpu.get();
-  env.channels = ranks[0].channels;
-  env.check = &ranks[0].check;
-  env.pollSet = &ranks[0].pollSet;
+  ExecEnv env = envOf(ranks[0], *cpu);
   Executor& driver = ranks[0].executor;
   driver.begin(s, bufs, env);
   auto forwarded = [&] { return owned[2][0]->peek(96).size(); };
@@ -296,11 +289,7 @@ TEST(Executor, AWaitIsANetworkOneOnlyWhileANetworkLaneIsLeft) {
   s.recv(2, s.output(), 8, true);
   s.finish();
   std::vector<char*> bufs = {in.data(), out.data()};
-  ExecEnv env;
-  env.device = cpu.get();
-  env.channels = ranks[0].channels;
-  env.check = &ranks[0].check;
-  env.pollSet = &ranks[0].pollSet;
+  ExecEnv env = envOf(ranks[0], *cpu);
   Executor& driver = ranks[0].executor;
   driver.begin(s, bufs, env);
   PollSet set;
