@@ -18,7 +18,7 @@ constexpr uint64_t kLocalSlice = uint64_t{1} << 20;
 // what streams behind a receive (the next ring step's send) leaves between its pieces, as with
 // the ring engine before the executor. Taking all that kept arriving, and the next step's data in
 // the same pass, held every hop back: ring reduce-scatter on 2 nodes x 4 ranks over TCP took
-// 1.6-1.8x as long at 256 KiB-1 MiB (16-core host; bench/results/ring-steps-2026-11-29/).
+// 1.25-2.0x as long at 256 KiB-1 MiB (16-core host; bench/results/ring-steps-2026-11-29/).
 
 bool onDevice(const ScheduleOp& op) { return op.kind == OpKind::kDeviceCopy; }
 
@@ -463,8 +463,8 @@ void Executor::gatherPending(PollSet& set) const {
     if (lane.begin + head_[l] >= lane.end) continue;
     // Only a network lane still to finish makes the wait a network one (PollSet::markNetworked):
     // once the sockets are done, what is left on shared memory waits as shared memory does, not
-    // in poll slices of up to 200 us on no descriptor (pairwise alltoall on 2x2 nodes: 1.15-1.25x
-    // the time of the transfers before the executor, which waited so).
+    // in poll slices of up to 200 us on no descriptor (pairwise alltoall of 2-8 MiB on 2x2 nodes:
+    // 1.1-1.35x the time of the transfers before the executor, which waited so).
     if (networked_[l]) set.markNetworked();
     // A receive waits on its socket only when arriving bytes would let it move: one held back
     // by a dependency (a gate, a local operand) would find the socket readable at once, again
