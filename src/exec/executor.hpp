@@ -52,14 +52,22 @@ class Progress {
 };
 
 // The progress loop, the only one: passes until done(), waiting between passes that moved
-// nothing (spin, poll on the gathered descriptors, yield or sleep, with the health check).
-template <typename Done>
-void driveUntil(Progress& work, Done&& done, PollSet& set, const CoreSharing& peers) {
+// nothing (spin, poll on the gathered descriptors, yield or sleep, with the health check). Each
+// wait runs inside aroundWait(wait), which calls wait() (an observed run times it there).
+template <typename Done, typename AroundWait>
+void driveUntil(Progress& work, Done&& done, PollSet& set, const CoreSharing& peers,
+                AroundWait&& aroundWait) {
   while (!done()) {
     if (work.pass()) continue;
-    waitUntil([&] { return work.pass() || done(); }, [&] { work.check(); },
-              [&](PollSet& s) { work.gather(s); }, set, peers);
+    aroundWait([&] {
+      waitUntil([&] { return work.pass() || done(); }, [&] { work.check(); },
+                [&](PollSet& s) { work.gather(s); }, set, peers);
+    });
   }
+}
+template <typename Done>
+void driveUntil(Progress& work, Done&& done, PollSet& set, const CoreSharing& peers) {
+  driveUntil(work, done, set, peers, [](auto&& wait) { wait(); });
 }
 
 // The host work of a schedule's kCall operations, by index.
@@ -148,14 +156,12 @@ class Executor final : private Progress {
   template <typename Done>
   void driveWith(Progress& work, Done&& done, PollSet& set, const CoreSharing& peers) {
     if (observer_ == nullptr) return driveUntil(work, done, set, peers);
-    while (!done()) {
-      if (work.pass()) continue;
+    driveUntil(work, done, set, peers, [&](auto&& wait) {
       const int64_t start = static_cast<int64_t>(steadyNowNs());
-      waitUntil([&] { return work.pass() || done(); }, [&] { work.check(); },
-                [&](PollSet& s) { work.gather(s); }, set, peers);
+      wait();
       const int64_t end = static_cast<int64_t>(steadyNowNs());
       if (end - start >= observer_->waitThresholdNs()) observer_->waited(start, end, pendingPeer());
-    }
+    });
   }
 
  private:
