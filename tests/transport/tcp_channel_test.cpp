@@ -3,6 +3,9 @@
 #include "transport/tcp/tcp_channel.hpp"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <memory>
@@ -142,6 +145,33 @@ TEST(TcpChannel, SendToAShutDownPeerFails) {
         }
       },
       Error);
+}
+
+bool quickAckMode(int fd) {
+  int on = -1;
+  socklen_t len = sizeof(on);
+  EXPECT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &on, &len), 0);
+  return on != 0;
+}
+
+// A socket that answers what it receives falls into Linux's delayed-ACK mode; every read leaves it
+// acknowledging at once, so that a sender out of window never waits for its loss probe.
+TEST(TcpChannel, EveryReadAcknowledgesAtOnce) {
+  Pair p = connectedPair(1);
+  std::vector<char> data = pattern(100, 5), out(100);
+  const int fd = p.b->pollFd(false);
+  bool delaying = false;
+  for (int i = 0; i < 50 && !delaying; ++i) {  // request and answer until b delays its ACKs
+    transfer(*p.a, *p.b, data, out, i % 2 == 0);
+    transfer(*p.b, *p.a, data, out, i % 2 == 0);
+    delaying = !quickAckMode(fd);
+  }
+  ASSERT_TRUE(delaying) << "the kernel never delayed b's ACKs: nothing to test";
+  for (bool direct : {true, false}) {
+    transfer(*p.a, *p.b, data, out, direct);
+    EXPECT_TRUE(quickAckMode(fd)) << "direct " << direct;
+    transfer(*p.b, *p.a, data, out, direct);  // b answers: delayed again
+  }
 }
 
 // A wait on a TCP channel blocks in poll on the connection that carries the next byte, wakes when
