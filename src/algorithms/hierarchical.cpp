@@ -161,7 +161,7 @@ void allReduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   auto land = [&](int, size_t offset, size_t bytes, const char* data) {
     ctx.copyOut(recv + offset, data, bytes, a.count * esize);
   };
-  AlongsideRun column(ctx, node, s, recv, recv);
+  AlongsideRun column(ctx, node, s, recv, recv, besideOnThread(chunks));
   for (size_t t = 0; t <= chunks; ++t) {
     if (t < chunks) {
       nodeReduce(node, static_cast<const char*>(a.send), recv, slices(t),
@@ -205,7 +205,7 @@ void reduceHierarchical(const AlgoContext& ctx, const CollArgs& a) {
                       return onRootNode && ring.lastRecv != RingOps::kNone ? ring.lastRecv : kNoOp;
                     });
   s.finish();
-  AlongsideRun column(ctx, node, s, a.send, a.recv);
+  AlongsideRun column(ctx, node, s, a.send, a.recv, besideOnThread(chunks));
   char* sums = (*ctx.bindings)[partial.buffer];  // bound by the run
   char* recv = static_cast<char*>(a.recv);
   auto slices = [&](size_t t) {

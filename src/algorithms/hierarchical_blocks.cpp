@@ -68,12 +68,8 @@ struct ColumnBlocks {
   }
 };
 
-// Pipeline chunks of a block: the node phase of one chunk of every block runs while the column
-// carries another. Sized on the whole call (every rank's block), as the allreduce's are.
 size_t blockChunkBytes(const AlgoContext& ctx, const CollArgs& a) {
-  const size_t esize = dtypeSize(a.dtype);
-  const size_t whole = hierarchicalChunkElements(a.count * ctx.nranks, esize) * esize;
-  return std::max(whole / ctx.nranks / esize, size_t{1}) * esize;
+  return hierarchicalBlockChunkBytes(a.count, ctx.nranks, dtypeSize(a.dtype));
 }
 
 // The column ring of bytes [lo, hi) of the blocks, round by round. Allgather: from and into the
@@ -162,7 +158,7 @@ void allGatherHierarchical(const AlgoContext& ctx, const CollArgs& a) {
                                                       std::min(block, (c + 1) * chunk), kNoOp)
                           : kNoOp);
   s.finish();
-  AlongsideRun column(ctx, node, s, recv, recv);
+  AlongsideRun column(ctx, node, s, recv, recv, besideOnThread(chunks));
   const ColumnBlocks::Nodes which = even ? ColumnBlocks::kAll : ColumnBlocks::kOthers;
   for (size_t c = 0; c < chunks; ++c) {
     column.waitFor(arrived[c]);
@@ -195,7 +191,7 @@ void reduceScatterHierarchical(const AlgoContext& ctx, const CollArgs& a) {
   }
   s.finish();
   {
-    AlongsideRun column(ctx, node, s, partial, recv);
+    AlongsideRun column(ctx, node, s, partial, recv, besideOnThread(chunks));
     for (size_t c = 0; c < chunks; ++c) {
       nodeReduce(node, static_cast<const char*>(a.send), partial,
                  ColumnBlocks{v, block, ColumnBlocks::kAll, 0, c * chunk, (c + 1) * chunk},

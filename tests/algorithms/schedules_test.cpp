@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "algorithms/context.hpp"
+#include "algorithms/hierarchical_view.hpp"
 #include "algorithms/ring_steps.hpp"
 #include "base/coll_args.hpp"
 #include "base/dtype.hpp"
@@ -201,6 +203,24 @@ TEST(Schedules, HierarchicalOnEvenUnevenAndInterleavedNodes) {
                        placement);
     }
   }
+}
+
+// The pipeline of a hierarchical allgather or reduce-scatter: chunks of the per-rank blocks sized
+// on the whole call, never under 256 KiB (a smaller column hop moves at the network's latency),
+// whole elements; a call of one chunk moves its column in the calling thread.
+TEST(Schedules, HierarchicalBlockChunks) {
+  constexpr size_t kKiB = 1024, kMiB = kKiB * kKiB;
+  // 2 x 4 ranks, floats: 2 MiB in all is one chunk of each 256 KiB block (was two of 128 KiB).
+  EXPECT_EQ(hierarchicalBlockChunkBytes(256 * kKiB / 4, 8, 4), 256 * kKiB);
+  EXPECT_EQ(hierarchicalBlockChunkBytes(512 * kKiB / 4, 8, 4), 256 * kKiB);  // 4 MiB: two
+  // Large calls: 1/8 of the call (at most 16 MiB) across the ranks' blocks.
+  EXPECT_EQ(hierarchicalBlockChunkBytes(4 * kMiB / 4, 8, 4), 512 * kKiB);   // 32 MiB in all
+  EXPECT_EQ(hierarchicalBlockChunkBytes(64 * kMiB / 4, 8, 4), 2 * kMiB);    // 512 MiB: capped
+  // Whole elements of any size.
+  for (size_t esize : {size_t{1}, size_t{2}, size_t{8}})
+    EXPECT_EQ(hierarchicalBlockChunkBytes(3 * kMiB / esize + 1, 5, esize) % esize, 0u);
+  EXPECT_EQ(besideOnThread(1), std::optional<bool>(false));
+  EXPECT_EQ(besideOnThread(2), std::nullopt);
 }
 
 }  // namespace
