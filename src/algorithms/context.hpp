@@ -26,6 +26,7 @@
 namespace loom {
 
 struct Hierarchy;  // below
+struct BuiltCall;  // below
 
 // Work that moves while a context's arena phases run: a schedule on the network channels run
 // beside them (AlongsideRun, below), so the network carries one chunk while the arena reduces or
@@ -72,6 +73,7 @@ class AlgoContext {
   // Algorithms that build a schedule: the communicator's schedule and executor (exec/), and the
   // buffer addresses a run binds; reused from call to call.
   Schedule* schedule = nullptr;
+  BuiltCall* builtCall = nullptr;  // what `schedule` was last built for by buildSchedule
   Executor* executor = nullptr;
   ExecObserver* observer = nullptr;  // LOOM_TRACE: the runs' operations and waits (null: none)
   std::vector<char*>* bindings = nullptr;
@@ -179,6 +181,32 @@ struct Hierarchy {
   const AlgoContext* node = nullptr;
 };
 
+// Builds this rank's schedule of a call (ranks in the schedule are the communicator's) into a
+// cleared schedule; the executor then runs it.
+using ScheduleFn = void (*)(const AlgoContext&, const CollArgs&, Schedule&);
+
+// What a schedule was built for by buildSchedule: a call like it (the same builder, context and
+// arguments) runs the schedule as built, without building it again (~700 instructions of a 1 KiB
+// ring reduce's 4,500). A builder reads the call's buffers only as their distance (in place, a
+// block inside the output, ...), so that distance is what is kept of them; calls with per-peer
+// counts (alltoallv) are always built, as their counts' contents may change.
+struct BuiltCall {
+  ScheduleFn build = nullptr;
+  const std::vector<Channel*>* channels = nullptr;
+  int rank = -1;
+  loomFunc_t func = loomFuncAllReduce;
+  size_t count = 0;
+  loomDataType_t dtype = loomFloat32;
+  loomRedOp_t op = loomSum;
+  int root = 0;
+  int accum = -1;
+  bool hasSend = false, hasRecv = false;
+  uintptr_t sendMinusRecv = 0;
+  loomStream_t stream = nullptr;
+  uint64_t generation = 0;  // the schedule's then: a clear() since (another builder) voids this
+  bool operator==(const BuiltCall&) const = default;
+};
+
 // What the algorithms of one communicator reuse from call to call, so that no call allocates
 // once warm: scratch, reduction sources, ring steps, builders' lists, the schedule and its
 // executor, the poll set of network waits, and the arena's step counter.
@@ -189,6 +217,7 @@ struct AlgoWorkspace {
   std::vector<uint32_t> opList;
   std::vector<BufferRef> refList;
   Schedule schedule;
+  BuiltCall builtCall;
   Executor executor;
   std::vector<char*> bindings;
   PollSet pollSet;
@@ -200,9 +229,6 @@ struct AlgoWorkspace {
 };
 
 using AlgorithmFn = void (*)(const AlgoContext&, const CollArgs&);
-// Builds this rank's schedule of a call (ranks in the schedule are the communicator's) into a
-// cleared schedule; the executor then runs it.
-using ScheduleFn = void (*)(const AlgoContext&, const CollArgs&, Schedule&);
 
 struct Algorithm {
   loomFunc_t func;

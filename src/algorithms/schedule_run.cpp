@@ -26,6 +26,7 @@ void AlgoWorkspace::attach(AlgoContext& ctx, int nranks) {
   ctx.opList = &opList;
   ctx.refList = &refList;
   ctx.schedule = &schedule;
+  ctx.builtCall = &builtCall;
   ctx.executor = &executor;
   ctx.bindings = &bindings;
   ctx.pollSet = &pollSet;
@@ -70,13 +71,47 @@ void runBuiltSchedule(const AlgoContext& ctx, const Schedule& s, const void* inp
   ctx.executor->run(s, std::span<char* const>(ctx.bindings->data(), ctx.bindings->size()), env);
 }
 
+namespace {
+
+BuiltCall builtCallOf(const AlgoContext& ctx, const CollArgs& a, ScheduleFn build) {
+  BuiltCall call;
+  call.build = build;
+  call.channels = ctx.channels;
+  call.rank = ctx.rank;
+  call.func = a.func;
+  call.count = a.count;
+  call.dtype = a.dtype;
+  call.op = a.op;
+  call.root = a.root;
+  call.accum = a.accum;
+  call.hasSend = a.send != nullptr;
+  call.hasRecv = a.recv != nullptr;
+  call.sendMinusRecv = reinterpret_cast<uintptr_t>(a.send) - reinterpret_cast<uintptr_t>(a.recv);
+  call.stream = a.stream;
+  return call;
+}
+
+}  // namespace
+
 void buildSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build) {
   Schedule& s = *ctx.schedule;
+  const bool keep = ctx.builtCall != nullptr && args.sendCounts == nullptr &&
+                    args.recvCounts == nullptr;
+  BuiltCall call;
+  if (keep) {
+    call = builtCallOf(ctx, args, build);
+    call.generation = s.generation();
+    if (s.finished() && call == *ctx.builtCall) return;  // built for a call like this one
+  }
   s.clear(static_cast<int>(ctx.channels->size()));
   const CallExtents extents = callExtents(args, ctx.rank, ctx.nranks);
   s.setExtents(extents.sendBytes, extents.recvBytes);
   build(ctx, args, s);
   s.finish();
+  if (keep) {
+    call.generation = s.generation();
+    *ctx.builtCall = call;
+  }
 }
 
 void runSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build) {

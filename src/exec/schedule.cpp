@@ -43,6 +43,7 @@ void Schedule::clear(int nranks) {
   localLane_.clear();
   deviceLane_.clear();
   finished_ = false;
+  ++generation_;
 }
 
 uint16_t Schedule::addScratch(const char* name, uint64_t bytes) {

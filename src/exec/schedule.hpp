@@ -106,6 +106,10 @@ class Schedule {
   // Empties the schedule for a new build (keeps capacity): the communicator's ranks and this
   // rank among them, for lane bookkeeping.
   void clear(int nranks);
+  // Counts the clear() calls: a schedule built once is the same schedule while this stays (its
+  // builder's caller may keep it for calls like the one it was built for).
+  uint64_t generation() const { return generation_; }
+  bool finished() const { return finished_; }
 
   // The bytes of the call's input and output on this rank (for the checker, and for the
   // executor's choice of cache-bypassing stores into a large output).
@@ -178,6 +182,7 @@ class Schedule {
   std::vector<uint32_t> laneCounts_;  // finish()'s scratch
   std::vector<ScheduleDep> depScratch_;
   bool finished_ = false;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace loom

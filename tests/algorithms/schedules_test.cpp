@@ -205,6 +205,66 @@ TEST(Schedules, HierarchicalOnEvenUnevenAndInterleavedNodes) {
   }
 }
 
+// buildSchedule keeps what it built for a call like the last (the same builder, context and
+// arguments, its buffers anywhere at the same distance) and builds anything else again: another
+// distance (in place), size or root, a clear() by another builder, per-peer counts.
+TEST(Schedules, ACallLikeTheLastKeepsItsSchedule) {
+  const int n = 4;
+  SimRank k;
+  BuiltCall built;
+  k.channels.assign(n, nullptr);
+  k.ctx.rank = 0;
+  k.ctx.nranks = n;
+  k.ctx.channels = &k.channels;
+  k.ctx.ringSteps = &k.ringSteps;
+  k.ctx.opList = &k.opList;
+  k.ctx.refList = &k.refList;
+  k.ctx.schedule = &k.schedule;
+  k.ctx.builtCall = &built;
+  std::vector<int32_t> memory(1024);
+  CollArgs call;
+  call.func = loomFuncBroadcast;
+  call.dtype = loomInt32;
+  call.count = 16;
+  call.root = 0;  // this rank: it copies its input into its output unless they are one buffer
+  call.send = memory.data();
+  call.recv = memory.data() + 100;
+  const ScheduleFn ring = algorithm(loomFuncBroadcast, "ring").build;
+  auto builds = [&](const CollArgs& c) {
+    const uint64_t before = k.schedule.generation();
+    buildSchedule(k.ctx, c, ring);
+    EXPECT_TRUE(k.schedule.finished());
+    return k.schedule.generation() != before;
+  };
+  EXPECT_TRUE(builds(call));
+  const uint64_t outOfPlace = k.schedule.hash();
+  EXPECT_FALSE(builds(call));
+  CollArgs moved = call;  // other buffers, the same distance
+  moved.send = memory.data() + 300;
+  moved.recv = memory.data() + 400;
+  EXPECT_FALSE(builds(moved));
+  EXPECT_EQ(k.schedule.hash(), outOfPlace);
+  CollArgs inPlace = call;
+  inPlace.send = inPlace.recv;
+  EXPECT_TRUE(builds(inPlace));
+  EXPECT_NE(k.schedule.hash(), outOfPlace);  // no copy
+  EXPECT_TRUE(builds(call));
+  EXPECT_EQ(k.schedule.hash(), outOfPlace);
+  CollArgs larger = call, otherRoot = call;
+  larger.count = 17;
+  otherRoot.root = 2;
+  EXPECT_TRUE(builds(larger));
+  EXPECT_TRUE(builds(otherRoot));
+  EXPECT_TRUE(builds(call));
+  k.schedule.clear(n);  // another builder took the schedule
+  EXPECT_TRUE(builds(call));
+  CollArgs counted = call;
+  const size_t counts[n] = {1, 2, 3, 4};
+  counted.sendCounts = counts;
+  EXPECT_TRUE(builds(counted));
+  EXPECT_TRUE(builds(counted));
+}
+
 // The pipeline of a hierarchical allgather or reduce-scatter: chunks of the per-rank blocks sized
 // on the whole call, never under 256 KiB (a smaller column hop moves at the network's latency),
 // whole elements; a call of one chunk moves its column in the calling thread.
