@@ -50,7 +50,8 @@ inline size_t hierarchicalChunkElements(size_t count, size_t esize) {
 // the time of 256 KiB ones).
 inline size_t hierarchicalBlockChunkBytes(size_t count, int nranks, size_t esize) {
   constexpr size_t kMinChunk = size_t{256} << 10;
-  const size_t whole = hierarchicalChunkElements(count * static_cast<size_t>(nranks), esize) * esize;
+  const size_t whole =
+      hierarchicalChunkElements(count * static_cast<size_t>(nranks), esize) * esize;
   const size_t chunk = std::max(whole / static_cast<size_t>(nranks), kMinChunk);
   return std::max(chunk / esize, size_t{1}) * esize;
 }

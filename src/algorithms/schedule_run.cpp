@@ -95,8 +95,8 @@ BuiltCall builtCallOf(const AlgoContext& ctx, const CollArgs& a, ScheduleFn buil
 
 void buildSchedule(const AlgoContext& ctx, const CollArgs& args, ScheduleFn build) {
   Schedule& s = *ctx.schedule;
-  const bool keep = ctx.builtCall != nullptr && args.sendCounts == nullptr &&
-                    args.recvCounts == nullptr;
+  const bool keep =
+      ctx.builtCall != nullptr && args.sendCounts == nullptr && args.recvCounts == nullptr;
   BuiltCall call;
   if (keep) {
     call = builtCallOf(ctx, args, build);

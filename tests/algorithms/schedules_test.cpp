@@ -274,8 +274,8 @@ TEST(Schedules, HierarchicalBlockChunks) {
   EXPECT_EQ(hierarchicalBlockChunkBytes(256 * kKiB / 4, 8, 4), 256 * kKiB);
   EXPECT_EQ(hierarchicalBlockChunkBytes(512 * kKiB / 4, 8, 4), 256 * kKiB);  // 4 MiB: two
   // Large calls: 1/8 of the call (at most 16 MiB) across the ranks' blocks.
-  EXPECT_EQ(hierarchicalBlockChunkBytes(4 * kMiB / 4, 8, 4), 512 * kKiB);   // 32 MiB in all
-  EXPECT_EQ(hierarchicalBlockChunkBytes(64 * kMiB / 4, 8, 4), 2 * kMiB);    // 512 MiB: capped
+  EXPECT_EQ(hierarchicalBlockChunkBytes(4 * kMiB / 4, 8, 4), 512 * kKiB);  // 32 MiB in all
+  EXPECT_EQ(hierarchicalBlockChunkBytes(64 * kMiB / 4, 8, 4), 2 * kMiB);   // 512 MiB: capped
   // Whole elements of any size.
   for (size_t esize : {size_t{1}, size_t{2}, size_t{8}})
     EXPECT_EQ(hierarchicalBlockChunkBytes(3 * kMiB / esize + 1, 5, esize) % esize, 0u);
