@@ -118,11 +118,6 @@ bool configCovers(const Config& c, const char* collective) {
 }
 
 const loomRedOp_t kOps[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
-// Whether `op` runs at size `n`: every op at the small sizes, sum and avg at the large one. An
-// op's elementwise code is the same at any size; what the large size adds is chunks and
-// pipelines, where a chunk reduced twice or missed shows in a sum and a divisor applied per chunk
-// in an average (a max or min would hide the first, a product adds nothing over the sum).
-bool atLargeSize(loomRedOp_t op, size_t n) { return n <= 5000 || op == loomSum || op == loomAvg; }
 
 // COLLECTIVES_TEST_TYPES=lean: one type per element size (1, 2, 4, 8 bytes; the 2-byte one
 // accumulates in a wider type). Set for the many-rank and multi-node runs: how an algorithm splits

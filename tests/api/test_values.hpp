@@ -110,4 +110,13 @@ class Pattern {
   std::vector<char> period_;
 };
 
+// Whether a reduction test runs `op` at size `n`: every op at the small sizes, sum and avg at the
+// large ones (over 5000 elements). An op's elementwise code is the same at any size; what a large
+// size adds is chunks and pipelines, where a chunk reduced twice or missed shows in a sum and a
+// divisor applied per chunk in an average (a max or min would hide the first, a product adds
+// nothing over the sum).
+inline bool atLargeSize(loomRedOp_t op, size_t n) {
+  return n <= 5000 || op == loomSum || op == loomAvg;
+}
+
 }  // namespace loom::test

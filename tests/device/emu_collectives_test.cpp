@@ -38,8 +38,7 @@ TEST(EmuCollectives, Reductions) {
         Pattern input = Pattern::input(t, op, gRank), reduced = Pattern::reduced(t, op, gRanks);
         for (size_t n : c.sizes) {
           if (n > 5000 && t != loomFloat32 && t != loomBfloat16) continue;  // one size does it
-          // Sum and avg only at the large size: tests/api/collectives_test.cpp (atLargeSize).
-          if (n > 5000 && op != loomSum && op != loomAvg) continue;
+          if (!atLargeSize(op, n)) continue;
           for (bool inPlace : {false, true}) {
             const int root = static_cast<int>((ti + static_cast<int>(op) + n) % gRanks);
             std::vector<char> host(n * es * gRanks + 1);
