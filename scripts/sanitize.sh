@@ -29,7 +29,7 @@ SLOTS=(
   "asan|ep_test plugin_load_test loom-device-emu loom-test-plugin loom-test-plugin-nosymbol loom-test-plugin-version loom-test-plugin-missing loom-test-plugin-init loom-test-plugin-emukind loom-test-plugin-oldsize loom-test-plugin-small loom-test-plugin-badtorch loomrun|^(ep_.*|plugin_load_test)$"
   "asan|emu_collectives_test loom-device-emu loomrun|^emu_collectives_"
   "asan|emu_collectives_test emu_fault_test loom-hetero-bench loom-device-emu loomrun|^(emu_hetero_|emu_fault_|emu_plans_)"
-  "asan|fuzz_bootstrap fuzz_rudp fuzz_loomrun_wire fuzz_env fuzz_channel_header fuzz_json plan_ranks_test loom-bench loom-info loom-check-cost allreduce_example loomrun|^(fuzz_.*|plan_ranks_.*|trace|loom_bench|tools_cli|loom_info.*|check_cost_bench|c_example)$"
+  "asan|fuzz_bootstrap fuzz_rudp fuzz_loomrun_wire fuzz_env fuzz_channel_header fuzz_json plan_ranks_test loom-bench loom-device-emu loom-info loom-check-cost allreduce_example loomrun|^(fuzz_.*|plan_ranks_.*|trace|loom_bench|tools_cli|loom_info.*|check_cost_bench|c_example)$"
   "asan|nccl_api_test nccl_api_test_nccl228 nccl_multi_comm_test loom_init_all_test loom-nccl loomrun|^(nccl_shim_.*|loom_init_all)$"
   "asan|collectives_test emu_collectives_test loom-device-emu loom-bench fault_rank loomrun|^(multinode_(collectives|rudp|hetero)|pid_namespaces)$"
   "tsan|exec_test comm_test bootstrap_test|^(exec_test|comm_test|bootstrap_test)$"
