@@ -1,6 +1,7 @@
-// Every collective x data type x op x in-place/out-of-place x size, with each algorithm forced in
-// turn (and with tiny staging buffers so that every chunking and wrap-around path runs), compared
-// bit for bit with an independent reference. Run by every rank under loomrun (see CMakeLists).
+// Every collective x data type (one per element size where data only moves: kTypePerSize) x op x
+// in-place/out-of-place x size, with each algorithm forced in turn (and with tiny staging buffers
+// so that every chunking and wrap-around path runs), compared bit for bit with an independent
+// reference. Run by every rank under loomrun (see CMakeLists).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -119,14 +120,13 @@ bool configCovers(const Config& c, const char* collective) {
 
 const loomRedOp_t kOps[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
 
-// COLLECTIVES_TEST_TYPES=lean: one type per element size (1, 2, 4, 8 bytes; the 2-byte one
-// accumulates in a wider type). Set for the many-rank and multi-node runs: how an algorithm splits
-// and orders the data depends on the rank count and the element size, while every type's
-// reduction runs in full at 1-5 ranks.
+// The reductions' types. COLLECTIVES_TEST_TYPES=lean: kTypePerSize. Set for the many-rank and
+// multi-node runs: how an algorithm splits and orders the data depends on the rank count and the
+// element size, while every type's reduction runs in full at 1-5 ranks.
 std::vector<loomDataType_t> allTypes() {
   const char* which = std::getenv("COLLECTIVES_TEST_TYPES");
   if (which != nullptr && std::string(which) == "lean")
-    return {loomUint8, loomBfloat16, loomFloat32, loomFloat64};
+    return {std::begin(kTypePerSize), std::end(kTypePerSize)};
   std::vector<loomDataType_t> out;
   for (int t = 0; t < loomNumTypes; ++t) out.push_back(static_cast<loomDataType_t>(t));
   return out;
@@ -230,7 +230,7 @@ TEST(Collectives, AllGatherAndGather) {
   for (const Config& c : configs()) {
     ConfigComm cc(c);
     ASSERT_NE(cc.comm, nullptr);
-    for (loomDataType_t t : allTypes()) {
+    for (loomDataType_t t : kTypePerSize) {
       size_t esize = dtypeSize(t);
       std::vector<Pattern> blocks;
       for (int r = 0; r < gRanks; ++r) blocks.push_back(Pattern::input(t, loomSum, r));
@@ -269,7 +269,7 @@ TEST(Collectives, BroadcastAndScatter) {
     if (!configCovers(c, "broadcast")) continue;
     ConfigComm cc(c);
     ASSERT_NE(cc.comm, nullptr);
-    for (loomDataType_t t : allTypes()) {
+    for (loomDataType_t t : kTypePerSize) {
       size_t esize = dtypeSize(t);
       for (size_t n : cc.sizes()) {
         int root = static_cast<int>((t * 3 + n) % gRanks);
@@ -297,7 +297,7 @@ TEST(Collectives, AllToAllAndAllToAllv) {
     if (!configCovers(c, "alltoall")) continue;
     ConfigComm cc(c);
     ASSERT_NE(cc.comm, nullptr);
-    for (loomDataType_t t : allTypes()) {
+    for (loomDataType_t t : kTypePerSize) {
       size_t esize = dtypeSize(t);
       // Pair (i -> j) carries the sequence of "rank" i * 64 + j.
       auto pair = [&](int i, int j) { return Pattern::input(t, loomSum, i * 64 + j); };

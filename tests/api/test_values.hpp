@@ -119,4 +119,11 @@ inline bool atLargeSize(loomRedOp_t op, size_t n) {
   return n <= 5000 || op == loomSum || op == loomAvg;
 }
 
+// One type of each element size (1, 2, 4, 8 bytes; the 2-byte one accumulates in a wider type).
+// Moving data (allgather, gather, broadcast, scatter, alltoall(v)) looks at a type only for its
+// size: outside the reduction kernels and the MoE token code, src/ reads dtypeSize alone, so two
+// types of one size move the same bytes the same way. The data-movement tests run these four.
+inline constexpr loomDataType_t kTypePerSize[] = {loomUint8, loomBfloat16, loomFloat32,
+                                                  loomFloat64};
+
 }  // namespace loom::test

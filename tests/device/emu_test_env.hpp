@@ -125,6 +125,18 @@ inline bool multiNode() { return std::getenv("LOOM_NODE_ID") != nullptr; }
 // LOOM_PLAN_DIR: the emu_plans_* tests); multi-node sizes there too.
 inline const char* forcedAlgo() { return std::getenv("EMU_TEST_ALGO"); }
 
+// Heterogeneous placements and execution plans compose collectives out of the reductions that
+// the homogeneous runs (emu_collectives_n*, collectives_test) test on every type and op. What a
+// composition adds is where chunks are cut (an element size) and how partial results combine: a
+// chunk reduced twice or missed shows in a sum, a divisor applied per part in an average, and an
+// op lost on the way (a phase that sums where it should take the max) in one type of each size.
+// So there sum and avg run on every type, prod, max and min on kTypePerSize.
+inline bool composedRunCovers(loomDataType_t t, loomRedOp_t op) {
+  const bool composed = !allEmu() || forcedAlgo() != nullptr;
+  if (!composed || op == loomSum || op == loomAvg) return true;
+  return std::find(std::begin(kTypePerSize), std::end(kTypePerSize), t) != std::end(kTypePerSize);
+}
+
 inline std::vector<Config> configs() {
   if (const char* forced = forcedAlgo()) {
     const size_t large = multiNode() ? 70001 : (1u << 20) + 3;
