@@ -458,13 +458,19 @@ void Executor::gatherPending(PollSet& set) const {
   // Device work has no descriptor: the wait polls it in short sleeps.
   if (!inFlight_.empty()) set.add(-1, POLLIN);
   const Schedule& s = *schedule_;
+  // A run that relays (a ring, a chain) waits as a network one to its end: what its shared-memory
+  // peer passes on comes from the network too, so spinning for it after this rank's sockets are
+  // done takes the CPU from ranks and kernel work it waits for (2x2 namespace nodes on 2 cores,
+  // ring allgather of 8-64 KiB: 2.1-2.6x the time of a run that sleeps there).
+  if (onNetwork_ && s.relays()) set.markNetworked();
   for (uint32_t l = 0; l < s.lanes().size(); ++l) {
     const ScheduleLane& lane = s.lanes()[l];
     if (lane.begin + head_[l] >= lane.end) continue;
-    // Only a network lane still to finish makes the wait a network one (PollSet::markNetworked):
-    // once the sockets are done, what is left on shared memory waits as shared memory does, not
-    // in poll slices of up to 200 us on no descriptor (pairwise alltoall of 2-8 MiB on 2x2 nodes:
-    // 1.1-1.35x the time of the transfers before the executor, which waited so).
+    // Otherwise only a network lane still to finish makes the wait a network one
+    // (PollSet::markNetworked): once the sockets are done, what is left on shared memory waits as
+    // shared memory does, not in poll slices of up to 200 us on no descriptor (pairwise alltoall
+    // of 2-8 MiB on 2x2 nodes: 1.1-1.35x the time of the transfers before the executor, which
+    // waited so).
     if (networked_[l]) set.markNetworked();
     // A receive waits on its socket only when arriving bytes would let it move: one held back
     // by a dependency (a gate, a local operand) would find the socket readable at once, again

@@ -187,7 +187,13 @@ void Schedule::finish() {
   for (size_t i = 0; i < ops_.size(); ++i) laneCounts_[i + 1] += laneCounts_[i];
   depScratch_.resize(deps_.size());
   for (size_t i = 0; i < ops_.size(); ++i) ops_[i].depBegin = ops_[i].depEnd = laneCounts_[i];
-  for (const ScheduleDep& d : deps_) depScratch_[ops_[d.op].depEnd++] = d;
+  relays_ = false;
+  for (const ScheduleDep& d : deps_) {
+    depScratch_[ops_[d.op].depEnd++] = d;
+    const OpKind on = ops_[d.on].kind;
+    relays_ |=
+        ops_[d.op].kind == OpKind::kSend && (on == OpKind::kRecv || on == OpKind::kRecvReduce);
+  }
   deps_.swap(depScratch_);
   finished_ = true;
 }

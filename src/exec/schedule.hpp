@@ -110,6 +110,9 @@ class Schedule {
   // builder's caller may keep it for calls like the one it was built for).
   uint64_t generation() const { return generation_; }
   bool finished() const { return finished_; }
+  // Some send waits for a receive (finish() finds it): this rank passes on what a peer sent (a
+  // ring, a chain), so a peer it waits for over shared memory may itself wait for the network.
+  bool relays() const { return relays_; }
 
   // The bytes of the call's input and output on this rank (for the checker, and for the
   // executor's choice of cache-bypassing stores into a large output).
@@ -182,6 +185,7 @@ class Schedule {
   std::vector<uint32_t> laneCounts_;  // finish()'s scratch
   std::vector<ScheduleDep> depScratch_;
   bool finished_ = false;
+  bool relays_ = false;
   uint64_t generation_ = 0;
 };
 

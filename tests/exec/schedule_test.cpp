@@ -53,6 +53,27 @@ TEST(Schedule, LanesHoldTheirOperationsInOrder) {
   EXPECT_NE(text.find("after ~#1"), std::string::npos) << text;
 }
 
+TEST(Schedule, RelaysWhenASendWaitsForAReceive) {
+  Schedule s;
+  s.clear(3);
+  s.setExtents(16, 16);
+  const uint32_t recv = s.recv(1, s.output(), 8);
+  const uint32_t copy = s.copy(s.output(8), s.input(), 8);
+  const uint32_t send = s.send(2, s.output(8), 8);
+  s.after(send, copy);  // a send after local work only: pairwise, not a relay
+  s.finish();
+  EXPECT_FALSE(s.relays());
+  s.after(send, recv);  // forwards what rank 1 sent: a ring's or a chain's step
+  s.finish();
+  EXPECT_TRUE(s.relays());
+  s.clear(3);
+  s.setExtents(16, 16);
+  s.send(2, s.input(), 8);
+  s.recv(1, s.output(), 8);
+  s.finish();
+  EXPECT_FALSE(s.relays()) << "a rebuild finds it again";
+}
+
 TEST(Schedule, HashIsOfContentNotOfTheBuild) {
   Schedule a, b;
   buildSwap(a, 0);
