@@ -30,6 +30,7 @@ const char* opKindName(OpKind kind) {
 }
 
 void Schedule::clear(int nranks) {
+  relays_ = false;
   ops_.clear();
   deps_.clear();
   sources_.clear();
@@ -187,15 +188,33 @@ void Schedule::finish() {
   for (size_t i = 0; i < ops_.size(); ++i) laneCounts_[i + 1] += laneCounts_[i];
   depScratch_.resize(deps_.size());
   for (size_t i = 0; i < ops_.size(); ++i) ops_[i].depBegin = ops_[i].depEnd = laneCounts_[i];
-  relays_ = false;
-  for (const ScheduleDep& d : deps_) {
-    depScratch_[ops_[d.op].depEnd++] = d;
-    const OpKind on = ops_[d.on].kind;
-    relays_ |=
-        ops_[d.op].kind == OpKind::kSend && (on == OpKind::kRecv || on == OpKind::kRecvReduce);
-  }
+  for (const ScheduleDep& d : deps_) depScratch_[ops_[d.op].depEnd++] = d;
   deps_.swap(depScratch_);
+  relays_ = aSendWaitsForAReceive();
   finished_ = true;
+}
+
+bool Schedule::aSendWaitsForAReceive() {
+  // Marks what received bytes feed: receives, and local or device work that waits for a marked
+  // operation (a copy or reduction between a receive and the send). Passes until nothing changes:
+  // builders mostly make operations wait for earlier ones, so one pass marks nearly all.
+  std::vector<uint32_t>& fed = laneCounts_;  // finish()'s scratch, free again here
+  fed.assign(ops_.size(), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (uint32_t i = 0; i < ops_.size(); ++i) {
+      const ScheduleOp& op = ops_[i];
+      if (fed[i] != 0) continue;
+      bool fedHere = op.kind == OpKind::kRecv || op.kind == OpKind::kRecvReduce;
+      for (uint32_t d = op.depBegin; d < op.depEnd && !fedHere; ++d)
+        fedHere = fed[deps_[d].on] != 0;
+      if (!fedHere) continue;
+      if (op.kind == OpKind::kSend) return true;
+      fed[i] = 1;
+      changed = true;
+    }
+  }
+  return false;
 }
 
 namespace {

@@ -110,8 +110,9 @@ class Schedule {
   // builder's caller may keep it for calls like the one it was built for).
   uint64_t generation() const { return generation_; }
   bool finished() const { return finished_; }
-  // Some send waits for a receive (finish() finds it): this rank passes on what a peer sent (a
-  // ring, a chain), so a peer it waits for over shared memory may itself wait for the network.
+  // Some send waits for a receive, directly or through local work (finish() finds it): this rank
+  // passes on what a peer sent (a ring, a chain, a plan's forwarding step), so a peer it waits
+  // for over shared memory may itself wait for the network.
   bool relays() const { return relays_; }
 
   // The bytes of the call's input and output on this rank (for the checker, and for the
@@ -172,6 +173,7 @@ class Schedule {
 
  private:
   uint16_t laneFor(LaneKind kind, int peer);
+  bool aSendWaitsForAReceive();  // finish(): relays()
   uint32_t add(const ScheduleOp& op);
 
   std::vector<ScheduleOp> ops_;

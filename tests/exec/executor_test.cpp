@@ -343,6 +343,18 @@ TEST(Executor, ARelayingRunWaitsAsANetworkOneToItsEnd) {
   ASSERT_EQ(owned[2][0]->trySend("received", 8), 8u);
   driver.finish();
   EXPECT_EQ(std::string(out.data(), 16), "relayed.received");
+  // The same run over shared memory only (rank 1 not a network peer) stays a shared-memory wait.
+  ranks[0].channels[1] = owned[0][1].get();
+  env = envOf(ranks[0], *cpu);
+  owned[1][0]->consume(8);
+  driver.begin(s, bufs, env);
+  ASSERT_EQ(owned[2][0]->trySend("relayed.", 8), 8u);
+  ASSERT_TRUE(driver.progress().pass());
+  set.clear();
+  driver.progress().gather(set);
+  EXPECT_TRUE(set.empty()) << "no network lane: a relaying run waits as shared memory does";
+  ASSERT_EQ(owned[2][0]->trySend("received", 8), 8u);
+  driver.finish();
   close(pipeFds[0]);
   close(pipeFds[1]);
 }

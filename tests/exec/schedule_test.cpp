@@ -53,25 +53,53 @@ TEST(Schedule, LanesHoldTheirOperationsInOrder) {
   EXPECT_NE(text.find("after ~#1"), std::string::npos) << text;
 }
 
+// Builds one of the shapes below into `s` and says whether it relays.
+bool relaysWhenBuiltAs(Schedule& s, int shape) {
+  s.clear(3);
+  s.setExtents(16, 16);
+  const Reduction sum{loomFloat32, loomSum};
+  switch (shape) {
+    case 0: {  // pairwise: sends and receives that wait for nothing
+      s.send(2, s.input(), 8);
+      s.recv(1, s.output(), 8);
+      break;
+    }
+    case 1: {  // a send after local work on the input only
+      const uint32_t copy = s.copy(s.output(8), s.input(), 8);
+      s.recv(1, s.output(), 8);
+      s.after(s.send(2, s.output(8), 8), copy);
+      break;
+    }
+    case 2: {  // a chain's step: pass on what arrived
+      const uint32_t recv = s.recv(1, s.output(), 8);
+      s.after(s.send(2, s.output(), 8), recv);
+      break;
+    }
+    case 3: {  // a ring's reduce-scatter step: forward the partial sum as it is reduced
+      const uint32_t reduced = s.recvReduce(1, s.output(), s.input(), 8, sum);
+      s.streamAfter(s.send(2, s.output(), 8), reduced);
+      break;
+    }
+    case 4: {  // through local work: receive, copy, send the copy (an unfused plan's step)
+      const uint32_t recv = s.recv(1, s.output(), 8);
+      const uint32_t copy = s.copy(s.output(8), s.output(), 8);
+      s.after(copy, recv);
+      s.after(s.send(2, s.output(8), 8), copy);
+      break;
+    }
+  }
+  s.finish();
+  return s.relays();
+}
+
 TEST(Schedule, RelaysWhenASendWaitsForAReceive) {
   Schedule s;
-  s.clear(3);
-  s.setExtents(16, 16);
-  const uint32_t recv = s.recv(1, s.output(), 8);
-  const uint32_t copy = s.copy(s.output(8), s.input(), 8);
-  const uint32_t send = s.send(2, s.output(8), 8);
-  s.after(send, copy);  // a send after local work only: pairwise, not a relay
-  s.finish();
-  EXPECT_FALSE(s.relays());
-  s.after(send, recv);  // forwards what rank 1 sent: a ring's or a chain's step
-  s.finish();
-  EXPECT_TRUE(s.relays());
-  s.clear(3);
-  s.setExtents(16, 16);
-  s.send(2, s.input(), 8);
-  s.recv(1, s.output(), 8);
-  s.finish();
-  EXPECT_FALSE(s.relays()) << "a rebuild finds it again";
+  EXPECT_FALSE(relaysWhenBuiltAs(s, 0)) << "pairwise";
+  EXPECT_FALSE(relaysWhenBuiltAs(s, 1)) << "a send after local work on the input";
+  EXPECT_TRUE(relaysWhenBuiltAs(s, 2)) << "a chain's step";
+  EXPECT_TRUE(relaysWhenBuiltAs(s, 3)) << "a ring's streamed reduce-scatter step";
+  EXPECT_TRUE(relaysWhenBuiltAs(s, 4)) << "a relay through a local copy";
+  EXPECT_FALSE(relaysWhenBuiltAs(s, 0)) << "a rebuild into the same storage finds it anew";
 }
 
 TEST(Schedule, HashIsOfContentNotOfTheBuild) {
