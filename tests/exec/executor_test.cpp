@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -268,19 +269,35 @@ class SocketLikeChannel final : public Channel {
   int fd_;
 };
 
+// Rank 0 of three whose channel to rank 1 is a network one (a pipe's descriptor stands for the
+// socket), the others shared memory; the pipe closes with it.
+struct RankZeroWithANetworkPeer {
+  std::vector<std::vector<std::unique_ptr<Channel>>> owned = test::memoryChannels(3, 64);
+  std::vector<Rank> ranks = makeRanks(3, owned);
+  std::array<int, 2> pipeFds = openPipe();
+  SocketLikeChannel toRank1{*owned[0][1], pipeFds[0]};
+  std::unique_ptr<Device> cpu = createCpuDevice();
+  RankZeroWithANetworkPeer() { ranks[0].channels[1] = &toRank1; }
+  ~RankZeroWithANetworkPeer() {
+    for (int fd : pipeFds) close(fd);
+  }
+  static std::array<int, 2> openPipe() {
+    std::array<int, 2> fds{-1, -1};
+    EXPECT_EQ(pipe(fds.data()), 0);
+    return fds;
+  }
+};
+
 TEST(Executor, AWaitIsANetworkOneOnlyWhileANetworkLaneIsLeft) {
   // Rank 0 of three sends to rank 1 over a network channel and receives from rank 2 over shared
   // memory. While the send is left, its wait is a network one (it sleeps on poll); once the send
   // is done, what is left waits as shared memory does (an empty poll set: waitUntil spins and
   // yields). Marking every wait of a run with a network lane kept pairwise alltoall on 2x2 nodes
   // sleeping in poll slices on no descriptor for its shared-memory tail.
-  auto owned = test::memoryChannels(3, 64);
-  std::vector<Rank> ranks = makeRanks(3, owned);
-  int pipeFds[2];
-  ASSERT_EQ(pipe(pipeFds), 0);
-  SocketLikeChannel toRank1(*owned[0][1], pipeFds[0]);
-  ranks[0].channels[1] = &toRank1;
-  std::unique_ptr<Device> cpu = createCpuDevice();
+  RankZeroWithANetworkPeer job;
+  auto& owned = job.owned;
+  std::vector<Rank>& ranks = job.ranks;
+  Device* cpu = job.cpu.get();
   std::vector<char> in(128, 'x'), out(8, 0);
   Schedule& s = ranks[0].schedule;
   s.clear(3);
@@ -305,8 +322,6 @@ TEST(Executor, AWaitIsANetworkOneOnlyWhileANetworkLaneIsLeft) {
   ASSERT_EQ(owned[2][0]->trySend("received", 8), 8u);
   driver.finish();
   EXPECT_EQ(std::string(out.data(), 8), "received");
-  close(pipeFds[0]);
-  close(pipeFds[1]);
 }
 
 TEST(Executor, ARelayingRunWaitsAsANetworkOneToItsEnd) {
@@ -315,13 +330,10 @@ TEST(Executor, ARelayingRunWaitsAsANetworkOneToItsEnd) {
   // rank 2's bytes may wait on the network themselves (a ring): the wait stays a network one.
   // Spinning there took the CPU from the ranks it waited for (2x2 namespace nodes on 2 cores,
   // ring allgather of 8-64 KiB: 2.1-2.6x the time).
-  auto owned = test::memoryChannels(3, 64);
-  std::vector<Rank> ranks = makeRanks(3, owned);
-  int pipeFds[2];
-  ASSERT_EQ(pipe(pipeFds), 0);
-  SocketLikeChannel toRank1(*owned[0][1], pipeFds[0]);
-  ranks[0].channels[1] = &toRank1;
-  std::unique_ptr<Device> cpu = createCpuDevice();
+  RankZeroWithANetworkPeer job;
+  auto& owned = job.owned;
+  std::vector<Rank>& ranks = job.ranks;
+  Device* cpu = job.cpu.get();
   std::vector<char> in(8, 0), out(16, 0);
   Schedule& s = ranks[0].schedule;
   s.clear(3);
@@ -355,8 +367,6 @@ TEST(Executor, ARelayingRunWaitsAsANetworkOneToItsEnd) {
   EXPECT_TRUE(set.empty()) << "no network lane: a relaying run waits as shared memory does";
   ASSERT_EQ(owned[2][0]->trySend("received", 8), 8u);
   driver.finish();
-  close(pipeFds[0]);
-  close(pipeFds[1]);
 }
 
 }  // namespace
