@@ -30,6 +30,16 @@ struct SimRank {
   Schedule schedule;
   std::vector<int32_t> in, out;
   std::vector<std::vector<char>> scratch;
+  // Points the context at this rank's storage: rank r of n, no channels (nothing is sent).
+  void attach(int r, int n) {
+    channels.assign(n, nullptr);
+    ctx.rank = r;
+    ctx.nranks = n;
+    ctx.channels = &channels;
+    ctx.ringSteps = &ringSteps;
+    ctx.opList = &opList;
+    ctx.refList = &refList;
+  }
 };
 
 // Node placement: one letter per rank ("AABB": ranks 0,1 on node A).
@@ -124,13 +134,7 @@ void checkAlgorithm(const Algorithm& algo, int n, size_t count, loomRedOp_t op, 
   }
   for (int r = 0; r < n; ++r) {
     SimRank& k = ranks[r];
-    k.channels.assign(n, nullptr);
-    k.ctx.rank = r;
-    k.ctx.nranks = n;
-    k.ctx.channels = &k.channels;
-    k.ctx.ringSteps = &k.ringSteps;
-    k.ctx.opList = &k.opList;
-    k.ctx.refList = &k.refList;
+    k.attach(r, n);
     k.ctx.hierarchy = placement.empty() ? nullptr : &hierarchies[r];
     CollArgs mine = a;
     mine.send = k.in.data();
@@ -212,13 +216,7 @@ TEST(Schedules, ACallLikeTheLastKeepsItsSchedule) {
   const int n = 4;
   SimRank k;
   BuiltCall built;
-  k.channels.assign(n, nullptr);
-  k.ctx.rank = 0;
-  k.ctx.nranks = n;
-  k.ctx.channels = &k.channels;
-  k.ctx.ringSteps = &k.ringSteps;
-  k.ctx.opList = &k.opList;
-  k.ctx.refList = &k.refList;
+  k.attach(0, n);
   k.ctx.schedule = &k.schedule;
   k.ctx.builtCall = &built;
   std::vector<int32_t> memory(1024);
